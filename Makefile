@@ -1,0 +1,61 @@
+# TrinityLake reference implementation. `make help` lists the targets.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+AIRFLOW_VENV ?= .venv-airflow
+PYTEST_ARGS ?=
+
+.PHONY: help setup venv test test-fast test-dags demo bench bench-large lint fmt dist acceptance clean
+
+help: ## show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+
+$(BIN)/tlake: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(BIN)/tlake
+
+venv: $(BIN)/tlake
+
+setup: venv ## create the virtualenv and install the project with its dev tools
+
+test: venv ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) test-dags
+
+test-fast: venv ## unit tests only (no Spark, no S3 server)
+	$(BIN)/python -m pytest -q -m "not spark and not s3 and not slow" $(PYTEST_ARGS)
+
+$(AIRFLOW_VENV)/bin/airflow: airflow_dags/requirements.txt
+	$(PY) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/pip install -q --upgrade pip
+	$(AIRFLOW_VENV)/bin/pip install -q -r airflow_dags/requirements.txt
+	@touch $(AIRFLOW_VENV)/bin/airflow
+
+test-dags: $(AIRFLOW_VENV)/bin/airflow ## parse and check the Airflow DAGs in their own virtualenv
+	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/dags
+
+demo: venv ## build a demo lakehouse and run every maintenance job on it
+	$(BIN)/python -m trinitylake.demo $(DEMO_ARGS)
+
+bench: venv ## run the small default benchmarks (a few minutes)
+	$(BIN)/python -m bench.run_all $(BENCH_ARGS)
+
+bench-large: venv ## run the benchmarks at scale
+	$(BIN)/python -m bench.run_all --scale large $(BENCH_ARGS)
+
+lint: venv ## ruff
+	$(BIN)/ruff check lib jobs tests bench airflow_dags
+
+fmt: venv
+	$(BIN)/ruff format lib jobs tests bench airflow_dags
+
+dist: venv ## build the wheel that spark-submit ships to executors
+	$(BIN)/pip wheel --no-deps -w dist .
+
+acceptance: venv ## outside-in checks from ../shared/acceptance
+	../shared/acceptance/run-all
+
+clean:
+	rm -rf $(VENV) $(AIRFLOW_VENV) dist build *.egg-info .pytest_cache

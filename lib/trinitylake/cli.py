@@ -1,0 +1,396 @@
+"""`tlake`: the command-line interface over the same library the jobs use."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import shlex
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from trinitylake.errors import TrinityLakeError, ValidationError
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+# ---- shared plumbing ---------------------------------------------------------------------
+class Ctx:
+    def __init__(self, lakehouse_uri: str | None, storage_options: dict, control_uri: str | None, audit: bool):
+        self.lakehouse_uri = lakehouse_uri
+        self.storage_options = storage_options
+        self.control_uri = control_uri
+        self.audit = audit
+        self.txn = None  # set by `tlake txn` while it replays operations
+        self._lh = None
+
+    def require_uri(self) -> str:
+        if not self.lakehouse_uri:
+            raise click.UsageError("give --lakehouse URI or set TLAKE_LAKEHOUSE")
+        return self.lakehouse_uri
+
+    def lakehouse(self):
+        if self._lh is None:
+            from trinitylake.lakehouse import Lakehouse
+
+            self._lh = Lakehouse.open(self.require_uri(), storage_options=self.storage_options or None,
+                                      control_uri=self.control_uri, audit=self.audit)
+            self._lh.command = click.get_current_context().command_path.split(" ", 1)[-1]
+            self._lh.arguments = {"argv": sys.argv[1:]}
+        return self._lh
+
+
+def _kv(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for v in values:
+        if "=" not in v:
+            raise click.BadParameter(f"expected key=value, got {v!r}", param_hint=what)
+        k, _, val = v.partition("=")
+        out[k] = val
+    return out
+
+
+def handle_errors(fn):
+    """Typed library errors become one clear line on stderr and exit code 1 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TrinityLakeError as e:
+            err_console.print(f"[red]error[/red] ({type(e).__name__}): {e}", highlight=False, markup=True)
+            sys.exit(1)
+        except FileNotFoundError as e:
+            err_console.print(f"[red]error[/red] (FileNotFoundError): {e}", highlight=False)
+            sys.exit(1)
+
+    return wrapper
+
+
+def parse_time(value: str) -> datetime:
+    """ISO-8601 (naive = UTC) or epoch milliseconds."""
+    v = value.strip()
+    if v.isdigit():
+        return datetime.fromtimestamp(int(v) / 1000, UTC)
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError(f"cannot parse timestamp {value!r}; use ISO-8601 or epoch milliseconds") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def time_travel(fn):
+    """--version / --as-of / --snapshot on every read command."""
+    fn = click.option("--snapshot", "snapshot", default=None, help="read an exported snapshot by name")(fn)
+    fn = click.option("--as-of", "as_of", default=None, help="read the newest version created at or before TIMESTAMP")(fn)
+    fn = click.option("--version", "version", type=int, default=None, help="read version N (FOR SYSTEM_VERSION AS OF N)")(fn)
+    return fn
+
+
+def _view(ctx: Ctx, version, as_of, snapshot):
+    if ctx.txn is not None:
+        return ctx.txn
+    return ctx.lakehouse().view(version=version, as_of=parse_time(as_of) if as_of else None, snapshot=snapshot)
+
+
+def emit(obj: Any, as_json: bool, render) -> None:
+    if as_json:
+        click.echo(json.dumps(obj, indent=2, default=str))
+    else:
+        render(obj)
+
+
+def split_name(full: str) -> tuple[str, str]:
+    ns, sep, name = full.partition(".")
+    if not sep or not ns or not name:
+        raise ValidationError(f"expected NAMESPACE.NAME, got {full!r}")
+    return ns, name
+
+
+def _write(ctx: Ctx, op, describe: str):
+    """Run `op(txn)` in the enclosing `tlake txn`, or in its own single-operation transaction."""
+    if ctx.txn is not None:
+        op(ctx.txn)
+        return None
+    lh = ctx.lakehouse()
+    txn = lh.begin()
+    op(txn)
+    version = txn.commit()
+    click.echo(f"{describe} (version {version})")
+    return version
+
+
+# ---- the group -------------------------------------------------------------------------
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--lakehouse", "lakehouse_uri", envvar="TLAKE_LAKEHOUSE", help="lakehouse root URI (or TLAKE_LAKEHOUSE)")
+@click.option("--storage-option", "storage_options", multiple=True, help="fsspec storage option key=value (e.g. endpoint_url=...)")
+@click.option("--control-uri", envvar="TLAKE_CONTROL_URI", default=None, help="control table location (default <lakehouse>/_control)")
+@click.option("--no-audit", is_flag=True, help="do not write the control table (tests, offline copies)")
+@click.option("--log-level", default=os.environ.get("TLAKE_LOG_LEVEL", "WARNING"), show_default=True)
+@click.pass_context
+def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_level):
+    """TrinityLake lakehouse tool: format operations, time travel, maintenance jobs."""
+    if isinstance(click_ctx.obj, Ctx):  # re-entered by `tlake txn` replaying one operation
+        return
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    click_ctx.obj = Ctx(lakehouse_uri, _kv(storage_options, "--storage-option"), control_uri, not no_audit)
+
+
+@cli.command()
+@click.option("--order", type=int, default=128, show_default=True, help="tree order N (children per node)")
+@click.option("--node-max-bytes", type=int, default=1 << 20, show_default=True, help="node file size limit")
+@click.option("--name-max-bytes", type=int, default=100, show_default=True, help="max UTF-8 bytes of names")
+@click.option("--txn-ttl", default="3d", show_default=True, help="transaction TTL (e.g. 3d, 12h, 30m)")
+@click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default="snapshot", show_default=True)
+@click.option("--property", "properties", multiple=True, help="lakehouse property key=value")
+@click.pass_obj
+@handle_errors
+def init(ctx: Ctx, order, node_max_bytes, name_max_bytes, txn_ttl, isolation, properties):
+    """Create a new lakehouse."""
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.util import parse_duration_ms
+
+    lh = Lakehouse.create(
+        ctx.require_uri(), storage_options=ctx.storage_options or None, control_uri=ctx.control_uri, audit=ctx.audit,
+        order=order, node_max_bytes=node_max_bytes, namespace_max=name_max_bytes, table_max=name_max_bytes,
+        view_max=name_max_bytes, txn_ttl_millis=parse_duration_ms(txn_ttl), isolation=isolation,
+        properties=_kv(properties, "--property"),
+    )
+    click.echo(f"created lakehouse {lh.uri} (version 0, order {order}, node max {node_max_bytes} bytes)")
+
+
+# ---- namespaces --------------------------------------------------------------------------
+@cli.group()
+def namespace():
+    """Create, drop, list, describe and alter namespaces."""
+
+
+@namespace.command("create")
+@click.argument("name")
+@click.option("--property", "properties", multiple=True, help="key=value")
+@click.pass_obj
+@handle_errors
+def namespace_create(ctx: Ctx, name, properties):
+    props = _kv(properties, "--property")
+    _write(ctx, lambda t: t.create_namespace(name, props), f"created namespace {name}")
+
+
+@namespace.command("drop")
+@click.argument("name")
+@click.option("--cascade", is_flag=True, help="also drop the namespace's tables and views")
+@click.pass_obj
+@handle_errors
+def namespace_drop(ctx: Ctx, name, cascade):
+    _write(ctx, lambda t: t.drop_namespace(name, cascade=cascade), f"dropped namespace {name}")
+
+
+@namespace.command("alter")
+@click.argument("name")
+@click.option("--set", "set_", multiple=True, help="key=value")
+@click.option("--unset", multiple=True, help="key")
+@click.pass_obj
+@handle_errors
+def namespace_alter(ctx: Ctx, name, set_, unset):
+    props = _kv(set_, "--set")
+    _write(ctx, lambda t: t.alter_namespace(name, props, list(unset)), f"altered namespace {name}")
+
+
+@namespace.command("list")
+@time_travel
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def namespace_list(ctx: Ctx, version, as_of, snapshot, as_json):
+    v = _view(ctx, version, as_of, snapshot)
+    names = v.list_namespaces()
+    emit({"version": v.version, "namespaces": names}, as_json, lambda o: _print_names("namespace", o["namespaces"], o["version"]))
+
+
+@namespace.command("describe")
+@click.argument("name")
+@time_travel
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def namespace_describe(ctx: Ctx, name, version, as_of, snapshot, as_json):
+    d = _view(ctx, version, as_of, snapshot).describe_namespace(name)
+    emit(d, as_json, _print_kv)
+
+
+# ---- tables ------------------------------------------------------------------------------
+@cli.group()
+def table():
+    """Create, drop, list, describe and alter tables (Iceberg)."""
+
+
+@table.command("create")
+@click.argument("full_name")
+@click.option("--metadata-location", default=None, help="Iceberg metadata.json location (external tables)")
+@click.option("--type", "table_type", type=click.Choice(["managed", "external", "federated"]), default=None)
+@click.option("--property", "properties", multiple=True, help="key=value")
+@click.pass_obj
+@handle_errors
+def table_create(ctx: Ctx, full_name, metadata_location, table_type, properties):
+    ns, t = split_name(full_name)
+    props = _kv(properties, "--property")
+    _write(ctx, lambda x: x.create_table(ns, t, metadata_location=metadata_location, table_type=table_type, properties=props),
+           f"created table {full_name}")
+
+
+@table.command("drop")
+@click.argument("full_name")
+@click.pass_obj
+@handle_errors
+def table_drop(ctx: Ctx, full_name):
+    ns, t = split_name(full_name)
+    _write(ctx, lambda x: x.drop_table(ns, t), f"dropped table {full_name}")
+
+
+@table.command("alter")
+@click.argument("full_name")
+@click.option("--set", "set_", multiple=True, help="key=value")
+@click.option("--unset", multiple=True)
+@click.option("--metadata-location", default=None)
+@click.pass_obj
+@handle_errors
+def table_alter(ctx: Ctx, full_name, set_, unset, metadata_location):
+    ns, t = split_name(full_name)
+    props = _kv(set_, "--set")
+    _write(ctx, lambda x: x.alter_table(ns, t, set_properties=props, remove=list(unset), metadata_location=metadata_location),
+           f"altered table {full_name}")
+
+
+@table.command("list")
+@click.argument("namespace_name")
+@time_travel
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def table_list(ctx: Ctx, namespace_name, version, as_of, snapshot, as_json):
+    v = _view(ctx, version, as_of, snapshot)
+    names = v.list_tables(namespace_name)
+    emit({"namespace": namespace_name, "version": v.version, "tables": names}, as_json,
+         lambda o: _print_names(f"table in {namespace_name}", o["tables"], o["version"]))
+
+
+@table.command("describe")
+@click.argument("full_name")
+@time_travel
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def table_describe(ctx: Ctx, full_name, version, as_of, snapshot, as_json):
+    ns, t = split_name(full_name)
+    emit(_view(ctx, version, as_of, snapshot).describe_table(ns, t), as_json, _print_kv)
+
+
+# ---- versions, txn, rollback ------------------------------------------------------------
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+@handle_errors
+def versions(ctx: Ctx, as_json):
+    """List the available versions (oldest first), rollbacks marked."""
+    rows = ctx.lakehouse().versions()
+
+    def render(rows):
+        t = Table("version", "created at (UTC)", "txn_seq", "changes", "note")
+        for r in rows:
+            note = f"rollback of v{r['rollback_from_version']}" if r["rollback_from_version"] is not None else ""
+            t.add_row(str(r["version"]), r["created_at"], str(r["txn_seq"] or ""), str(r["changes"]), note)
+        console.print(t)
+
+    emit(rows, as_json, render)
+
+
+@cli.command()
+@click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None)
+@click.option("--file", "ops_file", type=click.File("r"), default="-", help="operations, one per line (default stdin)")
+@click.pass_context
+@handle_errors
+def txn(click_ctx, isolation, ops_file):
+    """Run several operations (one per line, same verbs as the CLI) as ONE transaction.
+
+    Example input:  namespace create sales / table create sales.orders / table drop sales.old
+    """
+    ctx: Ctx = click_ctx.obj
+    lh = ctx.lakehouse()
+    t = lh.begin(isolation=isolation)
+    ctx.txn = t
+    n = 0
+    for lineno, line in enumerate(ops_file, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        args = shlex.split(line)
+        if args[:1] not in (["namespace"], ["table"]) or len(args) < 2 or args[1] not in ("create", "drop", "alter"):
+            raise ValidationError(f"line {lineno}: only namespace/table create|drop|alter are allowed in a transaction: {line!r}")
+        try:
+            cli.main(args=args, prog_name="tlake", obj=ctx, standalone_mode=False)
+        except click.ClickException as e:
+            raise ValidationError(f"line {lineno}: {e.format_message()}") from None
+        except SystemExit as e:
+            if e.code:
+                raise ValidationError(f"line {lineno} failed: {line!r}; nothing was committed") from None
+        n += 1
+    ctx.txn = None
+    lh.command = "txn"
+    version = t.commit(command="txn", arguments={"ops": t.ops, "isolation": t.isolation})
+    click.echo(f"committed {n} operations as version {version}" if version is not None else "nothing to commit")
+
+
+@cli.command()
+@click.option("--to", "to_version", type=int, required=True, help="version whose content becomes the new latest")
+@click.pass_obj
+@handle_errors
+def rollback(ctx: Ctx, to_version):
+    """Roll back by rolling forward: commit a new version equal to version N."""
+    v = ctx.lakehouse().rollback(to_version)
+    click.echo(f"rolled back to version {to_version} as new version {v}")
+
+
+# ---- rendering ---------------------------------------------------------------------------
+def _print_names(what: str, names: list[str], version: int) -> None:
+    t = Table(f"{what} (version {version})")
+    for n in names:
+        t.add_row(n)
+    console.print(t)
+
+
+def _print_kv(d: dict) -> None:
+    t = Table("field", "value")
+    for k, v in d.items():
+        t.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
+    console.print(t)
+
+
+def _register_optional() -> None:
+    """Commands that live in their own modules (control table, jobs, report)."""
+    import importlib
+
+    for mod in ("trinitylake.cli_show", "trinitylake.cli_jobs", "trinitylake.cli_report"):
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:
+                continue
+            raise
+        m.register(cli)
+
+
+_register_optional()
+
+
+def main() -> None:
+    cli(prog_name="tlake")
+
+
+if __name__ == "__main__":
+    main()

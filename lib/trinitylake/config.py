@@ -1,0 +1,958 @@
+"""Configuration of the maintenance jobs (walk, expire, orphans, export).
+
+One table, :data:`JOB_OPTIONS`, declares every option of every job with its type, default,
+help text and validation. Everything else is derived from it: the command-line flags
+(:func:`job_argparser`), the environment variables, the YAML files in ``conf/`` and the
+frozen :class:`JobConfig` a job receives.
+
+Precedence, lowest first::
+
+    defaults < YAML file (--conf) < environment (TLAKE_<JOB>_<KEY>) < overrides (CLI flags)
+
+Every unknown key and every bad value raises :class:`~trinitylake.errors.ConfigError` naming
+the file, variable or flag and the key, before any work starts.
+
+Values are normalized once, here: durations become integer milliseconds, timestamps integer
+epoch milliseconds (UTC), URIs their canonical spelling (``s3a://`` = ``s3://``, local paths
+``file:///abs``). Null defaults that have an obvious resolution are resolved at load time so
+that the config a job logs is the config it ran with: ``run_id`` is generated,
+``reference_time`` becomes the wall clock, ``control_uri`` ``<lakehouse>/_control`` and the
+walk ``output`` ``<lakehouse>/_maintenance/walk/<run_id>``. Nulls that depend on the
+lakehouse itself (``max_version_age``, ``min_versions_to_keep``, ``older_than``) stay null;
+:func:`effective_retention` and :func:`effective_orphan_min_age` resolve them once the job
+has read the lakehouse definition.
+
+Example:
+    >>> cfg = load_job_config("orphans", overrides={"lakehouse": "s3a://bucket/lh", "dry_run": True}, env={})
+    >>> cfg.lakehouse, cfg.control_uri, cfg.dry_run, cfg.prefix_mismatch
+    ('s3://bucket/lh', 's3://bucket/lh/_control', True, 'error')
+    >>> parse_duration("36h")
+    129600000
+
+This module is pure Python plus PyYAML: it imports neither pyspark nor click, so the CLI,
+the Spark jobs, Airflow tooling and the tests can all use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, make_dataclass
+from datetime import UTC, date, datetime, timedelta
+from types import MappingProxyType
+from typing import Any, ClassVar, NoReturn
+
+import yaml
+from trinitylake.errors import ConfigError, InvalidURIError, UnsafeOperationError
+from trinitylake.storage.uri import normalize_uri
+
+__all__ = [
+    "COMMON_OPTIONS",
+    "DEFAULT_MAX_VERSION_AGE_MS",
+    "DEFAULT_MIN_VERSIONS_TO_KEEP",
+    "JOBS",
+    "JOB_OPTIONS",
+    "ExpireConfig",
+    "ExportConfig",
+    "FrozenDict",
+    "JobConfig",
+    "Option",
+    "OrphansConfig",
+    "WalkConfig",
+    "effective_orphan_min_age",
+    "effective_retention",
+    "env_var_names",
+    "format_timestamp",
+    "job_argparser",
+    "load_job_config",
+    "parse_duration",
+    "parse_job_args",
+    "parse_timestamp",
+]
+
+JOBS: tuple[str, ...] = ("walk", "expire", "orphans", "export")
+ENV_PREFIX = "TLAKE"
+
+#: Used by expire when ``max_version_age`` is null and the lakehouse definition has none.
+DEFAULT_MAX_VERSION_AGE_MS = 7 * 24 * 3600 * 1000
+#: Used by expire when ``min_versions_to_keep`` is null and the lakehouse definition has none.
+DEFAULT_MIN_VERSIONS_TO_KEEP = 3
+#: How far ``reference_time`` may lie ahead of this machine's clock (clock skew between the
+#: orchestrator and the driver). Further ahead would make young files look old to the
+#: destructive jobs, so it is refused.
+MAX_FUTURE_REFERENCE_MS = 10 * 60 * 1000
+
+_NULL_WORDS = frozenset({"null", "none", "~"})
+_TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+_FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_DURATION_TOKEN = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION_FULL = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# ---- value parsers ------------------------------------------------------------------------
+# Each takes a raw value (from YAML, the environment, a flag or a Python caller) and returns
+# the normalized value or raises ValueError with a one-line reason; the loader adds where the
+# value came from and which key it was.
+
+
+def parse_duration(value: Any) -> int:
+    """Parse a duration into integer milliseconds.
+
+    Accepts ``"7d"``, ``"36h"``, ``"10m"``, ``"90s"``, ``"500ms"``, ``"1w"``, compounds such as
+    ``"1d12h"``, decimals such as ``"1.5h"``, or an int (or digit string) of milliseconds.
+
+    Raises:
+        ValueError: not a duration, or negative.
+
+    Example:
+        >>> parse_duration("10m"), parse_duration("1d12h"), parse_duration(250), parse_duration("500ms")
+        (600000, 129600000, 250, 500)
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s, 500ms or milliseconds, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"duration must not be negative, got {value}")
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        if text.isdigit():
+            return int(text)
+        if _DURATION_FULL.fullmatch(text):
+            total = sum(float(n) * _DURATION_UNITS_MS[u] for n, u in _DURATION_TOKEN.findall(text))
+            return int(round(total))
+    raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s, 500ms or milliseconds, got {value!r}")
+
+
+def format_duration(ms: int) -> str:
+    """Shortest exact spelling of a duration, e.g. ``604800000`` -> ``"7d"``."""
+    for unit in ("w", "d", "h", "m", "s"):
+        size = _DURATION_UNITS_MS[unit]
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def parse_timestamp(value: Any) -> int:
+    """Parse a timestamp into integer epoch milliseconds (UTC).
+
+    Accepts ISO-8601 (``2026-11-22T03:00:00Z``, ``2026-11-22T03:00:00+01:00``,
+    ``2026-11-22``; naive means UTC), a ``datetime``/``date`` (YAML gives those), or an int
+    (or digit string) of epoch milliseconds.
+
+    Raises:
+        ValueError: not a timestamp.
+
+    Example:
+        >>> parse_timestamp("2026-11-22T00:00:00Z"), parse_timestamp("2026-11-22"), parse_timestamp(1795305600000)
+        (1795305600000, 1795305600000, 1795305600000)
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"expected an ISO-8601 timestamp or epoch milliseconds, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"epoch milliseconds must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(
+                f"expected an ISO-8601 timestamp (e.g. 2026-11-22T03:00:00Z) or epoch milliseconds, got {text!r}"
+            ) from None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return (value - _EPOCH) // timedelta(milliseconds=1)
+    if isinstance(value, date):
+        return (datetime(value.year, value.month, value.day, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+    raise ValueError(f"expected an ISO-8601 timestamp or epoch milliseconds, got {value!r}")
+
+
+def format_timestamp(ms: int) -> str:
+    """ISO-8601 UTC spelling of epoch milliseconds, e.g. ``2026-11-22T00:00:00.000Z``."""
+    return (_EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS | _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _parse_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        return int(value.strip())
+    raise ValueError(f"expected an integer, got {value!r}")
+
+
+def _parse_versions(value: Any) -> str | tuple[int, ...]:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() == "retained":
+            return "retained"
+        items: Iterable[Any] = [p for p in text.split(",") if p.strip()]
+    elif isinstance(value, int) and not isinstance(value, bool):
+        items = [value]
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        raise ValueError(f"expected 'retained' or a list of version numbers, got {value!r}")
+    versions = []
+    for item in items:
+        try:
+            v = _parse_int(item)
+        except ValueError:
+            raise ValueError(f"expected 'retained' or a list of version numbers, got {value!r}") from None
+        if v < 0:
+            raise ValueError(f"version numbers are >= 0, got {v}")
+        versions.append(v)
+    if not versions:
+        raise ValueError("the list of versions is empty; give 'retained' or at least one version")
+    return tuple(sorted(set(versions)))
+
+
+def _split_pairs(value: Any) -> list[tuple[str, Any]]:
+    """Key/value pairs from a mapping, a JSON object string, 'k=v,k=v' or a list of 'k=v'."""
+    if isinstance(value, Mapping):
+        return [(str(k), v) for k, v in value.items()]
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return []
+        if text.startswith("{"):
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"not a JSON object: {e.msg}") from None
+            if not isinstance(obj, dict):
+                raise ValueError("expected a JSON object")
+            return [(str(k), v) for k, v in obj.items()]
+        value = text.split(",")
+    if isinstance(value, list | tuple):
+        pairs = []
+        for item in value:
+            if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0].strip():
+                raise ValueError(f"expected KEY=VALUE, got {item!r}")
+            key, _, val = item.partition("=")
+            pairs.append((key.strip(), _TextValue(val.strip())))
+        return pairs
+    raise ValueError(f"expected a mapping of KEY: VALUE, got {value!r}")
+
+
+class _TextValue(str):
+    """A map value that arrived as text (flag or env): storage options get it YAML-typed."""
+
+
+def _parse_storage_options(value: Any) -> dict[str, Any]:
+    """fsspec options. Text values are typed (``true`` -> True, ``8`` -> 8); a dotted key
+    from text (``client_kwargs.endpoint_url=...``) becomes a nested mapping."""
+    out: dict[str, Any] = {}
+    for key, val in _split_pairs(value):
+        if isinstance(val, _TextValue):
+            val = _type_text(val)
+            parts = key.split(".")
+        else:
+            parts = [key]
+        target = out
+        for part in parts[:-1]:
+            nested = target.setdefault(part, {})
+            if not isinstance(nested, dict):
+                raise ValueError(f"storage option {part!r} is both a value and a mapping")
+            target = nested
+        target[parts[-1]] = _json_safe_value(val, key)
+    return out
+
+
+def _type_text(text: str) -> Any:
+    """``true`` -> True, ``8`` -> 8, ``1.5`` -> 1.5, ``null`` -> None; anything else stays text."""
+    try:
+        typed = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError:
+        return str(text)
+    return typed if typed is None or isinstance(typed, bool | int | float) else str(text)
+
+
+def _parse_spark_conf(value: Any) -> dict[str, str]:
+    """Spark properties; every value becomes a string (``true``, ``8``, ``4g``)."""
+    out: dict[str, str] = {}
+    for key, val in _split_pairs(value):
+        if isinstance(val, Mapping | list | tuple) or val is None:
+            raise ValueError(f"Spark property {key!r} needs a scalar value, got {val!r}")
+        out[key] = ("true" if val else "false") if isinstance(val, bool) else str(val)
+    return out
+
+
+def _json_safe_value(val: Any, key: str) -> Any:
+    if val is None or isinstance(val, bool | int | str):
+        return str(val) if isinstance(val, str) else val
+    if isinstance(val, float):
+        if not math.isfinite(val):
+            raise ValueError(f"{key!r} must be a finite number")
+        return val
+    if isinstance(val, Mapping):
+        return {str(k): _json_safe_value(v, f"{key}.{k}") for k, v in val.items()}
+    if isinstance(val, list | tuple):
+        return [_json_safe_value(v, key) for v in val]
+    raise ValueError(f"value of {key!r} is not JSON-like: {val!r}")
+
+
+def _parse_uri(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a URI or path, got {value!r}")
+    try:
+        return normalize_uri(value.strip())
+    except InvalidURIError as e:
+        raise ValueError(str(e)) from None
+
+
+def _parse_id(value: Any) -> str:
+    if not isinstance(value, str) or not _SAFE_ID.fullmatch(value):
+        raise ValueError(
+            f"expected 1-128 characters of letters, digits, '.', '_' or '-' starting with a letter or digit, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _parse_export_name(value: Any) -> str:
+    name = _parse_id(value)
+    if name.isdigit():
+        raise ValueError(f"an export name must not be all digits ({name!r} would read as a version number)")
+    return name
+
+
+def _parse_text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "uri": _parse_uri,
+    "text": _parse_text,
+    "id": _parse_id,
+    "export_name": _parse_export_name,
+    "int": _parse_int,
+    "bool": _parse_bool,
+    "duration": parse_duration,
+    "timestamp": parse_timestamp,
+    "versions": _parse_versions,
+    "storage_options": _parse_storage_options,
+    "spark_conf": _parse_spark_conf,
+    "choice": _parse_text,
+}
+_METAVARS = {
+    "uri": "URI",
+    "text": "TEXT",
+    "id": "ID",
+    "export_name": "NAME",
+    "int": "N",
+    "duration": "DURATION",
+    "timestamp": "TIMESTAMP",
+    "versions": "retained|V1,V2,...",
+    "storage_options": "KEY=VALUE",
+    "spark_conf": "KEY=VALUE",
+}
+
+
+# ---- the option table ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configuration key: how it is typed, defaulted, validated, documented and spelled.
+
+    Attributes:
+        name: the key in YAML and in :class:`JobConfig` (snake_case).
+        kind: ``uri``, ``text``, ``id``, ``export_name``, ``int``, ``bool``, ``duration``
+            (-> ms), ``timestamp`` (-> epoch ms), ``versions``, ``storage_options``,
+            ``spark_conf`` or ``choice``.
+        default: the default, spelled as a user would write it (parsed like any other value).
+        help: one line for ``--help`` and the docs.
+        nullable: null is a legal value (it means "derive it", see the help).
+        required: the merged value must not be null.
+        minimum, maximum: inclusive bounds of an ``int``.
+        choices: legal values of a ``choice`` (compared case-insensitively).
+        flag: the command-line flag, when it is not ``--<name-with-dashes>``.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    nullable: bool = False
+    required: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] = ()
+    flag: str | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def is_map(self) -> bool:
+        return self.kind in ("storage_options", "spark_conf")
+
+    def parse(self, value: Any) -> Any:
+        """Validate and normalize one value; raises ValueError with the reason.
+
+        The strings ``null``/``none``/``~`` mean null for a nullable option (so that a flag or
+        an environment variable can reset one).
+        """
+        if isinstance(value, str) and value.strip().lower() in _NULL_WORDS and (self.nullable or self.required):
+            return None
+        if value is None:
+            if self.nullable or self.required:
+                return None
+            raise ValueError("must not be null")
+        if self.kind == "choice":
+            text = _parse_text(value) if isinstance(value, str) else str(value)
+            for choice in self.choices:
+                if text.lower() == choice.lower():
+                    return choice
+            raise ValueError(f"expected one of {', '.join(self.choices)}, got {value!r}")
+        parsed = _PARSERS[self.kind](value)
+        if self.kind == "int":
+            if self.minimum is not None and parsed < self.minimum:
+                raise ValueError(f"must be >= {self.minimum}, got {parsed}")
+            if self.maximum is not None and parsed > self.maximum:
+                raise ValueError(f"must be <= {self.maximum}, got {parsed}")
+        return parsed
+
+
+def _opt(name: str, kind: str, default: Any, help: str, **kw: Any) -> Option:
+    return Option(name=name, kind=kind, default=default, help=help, **kw)
+
+
+_DELETE_BATCH: dict[str, Any] = {"minimum": 1, "maximum": 1000}
+
+# fmt: off
+#: Options every job has.
+COMMON_OPTIONS: tuple[Option, ...] = (
+    _opt("lakehouse", "uri", None, "URI of the lakehouse (required): s3://bucket/path, file:///path or a local path.",
+         required=True),
+    _opt("master", "text", "local[*]",
+         "Spark master for a local run; ignored when spark-submit or Databricks already set spark.master."),
+    _opt("control_uri", "uri", None, "URI of the control (audit) table; null means <lakehouse>/_control.",
+         nullable=True),
+    _opt("storage_options", "storage_options", {},
+         "fsspec options for the lakehouse storage (e.g. endpoint_url, key, secret); merged across layers.",
+         flag="--storage-option"),
+    _opt("spark_conf", "spark_conf", {}, "Extra Spark properties for the session; merged across layers.",
+         flag="--spark-conf"),
+    _opt("reference_time", "timestamp", None,
+         "The instant the job treats as now (ISO-8601 or epoch ms); every age cutoff is measured back from it. "
+         "Null means the wall clock; Airflow passes the logical date so that re-runs are idempotent.",
+         nullable=True),
+    _opt("run_id", "id", None, "Identifier of this run in the control table and output paths; null generates one.",
+         nullable=True),
+    _opt("log_level", "choice", "INFO", "Python log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+)
+
+_JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {
+    "walk": (
+        _opt("versions", "versions", "retained",
+             "Versions whose reachable files to list: 'retained' (every version still readable) or a list such as "
+             "1,2,3."),
+        _opt("output", "uri", None,
+             "Where to write the reachable-file listing; null means <lakehouse>/_maintenance/walk/<run_id>.",
+             nullable=True),
+        _opt("batch_size", "int", 256, "Node paths handled per Spark task (bigger batches, less task overhead).",
+             minimum=1),
+        _opt("parallelism", "int", 0, "Number of Spark partitions for the walk; 0 means Spark's default.", minimum=0),
+    ),
+    "expire": (
+        _opt("max_version_age", "duration", None,
+             "Versions older than this may expire; null means the lakehouse definition's value, else 7d.",
+             nullable=True),
+        _opt("min_versions_to_keep", "int", None,
+             "Always keep at least this many latest versions; null means the lakehouse definition's value, else 3.",
+             nullable=True, minimum=1),
+        _opt("clock_skew_margin", "duration", "10m",
+             "Extra age a version needs beyond the transaction TTL before it may expire (clock skew between writers)."),
+        _opt("dry_run", "bool", False, "Plan and report only: commit nothing, delete nothing."),
+        _opt("delete_batch_size", "int", 1000, "Keys per bulk delete request (S3 allows at most 1000).",
+             **_DELETE_BATCH),
+        _opt("max_retries", "int", 5, "Retries of a failed delete batch (with backoff) before the run fails.",
+             minimum=0),
+        _opt("compact_control_table", "bool", True, "Compact (optimize) the control table after the run."),
+    ),
+    "orphans": (
+        _opt("older_than", "duration", None,
+             "Only files older than this are orphan candidates; null means the lakehouse transaction TTL, which is "
+             "also the floor.", nullable=True),
+        _opt("unsafe_min_age", "bool", False,
+             "Allow older_than below the transaction TTL floor (can delete files of in-flight commits)."),
+        _opt("dry_run", "bool", False, "List the orphan candidates only; delete nothing."),
+        _opt("delete_batch_size", "int", 1000, "Keys per bulk delete request (S3 allows at most 1000).",
+             **_DELETE_BATCH),
+        _opt("max_retries", "int", 5, "Retries of a failed delete batch (with backoff) before the run fails.",
+             minimum=0),
+        _opt("prefix_mismatch", "choice", "error",
+             "What to do when a listed file and a referenced file differ only by scheme or authority: 'error' stops "
+             "the run, 'ignore' keeps such files.", choices=("error", "ignore")),
+    ),
+    "export": (
+        _opt("name", "export_name", None,
+             "Name under which the export is recorded in the lakehouse definition (required; not all digits).",
+             required=True),
+        _opt("target", "uri", None, "Root URI the snapshot is copied to (required; outside the lakehouse).",
+             required=True),
+        _opt("version", "int", None, "Version to export; null means the latest (or the one current at as_of).",
+             nullable=True, minimum=0),
+        _opt("as_of", "timestamp", None, "Export the version current at this instant instead of a version number.",
+             nullable=True),
+        _opt("mode", "choice", "full",
+             "'full' copies every reachable file, 'partial' copies node levels down to depth, 'minimal' only the "
+             "root node.", choices=("full", "partial", "minimal")),
+        _opt("depth", "int", 1, "Node levels below the root to copy in partial mode (ignored otherwise).", minimum=0),
+        _opt("batch_size", "int", 64, "Files copied per Spark task.", minimum=1),
+        _opt("verify_checksum", "bool", True, "Compare the size and checksum of every copied file."),
+    ),
+}
+# fmt: on
+
+#: Every option of every job, in display order: ``JOB_OPTIONS[job][key] -> Option``.
+JOB_OPTIONS: Mapping[str, Mapping[str, Option]] = MappingProxyType(
+    {job: MappingProxyType({o.name: o for o in (*COMMON_OPTIONS, *extra)}) for job, extra in _JOB_SPECIFIC.items()}
+)
+
+
+def env_var_names(job: str, key: str) -> tuple[str, ...]:
+    """Environment variables that set ``key`` of ``job``, strongest first.
+
+    Example:
+        >>> env_var_names("orphans", "dry_run"), env_var_names("walk", "lakehouse")
+        (('TLAKE_ORPHANS_DRY_RUN',), ('TLAKE_WALK_LAKEHOUSE', 'TLAKE_LAKEHOUSE'))
+    """
+    names = [f"{ENV_PREFIX}_{job.upper()}_{key.upper()}"]
+    if any(o.name == key for o in COMMON_OPTIONS):
+        names.append(f"{ENV_PREFIX}_{key.upper()}")
+    return tuple(names)
+
+
+# ---- the loaded configuration -------------------------------------------------------------
+
+
+class FrozenDict(dict[str, Any]):
+    """A read-only dict (map options and ``sources``); picklable, unlike ``MappingProxyType``."""
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("job configuration maps are read-only; pass overrides to load_job_config instead")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+        return (FrozenDict, (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
+
+
+class JobConfig:
+    """Base of the frozen per-job configs (:class:`WalkConfig`, :class:`ExpireConfig`, ...).
+
+    Each option is an attribute (``cfg.dry_run``); ``cfg.sources[key]`` says where its value
+    came from (``default``, ``derived``, ``file``, ``env`` or ``cli``/``overrides``).
+    """
+
+    job: ClassVar[str]
+    sources: Mapping[str, str]
+    conf_path: str | None
+
+    @classmethod
+    def options(cls) -> Mapping[str, Option]:
+        return JOB_OPTIONS[cls.job]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in JOB_OPTIONS[self.job]:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def explicit(self, key: str) -> bool:
+        """True if a file, the environment or a flag set ``key`` (not a default)."""
+        return self.sources.get(key) not in ("default", "derived")
+
+    def to_dict(self) -> dict[str, Any]:
+        """All options as JSON-safe values (ms for durations and timestamps).
+
+        Passing the result back as ``overrides`` reproduces the same config.
+        """
+        return {f.name: _to_plain(getattr(self, f.name)) for f in fields(self) if f.name in JOB_OPTIONS[self.job]}
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def _make_config_class(job: str) -> type[JobConfig]:
+    name = f"{job.capitalize()}Config"
+    cls = make_dataclass(
+        name,
+        [(o, Any) for o in JOB_OPTIONS[job]]
+        + [
+            ("sources", Mapping[str, str], field(default_factory=dict, repr=False, compare=False)),
+            ("conf_path", str | None, field(default=None, repr=False, compare=False)),
+        ],
+        bases=(JobConfig,),
+        frozen=True,
+        namespace={"job": job, "__doc__": f"Frozen configuration of the {job} job (see JOB_OPTIONS[{job!r}])."},
+    )
+    cls.__module__ = __name__  # picklable by name, e.g. when broadcast to executors
+    return cls
+
+
+WalkConfig = _make_config_class("walk")
+ExpireConfig = _make_config_class("expire")
+OrphansConfig = _make_config_class("orphans")
+ExportConfig = _make_config_class("export")
+_CONFIG_CLASSES: dict[str, type[JobConfig]] = {
+    "walk": WalkConfig,
+    "expire": ExpireConfig,
+    "orphans": OrphansConfig,
+    "export": ExportConfig,
+}
+
+
+# ---- loading ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Layer:
+    """One source of values. ``label(key)`` names a key for error messages."""
+
+    source: str  # file, env, cli, overrides
+    values: dict[str, Any]
+    label: Callable[[str], str]
+
+
+def _job_options(job: str) -> Mapping[str, Option]:
+    if job not in JOB_OPTIONS:
+        raise ConfigError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
+    return JOB_OPTIONS[job]
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _file_layer(job: str, conf_path: str) -> _Layer:
+    try:
+        with open(conf_path, encoding="utf-8") as f:
+            data = yaml.load(f, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except FileNotFoundError:
+        raise ConfigError(f"{job} config file {conf_path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"{job} config file {conf_path} cannot be read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{job} config file {conf_path} is not valid YAML: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{job} config file {conf_path} must hold a mapping of option: value, not {type(data).__name__}"
+        )
+    return _Layer("file", {str(k): v for k, v in data.items()}, lambda key: f"'{key}' in {conf_path}")
+
+
+def _env_layer(job: str, env: Mapping[str, str]) -> _Layer:
+    opts = _job_options(job)
+    values: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    # Generic names first (TLAKE_LAKEHOUSE), then the job-specific ones override them.
+    for generic in (True, False):
+        for key in opts:
+            candidates = env_var_names(job, key)
+            var = candidates[-1] if generic else candidates[0]
+            if generic and len(candidates) == 1:
+                continue
+            if env.get(var, "").strip():
+                values[key] = env[var]
+                names[key] = var
+    prefix = f"{ENV_PREFIX}_{job.upper()}_"
+    known = {env_var_names(job, key)[0] for key in opts}
+    for var, val in env.items():
+        if var.startswith(prefix) and var not in known and val.strip():
+            raise ConfigError(
+                f"environment variable {var} sets unknown {job} option {var[len(prefix) :].lower()!r}; "
+                f"known: {', '.join(opts)}"
+            )
+    return _Layer("env", values, lambda key: f"environment variable {names[key]}")
+
+
+def _merge(job: str, layers: Sequence[_Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+    opts = _job_options(job)
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, opt in opts.items():
+        merged[key] = _parse_or_raise(job, opt, opt.default, lambda k: f"default of '{k}'")
+        sources[key] = "default"
+    for layer in layers:
+        for key, raw in layer.values.items():
+            if key not in opts:
+                raise ConfigError(f"{layer.label(key)}: unknown {job} option {key!r}; known: {', '.join(opts)}")
+            opt = opts[key]
+            value = _parse_or_raise(job, opt, raw, layer.label)
+            if opt.is_map:
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+            sources[key] = layer.source
+    return merged, sources
+
+
+def _parse_or_raise(job: str, opt: Option, raw: Any, label: Callable[[str], str]) -> Any:
+    try:
+        return opt.parse(raw)
+    except ValueError as e:
+        raise ConfigError(f"{label(opt.name)}: bad value for {job} option {opt.name!r}: {e}") from None
+
+
+def _resolve(job: str, merged: dict[str, Any], sources: dict[str, str], where: str, now_ms: int) -> None:
+    """Check required keys and cross-key rules; fill in derived defaults."""
+    opts = JOB_OPTIONS[job]
+    for key, opt in opts.items():
+        if opt.required and merged[key] is None:
+            envs = " or ".join(env_var_names(job, key))
+            raise ConfigError(
+                f"{job} option {key!r} is required{where}: pass {opt.cli_flag}, set {envs}, or put '{key}:' "
+                f"in the --conf file"
+            )
+    lakehouse = merged["lakehouse"].rstrip("/")
+
+    def derive(key: str, value: Any) -> None:
+        if merged[key] is None:
+            merged[key] = value
+            sources[key] = "derived"
+
+    derive("reference_time", now_ms)
+    if merged["reference_time"] > now_ms + MAX_FUTURE_REFERENCE_MS:
+        raise ConfigError(
+            f"{job} option 'reference_time'{where} is {format_timestamp(merged['reference_time'])}, later than this "
+            f"machine's clock ({format_timestamp(now_ms)}) by more than {format_duration(MAX_FUTURE_REFERENCE_MS)}; "
+            f"a future reference time would make young files look old"
+        )
+    derive("run_id", f"{job}-{datetime.fromtimestamp(now_ms / 1000, UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}")
+    derive("control_uri", f"{lakehouse}/_control")
+    if job == "walk":
+        derive("output", f"{lakehouse}/_maintenance/walk/{merged['run_id']}")
+    if job == "export":
+        if merged["version"] is not None and merged["as_of"] is not None:
+            raise ConfigError(f"export options 'version' and 'as_of' are mutually exclusive{where}; give one")
+        target = merged["target"].rstrip("/")
+        if _contains(lakehouse, target) or _contains(target, lakehouse):
+            raise ConfigError(
+                f"export option 'target'{where} ({target}) overlaps the lakehouse ({lakehouse}); an export must "
+                f"live outside the source, or orphan cleanup of one would delete files of the other"
+            )
+
+
+def _contains(parent: str, child: str) -> bool:
+    return child == parent or child.startswith(parent + "/")
+
+
+def load_job_config(
+    job: str,
+    conf_path: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    now_ms: int | None = None,
+) -> JobConfig:
+    """Load the configuration of one job.
+
+    Args:
+        job: ``walk``, ``expire``, ``orphans`` or ``export``.
+        conf_path: a YAML file of ``option: value`` (e.g. ``conf/orphans.yaml``), or None.
+        overrides: the strongest layer, e.g. command-line values. Keys may use ``-`` or ``_``;
+            a None value means "not given" (pass the string ``"null"`` to force a null).
+        env: the environment to read ``TLAKE_<JOB>_<KEY>`` (and ``TLAKE_<KEY>`` for the common
+            options) from; defaults to ``os.environ``. Empty variables count as unset.
+        now_ms: the wall clock in epoch ms (for tests); defaults to the current time.
+
+    Returns:
+        The frozen config of the job (a :class:`JobConfig` subclass).
+
+    Raises:
+        ConfigError: unknown job, unreadable or malformed file, unknown key, bad value, a
+            missing required option or conflicting options; the message names the file,
+            variable or flag and the key.
+    """
+    return _load(job, conf_path, _overrides_layer(job, overrides, "overrides"), env, now_ms)
+
+
+def _overrides_layer(job: str, overrides: Mapping[str, Any] | None, source: str) -> _Layer:
+    values = {str(k).replace("-", "_"): v for k, v in (overrides or {}).items() if v is not None}
+    if source == "cli":
+        opts = _job_options(job)
+        return _Layer(source, values, lambda key: f"command-line flag {opts[key].cli_flag}" if key in opts else key)
+    return _Layer(source, values, lambda key: f"override '{key}'")
+
+
+def _load(
+    job: str, conf_path: str | None, overrides: _Layer, env: Mapping[str, str] | None, now_ms: int | None
+) -> JobConfig:
+    _job_options(job)
+    layers = []
+    if conf_path is not None:
+        layers.append(_file_layer(job, conf_path))
+    layers.append(_env_layer(job, os.environ if env is None else env))
+    layers.append(overrides)
+    merged, sources = _merge(job, layers)
+    now = now_ms if now_ms is not None else (datetime.now(UTC) - _EPOCH) // timedelta(milliseconds=1)
+    _resolve(job, merged, sources, f" (config file {conf_path})" if conf_path else "", now)
+    frozen = {k: FrozenDict(v) if isinstance(v, dict) else v for k, v in merged.items()}
+    return _CONFIG_CLASSES[job](**frozen, sources=FrozenDict(sources), conf_path=conf_path)
+
+
+# ---- command line -------------------------------------------------------------------------
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are ConfigErrors (jobs exit 1 on TrinityLakeError)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _default_text(opt: Option) -> str:
+    if opt.required:
+        return "required"
+    if opt.default is None:
+        return "null"
+    if isinstance(opt.default, bool):
+        return "true" if opt.default else "false"
+    if isinstance(opt.default, dict):
+        return "none"
+    return str(opt.default)
+
+
+def job_argparser(job: str) -> argparse.ArgumentParser:
+    """The argument parser of a job: ``--conf PATH`` plus one flag per option.
+
+    Booleans get ``--x/--no-x``; maps are repeatable ``KEY=VALUE`` flags
+    (``--storage-option``, ``--spark-conf``). Every flag defaults to "not given", so only
+    the flags on the command line become overrides.
+    """
+    opts = _job_options(job)
+    parser = _ArgumentParser(
+        prog=f"jobs/{job}.py",
+        description=f"TrinityLake {job} job. Precedence: defaults < --conf file < TLAKE_{job.upper()}_<KEY> "
+        f"environment variables < flags.",
+        argument_default=argparse.SUPPRESS,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--conf", metavar="PATH", help=f"YAML file of option: value (e.g. conf/{job}.yaml).")
+    for opt in opts.values():
+        help_text = f"{opt.help} [default: {_default_text(opt)}]".replace("%", "%%")
+        if opt.kind == "bool":
+            parser.add_argument(opt.cli_flag, dest=opt.name, action=argparse.BooleanOptionalAction, help=help_text)
+        elif opt.is_map:
+            parser.add_argument(
+                opt.cli_flag,
+                dest=opt.name,
+                action="append",
+                metavar=_METAVARS[opt.kind],
+                help=help_text + " Repeatable.",
+            )
+        else:
+            metavar = "|".join(opt.choices) if opt.kind == "choice" else _METAVARS[opt.kind]
+            parser.add_argument(opt.cli_flag, dest=opt.name, metavar=metavar, help=help_text)
+    return parser
+
+
+def parse_job_args(
+    job: str,
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    now_ms: int | None = None,
+) -> JobConfig:
+    """Parse a job's command line (``sys.argv[1:]`` by default) into its config.
+
+    ``--conf`` names the YAML layer; the other flags given become overrides.
+
+    Raises:
+        ConfigError: bad or unknown flag, or any error of :func:`load_job_config`.
+    """
+    namespace = vars(job_argparser(job).parse_args(argv))
+    conf_path = namespace.pop("conf", None)
+    return _load(job, conf_path, _overrides_layer(job, namespace, "cli"), env, now_ms)
+
+
+# ---- resolution against the lakehouse -----------------------------------------------------
+
+
+def effective_retention(
+    cfg: JobConfig, *, definition_max_age_ms: int | None, definition_min_versions: int | None
+) -> tuple[int, int]:
+    """``(max_version_age_ms, min_versions_to_keep)`` of an expire run.
+
+    The config wins when set; else the lakehouse definition's value; else 7d and 3.
+    """
+    max_age = cfg.max_version_age
+    if max_age is None:
+        max_age = definition_max_age_ms if definition_max_age_ms is not None else DEFAULT_MAX_VERSION_AGE_MS
+    keep = cfg.min_versions_to_keep
+    if keep is None:
+        keep = definition_min_versions if definition_min_versions is not None else DEFAULT_MIN_VERSIONS_TO_KEEP
+    return max_age, keep
+
+
+def effective_orphan_min_age(cfg: JobConfig, *, txn_ttl_ms: int) -> int:
+    """Minimum age (ms) of an orphan candidate: ``older_than``, or the transaction TTL if null.
+
+    Raises:
+        UnsafeOperationError: ``older_than`` is below the transaction TTL and
+            ``unsafe_min_age`` is not set (files of in-flight commits look unreferenced).
+    """
+    if cfg.older_than is None:
+        return txn_ttl_ms
+    if cfg.older_than < txn_ttl_ms and not cfg.unsafe_min_age:
+        raise UnsafeOperationError(
+            f"orphans older_than {format_duration(cfg.older_than)} is below the lakehouse transaction TTL "
+            f"{format_duration(txn_ttl_ms)}: files of in-flight transactions would look orphaned. Raise older_than, "
+            f"or pass --unsafe-min-age if no transaction can be running"
+        )
+    return cfg.older_than

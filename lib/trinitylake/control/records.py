@@ -1,0 +1,173 @@
+"""Rows of the control (audit) table and their Arrow schema.
+
+One transaction or job run owns one ``txn_seq`` and writes one or more rows: a short CLI
+transaction usually writes a single ``committed``/``failed``/``read`` row that carries both
+``started_at`` and ``ended_at``; a long-running job writes ``begin`` first and
+``completed``/``failed`` at the end. ``recovered`` rows are written by
+:func:`trinitylake.control.reconcile` for versions whose writer died before recording them.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from trinitylake.errors import ValidationError
+
+RECORD_TYPES = ("begin", "committed", "failed", "completed", "read", "recovered")
+
+# Order of rows within one txn_seq: lifecycle position first, then recorded_at.
+RECORD_TYPE_RANK = {"begin": 0, "read": 1, "committed": 1, "failed": 1, "completed": 2, "recovered": 3}
+
+_TS = pa.timestamp("us", tz="UTC")
+
+SCHEMA = pa.schema(
+    [
+        pa.field("txn_seq", pa.int64(), nullable=False),
+        pa.field("record_type", pa.string(), nullable=False),
+        pa.field("txn_id", pa.string(), nullable=False),
+        pa.field("command", pa.string(), nullable=False),
+        pa.field("arguments", pa.string()),  # JSON object
+        pa.field("user", pa.string()),
+        pa.field("host", pa.string()),
+        pa.field("spark_app_id", pa.string()),
+        pa.field("started_at", _TS),
+        pa.field("ended_at", _TS),
+        pa.field("version_before", pa.int64()),
+        pa.field("version_after", pa.int64()),
+        pa.field("based_on_seq", pa.int64()),
+        pa.field("based_on_version", pa.int64()),
+        pa.field("parent_seq", pa.int64()),
+        pa.field("metrics", pa.map_(pa.string(), pa.float64())),
+        pa.field("changes", pa.list_(pa.string())),
+        pa.field("error_class", pa.string()),
+        pa.field("error_message", pa.string()),
+        pa.field("isolation", pa.string()),
+        pa.field("attempts", pa.int64()),
+        pa.field("recorded_at", _TS),  # when the row was appended (display only, never for ordering txns)
+    ]
+)
+
+# Columns added after the first release of the control table, with the release that added
+# them. A table lacking one of these is still valid: `ControlTable.append` adds the column
+# with Delta schema evolution (schema_mode="merge"). Every other column of SCHEMA is
+# required. Add new columns at the END of SCHEMA and list them here.
+ADDED_COLUMNS: dict[str, str] = {}
+
+
+@dataclass
+class AuditRecord:
+    """One row of the control table."""
+
+    txn_seq: int
+    record_type: str  # one of RECORD_TYPES
+    txn_id: str
+    command: str  # CLI command or job name, e.g. "table create", "expire"
+    arguments: dict[str, Any] = field(default_factory=dict)  # stored as a JSON string
+    user: str | None = None
+    host: str | None = None
+    spark_app_id: str | None = None
+    started_at: datetime | None = None  # UTC
+    ended_at: datetime | None = None  # UTC
+    version_before: int | None = None
+    version_after: int | None = None
+    based_on_seq: int | None = None
+    based_on_version: int | None = None
+    parent_seq: int | None = None  # a job run's seq when this txn was made by a job
+    metrics: dict[str, float] = field(default_factory=dict)
+    changes: list[str] = field(default_factory=list)
+    error_class: str | None = None
+    error_message: str | None = None
+    isolation: str | None = None
+    attempts: int | None = None
+    recorded_at: datetime | None = None  # set by ControlTable.append when None
+
+    def validate(self) -> None:
+        if self.record_type not in RECORD_TYPES:
+            raise ValidationError(f"audit record txn_seq={self.txn_seq}: unknown record_type {self.record_type!r}")
+        if not isinstance(self.txn_seq, int) or self.txn_seq < 0:
+            raise ValidationError(f"audit record: txn_seq must be a non-negative int, got {self.txn_seq!r}")
+        if self.txn_id is None or self.command is None:
+            raise ValidationError(f"audit record txn_seq={self.txn_seq}: txn_id and command are required")
+
+
+def new_txn_id() -> str:
+    """A fresh transaction id (UUID4, hex with dashes)."""
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        return os.environ.get("USER")
+
+
+def default_host() -> str | None:
+    try:
+        return socket.gethostname()
+    except OSError:
+        return None
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def records_to_arrow(records: list[AuditRecord], recorded_at: datetime | None = None) -> pa.Table:
+    """Arrow table in SCHEMA. Naive datetimes are taken as UTC."""
+    now = recorded_at or utcnow()
+    cols: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    for r in records:
+        r.validate()
+        cols["txn_seq"].append(r.txn_seq)
+        cols["record_type"].append(r.record_type)
+        cols["txn_id"].append(r.txn_id)
+        cols["command"].append(r.command)
+        cols["arguments"].append(json.dumps(r.arguments or {}, sort_keys=True, default=str))
+        for name in ("user", "host", "spark_app_id", "error_class", "error_message", "isolation"):
+            cols[name].append(getattr(r, name))
+        for name in ("version_before", "version_after", "based_on_seq", "based_on_version", "parent_seq", "attempts"):
+            v = getattr(r, name)
+            cols[name].append(None if v is None else int(v))
+        cols["started_at"].append(_utc(r.started_at))
+        cols["ended_at"].append(_utc(r.ended_at))
+        cols["recorded_at"].append(_utc(r.recorded_at) or now)
+        cols["metrics"].append([(str(k), float(v)) for k, v in (r.metrics or {}).items()])
+        cols["changes"].append([str(c) for c in (r.changes or [])])
+    return pa.Table.from_pydict(cols, schema=SCHEMA)
+
+
+_FIELD_NAMES = {f.name for f in fields(AuditRecord)}
+
+
+def record_from_row(row: dict[str, Any]) -> AuditRecord:
+    """An AuditRecord from one `to_pylist()` row; unknown (newer) columns are ignored."""
+    kw = {k: v for k, v in row.items() if k in _FIELD_NAMES}
+    args = kw.get("arguments")
+    if isinstance(args, str):
+        try:
+            kw["arguments"] = json.loads(args) if args else {}
+        except json.JSONDecodeError:
+            kw["arguments"] = {"_raw": args}
+    elif args is None:
+        kw["arguments"] = {}
+    m = kw.get("metrics")
+    kw["metrics"] = dict(m) if m else {}
+    kw["changes"] = list(kw.get("changes") or [])
+    for k in ("started_at", "ended_at", "recorded_at"):
+        kw[k] = _utc(kw.get(k))
+    return AuditRecord(**kw)

@@ -1,0 +1,150 @@
+"""Transaction sequence numbers (`txn_seq`) allocated with the storage's commit primitive.
+
+A sequence number ``n`` is taken by exclusively creating the marker file
+``<prefix>/<n as 20 zero-padded digits>`` (``O_EXCL``/hard link on local disk,
+``If-None-Match: *`` on S3) holding the transaction id. Whoever creates the marker owns the
+number; losers try ``n + 1``. No Delta round trip and no lock service is needed, and the order
+is the order in which allocations *completed*: an allocation that returned before another one
+started always got a smaller number (see :meth:`SeqAllocator.allocate`).
+
+Markers are contiguous from 1 up to the newest one, except the old ones removed by
+:meth:`SeqAllocator.prune`. The hint file ``<prefix>/_hint`` (best effort, may be stale or
+missing) only saves probing; it is never trusted without checking that its marker exists.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trinitylake.errors import ControlTableError
+from trinitylake.storage import Storage
+
+SEQ_DIGITS = 20
+_MARKER_RE = re.compile(rf"^\d{{{SEQ_DIGITS}}}$")
+
+
+class SeqAllocator:
+    """Allocates strictly increasing, unique ``txn_seq`` values under `prefix` of `storage`.
+
+    Args:
+        storage: a storage rooted at the control location (e.g. ``<lakehouse>/_control``).
+        prefix: directory of the marker files, relative to the storage root. It starts with
+            ``_`` so that Delta readers and vacuum ignore it.
+    """
+
+    def __init__(self, storage: Storage, prefix: str = "_seq"):
+        self.storage = storage
+        self.prefix = prefix.strip("/")
+
+    def __repr__(self) -> str:
+        return f"SeqAllocator({self.storage.uri(self.prefix)!r})"
+
+    # ---- paths ------------------------------------------------------------------------
+    def marker_path(self, n: int) -> str:
+        return f"{self.prefix}/{n:0{SEQ_DIGITS}d}"
+
+    @property
+    def hint_path(self) -> str:
+        return f"{self.prefix}/_hint"
+
+    # ---- public API -------------------------------------------------------------------
+    def allocate(self, txn_id: str) -> int:
+        """Atomically take the next sequence number for `txn_id` and return it.
+
+        Numbers are unique and strictly increasing in allocation order across processes and
+        machines. Gaps are possible (a number whose marker was claimed while a concurrent
+        prune ran is abandoned), so never assume ``n - 1`` was a transaction.
+
+        Raises:
+            ValueError: `txn_id` is empty (markers are never empty files; see ENVIRONMENT.md).
+        """
+        if not txn_id:
+            raise ValueError("txn_id must be a non-empty string")
+        data = txn_id.encode("utf-8")
+        n = self._probe_free(self._start())
+        while True:
+            try:
+                self.storage.create_exclusive(self.marker_path(n), data)
+            except FileExistsError:
+                n += 1
+                continue
+            # Markers are contiguous up to the newest, so the previous one exists unless a
+            # prune deleted it. A missing predecessor means our (stale) starting point lay in
+            # the pruned region and `n` may be a number handed out long ago: abandon it.
+            if n > 1 and not self.storage.exists(self.marker_path(n - 1)):
+                n = self._probe_free(self._listed_max())
+                continue
+            self._write_hint(n)
+            return n
+
+    def last(self) -> int:
+        """The newest allocated sequence number, 0 when none was ever allocated."""
+        return self._probe_free(self._start()) - 1
+
+    def owner(self, n: int) -> str | None:
+        """The txn_id that allocated `n`, or None when its marker is gone (pruned) or never existed."""
+        try:
+            return self.storage.read(self.marker_path(n)).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def prune(self, keep_last: int = 1000) -> int:
+        """Delete old marker files, keeping at least the newest `keep_last` (at least 1).
+
+        Returns:
+            The number of marker files deleted.
+        """
+        keep_last = max(1, int(keep_last))
+        numbers = self._listed_numbers()
+        if len(numbers) <= keep_last:
+            return 0
+        numbers.sort()
+        # Point the hint at the newest marker first, so allocators skip the pruned region.
+        self._write_hint(numbers[-1])
+        doomed = numbers[: len(numbers) - keep_last]
+        failures = self.storage.delete(self.marker_path(n) for n in doomed)
+        if failures:
+            path, msg = failures[0]
+            raise ControlTableError(
+                f"could not delete {len(failures)} txn_seq marker(s) under {self.storage.uri(self.prefix)}, "
+                f"e.g. {path}: {msg}"
+            )
+        return len(doomed)
+
+    # ---- internals --------------------------------------------------------------------
+    def _start(self) -> int:
+        """A sequence number known to be allocated and still present (0: none)."""
+        hint = self._read_hint()
+        if hint > 0 and self.storage.exists(self.marker_path(hint)):
+            return hint
+        return self._listed_max()
+
+    def _probe_free(self, start: int) -> int:
+        """First number above `start` whose marker does not exist."""
+        n = start + 1
+        while self.storage.exists(self.marker_path(n)):
+            n += 1
+        return n
+
+    def _read_hint(self) -> int:
+        try:
+            return max(0, int(self.storage.read(self.hint_path).decode("ascii").strip()))
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            return 0
+
+    def _write_hint(self, n: int) -> None:
+        try:
+            self.storage.write(self.hint_path, str(n).encode("ascii"))
+        except Exception:  # noqa: BLE001 - the hint is best effort by design
+            pass
+
+    def _listed_numbers(self) -> list[int]:
+        out = []
+        for fi in self.storage.list(self.prefix, recursive=False):
+            name = fi.path.rsplit("/", 1)[-1]
+            if _MARKER_RE.match(name):
+                out.append(int(name))
+        return out
+
+    def _listed_max(self) -> int:
+        return max(self._listed_numbers(), default=0)

@@ -1,0 +1,339 @@
+"""The control table: a Delta table (written with delta-rs) of audit rows, plus txn_seq markers.
+
+Layout under the control URI (e.g. ``<lakehouse>/_control``)::
+
+    _delta_log/...            the Delta log (delta-rs; readable by Spark+Delta, Databricks)
+    part-*.parquet            audit rows
+    _seq/<20 digits>          txn_seq markers (SeqAllocator), ignored by Delta
+    _recovered/<20 digits>    claims of reconcile() per version, ignored by Delta
+
+Engines without Delta support (Spark here, with no Delta JARs) read the active files with
+``spark.read.parquet(*DeltaTable(uri).file_uris())``; never read the directory itself, it
+also holds files that compaction removed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, Schema, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from trinitylake.control.records import (
+    ADDED_COLUMNS,
+    RECORD_TYPE_RANK,
+    SCHEMA,
+    AuditRecord,
+    record_from_row,
+    records_to_arrow,
+)
+from trinitylake.control.seq import SeqAllocator
+from trinitylake.errors import ControlTableError
+from trinitylake.storage import Storage, parse_uri
+
+# Our own directories inside the control location; a location holding only these is "empty".
+_OWN_PREFIXES = ("_seq/", "_recovered/")
+_APPEND_ATTEMPTS = 25
+
+
+def _delta_storage_options(scheme: str, fs_options: dict[str, Any]) -> dict[str, str]:
+    """delta-rs (object_store) options from the s3fs-style options of `Storage`."""
+    if scheme != "s3":
+        return {k: str(v) for k, v in fs_options.items() if k.isupper()}
+    out: dict[str, str] = {}
+    client_kwargs = fs_options.get("client_kwargs") or {}
+    endpoint = fs_options.get("endpoint_url") or client_kwargs.get("endpoint_url")
+    region = fs_options.get("region") or client_kwargs.get("region_name")
+    pairs = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": fs_options.get("key"),
+        "AWS_SECRET_ACCESS_KEY": fs_options.get("secret"),
+        "AWS_SESSION_TOKEN": fs_options.get("token"),
+        "AWS_REGION": region,
+    }
+    out.update({k: str(v) for k, v in pairs.items() if v})
+    # Explicit delta-rs keys given by the caller win.
+    out.update({k: str(v) for k, v in fs_options.items() if k.isupper()})
+    out.setdefault("AWS_REGION", "us-east-1")
+    if str(out.get("AWS_ENDPOINT_URL", "")).startswith("http://"):
+        out.setdefault("AWS_ALLOW_HTTP", "true")
+    # S3 supports If-None-Match: delta-rs commits with a conditional put, no lock service.
+    out.setdefault("conditional_put", "etag")
+    return out
+
+
+def _fs_options(options: dict[str, Any]) -> dict[str, Any]:
+    """s3fs-style options (lower-case keys) from mixed options; AWS_* keys are translated."""
+    out = {k: v for k, v in options.items() if not k.isupper()}
+    upper = {k: v for k, v in options.items() if k.isupper()}
+    for src, dst in (
+        ("AWS_ENDPOINT_URL", "endpoint_url"),
+        ("AWS_ACCESS_KEY_ID", "key"),
+        ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ("AWS_SESSION_TOKEN", "token"),
+    ):
+        if src in upper and dst not in out:
+            out[dst] = upper[src]
+    return out
+
+
+def _norm_type(t: Any) -> Any:
+    """A Delta type (from the schema JSON) without nullability flags."""
+    if isinstance(t, dict):
+        return {k: _norm_type(v) for k, v in t.items() if k not in ("containsNull", "valueContainsNull", "metadata")}
+    if isinstance(t, list):
+        return [_norm_type(x) for x in t]
+    return t
+
+
+def _type_str(t: Any) -> str:
+    t = _norm_type(t)
+    if isinstance(t, str):
+        return t
+    if t.get("type") == "map":
+        return f"map<{_type_str(t['keyType'])},{_type_str(t['valueType'])}>"
+    if t.get("type") == "array":
+        return f"array<{_type_str(t['elementType'])}>"
+    if t.get("type") == "struct":
+        return "struct<" + ",".join(f"{f['name']}:{_type_str(f['type'])}" for f in t.get("fields", [])) + ">"
+    return json.dumps(t, sort_keys=True)
+
+
+_EXPECTED_TYPES: dict[str, Any] = {
+    f["name"]: _norm_type(f["type"]) for f in json.loads(Schema.from_arrow(SCHEMA).to_json())["fields"]
+}
+
+
+class ControlTable:
+    """The Delta audit table at `uri`, and the txn_seq allocator beside it.
+
+    Args:
+        uri: location of the Delta table, e.g. ``<lakehouse>/_control``.
+        storage_options: options of the lakehouse `Storage` (s3fs style: ``endpoint_url``,
+            ``key``, ``secret``, ...). Upper-case delta-rs keys (``AWS_*``) are accepted too
+            and passed to delta-rs as they are.
+
+    Nothing is read or written on construction.
+    """
+
+    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None):
+        parsed = parse_uri(uri)
+        self.uri: str = parsed.uri
+        self.storage = Storage(self.uri, _fs_options(dict(storage_options or {})))
+        self.seq = SeqAllocator(self.storage)
+        self._delta_uri = parsed.fs_path if parsed.scheme == "file" else parsed.uri
+        self._delta_options = _delta_storage_options(parsed.scheme, self.storage.options)
+        self._ensured = False
+
+    def __repr__(self) -> str:
+        return f"ControlTable({self.uri!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ensured"] = False
+        return state
+
+    # ---- delta plumbing ---------------------------------------------------------------
+    def _is_delta(self) -> bool:
+        try:
+            return DeltaTable.is_deltatable(self._delta_uri, storage_options=self._delta_options)
+        except Exception as e:  # noqa: BLE001 - e.g. bad credentials
+            raise ControlTableError(f"cannot inspect control table {self.uri}: {e}") from e
+
+    def _load(self) -> DeltaTable:
+        try:
+            return DeltaTable(self._delta_uri, storage_options=self._delta_options)
+        except TableNotFoundError as e:
+            raise ControlTableError(f"no control table at {self.uri}: {e}") from e
+        except DeltaError as e:
+            raise ControlTableError(f"cannot read control table {self.uri}: {e}") from e
+
+    def _foreign_files(self) -> list[str]:
+        """Files in the location that are neither Delta's nor ours (first few)."""
+        found = []
+        for fi in self.storage.list(""):
+            if fi.path.startswith(_OWN_PREFIXES):
+                continue
+            found.append(fi.path)
+            if len(found) >= 5:
+                break
+        return found
+
+    def _check_schema(self, dt: DeltaTable) -> None:
+        actual = {f["name"]: f["type"] for f in json.loads(dt.schema().to_json())["fields"]}
+        for name, expected in _EXPECTED_TYPES.items():
+            if name not in actual:
+                if name in ADDED_COLUMNS:
+                    continue  # appended with schema evolution
+                raise ControlTableError(
+                    f"control table {self.uri} is incompatible: column {name!r} is missing "
+                    f"(expected {_type_str(expected)}); move the table away or point the control "
+                    "location elsewhere"
+                )
+            if _norm_type(actual[name]) != expected:
+                raise ControlTableError(
+                    f"control table {self.uri} is incompatible: column {name!r} has type "
+                    f"{_type_str(actual[name])}, expected {_type_str(expected)}"
+                )
+
+    # ---- public API -------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self._is_delta()
+
+    def ensure(self) -> None:
+        """Create the Delta table if missing, and check a present one.
+
+        Raises:
+            ControlTableError: the location holds files but no Delta table, or a Delta table
+                lacking one of our columns or with an incompatible column type. Nothing is
+                written in that case.
+        """
+        if self._ensured:
+            return
+        if self._is_delta():
+            self._check_schema(self._load())
+            self._ensured = True
+            return
+        foreign = self._foreign_files()
+        if foreign:
+            raise ControlTableError(
+                f"control location {self.uri} is not a Delta table but holds files "
+                f"(e.g. {', '.join(foreign)}); refusing to create the control table there"
+            )
+        try:
+            DeltaTable.create(
+                self._delta_uri,
+                Schema.from_arrow(SCHEMA),
+                mode="error",
+                name="trinitylake_control",
+                description="TrinityLake control table: one row per transaction event, keyed by txn_seq",
+                storage_options=self._delta_options,
+            )
+        except Exception as e:  # noqa: BLE001 - a concurrent creator may have won
+            if not self._is_delta():
+                raise ControlTableError(f"cannot create control table {self.uri}: {e}") from e
+            self._check_schema(self._load())
+        self._ensured = True
+
+    def append(self, records: list[AuditRecord]) -> None:
+        """Append `records` in one Delta commit (created on first use).
+
+        Concurrent appenders are safe: blind appends never conflict, and delta-rs retries a
+        lost commit race; this method retries further with jittered backoff.
+        """
+        if not records:
+            return
+        data = records_to_arrow(list(records))
+        self.ensure()
+        last_err: Exception | None = None
+        for attempt in range(_APPEND_ATTEMPTS):
+            dt = self._load()
+            table_schema = pa.schema(dt.schema().to_arrow())
+            try:
+                if any(name not in table_schema.names for name in SCHEMA.names):
+                    # Our schema has columns the table lacks (added in a later release): evolve.
+                    write_deltalake(dt, data, mode="append", schema_mode="merge")
+                else:
+                    write_deltalake(dt, _conform(data, table_schema), mode="append")
+                return
+            except CommitFailedError as e:
+                last_err = e
+                time.sleep(min(2.0, 0.02 * (2 ** min(attempt, 6))) * (0.5 + random.random()))
+            except DeltaError as e:
+                raise ControlTableError(f"cannot append to control table {self.uri}: {e}") from e
+        raise ControlTableError(
+            f"cannot append to control table {self.uri} after {_APPEND_ATTEMPTS} attempts: {last_err}"
+        )
+
+    def to_arrow(self, since_seq: int | None = None) -> pa.Table:
+        """All rows (or those with ``txn_seq >= since_seq``), sorted by (txn_seq, record order).
+
+        An absent table reads as empty; a location holding other files raises ControlTableError.
+        """
+        if not self._is_delta():
+            foreign = self._foreign_files()
+            if foreign:
+                raise ControlTableError(
+                    f"control location {self.uri} is not a Delta table but holds files (e.g. {', '.join(foreign)})"
+                )
+            return SCHEMA.empty_table()
+        dt = self._load()
+        ds = dt.to_pyarrow_dataset()
+        flt = (pc.field("txn_seq") >= since_seq) if since_seq is not None else None
+        tbl = ds.to_table(filter=flt)
+        return _sorted(tbl)
+
+    def records(self, since_seq: int | None = None) -> list[AuditRecord]:
+        """All rows as AuditRecords (or those with ``txn_seq >= since_seq``), sorted by
+        (txn_seq, lifecycle position of record_type, recorded_at, file order)."""
+        return [record_from_row(r) for r in self.to_arrow(since_seq).to_pylist()]
+
+    def compact(self, *, retention_hours: float = 168.0, prune_seq_keep: int | None = 1000) -> dict[str, float]:
+        """Compact small files, write a checkpoint, clean up old log files and vacuum.
+
+        Vacuum deletes only files removed longer than `retention_hours` ago (Delta's default
+        7 days), so concurrent readers of older snapshots keep working. When `prune_seq_keep`
+        is not None, txn_seq markers older than the newest `prune_seq_keep` are deleted.
+
+        Returns:
+            Numeric metrics: files added/removed by compaction, the table version after it,
+            vacuumed files, pruned seq markers and seconds per phase.
+        """
+        self.ensure()
+        m: dict[str, float] = {}
+        t0 = time.perf_counter()
+        dt = self._load()
+        res = dt.optimize.compact()
+        m["files_added"] = float(res.get("numFilesAdded", 0))
+        m["files_removed"] = float(res.get("numFilesRemoved", 0))
+        t1 = time.perf_counter()
+        m["seconds_compact"] = t1 - t0
+        dt = self._load()
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+        m["version"] = float(dt.version())
+        t2 = time.perf_counter()
+        m["seconds_checkpoint"] = t2 - t1
+        vacuumed = dt.vacuum(
+            retention_hours=int(retention_hours),
+            dry_run=False,
+            enforce_retention_duration=retention_hours >= 168,
+        )
+        m["files_vacuumed"] = float(len(vacuumed))
+        t3 = time.perf_counter()
+        m["seconds_vacuum"] = t3 - t2
+        if prune_seq_keep is not None:
+            m["seq_markers_pruned"] = float(self.seq.prune(prune_seq_keep))
+        m["seconds_total"] = time.perf_counter() - t0
+        return m
+
+
+def _conform(data: pa.Table, target: pa.Schema) -> pa.Table:
+    """`data` in the table's schema: extra table columns (from newer writers) are null."""
+    arrays = []
+    for f in target:
+        if f.name in data.column_names:
+            col = data.column(f.name)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            arrays.append(pa.nulls(data.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _sorted(tbl: pa.Table) -> pa.Table:
+    if tbl.num_rows == 0:
+        return tbl
+    types = tbl.column("record_type").to_pylist()
+    rank = pa.array([RECORD_TYPE_RANK.get(t, 9) for t in types], pa.int8())
+    keys = tbl.select(["txn_seq"]).append_column("_rank", rank)
+    sort_keys = [("txn_seq", "ascending"), ("_rank", "ascending")]
+    if "recorded_at" in tbl.column_names:
+        keys = keys.append_column("recorded_at", tbl.column("recorded_at"))
+        sort_keys.append(("recorded_at", "ascending"))
+    keys = keys.append_column("_row", pa.array(range(tbl.num_rows), pa.int64()))
+    sort_keys.append(("_row", "ascending"))
+    return tbl.take(pc.sort_indices(keys, sort_keys=sort_keys))

@@ -1,0 +1,96 @@
+"""Typed errors of the whole product.
+
+Every error names the file, version, key or option it is about, so that a person reading a
+failed Airflow task log knows what to look at without a stack trace.
+"""
+
+from __future__ import annotations
+
+
+class TrinityLakeError(Exception):
+    """Root of every error this library raises on purpose."""
+
+
+# ---- input validation -------------------------------------------------------------------
+class ValidationError(TrinityLakeError, ValueError):
+    """An argument or input is invalid."""
+
+
+class InvalidNameError(ValidationError):
+    """A namespace, table or view name breaks the naming rules."""
+
+
+class InvalidURIError(ValidationError):
+    """A storage URI cannot be normalized (e.g. it contains `..`)."""
+
+
+class ConfigError(ValidationError):
+    """A job configuration key is unknown or has a bad value."""
+
+
+# ---- lookups ---------------------------------------------------------------------------
+class NotFoundError(TrinityLakeError):
+    """Something that was asked for does not exist."""
+
+
+class LakehouseNotFoundError(NotFoundError):
+    """No root node file exists under the lakehouse URI."""
+
+
+class ObjectNotFoundError(NotFoundError):
+    """A namespace, table or view does not exist."""
+
+
+class VersionNotFoundError(NotFoundError):
+    """A version is expired, in the future, or otherwise not available."""
+
+
+class SnapshotNotFoundError(NotFoundError):
+    """An exported snapshot name is unknown."""
+
+
+class AlreadyExistsError(TrinityLakeError):
+    """An object that is created already exists."""
+
+
+# ---- format ----------------------------------------------------------------------------
+class CorruptNodeError(TrinityLakeError):
+    """A node file cannot be read as a TrinityLake node (truncated, wrong schema, ...)."""
+
+
+class CorruptDefinitionError(TrinityLakeError):
+    """An object definition (.binpb) file cannot be parsed."""
+
+
+class UnsupportedVersionError(TrinityLakeError):
+    """The lakehouse uses a format major version this library does not support."""
+
+
+# ---- transactions ----------------------------------------------------------------------
+class CommitConflictError(TrinityLakeError):
+    """The root file of the next version already exists: another writer won the race."""
+
+
+class TransactionConflictError(TrinityLakeError):
+    """A transaction cannot be rebased over concurrent commits under its isolation level."""
+
+
+class TransactionExpiredError(TrinityLakeError):
+    """A transaction is past its expire_at and may no longer commit."""
+
+
+class TransactionClosedError(TrinityLakeError):
+    """A transaction was already committed or rolled back."""
+
+
+# ---- maintenance -----------------------------------------------------------------------
+class UnsafeOperationError(TrinityLakeError):
+    """A destructive job refused to run because a safety guard would be violated."""
+
+
+class ControlTableError(TrinityLakeError):
+    """The control (audit) table is missing, not a Delta table, or has an incompatible schema."""
+
+
+class StorageError(TrinityLakeError):
+    """A storage operation failed permanently."""

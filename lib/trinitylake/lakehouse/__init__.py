@@ -1,0 +1,8 @@
+"""Lakehouse, versions, time travel, rollback and transactions."""
+
+from trinitylake.lakehouse.lakehouse import ChangeSet, Lakehouse
+from trinitylake.lakehouse.roots import RootRef
+from trinitylake.lakehouse.transaction import Transaction
+from trinitylake.lakehouse.view import LakehouseView
+
+__all__ = ["ChangeSet", "Lakehouse", "LakehouseView", "RootRef", "Transaction"]

@@ -1,0 +1,156 @@
+"""Glue between lakehouse commits and the control table (the Delta audit log).
+
+The rule: an audit row is written after the tree commit, and a failure to write it never
+fails or hides the committed version (the root carries txn_id and txn_seq, so `tlake show`
+and the next writer can reconcile it as ``recovered``). A control location that is not a
+usable Delta table is detected *before* anything is written.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import socket
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trinitylake.lakehouse.lakehouse import Lakehouse
+
+log = logging.getLogger(__name__)
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001
+        return os.environ.get("USER")
+
+
+class Auditor:
+    def __init__(self, lakehouse: Lakehouse, control_uri: str, enabled: bool = True):
+        self.lakehouse = lakehouse
+        self.control_uri = control_uri
+        self.enabled = enabled
+        self._control = None
+        self._ensured = False
+        self.spark_app_id: str | None = None
+        self.parent_seq: int | None = None
+
+    @property
+    def control(self):
+        if self._control is None:
+            from trinitylake.control import ControlTable
+
+            self._control = ControlTable(self.control_uri, self.lakehouse.storage.options or None)
+        return self._control
+
+    def ensure(self) -> None:
+        if self.enabled and not self._ensured:
+            self.control.ensure()
+            self._ensured = True
+
+    def allocate_seq(self, txn_id: str, create: bool = False) -> int | None:
+        """Next txn_seq, or None when auditing is off. Raises ControlTableError up front."""
+        if not self.enabled:
+            return None
+        self.ensure()
+        return self.control.seq.allocate(txn_id)
+
+    def _record(self, **fields: Any):
+        from trinitylake.control import AuditRecord
+
+        fields.setdefault("user", _user())
+        fields.setdefault("host", socket.gethostname())
+        fields.setdefault("spark_app_id", self.spark_app_id)
+        fields.setdefault("parent_seq", self.parent_seq)
+        return AuditRecord(**fields)
+
+    def append(self, records: list) -> bool:
+        if not self.enabled or not records:
+            return False
+        try:
+            self.control.append(records)
+            return True
+        except Exception as e:  # noqa: BLE001 - never fail a committed version over its audit row
+            log.warning("audit rows not written to %s (%s: %s); they will be reconciled", self.control_uri, type(e).__name__, e)
+            return False
+
+    def committed(
+        self,
+        seq: int | None,
+        txn_id: str,
+        command: str,
+        arguments: dict,
+        started: datetime,
+        version_before: int | None,
+        version_after: int,
+        changes: list[str],
+        *,
+        isolation: str | None = None,
+        attempts: int | None = None,
+        metrics: dict[str, float] | None = None,
+    ) -> None:
+        if seq is None:
+            return
+        self.append(
+            [
+                self._record(
+                    txn_seq=seq,
+                    record_type="committed",
+                    txn_id=txn_id,
+                    command=self.lakehouse.command if command == "api" else command,
+                    arguments=arguments or self.lakehouse.arguments,
+                    started_at=started,
+                    ended_at=datetime.now(UTC),
+                    version_before=version_before,
+                    version_after=version_after,
+                    changes=changes,
+                    isolation=isolation,
+                    attempts=attempts,
+                    metrics=metrics or {},
+                )
+            ]
+        )
+
+    def failed(
+        self,
+        seq: int | None,
+        txn_id: str,
+        command: str,
+        arguments: dict,
+        started: datetime,
+        version_before: int | None,
+        error_class: str,
+        error_message: str,
+        *,
+        isolation: str | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        if not self.enabled:
+            return
+        if seq is None:
+            try:
+                seq = self.control.seq.allocate(txn_id)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not allocate a txn_seq for a failed record: %s", e)
+                return
+        self.append(
+            [
+                self._record(
+                    txn_seq=seq,
+                    record_type="failed",
+                    txn_id=txn_id,
+                    command=self.lakehouse.command if command == "api" else command,
+                    arguments=arguments or self.lakehouse.arguments,
+                    started_at=started,
+                    ended_at=datetime.now(UTC),
+                    version_before=version_before,
+                    error_class=error_class,
+                    error_message=error_message[:2000],
+                    isolation=isolation,
+                    attempts=attempts,
+                )
+            ]
+        )

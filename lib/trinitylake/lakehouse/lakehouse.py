@@ -1,0 +1,497 @@
+"""The lakehouse: creation, version discovery, time travel, rollback and change sets."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from trinitylake.errors import (
+    AlreadyExistsError,
+    LakehouseNotFoundError,
+    SnapshotNotFoundError,
+    TransactionConflictError,
+    UnsupportedVersionError,
+    ValidationError,
+    VersionNotFoundError,
+)
+from trinitylake.format import definitions as D
+from trinitylake.format import keys as K
+from trinitylake.format import tree
+from trinitylake.format.node import Message, Node, deserialize, serialize
+from trinitylake.format.paths import HINT_FILE, is_root_name, lakehouse_def_name, parse_hint, root_name, root_version
+from trinitylake.lakehouse.audit import Auditor
+from trinitylake.lakehouse.roots import RootRef, root_system_rows
+from trinitylake.lakehouse.view import LakehouseView
+from trinitylake.storage import Storage, is_absolute, parse_uri
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChangeSet:
+    """What one version changed: keys set (value) or deleted (None), and whether the
+    lakehouse definition pointer moved."""
+
+    version: int
+    txn_id: str | None
+    keys: dict[str, str | None]
+    def_changed: bool
+
+
+class Lakehouse:
+    """A TrinityLake lakehouse under one root URI.
+
+    Example:
+        >>> lh = Lakehouse.create("memory://doc-example", audit=False)
+        >>> lh.create_namespace("sales")
+        1
+        >>> lh.view().list_namespaces()
+        ['sales']
+    """
+
+    def __init__(self, storage: Storage, *, control_uri: str | None = None, audit: bool = True):
+        self.storage = storage
+        self.uri = storage.root
+        self._stores: dict[str, tree.NodeStore] = {}
+        self._defs: dict[str, D.LakehouseDef] = {}
+        self._foreign: dict[str, Storage] = {}
+        self.auditor = Auditor(self, control_uri or (self.uri + "/_control"), enabled=audit)
+        self.command: str = "api"
+        self.arguments: dict[str, Any] = {}
+
+    # ---- creation and opening -----------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        uri: str,
+        *,
+        storage_options: dict | None = None,
+        control_uri: str | None = None,
+        audit: bool = True,
+        order: int = D.DEFAULT_ORDER,
+        node_max_bytes: int = D.DEFAULT_NODE_MAX_BYTES,
+        namespace_max: int = D.DEFAULT_NAME_MAX,
+        table_max: int = D.DEFAULT_NAME_MAX,
+        view_max: int = D.DEFAULT_NAME_MAX,
+        txn_ttl_millis: int = D.DEFAULT_TXN_TTL_MILLIS,
+        isolation: str = "snapshot",
+        properties: dict[str, str] | None = None,
+    ) -> Lakehouse:
+        """Create a new lakehouse: definition file, root v0, hint. Refuses an existing one."""
+        if order < 3:
+            raise ValidationError(f"order must be at least 3, got {order}")
+        if node_max_bytes < 1024:
+            raise ValidationError(f"node_max_bytes must be at least 1024, got {node_max_bytes}")
+        for what, n in (("namespace", namespace_max), ("table", table_max), ("view", view_max)):
+            if not 1 <= n <= 1024:
+                raise ValidationError(f"{what} name max size must be in [1, 1024] bytes, got {n}")
+        if txn_ttl_millis < 1000:
+            raise ValidationError(f"txn_ttl_millis must be at least 1000, got {txn_ttl_millis}")
+        storage = Storage(uri, storage_options)
+        lh = cls(storage, control_uri=control_uri, audit=audit)
+        if lh._any_root_exists():
+            raise AlreadyExistsError(f"a lakehouse already exists at {storage.root}")
+        d = D.new_lakehouse_def(order, node_max_bytes, namespace_max, table_max, view_max, txn_ttl_millis, isolation)
+        d.properties.update(properties or {})
+        started = datetime.now(UTC)
+        txn_id = str(uuid.uuid4())
+        seq = lh.auditor.allocate_seq(txn_id, create=True)
+        def_path = lakehouse_def_name()
+        storage.create_exclusive(def_path, D.dumps(d))
+        root = Node(system=root_system_rows(created_at_millis=_now_ms(), lakehouse_def=def_path, txn_id=txn_id, txn_seq=seq))
+        try:
+            storage.create_exclusive(root_name(0), serialize(root, d.order))
+        except FileExistsError:
+            storage.delete([def_path])
+            raise AlreadyExistsError(f"a lakehouse was created concurrently at {storage.root}") from None
+        lh._write_hint(0)
+        lh.auditor.committed(seq, txn_id, "init", {"order": order, "node_max_bytes": node_max_bytes}, started, None, 0,
+                             ["create lakehouse"], isolation=isolation, attempts=1)
+        return lh
+
+    @classmethod
+    def open(cls, uri: str, *, storage_options: dict | None = None, control_uri: str | None = None, audit: bool = True) -> Lakehouse:
+        """Open an existing lakehouse (any root file present, not only v0)."""
+        lh = cls(Storage(uri, storage_options), control_uri=control_uri, audit=audit)
+        lh.latest_version()  # raises LakehouseNotFoundError
+        return lh
+
+    # ---- storage helpers --------------------------------------------------------------
+    def node_store(self, base: Storage) -> tree.NodeStore:
+        st = self._stores.get(base.root)
+        if st is None:
+            st = tree.NodeStore(base, order=0, resolve=lambda p, b=base: self.resolve(p, b))
+            self._stores[base.root] = st
+        return st
+
+    def resolve(self, path: str, base: Storage | None = None) -> tuple[Storage, str]:
+        """Storage and path for a stored pointer: relative to `base`, or an absolute URI."""
+        base = base or self.storage
+        if not is_absolute(path):
+            return base, path
+        p = parse_uri(path)
+        if p.scheme == base.scheme:
+            return base, p.uri
+        key = f"{p.scheme}://{p.authority}"
+        st = self._foreign.get(key)
+        if st is None:
+            st = Storage(key + ("/" if p.scheme != "file" else ""), self.storage.options if p.scheme == self.storage.scheme else None)
+            self._foreign[key] = st
+        return st, p.uri
+
+    def _any_root_exists(self) -> bool:
+        if self.storage.exists(root_name(0)) or self.storage.exists(HINT_FILE):
+            return True
+        return bool(self._listed_versions())
+
+    def _listed_versions(self) -> list[int]:
+        _, files = self.storage.list_dirs("")
+        return sorted(root_version(f.path) for f in files if is_root_name(f.path))
+
+    def _write_hint(self, version: int) -> None:
+        try:
+            self.storage.write(HINT_FILE, str(version).encode())
+        except Exception as e:  # noqa: BLE001 - the hint is best effort by design
+            log.warning("could not update %s: %s", HINT_FILE, e)
+
+    # ---- versions -------------------------------------------------------------------------
+    def latest_version(self) -> int:
+        """Latest version: hint, then probing upward; falls back to listing root files when
+        the hint is missing, garbage or stale and version 0 was expired."""
+        start: int | None = None
+        try:
+            start = parse_hint(self.storage.read(HINT_FILE))
+        except FileNotFoundError:
+            start = None
+        if start is None or not self.storage.exists(root_name(start)):
+            if self.storage.exists(root_name(0)):
+                start = 0
+            else:
+                listed = self._listed_versions()
+                if not listed:
+                    raise LakehouseNotFoundError(f"no lakehouse at {self.uri} (no root node file found)")
+                start = listed[-1]
+        v = start
+        while self.storage.exists(root_name(v + 1)):
+            v += 1
+        return v
+
+    def oldest_version(self) -> int:
+        listed = self._listed_versions()
+        if not listed:
+            raise LakehouseNotFoundError(f"no lakehouse at {self.uri} (no root node file found)")
+        return listed[0]
+
+    def load_root(self, version: int) -> RootRef:
+        """Root of `version`. Raises VersionNotFoundError naming the available range."""
+        if version < 0:
+            raise VersionNotFoundError(f"version {version} is negative")
+        path = root_name(version)
+        try:
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            latest = self.latest_version()
+            if version > latest:
+                raise VersionNotFoundError(f"version {version} does not exist yet; the latest version is {latest}") from None
+            raise VersionNotFoundError(
+                f"version {version} is expired or missing; the oldest available version is {self.oldest_version()}"
+                f" and the latest is {latest}"
+            ) from None
+        return self._root_from_bytes(version, path, data, self.storage)
+
+    def _root_from_bytes(self, version: int, path: str, data: bytes, base: Storage) -> RootRef:
+        node = deserialize(data, None, base.uri(path))
+        def_path = node.system.get(K.SYS_LAKEHOUSE_DEF)
+        if not def_path:
+            from trinitylake.errors import CorruptNodeError
+
+            raise CorruptNodeError(f"root node file {base.uri(path)} has no lakehouse_def system row")
+        return RootRef(version, path, node, self.load_def(def_path, base), def_path, base)
+
+    def load_def(self, def_path: str, base: Storage | None = None) -> D.LakehouseDef:
+        storage, p = self.resolve(def_path, base)
+        cache_key = storage.uri(p)
+        d = self._defs.get(cache_key)
+        if d is None:
+            try:
+                data = storage.read(p)
+            except FileNotFoundError:
+                from trinitylake.errors import CorruptNodeError
+
+                raise CorruptNodeError(f"lakehouse definition {cache_key} is missing") from None
+            d = D.loads(D.LakehouseDef, data, cache_key)
+            if d.major_version not in D.SUPPORTED_MAJOR_VERSIONS:
+                raise UnsupportedVersionError(
+                    f"lakehouse definition {cache_key} has format major version {d.major_version}; "
+                    f"this library supports {list(D.SUPPORTED_MAJOR_VERSIONS)}"
+                )
+            self._defs[cache_key] = d
+        return d
+
+    def definition(self) -> D.LakehouseDef:
+        return self.load_root(self.latest_version()).lakehouse_def
+
+    def root_at(self, version: int | None = None, as_of: datetime | int | None = None, snapshot: str | None = None) -> RootRef:
+        """Resolve time travel: a version number, a timestamp, an exported snapshot, or latest."""
+        given = sum(x is not None for x in (version, as_of, snapshot))
+        if given > 1:
+            raise ValidationError("give at most one of version, as_of and snapshot")
+        if snapshot is not None:
+            return self.snapshot_root(snapshot)
+        if as_of is not None:
+            return self.root_as_of(as_of)
+        return self.load_root(self.latest_version() if version is None else version)
+
+    def root_as_of(self, as_of: datetime | int) -> RootRef:
+        """Newest root with ``created_at_millis <= T``, walking previous_root from the latest."""
+        t = as_of if isinstance(as_of, int) else int(as_of.timestamp() * 1000)
+        ref = self.load_root(self.latest_version())
+        while ref.created_at_millis > t:
+            prev = ref.previous_root
+            if prev is None:
+                raise VersionNotFoundError(f"no version was created at or before {_fmt_ms(t)}; version 0 was created at {_fmt_ms(ref.created_at_millis)}")
+            try:
+                ref = self.load_root(root_version(prev))
+            except VersionNotFoundError:
+                raise VersionNotFoundError(
+                    f"the version current at {_fmt_ms(t)} is expired; the oldest available version is {ref.version}"
+                    f" (created {_fmt_ms(ref.created_at_millis)})"
+                ) from None
+        return ref
+
+    def snapshot_root(self, name: str) -> RootRef:
+        d = self.definition()
+        loc = d.exported_snapshots.get(name)
+        if loc is None:
+            known = ", ".join(sorted(d.exported_snapshots)) or "none"
+            raise SnapshotNotFoundError(f"no exported snapshot named {name!r} (known: {known})")
+        p = parse_uri(loc)
+        base_uri = loc.rsplit("/", 1)[0]
+        base = Storage(base_uri, self.storage.options if p.scheme == self.storage.scheme else None)
+        fname = loc.rsplit("/", 1)[1]
+        try:
+            data = base.read(fname)
+        except FileNotFoundError:
+            raise SnapshotNotFoundError(f"exported snapshot {name!r}: root file {loc} is missing") from None
+        return self._root_from_bytes(root_version(fname), fname, data, base)
+
+    def view(self, version: int | None = None, as_of: datetime | int | None = None, snapshot: str | None = None) -> LakehouseView:
+        return LakehouseView(self, self.root_at(version, as_of, snapshot))
+
+    def versions(self) -> list[dict[str, Any]]:
+        """Every available version, oldest first, with its commit facts."""
+        latest = self.latest_version()
+        listed = [v for v in self._listed_versions() if v <= latest]
+        out = []
+        for v in listed:
+            r = self.load_root(v)
+            out.append(
+                {
+                    "version": v,
+                    "created_at": _fmt_ms(r.created_at_millis),
+                    "created_at_millis": r.created_at_millis,
+                    "txn_id": r.txn_id,
+                    "txn_seq": r.txn_seq,
+                    "previous_version": root_version(r.previous_root) if r.previous_root else None,
+                    "rollback_from_version": root_version(r.rollback_from_root) if r.rollback_from_root else None,
+                    "changes": len(self.change_set(v).keys),
+                }
+            )
+        return out
+
+    # ---- change sets ------------------------------------------------------------------------
+    def change_set(self, version: int, ref: RootRef | None = None) -> ChangeSet:
+        """Keys written by the transaction that produced `version`.
+
+        Read from the root's write buffer (messages tagged with the root's txn id, which are
+        never flushed in that root); roots without a txn id (version 0, foreign writers) fall
+        back to a full diff with the previous version.
+        """
+        ref = ref or self.load_root(version)
+        prev_def = None
+        prev_ref = None
+        if ref.previous_root:
+            try:
+                prev_ref = self.load_root(root_version(ref.previous_root))
+                prev_def = prev_ref.def_path
+            except VersionNotFoundError:
+                prev_ref = None
+        def_changed = prev_def is not None and prev_def != ref.def_path
+        if ref.txn_id is not None:
+            keys: dict[str, str | None] = {}
+            for m in ref.node.buffer:
+                if m.txn == ref.txn_id:
+                    keys[m.key] = m.value
+            return ChangeSet(version, ref.txn_id, keys, def_changed)
+        if prev_ref is None:
+            items = dict(LakehouseView(self, ref).all_items())
+            return ChangeSet(version, None, dict(items), def_changed)
+        return ChangeSet(version, None, self.diff(prev_ref, ref), def_changed)
+
+    def diff(self, a: RootRef, b: RootRef) -> dict[str, str | None]:
+        """Keys whose value differs from version a to version b (None = absent in b)."""
+        ia = dict(LakehouseView(self, a).all_items())
+        ib = dict(LakehouseView(self, b).all_items())
+        out: dict[str, str | None] = {}
+        for k in ia.keys() | ib.keys():
+            if ia.get(k) != ib.get(k):
+                out[k] = ib.get(k)
+        return dict(sorted(out.items()))
+
+    def describe_changes(self, version: int) -> list[str]:
+        """Human-readable changes of a version: 'create table ns.t', 'drop namespace x', ..."""
+        ref = self.load_root(version)
+        cs = self.change_set(version, ref)
+        codec = K.KeyCodec(
+            ref.lakehouse_def.namespace_name_max_size_bytes,
+            ref.lakehouse_def.table_name_max_size_bytes,
+            ref.lakehouse_def.view_name_max_size_bytes,
+        )
+        prev_view = None
+        if ref.previous_root:
+            try:
+                prev_view = LakehouseView(self, self.load_root(root_version(ref.previous_root)))
+            except VersionNotFoundError:
+                prev_view = None
+        out = []
+        for key, value in cs.keys.items():
+            try:
+                kind, names = codec.decode(key)
+            except ValidationError:
+                out.append(f"change {key!r}")
+                continue
+            existed = prev_view is not None and prev_view._get(key) is not None
+            if value is None:
+                action = "drop"
+            elif existed:
+                action = "alter"
+            else:
+                action = "create"
+            out.append(f"{action} {kind} {'.'.join(names)}")
+        if cs.def_changed:
+            out.append("alter lakehouse definition")
+        if version == 0:
+            out.append("create lakehouse")
+        return out
+
+    # ---- transactions -----------------------------------------------------------------------
+    def begin(self, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None):
+        from trinitylake.lakehouse.transaction import Transaction
+
+        return Transaction(self, isolation=isolation, txn_id=txn_id, ttl_millis=ttl_millis)
+
+    def _single(self, fn: Callable, *args, **kwargs) -> int | None:
+        txn = self.begin()
+        fn(txn, *args, **kwargs)
+        return txn.commit()
+
+    def create_namespace(self, ns: str, properties: dict[str, str] | None = None) -> int | None:
+        from trinitylake.lakehouse.transaction import Transaction
+
+        return self._single(Transaction.create_namespace, ns, properties)
+
+    def drop_namespace(self, ns: str, cascade: bool = False) -> int | None:
+        from trinitylake.lakehouse.transaction import Transaction
+
+        return self._single(Transaction.drop_namespace, ns, cascade=cascade)
+
+    def create_table(self, ns: str, table: str, **kwargs) -> int | None:
+        from trinitylake.lakehouse.transaction import Transaction
+
+        return self._single(Transaction.create_table, ns, table, **kwargs)
+
+    def drop_table(self, ns: str, table: str) -> int | None:
+        from trinitylake.lakehouse.transaction import Transaction
+
+        return self._single(Transaction.drop_table, ns, table)
+
+    # ---- rollback --------------------------------------------------------------------------
+    def rollback(self, to: int) -> int:
+        """Roll forward: commit v+1 whose content equals version `to`.
+
+        ``previous_root`` = root v (the chain stays linear), ``rollback_from_root`` = root v,
+        and the lakehouse definition of v is kept, so settings and exports are not rolled back.
+        The change set of the new version is written as messages tagged with the rollback's
+        transaction id, so conflict checks and `show` see what it changed.
+        """
+        started = datetime.now(UTC)
+        target = self.load_root(to)
+        latest = self.latest_version()
+        if to >= latest:
+            raise ValidationError(f"can only roll back to an older version; {to} is not older than the latest {latest}")
+        cur = self.load_root(latest)
+        txn_id = str(uuid.uuid4())
+        diff = self.diff(cur, target)
+        seq = self.auditor.allocate_seq(txn_id)
+        store = self.node_store(self.storage)
+        writer = tree.TreeWriter(store, self.tree_params(cur.lakehouse_def))
+        msgs = [Message(k, v, txn_id) for k, v in diff.items()]
+        new_root = writer.commit(target.node, msgs, keep_txn=txn_id)
+        new_root.system = root_system_rows(
+            created_at_millis=_now_ms(),
+            lakehouse_def=cur.def_path,
+            previous_root=root_name(latest),
+            rollback_from_root=root_name(latest),
+            txn_id=txn_id,
+            txn_seq=seq,
+        )
+        try:
+            self.write_nodes(writer.pending)
+            self.storage.create_exclusive(root_name(latest + 1), serialize(new_root, cur.lakehouse_def.order))
+        except FileExistsError:
+            self.auditor.failed(seq, txn_id, "rollback", {"to": to}, started, latest, "CommitConflictError",
+                                f"version {latest + 1} was committed concurrently")
+            raise TransactionConflictError(
+                f"rollback to {to}: version {latest + 1} was committed concurrently; re-run the rollback"
+            ) from None
+        finally:
+            store.staged.clear()
+        self._write_hint(latest + 1)
+        self.auditor.committed(seq, txn_id, "rollback", {"to": to}, started, latest, latest + 1,
+                               self._safe_changes(latest + 1), attempts=1)
+        return latest + 1
+
+    # ---- shared commit helpers ----------------------------------------------------------
+    @staticmethod
+    def tree_params(d: D.LakehouseDef) -> tree.TreeParams:
+        prop = d.properties.get("tlake.buffer.max-messages")
+        return tree.TreeParams(order=d.order, max_bytes=d.node_file_max_size_bytes,
+                               buffer_max_messages=int(prop) if prop else d.order)
+
+    def write_nodes(self, pending: dict[str, bytes]) -> None:
+        """Write a commit's new node files (before its root). Threads help on object stores."""
+        if not pending:
+            return
+        if self.storage.scheme == "file" or len(pending) < 4:
+            for p, data in pending.items():
+                self.storage.write(p, data)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(pending))) as pool:
+            list(pool.map(lambda kv: self.storage.write(*kv), pending.items()))
+
+    def write_definition(self, d: D.LakehouseDef) -> str:
+        path = lakehouse_def_name()
+        self.storage.create_exclusive(path, D.dumps(d))
+        return path
+
+    def _safe_changes(self, version: int) -> list[str]:
+        try:
+            return self.describe_changes(version)
+        except Exception as e:  # noqa: BLE001 - the audit row must not fail a committed version
+            log.warning("could not describe changes of version %s: %s", version, e)
+            return []
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _fmt_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

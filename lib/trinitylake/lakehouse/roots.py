@@ -1,0 +1,67 @@
+"""Root node files: what a version's root says about itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trinitylake.format import keys as K
+from trinitylake.format.definitions import LakehouseDef
+from trinitylake.format.node import Node
+
+
+@dataclass
+class RootRef:
+    """One version: its root node, its lakehouse definition and where both came from.
+
+    `base` is the storage that relative pointers in this tree resolve against (the source
+    lakehouse, or an export's target for ``--snapshot``).
+    """
+
+    version: int
+    path: str
+    node: Node
+    lakehouse_def: LakehouseDef
+    def_path: str
+    base: object  # Storage
+
+    @property
+    def created_at_millis(self) -> int:
+        return int(self.node.system.get(K.SYS_CREATED_AT, "0") or 0)
+
+    @property
+    def previous_root(self) -> str | None:
+        return self.node.system.get(K.SYS_PREVIOUS_ROOT)
+
+    @property
+    def rollback_from_root(self) -> str | None:
+        return self.node.system.get(K.SYS_ROLLBACK_FROM_ROOT)
+
+    @property
+    def txn_id(self) -> str | None:
+        return self.node.system.get(K.SYS_TXN_ID)
+
+    @property
+    def txn_seq(self) -> int | None:
+        v = self.node.system.get(K.SYS_TXN_SEQ)
+        return int(v) if v and v.isdigit() else None
+
+
+def root_system_rows(
+    *,
+    created_at_millis: int,
+    lakehouse_def: str,
+    previous_root: str | None = None,
+    rollback_from_root: str | None = None,
+    txn_id: str | None = None,
+    txn_seq: int | None = None,
+) -> dict[str, str]:
+    rows = {K.SYS_CREATED_AT: str(created_at_millis), K.SYS_LAKEHOUSE_DEF: lakehouse_def}
+    if previous_root is not None:
+        rows[K.SYS_PREVIOUS_ROOT] = previous_root
+    if rollback_from_root is not None:
+        rows[K.SYS_ROLLBACK_FROM_ROOT] = rollback_from_root
+    if txn_id is not None:
+        rows[K.SYS_TXN_ID] = txn_id
+    if txn_seq is not None:
+        rows[K.SYS_TXN_SEQ] = str(txn_seq)
+    return rows

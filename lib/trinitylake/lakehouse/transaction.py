@@ -1,0 +1,308 @@
+"""Transactions: SNAPSHOT / SERIALIZABLE isolation, conflict rebase, TTL.
+
+A transaction pins the latest root at begin; every read goes to that root (overlaid with
+the transaction's own writes) and is recorded in a read set (point keys and scanned
+prefixes). Writes are staged as messages. Commit writes the changed nodes copy-on-write and
+exclusively creates root v+1. When another writer won v+1, the change sets of v+1..w are
+read from their roots and checked against this transaction's write set (SNAPSHOT) or read
+and write sets (SERIALIZABLE); if nothing conflicts, the same messages are re-applied on
+root w and the commit is retried at w+1, with bounded retries and jittered backoff.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from trinitylake.errors import (
+    AlreadyExistsError,
+    ObjectNotFoundError,
+    TransactionClosedError,
+    TransactionConflictError,
+    TransactionExpiredError,
+    ValidationError,
+)
+from trinitylake.format import definitions as D
+from trinitylake.format import keys as K
+from trinitylake.format import tree
+from trinitylake.format.node import Message, serialize
+from trinitylake.format.paths import namespace_def_path, root_name, table_def_path
+from trinitylake.lakehouse.lakehouse import ChangeSet, Lakehouse, _now_ms
+from trinitylake.lakehouse.roots import root_system_rows
+from trinitylake.lakehouse.view import LakehouseView
+
+MAX_COMMIT_ATTEMPTS = 32
+
+
+class Transaction(LakehouseView):
+    """A unit of work that commits as one new version, or not at all."""
+
+    def __init__(self, lakehouse: Lakehouse, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None):
+        root = lakehouse.load_root(lakehouse.latest_version())
+        super().__init__(lakehouse, root)
+        d = root.lakehouse_def
+        self.id = txn_id or str(uuid.uuid4())
+        self.isolation = D.isolation_name(D.isolation_level(isolation) if isolation is not None else d.txn_isolation_level)
+        limit = d.txn_ttl_millis or D.DEFAULT_TXN_TTL_MILLIS
+        if ttl_millis is not None and not 0 < ttl_millis <= limit:
+            raise ValidationError(f"transaction ttl must be in (0, {limit}] ms (the lakehouse's txn_ttl_millis), got {ttl_millis}")
+        self.began_at_millis = _now_ms()
+        self.expire_at_millis = self.began_at_millis + (ttl_millis or limit)
+        self.started = datetime.now(UTC)
+        self.begin_version = root.version
+        self.read_keys: set[str] = set()
+        self.read_prefixes: set[str] = set()
+        self.writes: dict[str, str | None] = {}
+        self.def_mutations: list[Callable[[D.LakehouseDef], None]] = []
+        self.ops: list[str] = []
+        self.attempts = 0
+        self.closed = False
+        self.committed_version: int | None = None
+
+    # ---- reads with tracking -------------------------------------------------------------
+    def _get(self, key: str) -> str | None:
+        if key in self.writes:
+            return self.writes[key]
+        self.read_keys.add(key)
+        return super()._get(key)
+
+    def _scan(self, prefix: str) -> list[tuple[str, str]]:
+        self.read_prefixes.add(prefix)
+        merged = dict(super()._scan(prefix))
+        for k, v in self.writes.items():
+            if k.startswith(prefix):
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
+        return sorted(merged.items())
+
+    # ---- writes ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise TransactionClosedError(f"transaction {self.id} is already closed")
+
+    def _write_def(self, path: str, msg) -> str:
+        self.lakehouse.storage.create_exclusive(path, D.dumps(msg))
+        return path
+
+    def create_namespace(self, ns: str, properties: dict[str, str] | None = None) -> None:
+        self._check_open()
+        key = self.codec.namespace_key(ns)
+        if self._get(key) is not None:
+            raise AlreadyExistsError(f"namespace {ns!r} already exists")
+        d = D.NamespaceDef(id=str(uuid.uuid4()), properties=properties or {})
+        self.writes[key] = self._write_def(namespace_def_path(ns), d)
+        self.ops.append(f"create namespace {ns}")
+
+    def alter_namespace(self, ns: str, set_properties: dict[str, str] | None = None, remove: list[str] | None = None) -> None:
+        self._check_open()
+        d = self.load_namespace(ns)
+        for k in remove or []:
+            d.properties.pop(k, None)
+        d.properties.update(set_properties or {})
+        self.writes[self.codec.namespace_key(ns)] = self._write_def(namespace_def_path(ns), d)
+        self.ops.append(f"alter namespace {ns}")
+
+    def drop_namespace(self, ns: str, cascade: bool = False) -> None:
+        self._check_open()
+        key = self.codec.namespace_key(ns)
+        if self._get(key) is None:
+            raise ObjectNotFoundError(f"namespace {ns!r} does not exist")
+        members = self._scan(self.codec.tables_prefix(ns)) + self._scan(self.codec.views_prefix(ns))
+        if members and not cascade:
+            names = ", ".join(self.codec.describe(k) for k, _ in members[:5])
+            raise ValidationError(f"namespace {ns!r} is not empty ({len(members)} objects: {names}); use cascade")
+        for k, _ in members:
+            self.writes[k] = None
+        self.writes[key] = None
+        self.ops.append(f"drop namespace {ns}")
+
+    def create_table(
+        self,
+        ns: str,
+        table: str,
+        *,
+        metadata_location: str | None = None,
+        table_type: str | None = None,
+        properties: dict[str, str] | None = None,
+        format_properties: dict[str, str] | None = None,
+    ) -> None:
+        self._check_open()
+        tkey = self.codec.table_key(ns, table)
+        if self._get(self.codec.namespace_key(ns)) is None:
+            raise ObjectNotFoundError(f"namespace {ns!r} does not exist (creating table {ns}.{table})")
+        if self._get(tkey) is not None:
+            raise AlreadyExistsError(f"table {ns}.{table} already exists")
+        ttype = (table_type or ("external" if metadata_location else "managed")).upper()
+        if ttype not in D.pb.TableType.keys():
+            raise ValidationError(f"table type must be managed, external or federated, got {table_type!r}")
+        fmt = dict(format_properties or {})
+        if metadata_location:
+            fmt["metadata_location"] = metadata_location
+        if ttype == "EXTERNAL" and not fmt.get("metadata_location"):
+            raise ValidationError(f"external Iceberg table {ns}.{table} needs a metadata_location")
+        d = D.TableDef(id=str(uuid.uuid4()), table_type=D.pb.TableType.Value(ttype), table_format=D.pb.ICEBERG,
+                       format_properties=fmt, properties=properties or {})
+        self.writes[tkey] = self._write_def(table_def_path(ns, table), d)
+        self.ops.append(f"create table {ns}.{table}")
+
+    def alter_table(
+        self,
+        ns: str,
+        table: str,
+        *,
+        set_properties: dict[str, str] | None = None,
+        remove: list[str] | None = None,
+        metadata_location: str | None = None,
+    ) -> None:
+        self._check_open()
+        d = self.load_table(ns, table)
+        for k in remove or []:
+            d.properties.pop(k, None)
+        d.properties.update(set_properties or {})
+        if metadata_location:
+            prev = d.format_properties.get("metadata_location")
+            if prev:
+                d.format_properties["previous_metadata_location"] = prev
+            d.format_properties["metadata_location"] = metadata_location
+        self.writes[self.codec.table_key(ns, table)] = self._write_def(table_def_path(ns, table), d)
+        self.ops.append(f"alter table {ns}.{table}")
+
+    def drop_table(self, ns: str, table: str) -> None:
+        self._check_open()
+        key = self.codec.table_key(ns, table)
+        if self._get(key) is None:
+            if self._get(self.codec.namespace_key(ns)) is None:
+                raise ObjectNotFoundError(f"namespace {ns!r} does not exist (dropping table {ns}.{table})")
+            raise ObjectNotFoundError(f"table {ns}.{table} does not exist")
+        self.writes[key] = None
+        self.ops.append(f"drop table {ns}.{table}")
+
+    def mutate_definition(self, fn: Callable[[D.LakehouseDef], None], description: str) -> None:
+        """Change the lakehouse definition at commit. `fn` is re-applied to the latest
+        definition on every attempt, so concurrent definition changes (an export and an
+        expiration, say) both survive; `fn` raises to refuse (e.g. an export name clash)."""
+        self._check_open()
+        self.def_mutations.append(fn)
+        self.ops.append(description)
+
+    # ---- commit -----------------------------------------------------------------------------
+    def rollback(self) -> None:
+        """Abandon the transaction (nothing is committed; staged definition files become
+        orphans that orphan cleanup collects after the grace period)."""
+        self.closed = True
+
+    def commit(self, command: str | None = None, arguments: dict | None = None, metrics: dict | None = None) -> int | None:
+        """Commit as one new version and return it (None for a read-only transaction).
+
+        Raises:
+            TransactionConflictError: concurrent commits conflict under the isolation level.
+            TransactionExpiredError: the transaction is past its expire_at.
+        """
+        self._check_open()
+        if not self.writes and not self.def_mutations:
+            self.closed = True
+            return None
+        lh = self.lakehouse
+        command = command or (lh.command if lh.command != "api" else "; ".join(self.ops))
+        arguments = arguments if arguments is not None else (lh.arguments or {"ops": self.ops})
+        msgs = [Message(k, v, self.id) for k, v in self.writes.items()]
+        base = self.root
+        store = lh.node_store(lh.storage)
+        seq: int | None = None
+        backoff = 0.005
+        try:
+            while True:
+                self.attempts += 1
+                if _now_ms() >= self.expire_at_millis:
+                    raise TransactionExpiredError(
+                        f"transaction {self.id} expired at {self.expire_at_millis} ms (began at version {self.begin_version}); it can no longer commit"
+                    )
+                # The txn_seq is allocated after the base root was read, so it is larger than
+                # the base's: txn_seq order equals version order along the chain.
+                seq = lh.auditor.allocate_seq(self.id)
+                def_path = base.def_path
+                d = base.lakehouse_def
+                if self.def_mutations:
+                    d = D.LakehouseDef()
+                    d.CopyFrom(base.lakehouse_def)
+                    for fn in self.def_mutations:
+                        fn(d)
+                    def_path = lh.write_definition(d)
+                writer = tree.TreeWriter(store, lh.tree_params(d))
+                new_root = writer.commit(base.node, msgs, keep_txn=self.id)
+                new_root.system = root_system_rows(
+                    created_at_millis=_now_ms(),
+                    lakehouse_def=def_path,
+                    previous_root=root_name(base.version),
+                    txn_id=self.id,
+                    txn_seq=seq,
+                )
+                try:
+                    lh.write_nodes(writer.pending)
+                    lh.storage.create_exclusive(root_name(base.version + 1), serialize(new_root, d.order))
+                except FileExistsError:
+                    store.staged.clear()
+                    base = self._rebase(base.version)
+                    if self.attempts >= MAX_COMMIT_ATTEMPTS:
+                        raise TransactionConflictError(
+                            f"transaction {self.id} gave up after {self.attempts} attempts; latest version is {base.version}"
+                        ) from None
+                    time.sleep(backoff * (0.5 + random.random()))
+                    backoff = min(backoff * 2, 0.5)
+                    continue
+                store.staged.clear()
+                break
+        except (TransactionConflictError, TransactionExpiredError) as e:
+            self.closed = True
+            lh.auditor.failed(None, self.id, command, arguments, self.started, self.begin_version, type(e).__name__, str(e),
+                              isolation=self.isolation, attempts=self.attempts)
+            raise
+        self.closed = True
+        version = base.version + 1
+        self.committed_version = version
+        lh._write_hint(version)
+        lh.auditor.committed(seq, self.id, command, arguments, self.started, base.version, version, lh._safe_changes(version),
+                             isolation=self.isolation, attempts=self.attempts, metrics=metrics)
+        return version
+
+    def _rebase(self, failed_base: int):
+        """Check versions failed_base+1..latest against our sets; return the new base root."""
+        lh = self.lakehouse
+        latest = lh.latest_version()
+        for u in range(failed_base + 1, latest + 1):
+            cs = lh.change_set(u)
+            reason = self._conflict(cs)
+            if reason:
+                raise TransactionConflictError(
+                    f"transaction {self.id} ({self.isolation}) conflicts with version {u} (txn {cs.txn_id}): {reason}"
+                )
+        return lh.load_root(latest)
+
+    def _conflict(self, cs: ChangeSet) -> str | None:
+        changed = cs.keys
+        for k in self.writes:
+            if k in changed:
+                return f"both wrote {self.codec.describe(k)}"
+        # A namespace create/drop conflicts with changes to objects inside it, both ways.
+        changed_ns = {k[4:] for k in changed if k.startswith(K.NS_PREFIX)}
+        my_ns = {k[4:] for k in self.writes if k.startswith(K.NS_PREFIX)}
+        ns_len = self.codec.namespace_max
+        for k in self.writes:
+            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and k[4 : 4 + ns_len] in changed_ns:
+                return f"namespace {k[4 : 4 + ns_len].rstrip()!r} was created or dropped concurrently"
+        for k in changed:
+            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and k[4 : 4 + ns_len] in my_ns:
+                return f"{self.codec.describe(k)} changed inside namespace {k[4 : 4 + ns_len].rstrip()!r} that this transaction creates or drops"
+        if self.isolation == "serializable":
+            for k in changed:
+                if k in self.read_keys:
+                    return f"read {self.codec.describe(k)}, which was changed concurrently"
+                for p in self.read_prefixes:
+                    if k.startswith(p):
+                        return f"scanned a range that now includes a change to {self.codec.describe(k)}"
+        return None

@@ -1,0 +1,530 @@
+"""One storage interface over fsspec, with the commit primitive `create_exclusive`.
+
+All paths given to a `Storage` are either relative to its root (the stored pointers of the
+format) or absolute URIs (pointers rewritten by partial exports). Local files use plain `os`
+calls (the sandbox's system calls are slow, and fsspec adds more of them); S3 uses s3fs with
+``If-None-Match: *``; ``memory://`` is a process-local backend for fast unit tests that honours
+exclusivity as strictly as the others.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from trinitylake.errors import StorageError
+from trinitylake.storage.uri import ParsedURI, is_absolute, join_uri, parse_uri
+
+_MEMORY_LOCK = threading.Lock()
+_FS_LOCK = threading.Lock()
+
+# Temporary names of in-flight local writes: ``<target>.tmp-<32 hex>``. Listings skip them.
+_TMP_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
+# DeleteObjects takes at most 1,000 keys per request.
+_S3_DELETE_BATCH = 1000
+# AWS answers 409 ConditionalRequestConflict while another conditional write to the same key is
+# in flight; the request did not take effect and must be retried (it then gets 200 or 412).
+_S3_CONFLICT_RETRIES = 6
+
+
+def _tmp_name(fp: str) -> str:
+    return f"{fp}.tmp-{uuid.uuid4().hex}"
+
+
+def _is_tmp(name: str) -> bool:
+    return bool(_TMP_RE.search(name))
+
+
+def _as_bytes(data: bytes | bytearray | memoryview) -> bytes | bytearray:
+    """bytes or bytearray as given; other buffers (botocore refuses memoryview) copied to bytes."""
+    if isinstance(data, bytes | bytearray):
+        return data
+    if isinstance(data, str):
+        raise TypeError(f"file content must be bytes, not str ({len(data)} characters)")
+    return bytes(data)
+
+
+def _client_error_codes(exc: BaseException) -> tuple[set[str], set[int]]:
+    """Error codes and HTTP statuses of the botocore ClientErrors in `exc`'s cause chain."""
+    codes: set[str] = set()
+    statuses: set[int] = set()
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        resp = getattr(e, "response", None)
+        if isinstance(resp, dict):
+            err = resp.get("Error") or {}
+            if err.get("Code"):
+                codes.add(str(err["Code"]))
+            status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if status:
+                statuses.add(int(status))
+        e = e.__cause__ or e.__context__
+    return codes, statuses
+
+
+def _is_precondition_failed(exc: BaseException) -> bool:
+    codes, statuses = _client_error_codes(exc)
+    if codes or statuses:
+        return "PreconditionFailed" in codes or 412 in statuses
+    return "PreconditionFailed" in str(exc)
+
+
+def _is_conditional_conflict(exc: BaseException) -> bool:
+    codes, statuses = _client_error_codes(exc)
+    if codes or statuses:
+        return "ConditionalRequestConflict" in codes or 409 in statuses
+    return "ConditionalRequestConflict" in str(exc)
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One listed file: `path` relative to the storage root, size in bytes, mtime in epoch seconds."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """S3 storage options from the environment, overridden by explicit flags.
+
+    ``TLAKE_S3_ENDPOINT_URL`` (preferred) or ``AWS_ENDPOINT_URL`` becomes ``endpoint_url``;
+    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and ``AWS_SESSION_TOKEN`` become ``key``,
+    ``secret`` and ``token``. They are copied into the options so that a pickled `Storage`
+    reaches the same endpoint with the same credentials on a Spark executor. The region is
+    left to botocore (``AWS_REGION`` / ``AWS_DEFAULT_REGION``). An explicit option wins over the
+    environment, including an endpoint given as ``client_kwargs["endpoint_url"]``.
+    """
+    overrides = overrides or {}
+    opts: dict[str, Any] = {}
+    endpoint = os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+    explicit_endpoint = (overrides.get("client_kwargs") or {}).get("endpoint_url")
+    if endpoint and not explicit_endpoint:
+        opts["endpoint_url"] = endpoint
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]
+        if os.environ.get("AWS_SECRET_ACCESS_KEY"):
+            opts["secret"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+        # Temporary credentials are useless without their token: carry it with the key.
+        if os.environ.get("AWS_SESSION_TOKEN"):
+            opts["token"] = os.environ["AWS_SESSION_TOKEN"]
+    for k, v in overrides.items():
+        if v is not None:
+            opts[k] = v
+    return opts
+
+
+class Storage:
+    """Files under one root URI.
+
+    The object is picklable (the filesystem is rebuilt lazily), so Spark executors receive it
+    in closures and reach the same storage through the same code.
+    """
+
+    def __init__(self, root: str, options: dict[str, Any] | None = None):
+        self._parsed: ParsedURI = parse_uri(root)
+        self.root: str = self._parsed.uri
+        self.scheme: str = self._parsed.scheme
+        self.options: dict[str, Any] = dict(options or {})
+        if self.scheme == "s3":
+            self.options = s3_options_from_env(self.options)
+        self._fs: Any = None
+        self._fs_pid: int | None = None
+
+    # ---- plumbing -------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fs"] = None
+        state["_fs_pid"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_fs_pid", None)
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"Storage({self.root!r})"
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem, built on first use (and again in a forked child process)."""
+        fs = self._fs
+        if fs is not None and self._fs_pid == os.getpid():
+            return fs
+        with _FS_LOCK:
+            if self._fs is None or self._fs_pid != os.getpid():
+                self._fs = self._make_fs()
+                self._fs_pid = os.getpid()
+            return self._fs
+
+    def _make_fs(self) -> Any:
+        if self.scheme == "file":
+            return fsspec.filesystem("file")
+        if self.scheme == "s3":
+            opts = dict(self.options)
+            endpoint = opts.pop("endpoint_url", None)
+            client_kwargs = dict(opts.pop("client_kwargs", {}) or {})
+            if endpoint:
+                client_kwargs["endpoint_url"] = endpoint
+            # s3fs's listings cache answers exists()/info() from an earlier listing of the
+            # parent directory: a file another writer created since then looks missing (and
+            # info() even calls it a zero-size directory). Version discovery must see it.
+            opts.setdefault("use_listings_cache", False)
+            return fsspec.filesystem("s3", client_kwargs=client_kwargs, skip_instance_cache=True, **opts)
+        return fsspec.filesystem(self.scheme, **self.options)
+
+    def for_uri(self, uri: str) -> Storage:
+        """A storage rooted at another URI, sharing these options when the scheme matches."""
+        p = parse_uri(uri)
+        return Storage(p.uri, self.options if p.scheme == self.scheme else None)
+
+    def uri(self, path: str) -> str:
+        """Canonical absolute URI of a relative path or absolute location."""
+        if is_absolute(path):
+            return parse_uri(path).uri
+        return join_uri(self.root, path)
+
+    def relative(self, uri: str) -> str | None:
+        """Path of `uri` relative to this root, or None when it lies outside the root.
+
+        A relative path is already relative to the root: it comes back normalized.
+        """
+        if not is_absolute(uri):
+            return join_uri("", uri).lstrip("/")
+        full = parse_uri(uri).uri
+        if full == self.root:
+            return ""
+        prefix = self.root if self.root.endswith("/") else self.root + "/"
+        return full[len(prefix) :] if full.startswith(prefix) else None
+
+    def _fs_path(self, path: str) -> str:
+        if is_absolute(path):
+            p = parse_uri(path)
+            if p.scheme != self.scheme:
+                raise StorageError(f"{path!r} is on {p.scheme}://, this storage is {self.root}")
+            return p.fs_path
+        return parse_uri(join_uri(self.root, path)).fs_path
+
+    def _local(self) -> bool:
+        return self.scheme == "file"
+
+    # ---- reads ------------------------------------------------------------------------
+    def read(self, path: str) -> bytes:
+        """Whole file content. Raises FileNotFoundError naming the URI."""
+        fp = self._fs_path(path)
+        try:
+            if self._local():
+                with open(fp, "rb") as f:
+                    return f.read()
+            return self.fs.cat_file(fp)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
+
+    def exists(self, path: str) -> bool:
+        """True when `path` is a file. A directory (or an S3 key prefix) is not a file."""
+        fp = self._fs_path(path)
+        if self._local():
+            return os.path.isfile(fp)
+        try:
+            d = self.fs.info(fp)
+        except FileNotFoundError:
+            return False
+        return d.get("type") != "directory"
+
+    def info(self, path: str) -> FileInfo:
+        """Size and mtime of a file. Raises FileNotFoundError for a missing file or a directory."""
+        fp = self._fs_path(path)
+        try:
+            if self._local():
+                st = os.stat(fp)
+                if not stat.S_ISREG(st.st_mode):
+                    raise FileNotFoundError(fp)
+                return FileInfo(path, st.st_size, st.st_mtime)
+            d = self.fs.info(fp)
+            if d.get("type") == "directory":
+                raise FileNotFoundError(fp)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
+        return FileInfo(path, int(d.get("size") or 0), _mtime_of(d))
+
+    # ---- writes -----------------------------------------------------------------------
+    def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        """Create or overwrite a file (hint files, plans). Atomic replace on local disk."""
+        data = _as_bytes(data)
+        fp = self._fs_path(path)
+        if self._local():
+            os.makedirs(os.path.dirname(fp), exist_ok=True)
+            tmp = _tmp_name(fp)
+            try:
+                with open(tmp, "xb") as f:
+                    f.write(data)
+                os.replace(tmp, fp)
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+            return
+        if self.scheme == "memory":
+            with _MEMORY_LOCK:
+                self.fs.pipe_file(fp, data)
+            return
+        self.fs.pipe_file(fp, data)
+
+    def create_exclusive(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        """Create `path` with `data` only if it does not exist: the commit primitive.
+
+        Readers never see partial content: locally the bytes go to a temporary name that is
+        hard-linked into place (``link`` fails if the target exists, like ``O_EXCL``); on S3 a
+        single PUT with ``If-None-Match: *`` (retried while S3 answers 409
+        ConditionalRequestConflict). Where the local filesystem cannot hard-link, the file is
+        written in place with ``O_EXCL``: still exclusive, but a reader may then see it partial.
+
+        On S3 a retried PUT whose first attempt succeeded unseen gets 412 and is reported as
+        FileExistsError: a caller that must know can compare the stored bytes with its own.
+
+        Raises:
+            FileExistsError: another writer created the file first.
+            ValueError: `data` is empty. s3fs writes an empty ``xb`` file through ``touch``
+                without the condition and would silently overwrite, so no empty file is ever
+                a commit marker.
+        """
+        data = _as_bytes(data)
+        if not data:
+            raise ValueError(f"refusing to create empty file {self.uri(path)} exclusively")
+        fp = self._fs_path(path)
+        if self._local():
+            self._create_exclusive_local(fp, data, path)
+            return
+        if self.scheme == "memory":
+            with _MEMORY_LOCK:
+                if self.fs.exists(fp):
+                    raise FileExistsError(f"already exists: {self.uri(path)}")
+                self.fs.pipe_file(fp, data)
+            return
+        for attempt in range(_S3_CONFLICT_RETRIES + 1):
+            try:
+                self.fs.pipe_file(fp, data, mode="create")
+                return
+            except FileExistsError:
+                raise FileExistsError(f"already exists: {self.uri(path)}") from None
+            except OSError as e:  # a 412 without the If-None-Match detail is a generic OSError
+                if _is_precondition_failed(e):
+                    raise FileExistsError(f"already exists: {self.uri(path)}") from None
+                if _is_conditional_conflict(e) and attempt < _S3_CONFLICT_RETRIES:
+                    time.sleep(min(0.05 * 2**attempt, 1.0))
+                    continue
+                raise
+
+    def _create_exclusive_local(self, fp: str, data: bytes, path: str) -> None:
+        os.makedirs(os.path.dirname(fp), exist_ok=True)
+        tmp = _tmp_name(fp)
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+            try:
+                os.link(tmp, fp)
+                return
+            except FileExistsError:
+                raise FileExistsError(f"already exists: {self.uri(path)}") from None
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+                    raise
+            # No hard links here (some FUSE/SMB/overlay mounts): plain O_EXCL create.
+            try:
+                f = open(fp, "xb")  # noqa: SIM115 - closed below, removed on failure
+            except FileExistsError:
+                raise FileExistsError(f"already exists: {self.uri(path)}") from None
+            try:
+                with f:
+                    f.write(data)
+            except BaseException:
+                _unlink_quietly(fp)
+                raise
+        finally:
+            _unlink_quietly(tmp)
+
+    def delete(self, paths: Iterable[str]) -> list[tuple[str, str]]:
+        """Delete files in bulk; missing files count as deleted (idempotent re-runs).
+
+        Returns:
+            A list of ``(path, error message)`` for the files that could not be deleted.
+        """
+        failures: list[tuple[str, str]] = []
+        batch = list(paths)
+        if not batch:
+            return failures
+        # Resolve every path first: an invalid one raises before anything is deleted.
+        resolved = [(p, self._fs_path(p)) for p in batch]
+        if self._local():
+            for p, fp in resolved:
+                try:
+                    os.unlink(fp)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    failures.append((p, str(e)))
+            return failures
+        if self.scheme == "s3":
+            failures.extend(self._delete_s3(resolved))
+            return failures
+        # memory:// and other fsspec filesystems: one by one, because fsspec's bulk rm stops at
+        # the first missing file and would leave the rest in place.
+        for p, fp in resolved:
+            try:
+                self.fs.rm_file(fp)
+            except FileNotFoundError:
+                pass
+            except Exception as e:  # noqa: BLE001 - reported per file
+                failures.append((p, str(e)))
+        return failures
+
+    def _delete_s3(self, resolved: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """DeleteObjects per bucket, 1,000 keys a request, reporting the per-key errors.
+
+        s3fs's own bulk delete drops the ``Errors`` of the response, so a key S3 refused to
+        delete would count as deleted; this reads them. Missing keys are not errors on S3.
+        """
+        failures: list[tuple[str, str]] = []
+        by_bucket: dict[str, list[tuple[str, str]]] = {}
+        for p, fp in resolved:
+            bucket, _, key = fp.partition("/")
+            if not key:
+                failures.append((p, f"{self.uri(p)} is a bucket, not a file"))
+                continue
+            by_bucket.setdefault(bucket, []).append((p, key))
+        for bucket, items in by_bucket.items():
+            for i in range(0, len(items), _S3_DELETE_BATCH):
+                chunk = items[i : i + _S3_DELETE_BATCH]
+                by_key: dict[str, list[str]] = {}
+                for p, key in chunk:
+                    by_key.setdefault(key, []).append(p)
+                request = {"Objects": [{"Key": k} for k in by_key], "Quiet": True}
+                try:
+                    out = self.fs.call_s3("delete_objects", Bucket=bucket, Delete=request)
+                except Exception as e:  # noqa: BLE001 - the whole request failed
+                    failures.extend((p, str(e)) for p, _ in chunk)
+                    continue
+                for err in out.get("Errors") or []:
+                    if err.get("Code") == "NoSuchKey":
+                        continue
+                    msg = f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
+                    failures.extend((p, msg) for p in by_key.get(err.get("Key", ""), []))
+                for _, key in chunk:
+                    self.fs.invalidate_cache(f"{bucket}/{key}")
+        return failures
+
+    # ---- listing ----------------------------------------------------------------------
+    def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
+        """Files under `prefix` (a directory path relative to the root), paths relative to the root.
+
+        Missing prefixes (and a prefix that names a file) yield nothing. Temporary files of
+        in-flight local writes are skipped. The order is unspecified.
+        """
+        base = self._fs_path(prefix) if prefix else self._parsed.fs_path
+        root_fp = self._parsed.fs_path
+        if self._local():
+            yield from self._list_local(base, root_fp, recursive)
+            return
+        try:
+            if recursive:
+                found = self.fs.find(base, detail=True)
+                items = found.values() if isinstance(found, dict) else found
+            else:
+                items = self.fs.ls(base, detail=True)
+        except FileNotFoundError:
+            return
+        # fsspec answers a listing of a file path with the file itself; only keep what is
+        # strictly below `base` (memory:// names carry a leading slash, s3:// names do not).
+        under = base.strip("/") + "/"
+        rf = root_fp.strip("/")
+        for d in items:
+            if d.get("type") == "directory":
+                continue
+            name = d["name"].strip("/")
+            if not name.startswith(under):
+                continue
+            rel = name[len(rf) + 1 :] if name.startswith(rf + "/") else name
+            yield FileInfo(rel, int(d.get("size") or 0), _mtime_of(d))
+
+    def list_dirs(self, prefix: str = "") -> tuple[list[str], list[FileInfo]]:
+        """Immediate children of `prefix`: (sub-directory paths, files), relative to the root."""
+        base = self._fs_path(prefix) if prefix else self._parsed.fs_path
+        dirs: list[str] = []
+        files: list[FileInfo] = []
+        pre = (prefix.rstrip("/") + "/") if prefix else ""
+        if self._local():
+            try:
+                with os.scandir(base) as it:
+                    for e in it:
+                        if e.is_dir(follow_symlinks=False):
+                            dirs.append(pre + e.name)
+                        elif e.is_file(follow_symlinks=False) and not _is_tmp(e.name):
+                            st = e.stat()
+                            files.append(FileInfo(pre + e.name, st.st_size, st.st_mtime))
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            return sorted(dirs), sorted(files, key=lambda f: f.path)
+        try:
+            entries = self.fs.ls(base, detail=True, refresh=True) if self.scheme == "s3" else self.fs.ls(base, detail=True)
+        except FileNotFoundError:
+            return [], []
+        under = base.strip("/") + "/"
+        for d in entries:
+            full = d["name"].strip("/")
+            if not full.startswith(under):  # `prefix` named a file: it has no children
+                continue
+            name = full.rsplit("/", 1)[-1]
+            if d.get("type") == "directory":
+                dirs.append(pre + name)
+            else:
+                files.append(FileInfo(pre + name, int(d.get("size") or 0), _mtime_of(d)))
+        return sorted(dirs), sorted(files, key=lambda f: f.path)
+
+    def _list_local(self, base: str, root_fp: str, recursive: bool) -> Iterator[FileInfo]:
+        stack = [base]
+        while stack:
+            d = stack.pop()
+            try:
+                it = os.scandir(d)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        if recursive:
+                            stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False) and not _is_tmp(e.name):
+                        st = e.stat()
+                        yield FileInfo(os.path.relpath(e.path, root_fp), st.st_size, st.st_mtime)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _mtime_of(d: dict[str, Any]) -> float:
+    for k in ("mtime", "LastModified", "last_modified", "created"):
+        v = d.get(k)
+        if v is None:
+            continue
+        if hasattr(v, "timestamp"):
+            return float(v.timestamp())
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            continue
+    return 0.0

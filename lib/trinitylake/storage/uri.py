@@ -1,0 +1,111 @@
+"""URI normalization, done once at the edge.
+
+Every location the product handles is turned into a canonical URI here:
+``file:///abs/path``, ``s3://bucket/key`` or ``memory://name/path``. Scheme aliases
+(``s3a``, ``s3n``) are folded into ``s3``, duplicate and trailing slashes are removed, and
+``..`` segments are refused, so that two spellings of one file always compare equal (the
+Iceberg orphan-file lesson: a scheme or authority mismatch must never make a live file look
+like an orphan).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from trinitylake.errors import InvalidURIError
+
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "file": "file", "local": "file", "memory": "memory", "s3": "s3"}
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+# RFC 8089 also allows ``file:/abs/path`` (no authority); so do Java's File.toURI and Spark.
+_FILE_NO_AUTHORITY_RE = re.compile(r"^(?:file|local):(/(?!/).*|/)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParsedURI:
+    scheme: str  # canonical: file, s3, memory, or another fsspec protocol
+    authority: str  # bucket for s3, "" for file
+    path: str  # without leading slash for s3/memory, absolute for file
+
+    @property
+    def uri(self) -> str:
+        if self.scheme == "file":
+            return "file://" + self.path
+        return f"{self.scheme}://{self.authority}" + (f"/{self.path}" if self.path else "")
+
+    @property
+    def fs_path(self) -> str:
+        """The path as fsspec filesystems of this scheme expect it."""
+        if self.scheme == "file":
+            return self.path
+        return f"{self.authority}/{self.path}" if self.path else self.authority
+
+
+def _clean_segments(path: str, original: str) -> list[str]:
+    segs = [s for s in path.split("/") if s not in ("", ".")]
+    if ".." in segs:
+        raise InvalidURIError(f"URI {original!r} contains '..'; give a normalized location")
+    return segs
+
+
+def is_absolute(location: str) -> bool:
+    """True for a URI with a scheme or an absolute local path; False for a relative path."""
+    return bool(_SCHEME_RE.match(location) or _FILE_NO_AUTHORITY_RE.match(location)) or location.startswith("/")
+
+
+def parse_uri(uri: str) -> ParsedURI:
+    """Parse and normalize a URI or local path.
+
+    Raises:
+        InvalidURIError: the location is empty, has ``..`` segments or control characters.
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidURIError(f"empty location {uri!r}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in uri):
+        raise InvalidURIError(f"location {uri!r} contains control characters")
+    m_file = _FILE_NO_AUTHORITY_RE.match(uri)
+    if m_file:
+        return ParsedURI("file", "", "/" + "/".join(_clean_segments(m_file.group(1), uri)))
+    m = _SCHEME_RE.match(uri)
+    if not m:
+        # A plain local path; relative paths are made absolute against the working directory.
+        path = uri if uri.startswith("/") else os.path.join(os.getcwd(), uri)
+        segs = _clean_segments(path, uri)
+        return ParsedURI("file", "", "/" + "/".join(segs))
+    scheme = SCHEME_ALIASES.get(m.group(1).lower(), m.group(1).lower())
+    rest = m.group(2)
+    if scheme == "file":
+        if not rest.startswith("/"):
+            # file://host/path: only an empty host or localhost is meaningful here.
+            host, _, tail = rest.partition("/")
+            if host not in ("", "localhost"):
+                raise InvalidURIError(f"file URI {uri!r} names a remote host {host!r}")
+            rest = "/" + tail
+        segs = _clean_segments(rest, uri)
+        return ParsedURI("file", "", "/" + "/".join(segs))
+    authority, _, path = rest.partition("/")
+    if not authority:
+        raise InvalidURIError(f"URI {uri!r} has no bucket or authority")
+    segs = _clean_segments(path, uri)
+    return ParsedURI(scheme, authority, "/".join(segs))
+
+
+def normalize_uri(uri: str) -> str:
+    """Canonical spelling of a location (see module docstring)."""
+    return parse_uri(uri).uri
+
+
+def join_uri(base: str, rel: str) -> str:
+    """Join a relative path onto a canonical base URI.
+
+    Empty and ``.`` segments of `rel` are dropped (an empty `rel` gives `base` itself, without a
+    trailing slash); ``..`` raises InvalidURIError. A filesystem-root base (``file:///`` or ``/``)
+    keeps its single slash.
+    """
+    segs = _clean_segments(rel, rel)
+    root_like = base == "/" or base.endswith(":///")
+    head = base if root_like else base.rstrip("/")
+    if not segs:
+        return head
+    return head + ("" if root_like else "/") + "/".join(segs)

@@ -1,0 +1,22 @@
+"""Small parsing helpers shared by the CLI, the jobs and the config loader."""
+
+from __future__ import annotations
+
+import re
+
+from trinitylake.errors import ValidationError
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def parse_duration_ms(value: str | int | float) -> int:
+    """'7d', '36h', '10m', '90s', '500ms', '1w' or a number of milliseconds -> milliseconds."""
+    if isinstance(value, bool):
+        raise ValidationError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        return int(value)
+    m = _DURATION_RE.match(str(value))
+    if not m:
+        raise ValidationError(f"cannot parse duration {value!r}; use e.g. 7d, 36h, 10m, 90s, 500ms")
+    return int(float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"])

@@ -1,0 +1,46 @@
+"""Shared fixtures: one local Spark session per test run, the local S3 server, lakehouses."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)  # so `tests.s3server` and `bench` import from a checkout
+
+pytest_plugins = ["tests.s3server"]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local Spark session shared by the whole run (sessions cost ~7 s to start here)."""
+    from trinitylake.spark.session import get_spark
+
+    session = get_spark("local[2]", app_name="trinitylake-tests", conf={"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lakehouse_uri(tmp_path):
+    return str(tmp_path / "lh")
+
+
+@pytest.fixture
+def make_lakehouse(tmp_path):
+    """Factory for small lakehouses with multi-level trees (order 4, 4 KiB nodes)."""
+    from trinitylake.lakehouse import Lakehouse
+
+    counter = {"n": 0}
+
+    def make(uri: str | None = None, **kwargs):
+        counter["n"] += 1
+        kwargs.setdefault("order", 4)
+        kwargs.setdefault("node_max_bytes", 4096)
+        kwargs.setdefault("audit", False)
+        return Lakehouse.create(uri or str(tmp_path / f"lh{counter['n']}"), **kwargs)
+
+    return make

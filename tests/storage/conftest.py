@@ -1,0 +1,62 @@
+"""Fixtures of the storage tests: one `Backend` per storage kind (local, memory://, S3 on moto).
+
+The S3 server fixtures come from the `tests.s3server` plugin; the S3 backend asks for them
+lazily, so ``-m "not s3"`` never starts the server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+import pytest
+
+from trinitylake.storage import Storage
+
+KINDS = ["local", "memory", pytest.param("s3", marks=pytest.mark.s3)]
+
+
+@dataclass
+class Backend:
+    """Where a test's storage lives; `new()` gives an independent `Storage` on the same root."""
+
+    kind: str
+    root: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def new(self, root: str | None = None) -> Storage:
+        return Storage(root or self.root, dict(self.options))
+
+
+def _make_backend(request: pytest.FixtureRequest, kind: str, tmp_path: Any) -> Iterator[Backend]:
+    if kind == "local":
+        yield Backend("local", str(tmp_path / "lake"))
+    elif kind == "memory":
+        name = f"tl-{uuid.uuid4().hex}"
+        try:
+            yield Backend("memory", f"memory://{name}/lake")
+        finally:
+            fs = fsspec.filesystem("memory")
+            try:
+                fs.rm(f"/{name}", recursive=True)
+            except FileNotFoundError:
+                pass
+    elif kind == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        options = request.getfixturevalue("s3_storage_options")
+        yield Backend("s3", f"{bucket}/lake", options)
+    else:  # pragma: no cover - parametrization error
+        raise ValueError(kind)
+
+
+@pytest.fixture(params=KINDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Backend]:
+    yield from _make_backend(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def storage(backend: Backend) -> Storage:
+    return backend.new()
