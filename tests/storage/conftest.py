@@ -19,6 +19,13 @@ from trinitylake.storage import Storage
 KINDS = ["local", "memory", pytest.param("s3", marks=pytest.mark.s3)]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # tests/conftest.py loads the S3 plugin for the whole suite; this keeps `pytest tests/storage`
+    # working without it (e.g. with -p no:... or a partial checkout). Never registered twice.
+    if not config.pluginmanager.has_plugin("tests.s3server"):
+        config.pluginmanager.import_plugin("tests.s3server")
+
+
 @dataclass
 class Backend:
     """Where a test's storage lives; `new()` gives an independent `Storage` on the same root."""

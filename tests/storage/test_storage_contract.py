@@ -19,7 +19,6 @@ import trinitylake.storage.storage as storage_mod
 from trinitylake.errors import InvalidURIError, StorageError
 from trinitylake.storage import FileInfo, Storage
 from trinitylake.storage.uri import parse_uri
-from tests.storage.conftest import Backend
 
 LAYOUT = {
     "a.txt": b"A",
@@ -314,7 +313,7 @@ def test_pickle_roundtrip_still_reads(storage: Storage) -> None:
 
 
 # ---- several instances on one root (several writers, executors) --------------------------------
-def test_new_files_of_another_writer_are_seen_after_a_listing(backend: Backend) -> None:
+def test_new_files_of_another_writer_are_seen_after_a_listing(backend: Any) -> None:
     # Regression: s3fs's listings cache answered exists()/info() from an earlier listing, so a
     # root file committed by another writer looked missing (and info() said "directory").
     a, b = backend.new(), backend.new()
@@ -497,7 +496,9 @@ def test_s3_aliases_reach_the_same_objects(s3_bucket: str, s3_storage_options: d
 
 
 @pytest.mark.s3
-def test_s3_delete_in_batches(s3_bucket: str, s3_storage_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_delete_in_batches(
+    s3_bucket: str, s3_storage_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = Storage(s3_bucket + "/lake", s3_storage_options)
     names = [f"f{i}" for i in range(8)]
     for n in names:
@@ -518,7 +519,9 @@ def test_s3_delete_in_batches(s3_bucket: str, s3_storage_options: dict[str, Any]
 
 
 @pytest.mark.s3
-def test_s3_delete_reports_what_s3_refused(s3_bucket: str, s3_storage_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_delete_reports_what_s3_refused(
+    s3_bucket: str, s3_storage_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # s3fs's own bulk delete drops the per-key Errors of DeleteObjects; ours reports them.
     s = Storage(s3_bucket + "/lake", s3_storage_options)
     s.write("ok", b"1")
@@ -531,7 +534,9 @@ def test_s3_delete_reports_what_s3_refused(s3_bucket: str, s3_storage_options: d
         keys = [o["Key"] for o in kwargs["Delete"]["Objects"]]
         allowed = [k for k in keys if not k.endswith("locked")]
         out = real(method, Bucket=kwargs["Bucket"], Delete={"Objects": [{"Key": k} for k in allowed], "Quiet": True})
-        out["Errors"] = [{"Key": k, "Code": "AccessDenied", "Message": "Access Denied"} for k in keys if k.endswith("locked")]
+        out["Errors"] = [
+            {"Key": k, "Code": "AccessDenied", "Message": "Access Denied"} for k in keys if k.endswith("locked")
+        ]
         return out
 
     monkeypatch.setattr(s.fs, "call_s3", refusing)
@@ -554,7 +559,9 @@ def test_s3_delete_in_a_missing_bucket_is_reported(s3_bucket: str, s3_storage_op
 def _client_error(code: str, status: int, operation: str = "PutObject") -> Exception:
     from botocore.exceptions import ClientError
 
-    return ClientError({"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
+    )
 
 
 def _wrapped(code: str, status: int, message: str) -> OSError:
@@ -578,7 +585,9 @@ def offline_s3() -> Storage:
     return Storage("s3://tl-offline/lake", {"endpoint_url": "http://127.0.0.1:9", "key": "k", "secret": "s"})
 
 
-def test_s3_create_exclusive_retries_conditional_conflicts(offline_s3: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_create_exclusive_retries_conditional_conflicts(
+    offline_s3: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[str] = []
 
     def flaky(path: str, data: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
@@ -592,7 +601,9 @@ def test_s3_create_exclusive_retries_conditional_conflicts(offline_s3: Storage, 
     assert calls == ["create", "create", "create"]
 
 
-def test_s3_create_exclusive_maps_412_and_keeps_other_errors(offline_s3: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_create_exclusive_maps_412_and_keeps_other_errors(
+    offline_s3: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def precondition(path: str, data: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         raise _wrapped("PreconditionFailed", 412, "At least one of the pre-conditions you specified did not hold")
 
@@ -624,3 +635,30 @@ def test_s3_filesystem_has_no_listings_cache(offline_s3: Storage) -> None:
     assert offline_s3.fs.dircache.use_listings_cache is False
     cached = Storage("s3://tl-offline", {**offline_s3.options, "use_listings_cache": True})
     assert cached.fs.dircache.use_listings_cache is True  # an explicit option still wins
+
+
+def _report_fs_identity(storage: Storage, results: Any) -> None:
+    results.put((os.getpid(), id(storage.fs)))
+
+
+def test_forked_child_builds_its_own_filesystem(offline_s3: Storage) -> None:
+    # An s3fs client (and its event loop) must not be reused across fork (Spark's Python
+    # workers fork from a daemon): the child builds a new one on first use.
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    ctx = multiprocessing.get_context("fork")
+    parent_fs = offline_s3.fs
+    results = ctx.Queue()
+    p = ctx.Process(target=_report_fs_identity, args=(offline_s3, results), daemon=True)
+    p.start()
+    try:
+        child_pid, child_fs_id = results.get(timeout=60)
+        p.join(timeout=30)
+    finally:
+        if p.is_alive():
+            p.terminate()
+    assert child_pid != os.getpid()
+    assert child_fs_id != id(parent_fs)
+    assert offline_s3.fs is parent_fs  # the parent keeps its own

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from trinitylake.storage import Storage
-from tests.storage.conftest import Backend
 
 THREADS = 32
 PROCESSES = 8
@@ -45,7 +44,7 @@ def _race(storages: list[Storage], path: str) -> tuple[list[int], list[BaseExcep
     return winners, errors
 
 
-def test_threads_race_for_one_key(backend: Backend) -> None:
+def test_threads_race_for_one_key(backend: Any) -> None:
     # Half the writers share one Storage (threads in one executor), half have their own
     # (independent processes or executors). Both must be exclusive.
     shared = backend.new()
@@ -58,7 +57,7 @@ def test_threads_race_for_one_key(backend: Backend) -> None:
     assert sorted(f.path for f in shared.list()) == ["_root_1.arrow", "deep/dir/_root_2.arrow"]
 
 
-def test_threads_on_distinct_keys_never_conflict(backend: Backend) -> None:
+def test_threads_on_distinct_keys_never_conflict(backend: Any) -> None:
     shared = backend.new()
     barrier = threading.Barrier(16)
 
@@ -99,13 +98,22 @@ def test_processes_race_for_one_key_locally(tmp_path: Any, rounds: int) -> None:
         path = f"_root_{r}.arrow"
         barrier = ctx.Barrier(PROCESSES)
         results = ctx.Queue()
-        procs = [ctx.Process(target=_process_writer, args=(root, path, i, barrier, results)) for i in range(PROCESSES)]
-        for p in procs:
-            p.start()
-        outcomes = dict(results.get(timeout=120) for _ in procs)
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0
+        procs = [
+            ctx.Process(target=_process_writer, args=(root, path, i, barrier, results), daemon=True)
+            for i in range(PROCESSES)
+        ]
+        try:
+            for p in procs:
+                p.start()
+            outcomes = dict(results.get(timeout=120) for _ in procs)
+            for p in procs:
+                p.join(timeout=60)
+                assert p.exitcode == 0
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(timeout=10)
         assert len(outcomes) == PROCESSES
         assert Counter(outcomes.values()) == {"won": 1, "lost": PROCESSES - 1}, outcomes
         (winner,) = [i for i, o in outcomes.items() if o == "won"]

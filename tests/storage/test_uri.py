@@ -96,7 +96,18 @@ def test_invalid_uri_error_is_a_value_error() -> None:
 # ---- other invalid input -------------------------------------------------------------------
 @pytest.mark.parametrize(
     "raw",
-    ["", "   ", "s3://", "s3:///key", "s3a:///", "memory://", "s3://b/a\nb", "s3://b/a\x00", "/tmp/a\x7f", "s3://b/\tx"],
+    [
+        "",
+        "   ",
+        "s3://",
+        "s3:///key",
+        "s3a:///",
+        "memory://",
+        "s3://b/a\nb",
+        "s3://b/a\x00",
+        "/tmp/a\x7f",
+        "s3://b/\tx",
+    ],
 )
 def test_invalid_locations(raw: str) -> None:
     with pytest.raises(InvalidURIError):
@@ -196,7 +207,11 @@ def test_is_absolute(location: str, absolute: bool) -> None:
         ("s3://b/lake", "a//b/", "s3://b/lake/a/b"),
         ("s3://b/lake", "./a/./b", "s3://b/lake/a/b"),
         ("s3://b/lake", "/a", "s3://b/lake/a"),
-        ("file:///tmp/lake", "0110/0000/1011/01111000-node-x.arrow", "file:///tmp/lake/0110/0000/1011/01111000-node-x.arrow"),
+        (
+            "file:///tmp/lake",
+            "0110/0000/1011/01111000-node-x.arrow",
+            "file:///tmp/lake/0110/0000/1011/01111000-node-x.arrow",
+        ),
         ("file:///", "a/b", "file:///a/b"),
         ("/", "a", "/a"),
         ("memory://m", "x", "memory://m/x"),
@@ -206,7 +221,9 @@ def test_join(base: str, rel: str, joined: str) -> None:
     assert join_uri(base, rel) == joined
 
 
-@pytest.mark.parametrize(("base", "joined"), [("s3://b/lake", "s3://b/lake"), ("s3://b/lake/", "s3://b/lake"), ("file:///", "file:///")])
+@pytest.mark.parametrize(
+    ("base", "joined"), [("s3://b/lake", "s3://b/lake"), ("s3://b/lake/", "s3://b/lake"), ("file:///", "file:///")]
+)
 @pytest.mark.parametrize("rel", ["", ".", "/", "./"])
 def test_join_empty_gives_base(base: str, rel: str, joined: str) -> None:
     assert join_uri(base, rel) == joined
@@ -232,7 +249,11 @@ _path = st.lists(st.one_of(_segment, st.just(""), st.just(".")), max_size=6).map
 
 
 @settings(max_examples=150, deadline=None)
-@given(scheme=st.sampled_from(["s3", "s3a", "s3n", "S3A", "memory", "gs"]), bucket=st.from_regex(r"[a-z0-9]{3,8}", fullmatch=True), path=_path)
+@given(
+    scheme=st.sampled_from(["s3", "s3a", "s3n", "S3A", "memory", "gs"]),
+    bucket=st.from_regex(r"[a-z0-9]{3,8}", fullmatch=True),
+    path=_path,
+)
 def test_normalize_is_idempotent_for_buckets(scheme: str, bucket: str, path: str) -> None:
     once = normalize_uri(f"{scheme}://{bucket}/{path}")
     assert normalize_uri(once) == once

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+
 from trinitylake.errors import ValidationError
 
 RECORD_TYPES = ("begin", "committed", "failed", "completed", "read", "recovered")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
 from trinitylake.control.records import (
     ADDED_COLUMNS,
     RECORD_TYPE_RANK,
@@ -138,19 +140,30 @@ class ControlTable:
         return state
 
     # ---- delta plumbing ---------------------------------------------------------------
-    def _is_delta(self) -> bool:
-        try:
-            return DeltaTable.is_deltatable(self._delta_uri, storage_options=self._delta_options)
-        except Exception as e:  # noqa: BLE001 - e.g. bad credentials
-            raise ControlTableError(f"cannot inspect control table {self.uri}: {e}") from e
+    def _try_load(self) -> DeltaTable | None:
+        """The Delta table, or None when the location holds no Delta table.
 
-    def _load(self) -> DeltaTable:
+        (Not `DeltaTable.is_deltatable`: in deltalake 1.6.6 it holds the GIL during its S3
+        request, which deadlocks against an S3 server running in the same process, e.g.
+        moto's ThreadedMotoServer in tests.)
+        """
         try:
             return DeltaTable(self._delta_uri, storage_options=self._delta_options)
-        except TableNotFoundError as e:
-            raise ControlTableError(f"no control table at {self.uri}: {e}") from e
+        except TableNotFoundError:
+            return None
         except DeltaError as e:
-            raise ControlTableError(f"cannot read control table {self.uri}: {e}") from e
+            raise ControlTableError(f"cannot read control table {self.uri}: {_first_line(e)}") from e
+        except OSError as e:  # e.g. unreachable endpoint, bad credentials
+            raise ControlTableError(f"cannot read control table {self.uri}: {_first_line(e)}") from e
+
+    def _is_delta(self) -> bool:
+        return self._try_load() is not None
+
+    def _load(self) -> DeltaTable:
+        dt = self._try_load()
+        if dt is None:
+            raise ControlTableError(f"no control table at {self.uri}")
+        return dt
 
     def _foreign_files(self) -> list[str]:
         """Files in the location that are neither Delta's nor ours (first few)."""
@@ -194,8 +207,13 @@ class ControlTable:
         """
         if self._ensured:
             return
-        if self._is_delta():
-            self._check_schema(self._load())
+        try:
+            dt = self._try_load()
+        except ControlTableError as e:
+            # A _delta_log we cannot parse: not ours to touch.
+            raise ControlTableError(f"control location {self.uri} is not a readable Delta table: {e}") from e
+        if dt is not None:
+            self._check_schema(dt)
             self._ensured = True
             return
         foreign = self._foreign_files()
@@ -214,9 +232,10 @@ class ControlTable:
                 storage_options=self._delta_options,
             )
         except Exception as e:  # noqa: BLE001 - a concurrent creator may have won
-            if not self._is_delta():
-                raise ControlTableError(f"cannot create control table {self.uri}: {e}") from e
-            self._check_schema(self._load())
+            dt = self._try_load()
+            if dt is None:
+                raise ControlTableError(f"cannot create control table {self.uri}: {_first_line(e)}") from e
+            self._check_schema(dt)
         self._ensured = True
 
     def append(self, records: list[AuditRecord]) -> None:
@@ -244,7 +263,7 @@ class ControlTable:
                 last_err = e
                 time.sleep(min(2.0, 0.02 * (2 ** min(attempt, 6))) * (0.5 + random.random()))
             except DeltaError as e:
-                raise ControlTableError(f"cannot append to control table {self.uri}: {e}") from e
+                raise ControlTableError(f"cannot append to control table {self.uri}: {_first_line(e)}") from e
         raise ControlTableError(
             f"cannot append to control table {self.uri} after {_APPEND_ATTEMPTS} attempts: {last_err}"
         )
@@ -254,14 +273,14 @@ class ControlTable:
 
         An absent table reads as empty; a location holding other files raises ControlTableError.
         """
-        if not self._is_delta():
+        dt = self._try_load()
+        if dt is None:
             foreign = self._foreign_files()
             if foreign:
                 raise ControlTableError(
                     f"control location {self.uri} is not a Delta table but holds files (e.g. {', '.join(foreign)})"
                 )
             return SCHEMA.empty_table()
-        dt = self._load()
         ds = dt.to_pyarrow_dataset()
         flt = (pc.field("txn_seq") >= since_seq) if since_seq is not None else None
         tbl = ds.to_table(filter=flt)
@@ -310,6 +329,18 @@ class ControlTable:
             m["seq_markers_pruned"] = float(self.seq.prune(prune_seq_keep))
         m["seconds_total"] = time.perf_counter() - t0
         return m
+
+
+def _first_line(e: BaseException) -> str:
+    """delta-rs errors carry multi-line backtraces; keep the message."""
+    lines = []
+    for ln in str(e).splitlines():
+        ln = ln.strip().lstrip("\u21b3").strip()
+        if re.match(r"^\d+: ", ln):  # start of a Rust backtrace
+            break
+        if ln:
+            lines.append(ln)
+    return " ".join(lines[:4]) if lines else type(e).__name__
 
 
 def _conform(data: pa.Table, target: pa.Schema) -> pa.Table:

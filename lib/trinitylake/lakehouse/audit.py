@@ -154,3 +154,75 @@ class Auditor:
                 )
             ]
         )
+
+
+def job_begin(auditor: Auditor, job: str, run_id: str, arguments: dict, version: int | None) -> int | None:
+    """Allocate the job run's txn_seq and write its `begin` row (long runs are visible while
+    they run). Lakehouse commits the job makes get their own txn_seq, with `parent_seq` set to
+    this one. Returns the seq (None when auditing is off)."""
+    if not auditor.enabled:
+        return None
+    seq = auditor.allocate_seq(run_id)
+    auditor.parent_seq = None
+    auditor.append(
+        [
+            auditor._record(
+                txn_seq=seq,
+                record_type="begin",
+                txn_id=run_id,
+                command=job,
+                arguments=arguments,
+                started_at=datetime.now(UTC),
+                version_before=version,
+                based_on_version=version,
+            )
+        ]
+    )
+    auditor.parent_seq = seq
+    return seq
+
+
+def job_end(
+    auditor: Auditor,
+    seq: int | None,
+    job: str,
+    run_id: str,
+    arguments: dict,
+    started: datetime,
+    *,
+    status: str,
+    metrics: dict[str, float],
+    version_before: int | None,
+    version_after: int | None,
+    error: BaseException | None = None,
+) -> None:
+    """The run's final row: `completed` (it changed the lakehouse), `read` (it changed nothing:
+    walks, dry runs, orphan cleanups: no version produced, `based_on_version` set) or `failed`."""
+    if seq is None:
+        return
+    auditor.parent_seq = None
+    if error is not None:
+        record_type = "failed"
+    elif version_after is not None and version_after != version_before:
+        record_type = "completed"
+    else:
+        record_type = "read"
+    auditor.append(
+        [
+            auditor._record(
+                txn_seq=seq,
+                record_type=record_type,
+                txn_id=run_id,
+                command=job,
+                arguments=arguments,
+                started_at=started,
+                ended_at=datetime.now(UTC),
+                version_before=version_before,
+                version_after=version_after if record_type == "completed" else None,
+                based_on_version=version_before,
+                metrics={**metrics, "status_" + status: 1.0},
+                error_class=type(error).__name__ if error else None,
+                error_message=str(error)[:2000] if error else None,
+            )
+        ]
+    )

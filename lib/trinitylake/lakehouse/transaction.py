@@ -11,7 +11,9 @@ root w and the commit is retried at w+1, with bounded retries and jittered backo
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -35,6 +37,13 @@ from trinitylake.lakehouse.roots import root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 
 MAX_COMMIT_ATTEMPTS = 32
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for the crash-safety tests: ``TLAKE_TEST_CRASH_AT=<name>`` kills the
+    process with SIGKILL at that point of a commit (no cleanup, no finally blocks)."""
+    if os.environ.get("TLAKE_TEST_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Transaction(LakehouseView):
@@ -243,8 +252,11 @@ class Transaction(LakehouseView):
                     txn_seq=seq,
                 )
                 try:
+                    _crash_point("before_nodes")
                     lh.write_nodes(writer.pending)
+                    _crash_point("before_root")
                     lh.storage.create_exclusive(root_name(base.version + 1), serialize(new_root, d.order))
+                    _crash_point("after_root")
                 except FileExistsError:
                     store.staged.clear()
                     base = self._rebase(base.version)
@@ -266,6 +278,7 @@ class Transaction(LakehouseView):
         version = base.version + 1
         self.committed_version = version
         lh._write_hint(version)
+        _crash_point("after_hint")
         lh.auditor.committed(seq, self.id, command, arguments, self.started, base.version, version, lh._safe_changes(version),
                              isolation=self.isolation, attempts=self.attempts, metrics=metrics)
         return version

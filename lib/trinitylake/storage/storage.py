@@ -120,6 +120,9 @@ def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, An
         # Temporary credentials are useless without their token: carry it with the key.
         if os.environ.get("AWS_SESSION_TOKEN"):
             opts["token"] = os.environ["AWS_SESSION_TOKEN"]
+    if overrides.get("key") is not None or overrides.get("secret") is not None:
+        # Explicit credentials replace the environment's: its session token belongs to its key.
+        opts.pop("token", None)
     for k, v in overrides.items():
         if v is not None:
             opts[k] = v
@@ -342,7 +345,7 @@ class Storage:
                     raise
             # No hard links here (some FUSE/SMB/overlay mounts): plain O_EXCL create.
             try:
-                f = open(fp, "xb")  # noqa: SIM115 - closed below, removed on failure
+                f = open(fp, "xb")  # closed by the `with` below; removed if the write fails
             except FileExistsError:
                 raise FileExistsError(f"already exists: {self.uri(path)}") from None
             try:
@@ -476,7 +479,9 @@ class Storage:
                 pass
             return sorted(dirs), sorted(files, key=lambda f: f.path)
         try:
-            entries = self.fs.ls(base, detail=True, refresh=True) if self.scheme == "s3" else self.fs.ls(base, detail=True)
+            entries = (
+                self.fs.ls(base, detail=True, refresh=True) if self.scheme == "s3" else self.fs.ls(base, detail=True)
+            )
         except FileNotFoundError:
             return [], []
         under = base.strip("/") + "/"

@@ -1,0 +1,280 @@
+"""The one task table of the TrinityLake maintenance pipeline.
+
+Both orchestrations are built from :data:`TASKS`:
+
+* the Airflow DAGs in ``trinitylake_maintenance.py`` (spark-submit and Databricks variants);
+* the Databricks job definitions that ``conf/databricks/generate.py`` writes
+  (``conf/databricks/trinitylake_maintenance.json`` for the Jobs API and
+  ``conf/databricks/resources/trinitylake_maintenance.job.yml`` for the asset bundle).
+
+The pipeline, once a day::
+
+    expire -> orphans_dry_run -> orphans -> is_export_day -> export_weekly
+
+``is_export_day`` lets the weekly export run only when the run's date falls on
+``export_weekday`` (ISO: Monday = 1 ... Sunday = 7, default Sunday): a ShortCircuitOperator in
+Airflow, a ``condition_task`` on Databricks. One daily schedule with a gate keeps a single
+run at a time (the export never overlaps an orphan cleanup) and one place to look.
+
+Every job gets ``--lakehouse``, ``--conf conf/<job>.yaml`` and ``--reference-time`` set to the
+run's logical (scheduled) time, never "now", so that a re-run of a date computes the same
+cutoffs; the export is named after that date and exports the version current at it.
+
+This module is pure Python (no Airflow, no Databricks SDK imports) so that the generator and
+the tests of the main virtualenv can import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+#: Version of the ``trinitylake`` wheel the jobs ship (``make dist``); a test compares it
+#: with pyproject.toml.
+PACKAGE_VERSION = "0.1.0"
+WHEEL = f"trinitylake-{PACKAGE_VERSION}-py3-none-any.whl"
+
+#: Task id of the weekly gate (ShortCircuitOperator / condition_task).
+GATE_TASK_ID = "is_export_day"
+#: ISO weekday of the weekly export (7 = Sunday).
+DEFAULT_EXPORT_WEEKDAY = 7
+
+DAILY_CRON = "0 3 * * *"
+DAILY_QUARTZ_CRON = "0 0 3 * * ?"
+TIMEZONE = "UTC"
+
+# Defaults of the values an operator sets per deployment (Airflow Variables / Databricks job
+# parameters); the CHANGE-ME locations fail loudly rather than touch a real bucket.
+DEFAULT_LAKEHOUSE = "s3://CHANGE-ME/trinitylake"
+DEFAULT_EXPORT_ROOT = "s3://CHANGE-ME/trinitylake-exports"
+DEFAULT_REPO = "/opt/trinitylake"
+DEFAULT_DATABRICKS_ROOT = "/Workspace/Shared/trinitylake"
+
+
+@dataclass(frozen=True)
+class MaintenanceTask:
+    """One step of the pipeline.
+
+    Attributes:
+        task_id: the Airflow task_id and the Databricks task_key.
+        job: runs ``jobs/<job>.py`` with ``conf/<job>.yaml``.
+        upstream: the task this one waits for (None for the first).
+        extra_args: flags added after the common ones (e.g. ``--dry-run``).
+        weekly: runs only behind the ``is_export_day`` gate.
+        timeout_minutes: hard limit of one attempt.
+        retries: retries of a failed attempt; every job is idempotent (expire commits before
+            it deletes, orphans re-lists, export skips files already copied).
+        description: one line for the UI.
+    """
+
+    task_id: str
+    job: str
+    upstream: str | None
+    description: str
+    extra_args: tuple[str, ...] = ()
+    weekly: bool = False
+    timeout_minutes: int = 120
+    retries: int = 2
+
+
+TASKS: tuple[MaintenanceTask, ...] = (
+    MaintenanceTask(
+        "expire",
+        "expire",
+        None,
+        "Expire versions past max_version_age (commit first), then delete the files only they reached.",
+    ),
+    MaintenanceTask(
+        "orphans_dry_run",
+        "orphans",
+        "expire",
+        "List orphan candidates and record them in the control table; delete nothing.",
+        extra_args=("--dry-run",),
+        timeout_minutes=60,
+    ),
+    MaintenanceTask(
+        "orphans",
+        "orphans",
+        "orphans_dry_run",
+        "Delete format-owned files older than the transaction TTL that nothing references.",
+    ),
+    MaintenanceTask(
+        "export_weekly",
+        "export",
+        "orphans",
+        "Weekly full export of the version current at the run's date to <export_root>/weekly-<date>.",
+        weekly=True,
+        timeout_minutes=240,
+    ),
+)
+
+
+def task_by_id(task_id: str) -> MaintenanceTask:
+    for task in TASKS:
+        if task.task_id == task_id:
+            return task
+    raise KeyError(task_id)
+
+
+def job_arguments(
+    task: MaintenanceTask,
+    *,
+    lakehouse: str,
+    conf_path: str,
+    reference_time: str,
+    export_name: str,
+    export_root: str,
+) -> list[str]:
+    """Command-line arguments of ``jobs/<job>.py`` for one task.
+
+    The values are placeholders of the orchestrator (Jinja in Airflow, ``{{job.…}}`` dynamic
+    value references on Databricks), so one table serves both.
+    """
+    args = ["--lakehouse", lakehouse, "--conf", conf_path, "--reference-time", reference_time, *task.extra_args]
+    if task.job == "export":
+        args += ["--name", export_name, "--target", f"{export_root}/{export_name}", "--as-of", reference_time]
+    return args
+
+
+def is_export_day(when: datetime, export_weekday: int | str = DEFAULT_EXPORT_WEEKDAY) -> bool:
+    """True when ``when`` falls on the ISO weekday of the weekly export (7 = Sunday)."""
+    weekday = int(export_weekday)
+    if not 1 <= weekday <= 7:
+        raise ValueError(f"export_weekday must be an ISO weekday 1..7 (7 = Sunday), got {export_weekday!r}")
+    return when.isoweekday() == weekday
+
+
+# ---- Databricks -------------------------------------------------------------------------------
+
+JOB_NAME = "trinitylake_maintenance"
+JOB_CLUSTER_KEY = "maintenance"
+#: Databricks dynamic value references: the trigger (scheduled) time plays the logical date.
+DBX_REFERENCE_TIME = "{{job.trigger.time.timestamp_ms}}"
+DBX_EXPORT_NAME = "weekly-{{job.trigger.time.iso_date}}"
+DBX_WEEKDAY = "{{job.trigger.time.iso_weekday}}"
+
+
+def databricks_new_cluster() -> dict[str, Any]:
+    """The job cluster every Spark task runs on (AWS node type; change for Azure/GCP)."""
+    return {
+        "spark_version": "17.3.x-scala2.13",
+        "node_type_id": "i3.xlarge",
+        "num_workers": 2,
+        "spark_conf": {
+            "spark.sql.shuffle.partitions": "64",
+            "spark.sql.adaptive.enabled": "true",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.session.timeZone": "UTC",
+        },
+    }
+
+
+def databricks_spark_python_task(
+    task: MaintenanceTask,
+    *,
+    jobs_root: str,
+    conf_root: str,
+    lakehouse: str,
+    export_root: str,
+    reference_time: str = DBX_REFERENCE_TIME,
+    export_name: str = DBX_EXPORT_NAME,
+    source: str | None = "WORKSPACE",
+) -> dict[str, Any]:
+    """``spark_python_task`` of one task: ``<jobs_root>/jobs/<job>.py --conf <conf_root>/conf/<job>.yaml ...``."""
+    spec: dict[str, Any] = {
+        "python_file": f"{jobs_root}/jobs/{task.job}.py",
+        "parameters": job_arguments(
+            task,
+            lakehouse=lakehouse,
+            conf_path=f"{conf_root}/conf/{task.job}.yaml",
+            reference_time=reference_time,
+            export_name=export_name,
+            export_root=export_root,
+        ),
+    }
+    if source:
+        spec["source"] = source
+    return spec
+
+
+def databricks_job(
+    *,
+    root: str = DEFAULT_DATABRICKS_ROOT,
+    conf_root: str | None = None,
+    wheel: str | None = None,
+    source: str | None = "WORKSPACE",
+    lakehouse_default: str = DEFAULT_LAKEHOUSE,
+    export_root_default: str = DEFAULT_EXPORT_ROOT,
+    pause_status: str = "PAUSED",
+) -> dict[str, Any]:
+    """The Jobs API 2.2 job settings of the pipeline (one job cluster, one task per row).
+
+    Args:
+        root: where ``jobs/`` lives (a workspace path, or a path relative to a bundle file).
+        conf_root: where ``conf/`` lives when the job runs; defaults to ``root``.
+        wheel: the wheel library path; defaults to ``<root>/dist/<WHEEL>``.
+        source: ``spark_python_task.source`` (None for bundles, which upload the files).
+        lakehouse_default, export_root_default: defaults of the job parameters.
+        pause_status: of the daily schedule.
+    """
+    wheel = wheel or f"{root}/dist/{WHEEL}"
+    conf_root = conf_root or root
+    tasks: list[dict[str, Any]] = []
+    for task in TASKS:
+        upstream = task.upstream
+        if task.weekly:
+            tasks.append(
+                {
+                    "task_key": GATE_TASK_ID,
+                    "description": "Run the weekly export only on export_weekday (ISO, 7 = Sunday).",
+                    "depends_on": [{"task_key": upstream}],
+                    "condition_task": {
+                        "op": "EQUAL_TO",
+                        "left": DBX_WEEKDAY,
+                        "right": "{{job.parameters.export_weekday}}",
+                    },
+                }
+            )
+        spec = databricks_spark_python_task(
+            task,
+            jobs_root=root,
+            conf_root=conf_root,
+            lakehouse="{{job.parameters.lakehouse}}",
+            export_root="{{job.parameters.export_root}}",
+            source=source,
+        )
+        entry: dict[str, Any] = {"task_key": task.task_id, "description": task.description}
+        if task.weekly:
+            entry["depends_on"] = [{"task_key": GATE_TASK_ID, "outcome": "true"}]
+        elif upstream:
+            entry["depends_on"] = [{"task_key": upstream}]
+        entry |= {
+            "job_cluster_key": JOB_CLUSTER_KEY,
+            "spark_python_task": spec,
+            "libraries": [{"whl": wheel}],
+            "timeout_seconds": task.timeout_minutes * 60,
+            "max_retries": task.retries,
+            "min_retry_interval_millis": 300_000,
+            "retry_on_timeout": False,
+        }
+        tasks.append(entry)
+    return {
+        "name": JOB_NAME,
+        "description": "TrinityLake maintenance: expire versions, clean orphans, weekly export.",
+        "tags": {"project": "trinitylake", "component": "maintenance"},
+        "max_concurrent_runs": 1,
+        "queue": {"enabled": True},
+        "parameters": [
+            {"name": "lakehouse", "default": lakehouse_default},
+            {"name": "export_root", "default": export_root_default},
+            {"name": "export_weekday", "default": str(DEFAULT_EXPORT_WEEKDAY)},
+        ],
+        "job_clusters": [{"job_cluster_key": JOB_CLUSTER_KEY, "new_cluster": databricks_new_cluster()}],
+        "tasks": tasks,
+        "schedule": {
+            "quartz_cron_expression": DAILY_QUARTZ_CRON,
+            "timezone_id": TIMEZONE,
+            "pause_status": pause_status,
+        },
+    }

@@ -1,0 +1,46 @@
+"""One result type for every job: the CLI, the logs, the control table and Airflow's XCom
+all render the same object."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class JobResult:
+    """Outcome of one job run.
+
+    `counts` holds file counts (listed, reachable, candidates, deleted, failed, copied, ...),
+    `bytes` byte totals under the same names, `seconds` the wall time of each phase.
+    """
+
+    job: str
+    run_id: str
+    lakehouse: str
+    status: str = "running"  # running | succeeded | dry_run | failed
+    dry_run: bool = False
+    txn_seq: int | None = None
+    version_before: int | None = None
+    version_after: int | None = None
+    plan_location: str | None = None
+    output_location: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat numeric map for the control table's `metrics` column."""
+        m: dict[str, float] = {}
+        for k, v in self.counts.items():
+            m[f"files_{k}"] = float(v)
+        for k, v in self.bytes.items():
+            m[f"bytes_{k}"] = float(v)
+        for k, v in self.seconds.items():
+            m[f"seconds_{k}"] = float(v)
+        return m

@@ -1,0 +1,27 @@
+"""Fixtures of the control-table tests (the S3 fixtures come from the root conftest)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def control_spark():
+    """A small local SparkSession for reading the control table's Parquet files."""
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    spark = (
+        pyspark_sql.SparkSession.builder.master("local[1]")
+        .appName("trinitylake-control-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    yield spark
+    spark.stop()
