@@ -44,15 +44,18 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
+import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.databricks.operators.databricks import DatabricksSubmitRunOperator
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG, BaseOperator, Param
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # the DAG folder is on sys.path in Airflow, not always in tools and tests
+    sys.path.insert(0, _HERE)
 import trinitylake_tasks as tl  # noqa: E402
 
 DAG_ID = "trinitylake_maintenance"
@@ -103,13 +106,18 @@ def _export_day(dag_run: Any, params: dict[str, Any], **_: Any) -> bool:
     return tl.is_export_day(when, params["export_weekday"])
 
 
-def _build_dag(dag_id: str, description: str, tags: list[str], params: dict[str, Param],
-               make_task: Callable[[tl.MaintenanceTask], BaseOperator]) -> DAG:
+def _build_dag(
+    dag_id: str,
+    description: str,
+    tags: list[str],
+    params: dict[str, Param],
+    make_task: Callable[[tl.MaintenanceTask], BaseOperator],
+) -> DAG:
     with DAG(
         dag_id=dag_id,
         description=description,
         schedule=SCHEDULE,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
         max_active_runs=1,
         default_args=DEFAULT_ARGS,

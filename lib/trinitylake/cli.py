@@ -17,7 +17,7 @@ from rich.table import Table
 
 from trinitylake.errors import TrinityLakeError, ValidationError
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
 
 

@@ -14,6 +14,10 @@ def control_spark():
     pyspark_sql = pytest.importorskip("pyspark.sql")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    active = pyspark_sql.SparkSession.getActiveSession()
+    if active is not None:  # e.g. the root conftest's session: share it, never stop it
+        yield active
+        return
     spark = (
         pyspark_sql.SparkSession.builder.master("local[1]")
         .appName("trinitylake-control-tests")

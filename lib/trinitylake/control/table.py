@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Schema, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from trinitylake.control.records import (
@@ -207,17 +207,23 @@ class ControlTable:
         """
         if self._ensured:
             return
-        try:
-            dt = self._try_load()
-        except ControlTableError as e:
-            # A _delta_log we cannot parse: not ours to touch.
-            raise ControlTableError(f"control location {self.uri} is not a readable Delta table: {e}") from e
-        if dt is not None:
-            self._check_schema(dt)
-            self._ensured = True
-            return
-        foreign = self._foreign_files()
-        if foreign:
+        for attempt in range(5):
+            try:
+                dt = self._try_load()
+            except ControlTableError as e:
+                # A _delta_log we cannot parse: not ours to touch.
+                raise ControlTableError(f"control location {self.uri} is not a readable Delta table: {e}") from e
+            if dt is not None:
+                self._check_schema(dt)
+                self._ensured = True
+                return
+            foreign = self._foreign_files()
+            if not foreign:
+                break
+            if attempt < 4 and all(f.startswith("_delta_log/") for f in foreign):
+                # Another process may be creating the table right now: look again.
+                time.sleep(0.1 * (attempt + 1))
+                continue
             raise ControlTableError(
                 f"control location {self.uri} is not a Delta table but holds files "
                 f"(e.g. {', '.join(foreign)}); refusing to create the control table there"
@@ -230,6 +236,9 @@ class ControlTable:
                 name="trinitylake_control",
                 description="TrinityLake control table: one row per transaction event, keyed by txn_seq",
                 storage_options=self._delta_options,
+                # Without this, a creator that loses the race for version 0 retries its
+                # CREATE TABLE as version 1 (new table id, metadata replaced).
+                commit_properties=CommitProperties(max_commit_retries=0),
             )
         except Exception as e:  # noqa: BLE001 - a concurrent creator may have won
             dt = self._try_load()

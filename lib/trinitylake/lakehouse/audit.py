@@ -12,6 +12,7 @@ import getpass
 import logging
 import os
 import socket
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,50 @@ class Auditor:
             log.warning("audit rows not written to %s (%s: %s); they will be reconciled", self.control_uri, type(e).__name__, e)
             return False
 
+    AUDITED_PREFIX = "_audited"
+    RECONCILE_AFTER_SECONDS = 60.0
+    RECONCILE_MAX_BACK = 100
+
+    def _mark_audited(self, version: int) -> None:
+        try:
+            self.control.storage.write(f"{self.AUDITED_PREFIX}/{version:020d}", b"1")
+        except Exception as e:  # noqa: BLE001 - only an optimisation for the next writer
+            log.debug("audited marker for version %s not written: %s", version, e)
+
+    def reconcile_before(self, version: int) -> int:
+        """The next writer's duty: versions just below `version` whose writer died between
+        the tree commit and its audit row get a ``recovered`` row (read from the tree).
+
+        Cheap on the happy path: one exists() on the previous version's audited marker.
+        Versions younger than a minute are left alone (their writer may still be writing).
+        """
+        if not self.enabled:
+            return 0
+        try:
+            missing = []
+            v = version - 1
+            while v >= 0 and len(missing) < self.RECONCILE_MAX_BACK:
+                if self.control.storage.exists(f"{self.AUDITED_PREFIX}/{v:020d}"):
+                    break
+                try:
+                    ref = self.lakehouse.load_root(v)
+                except Exception:  # noqa: BLE001 - expired: nothing older to reconcile
+                    break
+                if (time.time() * 1000 - ref.created_at_millis) / 1000 >= self.RECONCILE_AFTER_SECONDS:
+                    missing.append(v)
+                v -= 1
+            if not missing:
+                return 0
+            from trinitylake.control import reconcile
+
+            n = reconcile(self.control, [self.lakehouse.version_info(m) for m in missing])
+            for m in missing:
+                self._mark_audited(m)
+            return n
+        except Exception as e:  # noqa: BLE001 - reconciliation must never fail a commit
+            log.warning("could not reconcile versions below %s: %s", version, e)
+            return 0
+
     def committed(
         self,
         seq: int | None,
@@ -94,7 +139,7 @@ class Auditor:
     ) -> None:
         if seq is None:
             return
-        self.append(
+        ok = self.append(
             [
                 self._record(
                     txn_seq=seq,
@@ -113,6 +158,10 @@ class Auditor:
                 )
             ]
         )
+        if ok:
+            self._mark_audited(version_after)
+            if version_before is not None:
+                self.reconcile_before(version_after)
 
     def failed(
         self,

@@ -59,6 +59,7 @@ class Lakehouse:
         self.uri = storage.root
         self._stores: dict[str, tree.NodeStore] = {}
         self._defs: dict[str, D.LakehouseDef] = {}
+        self._roots: dict[int, RootRef] = {}  # root files are immutable: cache what was read
         self._foreign: dict[str, Storage] = {}
         self.auditor = Auditor(self, control_uri or (self.uri + "/_control"), enabled=audit)
         self.command: str = "api"
@@ -191,6 +192,9 @@ class Lakehouse:
         """Root of `version`. Raises VersionNotFoundError naming the available range."""
         if version < 0:
             raise VersionNotFoundError(f"version {version} is negative")
+        cached = self._roots.get(version)
+        if cached is not None:
+            return cached
         path = root_name(version)
         try:
             data = self.storage.read(path)
@@ -202,7 +206,11 @@ class Lakehouse:
                 f"version {version} is expired or missing; the oldest available version is {self.oldest_version()}"
                 f" and the latest is {latest}"
             ) from None
-        return self._root_from_bytes(version, path, data, self.storage)
+        ref = self._root_from_bytes(version, path, data, self.storage)
+        if len(self._roots) > 4096:
+            self._roots.clear()
+        self._roots[version] = ref
+        return ref
 
     def _root_from_bytes(self, version: int, path: str, data: bytes, base: Storage) -> RootRef:
         node = deserialize(data, None, base.uri(path))
@@ -303,6 +311,24 @@ class Lakehouse:
                 }
             )
         return out
+
+    def version_info(self, version: int):
+        """What the tree says about one version, for the control table's history."""
+        from trinitylake.control import VersionInfo
+
+        r = self.load_root(version)
+        return VersionInfo(
+            version=version,
+            txn_seq=r.txn_seq,
+            txn_id=r.txn_id,
+            created_at_millis=r.created_at_millis,
+            rollback_from=root_version(r.rollback_from_root) if r.rollback_from_root else None,
+            changes=self._safe_changes(version),
+        )
+
+    def version_infos(self) -> list:
+        latest = self.latest_version()
+        return [self.version_info(v) for v in self._listed_versions() if v <= latest]
 
     # ---- change sets ------------------------------------------------------------------------
     def change_set(self, version: int, ref: RootRef | None = None) -> ChangeSet:

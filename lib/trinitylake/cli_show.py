@@ -1,0 +1,69 @@
+"""`tlake show`: history from the control table, grouped by txn_seq, newest first."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from trinitylake.cli import Ctx, emit, handle_errors, parse_time
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _render(entries: list[dict]) -> None:
+    t = Table("txn_seq", "state", "command", "time (UTC)", "version", "changes", "metrics", title="lakehouse history (newest first)")
+    for e in entries:
+        metrics = ", ".join(f"{k}={v:g}" for k, v in sorted(e["metrics"].items()) if not k.startswith("status_"))
+        changes = "\n".join(e["changes"][:6]) + (f"\n… {len(e['changes']) - 6} more" if len(e["changes"]) > 6 else "")
+        if e.get("error"):
+            changes = (changes + "\n" if changes else "") + f"[red]{e['error'][:120]}[/red]"
+        t.add_row(
+            str(e["txn_seq"]),
+            e["record_type"],
+            e["command"],
+            (e.get("ended_at") or e.get("started_at") or "")[:23],
+            "" if e["version"] is None else str(e["version"]),
+            changes,
+            metrics[:200],
+        )
+    console.print(t)
+
+
+def register(cli: click.Group) -> None:
+    @cli.command()
+    @click.option("--all", "include_reads", is_flag=True, help="include read-only runs (walks, dry runs)")
+    @click.option("--since", default=None, help="only entries at or after TIMESTAMP")
+    @click.option("--namespace", default=None, help="only entries that changed this namespace or its tables")
+    @click.option("--table", "table_name", default=None, help="only entries that changed NS.TABLE (or TABLE)")
+    @click.option("--job", default=None, help="only runs of this job/command (and the commits they made)")
+    @click.option("--limit", type=int, default=None)
+    @click.option("--version", "version", type=int, default=None, help="explain one version")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_obj
+    @handle_errors
+    def show(ctx: Ctx, include_reads, since, namespace, table_name, job, limit, version, as_json):
+        """History of transactions and job runs, newest first, mapped to versions by txn_seq."""
+        from trinitylake.control import build_history, reconcile
+
+        lh = ctx.lakehouse()
+        infos = lh.version_infos() if version is None else [lh.version_info(version)]
+        records = []
+        if lh.auditor.enabled and lh.auditor.control.exists():
+            # `show` reconciles versions whose audit row was lost (writer killed after commit).
+            if version is None:
+                reconcile(lh.auditor.control, infos)
+            records = lh.auditor.control.records()
+        if version is not None:
+            records = [r for r in records if r.version_after == version or (infos[0].txn_seq is not None and r.txn_seq == infos[0].txn_seq)]
+        entries = build_history(
+            records, infos, include_reads=include_reads or version is not None,
+            since=parse_time(since) if since else None, namespace=namespace, table=table_name, job=job, limit=limit,
+        )
+        out = [e.to_dict() for e in entries]
+        if version is not None:
+            out = [e for e in out if e["version"] == version] or out
+        emit(out, as_json, _render if not as_json else lambda o: click.echo(json.dumps(o)))

@@ -1,0 +1,191 @@
+"""The maintenance DAGs parse, have the expected chain, and template from the logical date.
+
+Runs in the Airflow virtualenv (``make test-dags``); skipped where Airflow is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("airflow")
+
+import copy  # noqa: E402
+import types  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pendulum  # noqa: E402
+
+DAG_FOLDER = Path(__file__).resolve().parents[2] / "airflow_dags"
+LIB = Path(__file__).resolve().parents[2] / "lib"
+DAG_IDS = ("trinitylake_maintenance", "trinitylake_maintenance_databricks")
+EDGES = {
+    ("expire", "orphans_dry_run"),
+    ("orphans_dry_run", "orphans"),
+    ("orphans", "is_export_day"),
+    ("is_export_day", "export_weekly"),
+}
+SUNDAY = pendulum.datetime(2026, 11, 22, 3, 0, tz="UTC")  # a Sunday: export day
+MONDAY = pendulum.datetime(2026, 11, 23, 3, 0, tz="UTC")
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(str(DAG_FOLDER))
+
+
+def _render(dag, task_id: str, logical_date, run_after=None):
+    """Render every templated field of a copy of the task as Airflow would for that run."""
+    task = copy.deepcopy(dag.get_task(task_id))
+    dag_run = types.SimpleNamespace(logical_date=logical_date, run_after=run_after or logical_date, run_id="test")
+    context = {
+        "dag": dag,
+        "task": task,
+        "dag_run": dag_run,
+        "params": dag.params.dump(),
+        "run_id": "test",
+    }
+    if logical_date is not None:
+        context |= {
+            "logical_date": logical_date,
+            "ds": logical_date.strftime("%Y-%m-%d"),
+            "ds_nodash": logical_date.strftime("%Y%m%d"),
+            "ts": logical_date.isoformat(),
+        }
+    task.render_template_fields(context, jinja_env=dag.get_template_env())
+    return task
+
+
+def test_dagbag_imports_without_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert set(DAG_IDS) <= set(dagbag.dag_ids)
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_dag_shape(dagbag, dag_id):
+    dag = dagbag.dags[dag_id]
+    assert {t.task_id for t in dag.tasks} == {"expire", "orphans_dry_run", "orphans", "is_export_day", "export_weekly"}
+    edges = {(up, t.task_id) for t in dag.tasks for up in t.upstream_task_ids}
+    assert edges == EDGES
+    assert dag.catchup is False
+    assert dag.max_active_runs == 1
+    assert dag.start_date == pendulum.datetime(2026, 1, 1, tz="UTC")
+    assert {"trinitylake", "maintenance"} <= set(dag.tags)
+    assert dag.get_task("is_export_day").task_type == "ShortCircuitOperator"
+
+
+def test_operator_types(dagbag):
+    spark = dagbag.dags["trinitylake_maintenance"]
+    dbx = dagbag.dags["trinitylake_maintenance_databricks"]
+    for task_id in ("expire", "orphans_dry_run", "orphans", "export_weekly"):
+        assert spark.get_task(task_id).task_type == "SparkSubmitOperator"
+        assert dbx.get_task(task_id).task_type == "DatabricksSubmitRunOperator"
+
+
+def test_spark_submit_templates_follow_the_logical_date(dagbag):
+    dag = dagbag.dags["trinitylake_maintenance"]
+    expire = _render(dag, "expire", SUNDAY)
+    assert expire.application == "/opt/trinitylake/jobs/expire.py"
+    assert expire.py_files == "/opt/trinitylake/dist/trinitylake-0.1.0-py3-none-any.whl"
+    assert expire.properties_file == "/opt/trinitylake/conf/spark-defaults.conf"
+    assert expire.application_args == [
+        "--lakehouse", "s3://CHANGE-ME/trinitylake",
+        "--conf", "/opt/trinitylake/conf/expire.yaml",
+        "--reference-time", "2026-11-22T03:00:00+00:00",
+    ]  # fmt: skip
+    assert _render(dag, "orphans_dry_run", SUNDAY).application_args[-1] == "--dry-run"
+    assert "--dry-run" not in _render(dag, "orphans", SUNDAY).application_args
+
+    export = _render(dag, "export_weekly", SUNDAY)
+    assert export.application == "/opt/trinitylake/jobs/export.py"
+    assert export.application_args == [
+        "--lakehouse", "s3://CHANGE-ME/trinitylake",
+        "--conf", "/opt/trinitylake/conf/export.yaml",
+        "--reference-time", "2026-11-22T03:00:00+00:00",
+        "--name", "weekly-20261122",
+        "--target", "s3://CHANGE-ME/trinitylake-exports/weekly-20261122",
+        "--as-of", "2026-11-22T03:00:00+00:00",
+    ]  # fmt: skip
+
+
+def test_rendering_is_a_function_of_the_run_not_of_now(dagbag):
+    dag = dagbag.dags["trinitylake_maintenance"]
+    first = _render(dag, "export_weekly", SUNDAY).application_args
+    again = _render(dag, "export_weekly", SUNDAY).application_args
+    other = _render(dag, "export_weekly", MONDAY).application_args
+    assert first == again
+    assert "weekly-20261123" in other and "2026-11-23T03:00:00+00:00" in other
+
+
+def test_run_without_logical_date_uses_run_after(dagbag):
+    dag = dagbag.dags["trinitylake_maintenance"]
+    args = _render(dag, "export_weekly", None, run_after=MONDAY).application_args
+    assert args[args.index("--reference-time") + 1] == "2026-11-23T03:00:00+00:00"
+    assert args[args.index("--name") + 1] == "weekly-20261123"
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_export_gate_opens_on_export_weekday_only(dagbag, dag_id):
+    gate = dagbag.dags[dag_id].get_task("is_export_day")
+    params = dagbag.dags[dag_id].params.dump()
+    assert params["export_weekday"] == 7
+    run = types.SimpleNamespace
+    assert gate.python_callable(dag_run=run(logical_date=SUNDAY, run_after=SUNDAY), params=params) is True
+    assert gate.python_callable(dag_run=run(logical_date=MONDAY, run_after=MONDAY), params=params) is False
+    assert gate.python_callable(dag_run=run(logical_date=None, run_after=SUNDAY), params=params) is True
+    assert gate.python_callable(dag_run=run(logical_date=MONDAY, run_after=MONDAY), params={"export_weekday": 1})
+
+
+def test_databricks_templates_follow_the_logical_date(dagbag):
+    dag = dagbag.dags["trinitylake_maintenance_databricks"]
+    export = _render(dag, "export_weekly", SUNDAY)
+    assert export.spark_python_task == {
+        "python_file": "/Workspace/Shared/trinitylake/jobs/export.py",
+        "parameters": [
+            "--lakehouse", "s3://CHANGE-ME/trinitylake",
+            "--conf", "/Workspace/Shared/trinitylake/conf/export.yaml",
+            "--reference-time", "2026-11-22T03:00:00+00:00",
+            "--name", "weekly-20261122",
+            "--target", "s3://CHANGE-ME/trinitylake-exports/weekly-20261122",
+            "--as-of", "2026-11-22T03:00:00+00:00",
+        ],
+        "source": "WORKSPACE",
+    }  # fmt: skip
+    assert export.libraries == [{"whl": "/Workspace/Shared/trinitylake/dist/trinitylake-0.1.0-py3-none-any.whl"}]
+    assert export.run_name == "trinitylake-export_weekly-20261122T030000"
+    assert export.new_cluster["spark_version"]
+
+
+def test_databricks_payload_is_a_valid_submit_task(dagbag):
+    jobs = pytest.importorskip("databricks.sdk.service.jobs")
+    dag = dagbag.dags["trinitylake_maintenance_databricks"]
+    for task_id in ("expire", "orphans_dry_run", "orphans", "export_weekly"):
+        payload = _render(dag, task_id, SUNDAY)._get_merged_json()
+        task = jobs.SubmitTask.from_dict({"task_key": task_id, **payload})
+        assert task.spark_python_task.python_file.endswith(".py")
+        assert task.new_cluster.spark_version == payload["new_cluster"]["spark_version"]
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_rendered_arguments_parse_as_job_configs(dagbag, dag_id, monkeypatch):
+    """What the DAG passes is exactly what jobs/<job>.py accepts (trinitylake.config)."""
+    monkeypatch.syspath_prepend(str(LIB))
+    try:
+        from trinitylake.config import parse_job_args
+    except ImportError as e:  # the Airflow venv lacks a dependency of the library
+        pytest.skip(f"trinitylake.config not importable here: {e}")
+    dag = dagbag.dags[dag_id]
+    for task_id, job in (("expire", "expire"), ("orphans_dry_run", "orphans"), ("export_weekly", "export")):
+        task = _render(dag, task_id, SUNDAY)
+        args = task.application_args if dag_id == DAG_IDS[0] else task.spark_python_task["parameters"]
+        args = list(args)
+        conf = args[args.index("--conf") + 1]
+        args[args.index("--conf") + 1] = str(LIB.parent / "conf" / Path(conf).name)
+        cfg = parse_job_args(job, args, env={})
+        assert cfg.lakehouse == "s3://CHANGE-ME/trinitylake"
+        assert cfg.reference_time == 1795316400000  # 2026-11-22T03:00:00Z
+        if job == "orphans":
+            assert cfg.dry_run is True
+        if job == "export":
+            assert (cfg.name, cfg.as_of) == ("weekly-20261122", 1795316400000)

@@ -1,0 +1,181 @@
+"""Databricks job definitions: generated from the task table, valid, and wired like the DAG."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from trinitylake.config import parse_job_args
+
+REPO = Path(__file__).resolve().parent.parent
+JSON_PATH = REPO / "conf" / "databricks" / "trinitylake_maintenance.json"
+SPARK_TASKS = ("expire", "orphans_dry_run", "orphans", "export_weekly")
+
+
+def _load_module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def generate():
+    return _load_module("tlake_databricks_generate", REPO / "conf" / "databricks" / "generate.py")
+
+
+@pytest.fixture(scope="module")
+def tasks_table(generate):
+    return generate.tl
+
+
+@pytest.fixture(scope="module")
+def job():
+    return json.loads(JSON_PATH.read_text(encoding="utf-8"))
+
+
+def _by_key(job):
+    return {t["task_key"]: t for t in job["tasks"]}
+
+
+def test_committed_files_equal_the_generator_output(generate):
+    assert JSON_PATH.read_text(encoding="utf-8") == generate.render_json(), (
+        "conf/databricks/trinitylake_maintenance.json is stale: run python conf/databricks/generate.py"
+    )
+    assert generate.BUNDLE_RESOURCE_PATH.read_text(encoding="utf-8") == generate.render_bundle_resource(), (
+        "the bundle resource is stale: run python conf/databricks/generate.py"
+    )
+    assert generate.main(["--check"]) == 0
+
+
+def test_job_settings_round_trip_through_the_sdk(job):
+    jobs = pytest.importorskip("databricks.sdk.service.jobs")
+    settings = jobs.JobSettings.from_dict(job)
+    assert settings.as_dict() == job
+    assert settings.max_concurrent_runs == 1
+    assert settings.schedule.quartz_cron_expression == "0 0 3 * * ?"
+    assert settings.schedule.timezone_id == "UTC"
+    assert settings.schedule.pause_status == jobs.PauseStatus.PAUSED
+
+
+def test_bundle_job_round_trips_through_the_sdk(generate):
+    jobs = pytest.importorskip("databricks.sdk.service.jobs")
+    resource = yaml.safe_load(generate.BUNDLE_RESOURCE_PATH.read_text(encoding="utf-8"))
+    job = resource["resources"]["jobs"]["trinitylake_maintenance"]
+    assert jobs.JobSettings.from_dict(job).as_dict() == job
+
+
+def test_task_graph(job):
+    tasks = _by_key(job)
+    deps = {key: [d["task_key"] for d in t.get("depends_on", [])] for key, t in tasks.items()}
+    assert deps == {
+        "expire": [],
+        "orphans_dry_run": ["expire"],
+        "orphans": ["orphans_dry_run"],
+        "is_export_day": ["orphans"],
+        "export_weekly": ["is_export_day"],
+    }
+    assert tasks["export_weekly"]["depends_on"] == [{"task_key": "is_export_day", "outcome": "true"}]
+    gate = tasks["is_export_day"]["condition_task"]
+    assert gate == {
+        "op": "EQUAL_TO",
+        "left": "{{job.trigger.time.iso_weekday}}",
+        "right": "{{job.parameters.export_weekday}}",
+    }
+
+
+def test_spark_tasks(job):
+    tasks = _by_key(job)
+    clusters = {c["job_cluster_key"] for c in job["job_clusters"]}
+    for key in SPARK_TASKS:
+        task = tasks[key]
+        spt = task["spark_python_task"]
+        params = spt["parameters"]
+        assert spt["source"] == "WORKSPACE"
+        assert re.fullmatch(r"/Workspace/Shared/trinitylake/jobs/(expire|orphans|export)\.py", spt["python_file"])
+        assert params[:2] == ["--lakehouse", "{{job.parameters.lakehouse}}"]
+        job_name = Path(spt["python_file"]).stem
+        assert params[params.index("--conf") + 1] == f"/Workspace/Shared/trinitylake/conf/{job_name}.yaml"
+        assert params[params.index("--reference-time") + 1] == "{{job.trigger.time.timestamp_ms}}"
+        assert task["job_cluster_key"] in clusters
+        assert task["libraries"] == [{"whl": "/Workspace/Shared/trinitylake/dist/trinitylake-0.1.0-py3-none-any.whl"}]
+        assert task["timeout_seconds"] > 0 and task["max_retries"] >= 0
+    assert "--dry-run" in tasks["orphans_dry_run"]["spark_python_task"]["parameters"]
+    assert "--dry-run" not in tasks["orphans"]["spark_python_task"]["parameters"]
+    for cluster in job["job_clusters"]:
+        assert {"spark_version", "node_type_id"} <= set(cluster["new_cluster"])
+
+
+def test_job_level_settings(job):
+    assert job["name"] == "trinitylake_maintenance"
+    assert job["max_concurrent_runs"] == 1
+    assert job["tags"]["project"] == "trinitylake"
+    assert {p["name"] for p in job["parameters"]} == {"lakehouse", "export_root", "export_weekday"}
+
+
+def test_parameters_are_accepted_by_the_job_parsers(job):
+    """With Databricks' references resolved, each task's parameters parse as its job config."""
+    resolved = {
+        "{{job.parameters.lakehouse}}": "s3://bucket/lh",
+        "{{job.parameters.export_root}}": "s3://backup/lh",
+        "{{job.trigger.time.timestamp_ms}}": "1795316400000",
+        "{{job.trigger.time.iso_date}}": "2026-11-22",
+    }
+    for key in SPARK_TASKS:
+        spt = _by_key(job)[key]["spark_python_task"]
+        args = []
+        for arg in spt["parameters"]:
+            for ref, value in resolved.items():
+                arg = arg.replace(ref, value)
+            args.append(arg.replace("/Workspace/Shared/trinitylake/conf", str(REPO / "conf")))
+        cfg = parse_job_args(Path(spt["python_file"]).stem, args, env={})
+        assert cfg.lakehouse == "s3://bucket/lh" and cfg.reference_time == 1795316400000
+        if key == "export_weekly":
+            assert (cfg.name, cfg.target) == ("weekly-2026-11-22", "s3://backup/lh/weekly-2026-11-22")
+
+
+def test_table_matches_the_package_version(tasks_table):
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert tasks_table.PACKAGE_VERSION == pyproject["project"]["version"]
+
+
+def test_is_export_day(tasks_table):
+    from datetime import datetime
+
+    assert tasks_table.is_export_day(datetime(2026, 11, 22), 7)  # a Sunday
+    assert not tasks_table.is_export_day(datetime(2026, 11, 23), "7")
+    with pytest.raises(ValueError, match="ISO weekday"):
+        tasks_table.is_export_day(datetime(2026, 11, 23), 0)
+
+
+def test_databricks_bundle(generate):
+    bundle = yaml.safe_load((REPO / "databricks.yml").read_text(encoding="utf-8"))
+    assert bundle["bundle"]["name"] == "trinitylake"
+    targets = bundle["targets"]
+    assert targets["dev"]["mode"] == "development" and targets["dev"]["default"] is True
+    assert targets["prod"]["mode"] == "production"
+    assert {"lakehouse", "export_root"} <= set(bundle["variables"])
+    included = {Path(p).resolve() for pattern in bundle["include"] for p in glob.glob(str(REPO / pattern))}
+    assert generate.BUNDLE_RESOURCE_PATH.resolve() in included
+    job = yaml.safe_load(generate.BUNDLE_RESOURCE_PATH.read_text(encoding="utf-8"))["resources"]["jobs"][
+        "trinitylake_maintenance"
+    ]
+    resource_dir = generate.BUNDLE_RESOURCE_PATH.parent
+    for task in job["tasks"]:
+        if "spark_python_task" in task:
+            python_file = task["spark_python_task"]["python_file"]
+            assert (resource_dir / python_file).resolve().parent == REPO / "jobs"
+            assert "source" not in task["spark_python_task"]
+            conf = task["spark_python_task"]["parameters"][3]
+            assert conf.startswith("${workspace.file_path}/conf/")
+            assert (REPO / conf.removeprefix("${workspace.file_path}/")).is_file()
+            assert task["libraries"] == [{"whl": "../../../dist/*.whl"}]
+    assert "trinitylake_wheel" in bundle["artifacts"]
