@@ -6,7 +6,8 @@ Two DAGs built from the one task table in ``trinitylake_tasks.py``::
 
 * ``trinitylake_maintenance`` runs each job with ``SparkSubmitOperator``
   (``spark-submit <repo>/jobs/<job>.py --lakehouse ... --conf <repo>/conf/<job>.yaml``, the
-  wheel as ``--py-files``, ``conf/spark-defaults.conf`` as the properties file).
+  wheel as ``--py-files``, Spark properties from ``trinitylake_tasks.SPARK_CONF``; cluster
+  defaults come from the ``spark_default`` connection and the cluster's spark-defaults).
 * ``trinitylake_maintenance_databricks`` submits the same jobs as one-time Databricks runs
   with ``DatabricksSubmitRunOperator`` (for a persistent Databricks job use
   ``conf/databricks/trinitylake_maintenance.json`` or the bundle in ``databricks.yml``).
@@ -157,7 +158,7 @@ def _spark_submit_task(task: tl.MaintenanceTask) -> BaseOperator:
         name=f"trinitylake-{task.task_id}",
         application=f"{REPO}/jobs/{task.job}.py",
         py_files=f"{REPO}/dist/{tl.WHEEL}",
-        properties_file=f"{REPO}/conf/spark-defaults.conf",
+        conf=dict(tl.SPARK_CONF),
         application_args=tl.job_arguments(
             task,
             lakehouse="{{ params.lakehouse }}",

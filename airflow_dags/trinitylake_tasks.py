@@ -40,6 +40,15 @@ GATE_TASK_ID = "is_export_day"
 #: ISO weekday of the weekly export (7 = Sunday).
 DEFAULT_EXPORT_WEEKDAY = 7
 
+#: Spark properties of cluster runs (spark-submit ``--conf`` and the Databricks job cluster).
+#: Local runs use conf/spark-defaults.conf instead (which also turns the UI off).
+SPARK_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "64",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+
 DAILY_CRON = "0 3 * * *"
 DAILY_QUARTZ_CRON = "0 0 3 * * ?"
 TIMEZONE = "UTC"
@@ -161,12 +170,7 @@ def databricks_new_cluster() -> dict[str, Any]:
         "spark_version": "17.3.x-scala2.13",
         "node_type_id": "i3.xlarge",
         "num_workers": 2,
-        "spark_conf": {
-            "spark.sql.shuffle.partitions": "64",
-            "spark.sql.adaptive.enabled": "true",
-            "spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.sql.session.timeZone": "UTC",
-        },
+        "spark_conf": dict(SPARK_CONF),
     }
 
 

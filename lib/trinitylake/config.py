@@ -680,7 +680,7 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def _file_layer(job: str, conf_path: str) -> _Layer:
     try:
         with open(conf_path, encoding="utf-8") as f:
-            data = yaml.load(f, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            data = yaml.load(f, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except FileNotFoundError:
         raise ConfigError(f"{job} config file {conf_path} does not exist") from None
     except OSError as e:

@@ -88,7 +88,7 @@ def test_spark_submit_templates_follow_the_logical_date(dagbag):
     expire = _render(dag, "expire", SUNDAY)
     assert expire.application == "/opt/trinitylake/jobs/expire.py"
     assert expire.py_files == "/opt/trinitylake/dist/trinitylake-0.1.0-py3-none-any.whl"
-    assert expire.properties_file == "/opt/trinitylake/conf/spark-defaults.conf"
+    assert expire.conf["spark.sql.session.timeZone"] == "UTC"
     assert expire.application_args == [
         "--lakehouse", "s3://CHANGE-ME/trinitylake",
         "--conf", "/opt/trinitylake/conf/expire.yaml",
