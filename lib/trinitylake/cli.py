@@ -391,6 +391,3 @@ _register_optional()
 def main() -> None:
     cli(prog_name="tlake")
 
-
-if __name__ == "__main__":
-    main()

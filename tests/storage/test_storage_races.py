@@ -14,6 +14,7 @@ import pytest
 from trinitylake.storage import Storage
 
 THREADS = 32
+INSTANCES = 4  # a new s3fs instance costs a botocore session: keep them few
 PROCESSES = 8
 
 
@@ -45,10 +46,11 @@ def _race(storages: list[Storage], path: str) -> tuple[list[int], list[BaseExcep
 
 
 def test_threads_race_for_one_key(backend: Any) -> None:
-    # Half the writers share one Storage (threads in one executor), half have their own
-    # (independent processes or executors). Both must be exclusive.
-    shared = backend.new()
-    storages = [shared if i % 2 else backend.new() for i in range(THREADS)]
+    # Threads share a Storage (tasks in one executor) and several independent Storages race
+    # (other executors or processes; each s3fs instance has its own client and connections).
+    independent = [backend.new() for _ in range(INSTANCES)]
+    shared = independent[0]
+    storages = [independent[i % INSTANCES] for i in range(THREADS)]
     for key in ("_root_1.arrow", "deep/dir/_root_2.arrow"):
         winners, errors = _race(storages, key)
         assert errors == []

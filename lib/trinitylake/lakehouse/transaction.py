@@ -50,6 +50,9 @@ class Transaction(LakehouseView):
     """A unit of work that commits as one new version, or not at all."""
 
     def __init__(self, lakehouse: Lakehouse, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None):
+        # A control location that cannot take audit rows is refused before anything is
+        # written (definition files are written as operations are staged).
+        lakehouse.auditor.ensure()
         root = lakehouse.load_root(lakehouse.latest_version())
         super().__init__(lakehouse, root)
         d = root.lakehouse_def
