@@ -46,10 +46,10 @@ bench-large: venv ## run the benchmarks at scale
 	$(BIN)/python -m bench.run_all --scale large $(BENCH_ARGS)
 
 lint: venv ## ruff
-	$(BIN)/ruff check lib jobs tests bench airflow_dags
+	$(BIN)/ruff check lib jobs tests bench airflow_dags conf
 
 fmt: venv
-	$(BIN)/ruff format lib jobs tests bench airflow_dags
+	$(BIN)/ruff format lib jobs tests bench airflow_dags conf
 
 dist: venv ## build the wheel that spark-submit ships to executors
 	$(BIN)/pip wheel --no-deps -w dist .

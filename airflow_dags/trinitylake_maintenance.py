@@ -12,6 +12,8 @@ Two DAGs built from the one task table in ``trinitylake_tasks.py``::
   with ``DatabricksSubmitRunOperator`` (for a persistent Databricks job use
   ``conf/databricks/trinitylake_maintenance.json`` or the bundle in ``databricks.yml``).
 
+Both DAGs start paused and target the same lakehouse: unpause exactly one of them.
+
 Weekly export: both DAGs run daily and ``is_export_day`` (a ShortCircuitOperator) lets
 ``export_weekly`` run only when the logical date falls on the ``export_weekday`` param (ISO
 weekday, 7 = Sunday); on other days the export shows as skipped. One DAG with a gate, rather
@@ -121,6 +123,8 @@ def _build_dag(
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
         max_active_runs=1,
+        # Both DAGs maintain the same lakehouse: they start paused, unpause the one you use.
+        is_paused_upon_creation=True,
         default_args=DEFAULT_ARGS,
         params={**COMMON_PARAMS, **params},
         tags=["trinitylake", "maintenance", *tags],

@@ -6,8 +6,9 @@
 Phase 1 (build) creates the namespaces in one transaction, then the tables in multi-op
 transactions of up to `batch` creates each (one version per batch), which is what makes big
 trees cheap to build: 100k tables is 50 commits, not 100k. The transactions' definition
-files are written in parallel by a thread pool before each commit (same files, same content,
-same paths as `Transaction.create_table` would write one by one).
+files (same paths and bytes as `Transaction.create_table` writes) are written in a batch
+before each commit: in parallel on object stores, and locally with plain writes (their names
+are fresh UUIDs; the exclusive create's temporary file and link cost slow system calls here).
 
 Phase 2 (churn) commits the remaining versions one transaction each, drawn with `seed`:
 alters of 1-3 tables (new Iceberg ``metadata_location``, the common case), creates, drops,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -35,6 +37,7 @@ from trinitylake.format import definitions as D
 from trinitylake.format import tree
 from trinitylake.format.keys import TABLE_PREFIX
 from trinitylake.lakehouse import Lakehouse
+from trinitylake.storage import parse_uri
 
 # Churn mix: (operation, weight). Rollbacks rewrite a full diff (O(tables)): kept rare.
 CHURN_MIX = (("alter", 55), ("create", 15), ("drop", 12), ("mixed", 10), ("alter_namespace", 4), ("rollback", 4))
@@ -59,6 +62,7 @@ class _DeferredDefs:
         self.lh = lh
         self.threads = threads
         self.pending: list[tuple[str, bytes]] = []
+        self.dirs: set[str] = set()
 
     def attach(self, txn) -> None:
         def deferred(path: str, msg) -> str:
@@ -71,6 +75,9 @@ class _DeferredDefs:
         items, self.pending = self.pending, []
         if not items:
             return
+        if self.lh.storage.scheme == "file":
+            self._write_local(items)
+            return
         create = self.lh.storage.create_exclusive
         if self.threads <= 1 or len(items) < 8:
             for p, data in items:
@@ -78,6 +85,24 @@ class _DeferredDefs:
             return
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
             list(pool.map(lambda kv: create(*kv), items, chunksize=64))
+
+
+    def _write_local(self, items: list[tuple[str, bytes]]) -> None:
+        """Plain writes: the names are fresh UUIDs, so the exclusive create's temporary file,
+        link and unlink (4 slow system calls here) buy nothing in a generator."""
+        base = parse_uri(self.lh.storage.root).fs_path.rstrip("/")
+        counter = getattr(self.lh.storage, "_bench_counter", None)
+        for p, data in items:
+            fp = f"{base}/{p}"
+            d = fp.rsplit("/", 1)[0]
+            if d not in self.dirs:
+                os.makedirs(d, exist_ok=True)
+                self.dirs.add(d)
+            with open(fp, "wb") as f:
+                f.write(data)
+            if counter is not None:
+                counter.files["def"] = counter.files.get("def", 0) + 1
+                counter.bytes["def"] = counter.bytes.get("def", 0) + len(data)
 
 
 def tree_height(lh: Lakehouse, version: int | None = None) -> int:
@@ -134,7 +159,8 @@ def generate(
         batch: table creates per build transaction.
         properties: lakehouse definition properties (e.g. ``tlake.buffer.max-messages``).
         audit: write control-table rows for each commit (slow; off by default).
-        threads: writers of definition files (default 16 on object stores, 4 locally).
+        threads: writers of definition files on object stores (default 16; local files are
+            written sequentially, which was faster on our 2-core machines).
         lakehouse: generate into this existing, empty lakehouse instead of creating one.
 
     Returns:
@@ -155,7 +181,7 @@ def generate(
                                        node_max_bytes=node_max_bytes, audit=audit, properties=properties)
     io: IOCounter = count_io(lh.storage)
     if threads is None:
-        threads = 4 if lh.storage.scheme in ("file", "memory") else 16
+        threads = 1 if lh.storage.scheme in ("file", "memory") else 16
     defer = _DeferredDefs(lh, threads)
     ops = {"create": 0, "alter": 0, "drop": 0, "alter_namespace": 0, "rollback": 0, "conflict": 0}
 

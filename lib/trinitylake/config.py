@@ -48,6 +48,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, NoReturn
 
 import yaml
+
 from trinitylake.errors import ConfigError, InvalidURIError, UnsafeOperationError
 from trinitylake.storage.uri import normalize_uri
 

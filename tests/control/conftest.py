@@ -9,9 +9,18 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def control_spark():
-    """A small local SparkSession for reading the control table's Parquet files."""
+def control_spark(request):
+    """A SparkSession for reading the control table's Parquet files.
+
+    The root conftest's `spark` session when there is one (one session per test run),
+    otherwise a small local one of our own.
+    """
     pyspark_sql = pytest.importorskip("pyspark.sql")
+    try:
+        yield request.getfixturevalue("spark")
+        return
+    except pytest.FixtureLookupError:
+        pass
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     active = pyspark_sql.SparkSession.getActiveSession()

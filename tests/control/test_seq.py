@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from ._workers import allocate_many, run_in_processes
 from trinitylake.control import SeqAllocator
 from trinitylake.storage import Storage
+
+from ._workers import allocate_many, run_in_processes
 
 PROCS, PER_PROC = 6, 20
 
@@ -104,9 +104,7 @@ def test_concurrent_processes_local(tmp_path):
 def test_concurrent_processes_s3(s3_bucket, s3_storage_options):
     root = f"{s3_bucket}/lh/_control"
     go = time.time() + 4.0
-    results = run_in_processes(
-        allocate_many, [(root, dict(s3_storage_options), w, PER_PROC, go) for w in range(PROCS)]
-    )
+    results = run_in_processes(allocate_many, [(root, dict(s3_storage_options), w, PER_PROC, go) for w in range(PROCS)])
     _check_concurrent(results)
     alloc = SeqAllocator(Storage(root, dict(s3_storage_options)))
     assert alloc.last() == max(s for per in results for s, _, _ in per)

@@ -8,9 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
-
 import trinitylake.control.table as table_mod
+from deltalake import DeltaTable, write_deltalake
 from trinitylake.control import SCHEMA, AuditRecord, ControlTable
 from trinitylake.errors import ControlTableError, ValidationError
 
@@ -20,30 +19,30 @@ T0 = datetime(2026, 11, 23, 8, 0, 0, 123456, tzinfo=UTC)
 
 
 def full_record(seq: int, rtype: str = "committed", **kw) -> AuditRecord:
-    base = dict(
-        txn_seq=seq,
-        record_type=rtype,
-        txn_id=f"txn-{seq}",
-        command="table create",
-        arguments={"namespace": "sales", "table": f"t{seq}", "flags": [1, 2], "dry_run": False},
-        user="alice",
-        host="node-1",
-        spark_app_id=None,
-        started_at=T0 + timedelta(seconds=seq),
-        ended_at=T0 + timedelta(seconds=seq, milliseconds=250),
-        version_before=seq - 1,
-        version_after=seq,
-        based_on_seq=seq - 1 if seq > 1 else None,
-        based_on_version=seq - 1,
-        parent_seq=None,
-        metrics={"rows": 3.0, "bytes": 1024.0, "seconds_commit": 0.25},
-        changes=[f"create table sales.t{seq}"],
-        error_class=None,
-        error_message=None,
-        isolation="SNAPSHOT",
-        attempts=1,
-        recorded_at=T0 + timedelta(seconds=seq, milliseconds=300),
-    )
+    base = {
+        "txn_seq": seq,
+        "record_type": rtype,
+        "txn_id": f"txn-{seq}",
+        "command": "table create",
+        "arguments": {"namespace": "sales", "table": f"t{seq}", "flags": [1, 2], "dry_run": False},
+        "user": "alice",
+        "host": "node-1",
+        "spark_app_id": None,
+        "started_at": T0 + timedelta(seconds=seq),
+        "ended_at": T0 + timedelta(seconds=seq, milliseconds=250),
+        "version_before": seq - 1,
+        "version_after": seq,
+        "based_on_seq": seq - 1 if seq > 1 else None,
+        "based_on_version": seq - 1,
+        "parent_seq": None,
+        "metrics": {"rows": 3.0, "bytes": 1024.0, "seconds_commit": 0.25},
+        "changes": [f"create table sales.t{seq}"],
+        "error_class": None,
+        "error_message": None,
+        "isolation": "SNAPSHOT",
+        "attempts": 1,
+        "recorded_at": T0 + timedelta(seconds=seq, milliseconds=300),
+    }
     base.update(kw)
     return AuditRecord(**base)
 
@@ -150,7 +149,7 @@ def _write_foreign_delta(path, schema: pa.Schema, rows: list[dict]) -> None:
 def test_delta_table_with_incompatible_type_is_refused(tmp_path):
     loc = tmp_path / "lh" / "_control"
     bad = pa.schema([pa.field("txn_seq", pa.string()) if f.name == "txn_seq" else f for f in SCHEMA])
-    row = {n: None for n in bad.names} | {"txn_seq": "1", "record_type": "begin", "txn_id": "x", "command": "c"}
+    row = dict.fromkeys(bad.names) | {"txn_seq": "1", "record_type": "begin", "txn_id": "x", "command": "c"}
     _write_foreign_delta(loc, bad, [row])
     before = listing(tmp_path)
     ct = ControlTable(str(loc))
@@ -187,7 +186,7 @@ def test_unreadable_delta_log_is_refused(tmp_path):
 def test_additive_evolution_adds_later_columns(tmp_path, monkeypatch):
     loc = tmp_path / "_control"
     old = pa.schema([f for f in SCHEMA if f.name not in ("attempts", "recorded_at")])
-    old_row = {n: None for n in old.names} | {"txn_seq": 1, "record_type": "committed", "txn_id": "a", "command": "c"}
+    old_row = dict.fromkeys(old.names) | {"txn_seq": 1, "record_type": "committed", "txn_id": "a", "command": "c"}
     old_row |= {"metrics": [], "changes": []}
     _write_foreign_delta(loc, old, [old_row])
     monkeypatch.setattr(table_mod, "ADDED_COLUMNS", {"attempts": "2", "recorded_at": "2"})

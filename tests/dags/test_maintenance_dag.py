@@ -70,6 +70,7 @@ def test_dag_shape(dagbag, dag_id):
     assert edges == EDGES
     assert dag.catchup is False
     assert dag.max_active_runs == 1
+    assert dag.is_paused_upon_creation is True
     assert dag.start_date == pendulum.datetime(2026, 1, 1, tz="UTC")
     assert {"trinitylake", "maintenance"} <= set(dag.tags)
     assert dag.get_task("is_export_day").task_type == "ShortCircuitOperator"

@@ -34,8 +34,16 @@ class Backend:
     root: str
     options: dict[str, Any] = field(default_factory=dict)
 
-    def new(self, root: str | None = None) -> Storage:
-        return Storage(root or self.root, dict(self.options))
+    def new(self, root: str | None = None, client: str | None = None) -> Storage:
+        """A Storage on `root` (default: the backend's root).
+
+        Storages with equal options share one filesystem per process; `client` names a separate
+        S3 client (its own connections), like a writer in another process would have.
+        """
+        options = dict(self.options)
+        if client is not None and self.kind == "s3":
+            options["config_kwargs"] = {"user_agent_extra": f"tl-test-{client}"}
+        return Storage(root or self.root, options)
 
 
 def _make_backend(request: pytest.FixtureRequest, kind: str, tmp_path: Any) -> Iterator[Backend]:

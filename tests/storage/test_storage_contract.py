@@ -316,7 +316,9 @@ def test_pickle_roundtrip_still_reads(storage: Storage) -> None:
 def test_new_files_of_another_writer_are_seen_after_a_listing(backend: Any) -> None:
     # Regression: s3fs's listings cache answered exists()/info() from an earlier listing, so a
     # root file committed by another writer looked missing (and info() said "directory").
-    a, b = backend.new(), backend.new()
+    a, b = backend.new(client="a"), backend.new(client="b")
+    if backend.kind == "s3":
+        assert a.fs is not b.fs
     a.write("v/_1", b"1")
     assert [f.path for f in a.list_dirs("v")[1]] == ["v/_1"]
     assert _paths(a.list("v")) == ["v/_1"]
@@ -662,3 +664,12 @@ def test_forked_child_builds_its_own_filesystem(offline_s3: Storage) -> None:
     assert child_pid != os.getpid()
     assert child_fs_id != id(parent_fs)
     assert offline_s3.fs is parent_fs  # the parent keeps its own
+
+
+def test_storages_with_equal_options_share_one_filesystem(offline_s3: Storage) -> None:
+    same = Storage("s3a://tl-offline/other/root", dict(offline_s3.options))
+    assert same.fs is offline_s3.fs
+    assert pickle.loads(pickle.dumps(offline_s3)).fs is offline_s3.fs  # e.g. every Spark task
+    other = Storage("s3://tl-offline/lake", {**offline_s3.options, "key": "other-key"})
+    assert other.fs is not offline_s3.fs
+    assert Storage("s3://tl-offline", {**offline_s3.options, "skip_instance_cache": False}).fs is not None

@@ -48,7 +48,7 @@ def _race(storages: list[Storage], path: str) -> tuple[list[int], list[BaseExcep
 def test_threads_race_for_one_key(backend: Any) -> None:
     # Threads share a Storage (tasks in one executor) and several independent Storages race
     # (other executors or processes; each s3fs instance has its own client and connections).
-    independent = [backend.new() for _ in range(INSTANCES)]
+    independent = [backend.new(client=str(i)) for i in range(INSTANCES)]
     shared = independent[0]
     storages = [independent[i % INSTANCES] for i in range(THREADS)]
     for key in ("_root_1.arrow", "deep/dir/_root_2.arrow"):

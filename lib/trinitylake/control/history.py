@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from trinitylake.control.records import AuditRecord
+from trinitylake.control.records import RECORD_TYPE_RANK, AuditRecord
 
 _FINAL_TYPES = ("committed", "failed", "completed", "read", "recovered")
 _VERSION_TYPES = ("committed", "completed", "recovered")
@@ -123,6 +123,7 @@ def _utc(ts: datetime | None) -> datetime | None:
 def _merge_group(seq: int | None, rows: list[AuditRecord]) -> HistoryEntry:
     """One entry from the rows of one transaction, in record order (final state wins)."""
     e = HistoryEntry(txn_seq=seq, record_type="running", command="")
+    rows = sorted(rows, key=lambda r: RECORD_TYPE_RANK.get(r.record_type, 9))  # stable
     final = [r for r in rows if r.record_type in _FINAL_TYPES]
     if final:
         e.record_type = final[-1].record_type
@@ -160,9 +161,14 @@ def _merge_group(seq: int | None, rows: list[AuditRecord]) -> HistoryEntry:
     return e
 
 
-def _fill_from_version(e: HistoryEntry, v: VersionInfo) -> None:
-    """Complete entry `e` with what the tree says about its version `v` (the tree diff wins)."""
+def _fill_from_version(e: HistoryEntry, v: VersionInfo, below: int | None = None) -> None:
+    """Complete entry `e` with what the tree says about its version `v` (the tree diff wins).
+
+    `below` is the next lower existing version, the version_before of a recovered entry.
+    """
     e.version = v.version
+    if e.version_before is None and below is not None and e.record_type == "recovered":
+        e.version_before = below
     if v.changes:
         e.changes = list(v.changes)
     e.rollback_from = v.rollback_from
@@ -223,8 +229,9 @@ def build_history(
 ) -> list[HistoryEntry]:
     """History entries, newest first.
 
-    * Rows are grouped by txn_seq; the last row in record order that is not ``begin``
-      gives the final state (only ``begin`` rows: ``running``).
+    * Rows are grouped by txn_seq; the last row in record order (lifecycle rank
+      begin < read, recovered < committed, failed < completed, then the given order) that
+      is not ``begin`` gives the final state (only ``begin`` rows: ``running``).
     * Every version without a ``committed``/``completed``/``recovered`` row naming it gets an
       entry in state ``recovered`` at the txn_seq its root carries (merged with that seq's
       rows, e.g. the ``begin`` of a writer that died after committing); unsequenced versions
@@ -259,7 +266,9 @@ def build_history(
                 entry_of_version[r.version_after] = entries[seq]
 
     unseq_entries: list[tuple[int, HistoryEntry]] = []
+    prev_version: int | None = None
     for v in sorted(versions, key=lambda x: x.version):
+        below, prev_version = prev_version, v.version
         covered_by = entry_of_version.get(v.version)
         if covered_by is not None:
             _fill_from_version(covered_by, v)
@@ -267,7 +276,7 @@ def build_history(
         if v.txn_seq is None:
             e = _merge_group(None, diverted.get(v.version, []))
             e.record_type = "recovered"
-            _fill_from_version(e, v)
+            _fill_from_version(e, v, below)
             unseq_entries.append((v.version, e))
             continue
         e = entries.get(v.txn_seq)
@@ -275,7 +284,7 @@ def build_history(
             e = entries[v.txn_seq] = HistoryEntry(txn_seq=v.txn_seq, record_type="recovered", command="")
         if e.record_type not in ("committed", "completed"):
             e.record_type = "recovered"  # the writer died (or timed out) after its commit landed
-        _fill_from_version(e, v)
+        _fill_from_version(e, v, below)
         entry_of_version[v.version] = e
 
     # Order keys: sequenced (seq, 0, 0); unsequenced (anchor seq, 1, version), where the

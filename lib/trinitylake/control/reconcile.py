@@ -21,7 +21,7 @@ def _claim_path(version: int) -> str:
     return f"{RECOVERED_PREFIX}/{version:020d}"
 
 
-def reconcile(control: ControlTable, versions: list[VersionInfo]) -> int:
+def reconcile(control: ControlTable, versions: list[VersionInfo], *, grace_seconds: float = 0.0) -> int:
     """Append a ``recovered`` row for every version in `versions` lacking one, and return the count.
 
     A version lacks a row when no ``committed``, ``completed`` or ``recovered`` row names it
@@ -33,6 +33,11 @@ def reconcile(control: ControlTable, versions: list[VersionInfo]) -> int:
     ``_recovered/<version>`` in the control location before appending. A claim whose row has
     not appeared after CLAIM_STALE_SECONDS is taken to be from a crashed reconciler and the
     row is written anyway.
+
+    A writer may still be between its tree commit and its own ``committed`` row when this
+    runs; the extra ``recovered`` row is then harmless (build_history lets ``committed`` win
+    within the seq). `grace_seconds` skips versions created less than that long ago, to
+    avoid such rows altogether.
     """
     if not versions:
         return 0
@@ -42,7 +47,12 @@ def reconcile(control: ControlTable, versions: list[VersionInfo]) -> int:
         for r in records
         if r.record_type in ("committed", "completed", "recovered") and r.version_after is not None
     }
-    missing = [v for v in sorted(versions, key=lambda x: x.version) if v.version not in covered]
+    cutoff_millis = (time.time() - grace_seconds) * 1000.0
+    missing = [
+        v
+        for v in sorted(versions, key=lambda x: x.version)
+        if v.version not in covered and (grace_seconds <= 0 or v.created_at_millis <= cutoff_millis)
+    ]
     if not missing:
         return 0
     begins = {r.txn_seq: r for r in records if r.record_type == "begin"}

@@ -15,7 +15,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -24,8 +24,10 @@ from trinitylake.errors import ValidationError
 
 RECORD_TYPES = ("begin", "committed", "failed", "completed", "read", "recovered")
 
-# Order of rows within one txn_seq: lifecycle position first, then recorded_at.
-RECORD_TYPE_RANK = {"begin": 0, "read": 1, "committed": 1, "failed": 1, "completed": 2, "recovered": 3}
+# Order of rows within one txn_seq: lifecycle position first, then recorded_at. A
+# `recovered` row ranks below `committed`: when reconcile() ran while the writer was between
+# its tree commit and its audit append, the writer's own row must still be the final state.
+RECORD_TYPE_RANK = {"begin": 0, "read": 1, "recovered": 1, "committed": 2, "failed": 2, "completed": 3}
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -152,20 +154,50 @@ def records_to_arrow(records: list[AuditRecord], recorded_at: datetime | None = 
     return pa.Table.from_pydict(cols, schema=SCHEMA)
 
 
-_FIELD_NAMES = {f.name for f in fields(AuditRecord)}
+_FIELD_ORDER = [f.name for f in fields(AuditRecord)]
+_FIELD_NAMES = set(_FIELD_ORDER)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _column_values(tbl: pa.Table, name: str) -> list[Any]:
+    """Python values of one column; timestamps converted fast (pyarrow's tz-aware
+    `to_pylist` costs ~30 us per value)."""
+    col = tbl.column(name)
+    if pa.types.is_timestamp(col.type):
+        micros = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64()).to_pylist()
+        return [None if m is None else _EPOCH + timedelta(microseconds=m) for m in micros]
+    return col.to_pylist()
+
+
+def records_from_arrow(tbl: pa.Table) -> list[AuditRecord]:
+    """AuditRecords from a control-table Arrow table (columns the dataclass lacks are ignored;
+    columns the table lacks read as None / empty)."""
+    n = tbl.num_rows
+    cols = {name: (_column_values(tbl, name) if name in tbl.column_names else [None] * n) for name in _FIELD_ORDER}
+    cols["arguments"] = [_parse_arguments(a) for a in cols["arguments"]]
+    cols["metrics"] = [dict(m) if m else {} for m in cols["metrics"]]
+    cols["changes"] = [list(c) if c else [] for c in cols["changes"]]
+    return [AuditRecord(*vals) for vals in zip(*(cols[name] for name in _FIELD_ORDER), strict=True)]
+
+
+def _parse_arguments(args: Any) -> dict[str, Any]:
+    if isinstance(args, str):
+        if not args:
+            return {}
+        try:
+            parsed = json.loads(args)
+        except json.JSONDecodeError:
+            return {"_raw": args}
+        return parsed if isinstance(parsed, dict) else {"_value": parsed}
+    return dict(args) if isinstance(args, dict) else {}
 
 
 def record_from_row(row: dict[str, Any]) -> AuditRecord:
     """An AuditRecord from one `to_pylist()` row; unknown (newer) columns are ignored."""
     kw = {k: v for k, v in row.items() if k in _FIELD_NAMES}
-    args = kw.get("arguments")
-    if isinstance(args, str):
-        try:
-            kw["arguments"] = json.loads(args) if args else {}
-        except json.JSONDecodeError:
-            kw["arguments"] = {"_raw": args}
-    elif args is None:
-        kw["arguments"] = {}
+    kw["arguments"] = _parse_arguments(kw.get("arguments"))
     m = kw.get("metrics")
     kw["metrics"] = dict(m) if m else {}
     kw["changes"] = list(kw.get("changes") or [])

@@ -30,7 +30,7 @@ from trinitylake.control.records import (
     RECORD_TYPE_RANK,
     SCHEMA,
     AuditRecord,
-    record_from_row,
+    records_from_arrow,
     records_to_arrow,
 )
 from trinitylake.control.seq import SeqAllocator
@@ -274,7 +274,8 @@ class ControlTable:
             except DeltaError as e:
                 raise ControlTableError(f"cannot append to control table {self.uri}: {_first_line(e)}") from e
         raise ControlTableError(
-            f"cannot append to control table {self.uri} after {_APPEND_ATTEMPTS} attempts: {last_err}"
+            f"cannot append to control table {self.uri} after {_APPEND_ATTEMPTS} attempts: "
+            f"{_first_line(last_err) if last_err else 'commit conflicts'}"
         )
 
     def to_arrow(self, since_seq: int | None = None) -> pa.Table:
@@ -298,7 +299,7 @@ class ControlTable:
     def records(self, since_seq: int | None = None) -> list[AuditRecord]:
         """All rows as AuditRecords (or those with ``txn_seq >= since_seq``), sorted by
         (txn_seq, lifecycle position of record_type, recorded_at, file order)."""
-        return [record_from_row(r) for r in self.to_arrow(since_seq).to_pylist()]
+        return records_from_arrow(self.to_arrow(since_seq))
 
     def compact(self, *, retention_hours: float = 168.0, prune_seq_keep: int | None = 1000) -> dict[str, float]:
         """Compact small files, write a checkpoint, clean up old log files and vacuum.

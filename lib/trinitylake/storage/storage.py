@@ -10,6 +10,7 @@ exclusivity as strictly as the others.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import stat
@@ -27,6 +28,11 @@ from trinitylake.storage.uri import ParsedURI, is_absolute, join_uri, parse_uri
 
 _MEMORY_LOCK = threading.Lock()
 _FS_LOCK = threading.Lock()
+# One filesystem per (scheme, options) per process, shared by every Storage with those options.
+# A new s3fs instance builds its own botocore session and client (0.1-1 s here, against ~25 ms
+# for a warm request), and Spark unpickles a fresh Storage in every task. Cleared after fork.
+_FS_CACHE: dict[str, Any] = {}
+_FS_CACHE_PID = [os.getpid()]
 
 # Temporary names of in-flight local writes: ``<target>.tmp-<32 hex>``. Listings skip them.
 _TMP_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
@@ -162,15 +168,21 @@ class Storage:
 
     @property
     def fs(self) -> Any:
-        """The fsspec filesystem, built on first use (and again in a forked child process)."""
+        """The fsspec filesystem: shared per process by storages with equal options, never across fork."""
         fs = self._fs
-        if fs is not None and self._fs_pid == os.getpid():
+        pid = os.getpid()
+        if fs is not None and self._fs_pid == pid:
             return fs
         with _FS_LOCK:
-            if self._fs is None or self._fs_pid != os.getpid():
-                self._fs = self._make_fs()
-                self._fs_pid = os.getpid()
-            return self._fs
+            if _FS_CACHE_PID[0] != pid:  # a forked child must not reuse the parent's clients
+                _FS_CACHE.clear()
+                _FS_CACHE_PID[0] = pid
+            key = self.scheme + "|" + json.dumps(self.options, sort_keys=True, default=repr)
+            fs = _FS_CACHE.get(key)
+            if fs is None:
+                fs = _FS_CACHE[key] = self._make_fs()
+            self._fs, self._fs_pid = fs, pid
+            return fs
 
     def _make_fs(self) -> Any:
         if self.scheme == "file":
@@ -185,6 +197,7 @@ class Storage:
             # parent directory: a file another writer created since then looks missing (and
             # info() even calls it a zero-size directory). Version discovery must see it.
             opts.setdefault("use_listings_cache", False)
+            opts.pop("skip_instance_cache", None)  # we cache (see _FS_CACHE), fsspec must not
             return fsspec.filesystem("s3", client_kwargs=client_kwargs, skip_instance_cache=True, **opts)
         return fsspec.filesystem(self.scheme, **self.options)
 

@@ -1,0 +1,145 @@
+"""`tlake export`: snapshot exports from the command line.
+
+    tlake --lakehouse SRC export --name N --target URI [--version V | --as-of T]
+                                 [--full | --partial --depth D | --minimal] [--json]
+    tlake --lakehouse SRC export list [--json]
+    tlake --lakehouse SRC export drop NAME
+
+The export itself is the Spark job of `trinitylake.spark.export` (a local Spark session,
+``--master`` to change it); ``drop`` and ``list`` only touch the lakehouse definition.
+Registered by `trinitylake.cli` when this module exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+def _options(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for v in values:
+        if "=" not in v:
+            raise click.BadParameter(f"expected key=value, got {v!r}", param_hint=what)
+        k, _, val = v.partition("=")
+        out[k] = val
+    return out
+
+
+def _summary(r: dict[str, Any]) -> str:
+    d, c, b, s = r["details"], r["counts"], r["bytes"], r["seconds"]
+    mode = d.get("mode")
+    if mode == "partial":
+        mode = f"partial, depth {d.get('depth')}"
+    lines = [
+        f"exported version {d.get('version')} of {r['lakehouse']} as {d.get('name')!r} ({mode}) to {d.get('target')}",
+        f"  files: {c.get('planned', 0)} planned, {c.get('copied', 0)} copied, {c.get('skipped', 0)} already there, "
+        f"{c.get('verified', 0)} verified, {c.get('rewritten', 0)} rewritten",
+        f"  bytes: {b.get('planned', 0)} planned, {b.get('copied', 0)} copied, {b.get('skipped', 0)} already there",
+        "  seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.items()),
+        f"  root: {d.get('root')}",
+    ]
+    if d.get("pinned_version") is not None:
+        lines.append(f"  pins source version {d['pinned_version']} ({c.get('external_refs', 0)} references into the source)")
+    if d.get("recorded_in_version") is not None:
+        lines.append(f"  recorded in lakehouse version {d['recorded_in_version']}")
+    elif not d.get("recorded"):
+        lines.append("  (already recorded by an earlier run)")
+    return "\n".join(lines)
+
+
+def register(cli: click.Group) -> None:
+    """Add the `export` command group to the `tlake` CLI."""
+    from trinitylake.cli import Ctx, console, emit, handle_errors
+
+    @cli.group("export", invoke_without_command=True)
+    @click.option("--name", default=None, help="name to record the export under (unique per lakehouse)")
+    @click.option("--target", default=None, help="root URI to export to (outside the lakehouse)")
+    @click.option("--version", "version", type=int, default=None, help="version to export (default: the latest)")
+    @click.option("--as-of", "as_of", default=None, help="export the version current at TIMESTAMP (ISO-8601 or epoch ms)")
+    @click.option("--full", "mode", flag_value="full", help="copy every reachable file (the default)")
+    @click.option("--partial", "mode", flag_value="partial", help="copy the nodes down to --depth (and their definitions)")
+    @click.option("--minimal", "mode", flag_value="minimal", help="copy the root node only")
+    @click.option("--depth", type=int, default=None, help="deepest node level copied by --partial (root = 0); implies --partial")
+    @click.option("--batch-size", type=int, default=None, help="files per Spark task")
+    @click.option("--no-verify", is_flag=True, help="check sizes only, not checksums")
+    @click.option("--master", default=None, help="Spark master (default local[*])")
+    @click.option("--conf", "conf_path", default=None, help="YAML job configuration (e.g. conf/export.yaml)")
+    @click.option("--spark-conf", multiple=True, help="Spark property key=value")
+    @click.option("--target-storage-option", multiple=True,
+                  help="fsspec option key=value of the target (default: the lakehouse's when the scheme matches)")
+    @click.option("--json", "as_json", is_flag=True, help="print the job result as JSON")
+    @click.pass_context
+    @handle_errors
+    def export(click_ctx, name, target, version, as_of, mode, depth, batch_size, no_verify, master, conf_path,
+               spark_conf, target_storage_option, as_json):
+        """Export a version to its own root URI (full, partial or minimal), or manage exports."""
+        if click_ctx.invoked_subcommand is not None:
+            return
+        ctx: Ctx = click_ctx.obj
+        if not name or not target:
+            raise click.UsageError("give --name and --target (or a subcommand: list, drop)")
+        if mode is None and depth is not None:
+            mode = "partial"
+        if depth is not None and mode != "partial":
+            raise click.UsageError("--depth goes with --partial")
+        from trinitylake.config import load_job_config
+        from trinitylake.spark.export import run_export_job
+
+        overrides = {
+            "lakehouse": ctx.require_uri(),
+            "storage_options": ctx.storage_options or None,
+            "control_uri": ctx.control_uri,
+            "name": name,
+            "target": target,
+            "version": version,
+            "as_of": as_of,
+            "mode": mode,
+            "depth": depth,
+            "batch_size": batch_size,
+            "verify_checksum": False if no_verify else None,
+            "master": master,
+            "spark_conf": _options(spark_conf, "--spark-conf") or None,
+        }
+        cfg = load_job_config("export", conf_path, overrides=overrides)
+        tso = _options(target_storage_option, "--target-storage-option") or None
+        result = run_export_job(cfg, audit=ctx.audit, target_storage_options=tso)
+        emit(result.to_dict(), as_json, lambda r: click.echo(_summary(r)))
+
+    @export.command("list")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_obj
+    @handle_errors
+    def export_list(ctx: Ctx, as_json):
+        """List the exports recorded in the lakehouse definition."""
+        from rich.table import Table
+
+        from trinitylake.maintenance.export_plan import list_exports
+
+        rows = list_exports(ctx.lakehouse().definition())
+
+        def render(rows):
+            t = Table("name", "version", "pinned", "root")
+            for r in rows:
+                t.add_row(r["name"], str(r["version"]), "" if r["pinned_version"] is None else str(r["pinned_version"]),
+                          str(r["root"]))
+            console.print(t)
+
+        emit({"exports": rows}, as_json, lambda o: render(o["exports"]))
+
+    @export.command("drop")
+    @click.argument("name")
+    @click.pass_obj
+    @handle_errors
+    def export_drop(ctx: Ctx, name):
+        """Forget an export: remove its record and its pin (the exported files are kept)."""
+        from trinitylake.maintenance.export_plan import drop_export
+
+        lh = ctx.lakehouse()
+        loc = lh.definition().exported_snapshots.get(name)
+        txn = lh.begin()
+        txn.mutate_definition(drop_export(name), f"drop export {name}")
+        v = txn.commit(command="export drop", arguments={"name": name})
+        where = f"; its files stay at {loc.rsplit('/', 1)[0]}" if loc else ""
+        click.echo(f"dropped export {name} (version {v}){where}")

@@ -1,0 +1,685 @@
+"""Snapshot export, engine-agnostic: what to copy, how pointers change, how copies are checked.
+
+An export copies one version of a lakehouse to its own root URI (the *target*), where it is a
+lakehouse of its own, and is recorded in the source's definition under a name. This module
+holds everything that does not need an engine: the Spark job (`trinitylake.spark.export`)
+only distributes these functions over executors, and a unit test can call them on a driver.
+
+Choices (see also ``docs`` in the job module):
+
+- **Modes.** Node depth counts from the root (depth 0). ``full`` copies every file reachable
+  from the root; ``partial`` copies the nodes down to depth D *and the definition files those
+  nodes reference* (ODFs are small, and a partial export that still needed the source for
+  every table read would be little better than a minimal one); ``minimal`` copies the root only.
+  Every mode copies the lakehouse definition file (with the source's export records cleared:
+  they are the source's bookkeeping, not part of the exported version).
+- **Pointers.** Copied files keep their relative paths (the same hash-prefixed names). A
+  pointer to a file that is not copied is rewritten as the absolute URI of that file in the
+  source. A node whose pointers change is rewritten (re-serialized) but keeps its name: the
+  target is a separate lakehouse, so its names stay unique. Pointers that were already absolute
+  URIs outside the source are kept as they are and never followed.
+- **Root.** The exported root keeps the version number: ``root_name(V)``, so ``--snapshot``
+  reads report version V and later commits to the exported lakehouse continue at V+1. Its
+  ``previous_root`` and ``rollback_from_root`` rows are dropped (the history is not exported;
+  they would point at files that do not exist at the target).
+- **Checksums.** MD5 of the bytes as written at the target (S3 returns it as the ETag of a
+  single-part PUT, so a target on S3 is verified with a HEAD request).
+- **Plan.** ``<target>/_export/<name>/`` holds ``export.json`` (what is being exported, from
+  which lakehouse; written before anything else), ``plan/part-NNNNN.parquet`` (one row per file:
+  source URI, target path, kind, depth, action, size, md5, presence) and ``plan/_plan.json``
+  (the index of parts; its presence means the plan is complete). Reading the target ignores
+  ``_export/``: it is neither a root file nor a hash-prefixed format file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trinitylake.errors import AlreadyExistsError, UnsafeOperationError, ValidationError
+from trinitylake.format import definitions as D
+from trinitylake.format import keys as K
+from trinitylake.format.node import Message, Node, deserialize, serialize
+from trinitylake.format.paths import HINT_FILE, is_root_name, root_name
+from trinitylake.storage import Storage, is_absolute, join_uri, parse_uri
+
+MODES = ("full", "partial", "minimal")
+EXPORT_DIR = "_export"
+FORMAT_TAG = "trinitylake-export/1"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_MD5_RE = re.compile(r"^[0-9a-f]{32}$")
+
+# Kinds of planned files and what happens to them.
+KIND_ROOT, KIND_DEF, KIND_NODE, KIND_ODF = "root", "def", "node", "odf"
+ACTION_COPY, ACTION_REWRITE = "copy", "rewrite"
+
+PLAN_SCHEMA = pa.schema(
+    [
+        pa.field("target", pa.utf8(), nullable=False),  # path relative to the target root
+        pa.field("source", pa.utf8(), nullable=False),  # absolute URI of the source file
+        pa.field("kind", pa.utf8(), nullable=False),  # root | def | node | odf
+        pa.field("depth", pa.int32(), nullable=False),  # node depth (ODFs: the referencing node's)
+        pa.field("action", pa.utf8(), nullable=False),  # copy (verbatim) | rewrite (pointers changed)
+        pa.field("size", pa.int64(), nullable=False),  # bytes at the target
+        pa.field("md5", pa.utf8(), nullable=False),  # hex MD5 of the bytes at the target
+        pa.field("external", pa.int32(), nullable=False),  # pointers in this file to files outside the export
+        pa.field("present", pa.bool_(), nullable=False),  # already at the target, verified, at plan time
+    ]
+)
+PLAN_COLUMNS = tuple(PLAN_SCHEMA.names)
+
+
+def md5_hex(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+# ---- what one export is ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExportSpec:
+    """One export: which version goes where, how deep. Picklable (sent to executors)."""
+
+    name: str
+    version: int
+    mode: str
+    depth: int  # partial: deepest copied node level; full: -1 (unbounded); minimal: 0
+    source_uri: str
+    target_uri: str
+    source_id: str
+    order: int
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValidationError(f"export mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+    @classmethod
+    def make(cls, *, name: str, version: int, mode: str, depth: int | None, source_uri: str, target_uri: str,
+             source_id: str, order: int) -> ExportSpec:
+        validate_name(name)
+        if mode == "partial":
+            if depth is None or depth < 0:
+                raise ValidationError(f"a partial export needs a depth >= 0, got {depth!r}")
+            d = int(depth)
+        else:
+            d = -1 if mode == "full" else 0
+        return cls(name, int(version), mode, d, source_uri, target_uri, source_id, int(order))
+
+    def copies_node(self, depth: int) -> bool:
+        """True when a node at `depth` is copied to the target."""
+        if self.mode == "full":
+            return True
+        return depth <= self.depth
+
+    def copies_odfs(self, depth: int) -> bool:
+        """True when the definition files referenced by a node at `depth` are copied."""
+        return self.mode != "minimal" and self.copies_node(depth)
+
+    @property
+    def root_path(self) -> str:
+        return root_name(self.version)
+
+    @property
+    def export_dir(self) -> str:
+        return f"{EXPORT_DIR}/{self.name}"
+
+    @property
+    def root_uri(self) -> str:
+        """Full URI of the exported root file: the value recorded in ``exported_snapshots``."""
+        return join_uri(parse_uri(self.target_uri).uri, self.root_path)
+
+    def describe(self) -> dict[str, Any]:
+        """What `export.json` records (and a resumed run must match)."""
+        return {
+            "format": FORMAT_TAG,
+            "name": self.name,
+            "version": self.version,
+            "mode": self.mode,
+            "depth": self.depth if self.mode == "partial" else None,
+            "source": self.source_uri,
+            "source_id": self.source_id,
+            "target": self.target_uri,
+            "root": self.root_path,
+        }
+
+    def same_export(self, recorded: dict[str, Any]) -> bool:
+        mine = self.describe()
+        return all(recorded.get(k) == mine[k] for k in ("name", "version", "mode", "depth", "source_id", "root"))
+
+
+def validate_name(name: str) -> str:
+    """Export names: 1-128 letters, digits, '.', '_', '-'; not all digits (reads as a version)."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValidationError(
+            f"invalid export name {name!r}: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    if name.isdigit():
+        raise ValidationError(f"export name {name!r} is all digits; it would read as a version number in AS OF")
+    return name
+
+
+# ---- pointers ----------------------------------------------------------------------------------
+def local_path(source: Storage, pointer: str) -> str | None:
+    """Path of `pointer` relative to the source root, or None for a file outside the source."""
+    if not is_absolute(pointer):
+        return source.relative(pointer)
+    try:
+        return source.relative(pointer)
+    except Exception:  # noqa: BLE001 - an unparsable absolute pointer is left alone
+        return None
+
+
+INSIDE, INTO_SOURCE, FOREIGN = 0, 1, 2
+
+
+def _repoint(source: Storage, pointer: str, copied: bool) -> tuple[str, int]:
+    """(pointer as the exported file stores it, where it points: INSIDE the export, INTO_SOURCE
+    or FOREIGN, i.e. an absolute URI outside the source that is kept as it is and not followed)."""
+    rel = local_path(source, pointer)
+    if rel is None:
+        return pointer, FOREIGN
+    if copied:
+        return rel, INSIDE
+    return source.uri(rel), INTO_SOURCE
+
+
+@dataclass
+class NodeRefs:
+    """What a node references, split by what the export does with it."""
+
+    children: list[str] = field(default_factory=list)  # relative paths of child nodes to copy
+    odfs: list[str] = field(default_factory=list)  # relative paths of definition files to copy
+    external: int = 0  # pointers rewritten to absolute URIs into the source (what a pin protects)
+    foreign: int = 0  # absolute pointers outside the source, kept as they were
+
+    def count(self, where: int) -> None:
+        if where == INTO_SOURCE:
+            self.external += 1
+        elif where == FOREIGN:
+            self.foreign += 1
+
+
+def export_node(node: Node, depth: int, spec: ExportSpec, source: Storage) -> tuple[Node, NodeRefs, bool]:
+    """The node as the export stores it, what it references, and whether it changed.
+
+    Children are copied when the next level is copied; definition-file values (key table and
+    write-buffer messages, including superseded ones: the file references them) when this
+    level's ODFs are copied. Anything not copied becomes an absolute URI into the source.
+    The root also loses ``previous_root``/``rollback_from_root`` and keeps ``lakehouse_def``
+    relative (the definition is always copied).
+    """
+    out = node.copy()
+    out.buffer = [Message(m.key, m.value, m.txn) for m in node.buffer]  # rewritten below: no sharing
+    refs = NodeRefs()
+    changed = False
+    if depth == 0:
+        for k in (K.SYS_PREVIOUS_ROOT, K.SYS_ROLLBACK_FROM_ROOT):
+            if k in out.system:
+                del out.system[k]
+                changed = True
+        d = out.system.get(K.SYS_LAKEHOUSE_DEF)
+        if d is not None:
+            rel = local_path(source, d)
+            if rel is None:
+                raise ValidationError(f"root of version {spec.version} points at a lakehouse definition outside the "
+                                      f"source ({d}); cannot export it")
+            if rel != d:
+                out.system[K.SYS_LAKEHOUSE_DEF] = rel
+                changed = True
+    copy_children = spec.copies_node(depth + 1)
+    for i, c in enumerate(out.children):
+        p, where = _repoint(source, c, copy_children)
+        refs.count(where)
+        if where == INSIDE:
+            refs.children.append(p)
+        if p != c:
+            out.children[i] = p
+            changed = True
+    copy_odfs = spec.copies_odfs(depth)
+    for i, v in enumerate(out.values):
+        p, where = _repoint(source, v, copy_odfs)
+        refs.count(where)
+        if where == INSIDE:
+            refs.odfs.append(p)
+        if p != v:
+            out.values[i] = p
+            changed = True
+    for m in out.buffer:
+        if m.value is None:
+            continue
+        p, where = _repoint(source, m.value, copy_odfs)
+        refs.count(where)
+        if where == INSIDE:
+            refs.odfs.append(p)
+        if p != m.value:
+            m.value = p
+            changed = True
+    refs.odfs = list(dict.fromkeys(refs.odfs))
+    return out, refs, changed
+
+
+def exported_node_bytes(data: bytes, depth: int, spec: ExportSpec, source: Storage, where: str
+                        ) -> tuple[bytes, NodeRefs, bool]:
+    """Bytes of a node file as the export stores it (the source bytes when nothing changed)."""
+    node = deserialize(data, None, where)
+    out, refs, changed = export_node(node, depth, spec, source)
+    if not changed:
+        return data, refs, False
+    return serialize(out, spec.order), refs, True
+
+
+def exported_definition_bytes(data: bytes, where: str) -> bytes:
+    """The lakehouse definition as the export stores it: the source's export records cleared
+    (they name other exports of the source and pin source versions), everything else kept,
+    including the id (it identifies the lineage: later exports into this target check it)."""
+    d = D.loads(D.LakehouseDef, data, where)
+    if not d.exported_snapshots and not d.exported_snapshot_pins:
+        return data
+    d.exported_snapshots.clear()
+    d.exported_snapshot_pins.clear()
+    return D.dumps(d)
+
+
+# ---- plan rows -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanRow:
+    target: str
+    source: str
+    kind: str
+    depth: int
+    action: str
+    size: int
+    md5: str
+    external: int = 0
+    present: bool = False
+
+    def as_tuple(self) -> tuple:
+        return (self.target, self.source, self.kind, self.depth, self.action, self.size, self.md5, self.external,
+                self.present)
+
+    @classmethod
+    def from_tuple(cls, t: tuple | list) -> PlanRow:
+        return cls(*t)
+
+
+def plan_node(source: Storage, path: str, depth: int, spec: ExportSpec) -> tuple[PlanRow, NodeRefs]:
+    """Read one node of the source and plan it: its row, and what it references."""
+    data = source.read(path)
+    out, refs, changed = exported_node_bytes(data, depth, spec, source, source.uri(path))
+    kind = KIND_ROOT if depth == 0 else KIND_NODE
+    row = PlanRow(path, source.uri(path), kind, depth, ACTION_REWRITE if changed else ACTION_COPY, len(out), md5_hex(out),
+                  refs.external)
+    return row, refs
+
+
+def plan_file(source: Storage, path: str, kind: str, depth: int) -> PlanRow:
+    """Read one definition file of the source and plan it."""
+    data = source.read(path)
+    action = ACTION_COPY
+    if kind == KIND_DEF:
+        out = exported_definition_bytes(data, source.uri(path))
+        action = ACTION_REWRITE if out is not data else ACTION_COPY
+    else:
+        out = data
+    return PlanRow(path, source.uri(path), kind, depth, action, len(out), md5_hex(out))
+
+
+def export_bytes(row: PlanRow, source: Storage, spec: ExportSpec) -> bytes:
+    """The bytes a planned file has at the target, recomputed from the source."""
+    data = source.read(row.target)
+    if row.action == ACTION_COPY:
+        return data
+    if row.kind in (KIND_ROOT, KIND_NODE):
+        return exported_node_bytes(data, row.depth, spec, source, row.source)[0]
+    if row.kind == KIND_DEF:
+        return exported_definition_bytes(data, row.source)
+    return data
+
+
+# ---- plan files ------------------------------------------------------------------------------------
+def plan_part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def plan_part_bytes(rows: Iterable[PlanRow]) -> bytes:
+    cols: list[list] = [[] for _ in PLAN_COLUMNS]
+    for r in rows:
+        for i, v in enumerate(r.as_tuple()):
+            cols[i].append(v)
+    table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, PLAN_SCHEMA, strict=True)],
+                                 schema=PLAN_SCHEMA)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def read_plan_part(data: bytes) -> list[PlanRow]:
+    table = pq.read_table(pa.BufferReader(data))
+    cols = [table.column(n).to_pylist() for n in PLAN_COLUMNS]
+    return [PlanRow(*vals) for vals in zip(*cols, strict=True)]
+
+
+def json_bytes(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
+def read_json(storage: Storage, path: str) -> dict[str, Any] | None:
+    try:
+        data = storage.read(path)
+    except FileNotFoundError:
+        return None
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+# ---- verification --------------------------------------------------------------------------------
+OK, MISSING, MISMATCH = "ok", "missing", "mismatch"
+
+
+def verify_file(storage: Storage, path: str, size: int, md5: str, checksum: bool = True) -> str:
+    """Whether the file at `path` has `size` bytes and MD5 `md5`: ``ok``, ``missing`` or ``mismatch``.
+
+    On S3 the ETag of a single-part upload is the MD5: a HEAD request then suffices. Other
+    ETags (multipart, SSE-KMS) fall back to reading the bytes.
+    """
+    if storage.scheme == "s3":
+        fp = parse_uri(storage.uri(path)).fs_path
+        try:
+            info = storage.fs.info(fp)
+        except FileNotFoundError:
+            return MISSING
+        if info.get("type") == "directory":
+            return MISSING
+        if int(info.get("size") or 0) != size:
+            return MISMATCH
+        if not checksum:
+            return OK
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
+        if _MD5_RE.match(etag) and etag == md5:
+            return OK
+    else:
+        try:
+            if storage.info(path).size != size:
+                return MISMATCH
+        except FileNotFoundError:
+            return MISSING
+        if not checksum:
+            return OK
+    try:
+        data = storage.read(path)
+    except FileNotFoundError:
+        return MISSING
+    return OK if len(data) == size and md5_hex(data) == md5 else MISMATCH
+
+
+@dataclass
+class CopyStats:
+    """What copying one batch (plan part) did. Failures are data, not exceptions, so that the
+    driver raises a typed error naming the files."""
+
+    rows: int = 0
+    copied: int = 0
+    copied_bytes: int = 0
+    skipped: int = 0
+    skipped_bytes: int = 0
+    verified: int = 0
+    verified_bytes: int = 0
+    rewritten: int = 0
+    seconds_verify: float = 0.0
+    conflicts: list[str] = field(default_factory=list)
+    missing_sources: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: CopyStats) -> None:
+        for k in ("rows", "copied", "copied_bytes", "skipped", "skipped_bytes", "verified", "verified_bytes",
+                  "rewritten"):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+        self.seconds_verify += other.seconds_verify
+        for k in ("conflicts", "missing_sources", "errors"):
+            getattr(self, k).extend(getattr(other, k)[: max(0, 20 - len(getattr(self, k)))])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CopyStats:
+        return cls(**d)
+
+
+def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *, checksum: bool = True,
+             check_first: bool = True) -> CopyStats:
+    """Copy one planned file unless the target already holds it (verified), then verify it.
+
+    `check_first` looks at the target before reading the source (the cheap path of a resumed
+    run); without it the exclusive create itself finds files that are already there.
+    """
+    st = CopyStats(rows=1)
+    if row.present:
+        st.skipped, st.skipped_bytes = 1, row.size
+        return st
+    if check_first:
+        t = time.perf_counter()
+        state = verify_file(target, row.target, row.size, row.md5, checksum)
+        st.seconds_verify += time.perf_counter() - t
+        if state == OK:
+            st.skipped, st.skipped_bytes, st.verified, st.verified_bytes = 1, row.size, 1, row.size
+            return st
+        if state == MISMATCH:
+            st.conflicts.append(f"{target.uri(row.target)} exists with other content than {row.source}")
+            return st
+    try:
+        data = export_bytes(row, source, spec)
+    except FileNotFoundError:
+        st.missing_sources.append(row.source)
+        return st
+    if len(data) != row.size or md5_hex(data) != row.md5:
+        st.errors.append(f"{row.source} changed since the plan was made (size {len(data)} vs {row.size}); "
+                         f"source files are immutable, so it is corrupt or was replaced")
+        return st
+    try:
+        if data:
+            target.create_exclusive(row.target, data)
+        else:
+            target.write(row.target, data)
+        created = True
+    except FileExistsError:
+        created = False
+    t = time.perf_counter()
+    state = verify_file(target, row.target, row.size, row.md5, checksum)
+    st.seconds_verify += time.perf_counter() - t
+    if state != OK:
+        if created:
+            st.errors.append(f"{target.uri(row.target)} failed verification after the copy ({state})")
+        else:
+            st.conflicts.append(f"{target.uri(row.target)} exists with other content than {row.source}")
+        return st
+    st.verified, st.verified_bytes = 1, row.size
+    if created:
+        st.copied, st.copied_bytes = 1, row.size
+        st.rewritten += row.action == ACTION_REWRITE
+    else:
+        st.skipped, st.skipped_bytes = 1, row.size
+    return st
+
+
+def check_present(row: PlanRow, target: Storage, checksum: bool = True) -> tuple[PlanRow, str]:
+    """Plan-time look at the target: (row with `present` set, state)."""
+    state = verify_file(target, row.target, row.size, row.md5, checksum)
+    if state == OK:
+        return replace(row, present=True), state
+    return row, state
+
+
+# ---- targets -----------------------------------------------------------------------------------
+def check_locations(source_uri: str, target_uri: str) -> None:
+    """Refuse a target that overlaps the source (one inside the other, or the same).
+
+    Orphan cleanup of the one would delete the other's files, and a target inside the source
+    would be walked as part of it.
+    """
+    s = parse_uri(source_uri).uri.rstrip("/")
+    t = parse_uri(target_uri).uri.rstrip("/")
+    if s == t or t.startswith(s + "/"):
+        raise UnsafeOperationError(f"export target {t} lies inside the lakehouse {s}; export to a location outside it")
+    if s.startswith(t + "/"):
+        raise UnsafeOperationError(f"export target {t} contains the lakehouse {s}; export to a location outside it")
+
+
+@dataclass
+class TargetState:
+    """What the target holds before an export starts."""
+
+    empty: bool
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> export.json
+    roots: list[str] = field(default_factory=list)  # root file names at the target top level
+
+
+def inspect_target(target: Storage, source_id: str, source_uri: str) -> TargetState:
+    """Look at the target and refuse one that holds something other than exports of this lakehouse.
+
+    A target is acceptable when it is empty (or missing), or when everything that identifies
+    it says "an export of lakehouse `source_id`": the ``_export/*/export.json`` records and
+    the lakehouse definition of its latest root.
+
+    Raises:
+        ValidationError: the target is not empty and holds no export of this lakehouse, or an
+            export of another lakehouse.
+    """
+    dirs, files = target.list_dirs("")
+    if not dirs and not files:
+        return TargetState(empty=True)
+    state = TargetState(empty=False)
+    evidence: list[tuple[str, str]] = []  # (where, lakehouse id)
+    if EXPORT_DIR in dirs:
+        sub, _ = target.list_dirs(EXPORT_DIR)
+        for d in sub:
+            meta = read_json(target, f"{d}/export.json")
+            if meta is None or meta.get("format") != FORMAT_TAG:
+                continue
+            state.exports[d.rsplit("/", 1)[-1]] = meta
+            evidence.append((target.uri(f"{d}/export.json"), str(meta.get("source_id"))))
+    state.roots = sorted(f.path for f in files if is_root_name(f.path))
+    if state.roots:
+        lh_id = _target_lakehouse_id(target, state.roots[-1])
+        if lh_id is not None:
+            evidence.append((target.uri(state.roots[-1]), lh_id))
+    others = [(w, i) for w, i in evidence if i != source_id]
+    if others:
+        where, other = others[0]
+        raise ValidationError(
+            f"export target {target.root} holds an export of another lakehouse (id {other}, see {where}); "
+            f"this lakehouse {source_uri} has id {source_id}. Export to an empty location"
+        )
+    if not evidence:
+        names = ", ".join(sorted([d + "/" for d in dirs] + [f.path for f in files])[:5])
+        raise ValidationError(
+            f"export target {target.root} is not empty ({names}) and holds no export of lakehouse {source_uri}; "
+            f"export to an empty location (or to an earlier export target of this lakehouse)"
+        )
+    return state
+
+
+def _target_lakehouse_id(target: Storage, root_path: str) -> str | None:
+    try:
+        node = deserialize(target.read(root_path), None, target.uri(root_path))
+        def_path = node.system.get(K.SYS_LAKEHOUSE_DEF)
+        if not def_path or is_absolute(def_path):
+            return None
+        return D.loads(D.LakehouseDef, target.read(def_path), target.uri(def_path)).id
+    except Exception:  # noqa: BLE001 - an unreadable root is no evidence either way
+        return None
+
+
+def check_name_free(d: D.LakehouseDef, name: str, root_uri: str) -> bool:
+    """Whether `name` can be used: False when it is already recorded with this very root
+    (an earlier run finished the export), True when it is free.
+
+    Raises:
+        AlreadyExistsError: the name is recorded for another export.
+    """
+    existing = d.exported_snapshots.get(name)
+    if existing is None:
+        return True
+    if existing == root_uri:
+        return False
+    raise AlreadyExistsError(f"an export named {name!r} already exists ({existing}); pick another name or drop it first")
+
+
+def record_export(name: str, root_uri: str, pin: int | None):
+    """Definition mutation that records an export (applied to the latest definition at commit).
+
+    Raises AlreadyExistsError at commit time when the name was taken meanwhile, so export
+    names stay unique under concurrent exports.
+    """
+
+    def fn(d: D.LakehouseDef) -> None:
+        if name in d.exported_snapshots:
+            raise AlreadyExistsError(
+                f"an export named {name!r} was recorded concurrently ({d.exported_snapshots[name]})"
+            )
+        d.exported_snapshots[name] = root_uri
+        if pin is not None:
+            d.exported_snapshot_pins[name] = pin
+
+    return fn
+
+
+def drop_export(name: str):
+    """Definition mutation that removes an export's record and its pin."""
+    from trinitylake.errors import SnapshotNotFoundError
+
+    def fn(d: D.LakehouseDef) -> None:
+        if name not in d.exported_snapshots and name not in d.exported_snapshot_pins:
+            known = ", ".join(sorted(d.exported_snapshots)) or "none"
+            raise SnapshotNotFoundError(f"no export named {name!r} (known: {known})")
+        if name in d.exported_snapshots:
+            del d.exported_snapshots[name]
+        if name in d.exported_snapshot_pins:
+            del d.exported_snapshot_pins[name]
+
+    return fn
+
+
+def update_hint(target: Storage, version: int) -> None:
+    """Raise the target's ``_latest_hint.txt`` to `version` (never lower it); best effort."""
+    from trinitylake.format.paths import parse_hint
+
+    try:
+        current = parse_hint(target.read(HINT_FILE))
+    except FileNotFoundError:
+        current = None
+    except Exception:  # noqa: BLE001
+        current = None
+    if current is not None and current >= version and target.exists(root_name(current)):
+        return
+    try:
+        target.write(HINT_FILE, str(version).encode())
+    except Exception:  # noqa: BLE001 - the hint is best effort by design (readers probe)
+        pass
+
+
+def list_exports(d: D.LakehouseDef) -> list[dict[str, Any]]:
+    """The exports a definition records: name, root URI, version, pin (None for full exports)."""
+    from trinitylake.format.paths import root_version
+
+    out = []
+    for name in sorted(set(d.exported_snapshots) | set(d.exported_snapshot_pins)):
+        loc = d.exported_snapshots.get(name)
+        try:
+            version = root_version(loc) if loc else None
+        except ValidationError:
+            version = None
+        pin = d.exported_snapshot_pins[name] if name in d.exported_snapshot_pins else None
+        out.append({"name": name, "root": loc, "version": version, "pinned_version": pin,
+                    "kind": "full" if pin is None else "partial/minimal"})
+    return out

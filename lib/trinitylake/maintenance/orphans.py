@@ -1,0 +1,121 @@
+"""Orphan-file rules: which listed files may be deleted. Pure Python, no Spark.
+
+A listed file is an orphan candidate only if
+
+* it lies inside the lakehouse root and its name is owned by the format
+  (:func:`trinitylake.format.paths.is_format_owned`: root node files, ``_lakehouse_def_*``
+  and hash-prefixed ``bbbb/bbbb/bbbb/bbbbbbbb-*.arrow|binpb`` files);
+* it is not under a folder the format does not own (``_control/``, ``_maintenance/``,
+  Iceberg table folders, anything else): listing descends only into the sixteen
+  first-level hash folders ``[01]{4}/``;
+* its modification time is known and older than the cutoff (``reference_time - older_than``,
+  where ``older_than`` is at least the lakehouse's transaction TTL: in-flight commits write
+  their node and definition files before their root exists);
+* no retained version, export or pinned version reaches it (compared on walk keys, see
+  `trinitylake.maintenance.reach`).
+
+**Prefix mismatch.** A reference may name a file of this lakehouse through another scheme or
+authority (a bucket alias, ``hdfs://nn1`` vs ``hdfs://nn2``): its key is then an absolute URI
+while the listing gives a relative path, and the file would look orphaned (iceberg #4194).
+:func:`mismatch_key` finds such references: an absolute URI outside the root and outside
+every export root whose path, without scheme and authority, lies under the root's path. By
+default the job stops when one of them matches a candidate; ``ignore`` keeps those files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from trinitylake.errors import InvalidURIError
+from trinitylake.format.paths import is_format_owned
+from trinitylake.storage.uri import ParsedURI, is_absolute, parse_uri
+
+HASH_DIR_RE = re.compile(r"^[01]{4}$")
+
+
+def is_hash_dir(name: str) -> bool:
+    """True for a first- or second-level hash folder name (``0110``)."""
+    return bool(HASH_DIR_RE.match(name.rstrip("/").rsplit("/", 1)[-1]))
+
+
+def split_top_level(dirs: Iterable[str], files: Iterable[tuple[str, int, float]]) -> tuple[list[str], list[str], list[tuple[str, int, float]], int]:
+    """Split the root's listing: (hash folders to descend, other folders never touched,
+    format-owned top-level files, count of top-level files the format does not own)."""
+    hash_dirs, skipped = [], []
+    for d in dirs:
+        (hash_dirs if is_hash_dir(d) else skipped).append(d)
+    owned, not_owned = [], 0
+    for f in files:
+        if is_format_owned(f[0]):
+            owned.append(f)
+        else:
+            not_owned += 1
+    return sorted(hash_dirs), sorted(skipped), owned, not_owned
+
+
+@dataclass(frozen=True)
+class AgeCutoff:
+    """Files modified at or after `cutoff_s` (epoch seconds) are too young to delete."""
+
+    reference_ms: int
+    min_age_ms: int
+
+    @property
+    def cutoff_ms(self) -> int:
+        return self.reference_ms - self.min_age_ms
+
+    @property
+    def cutoff_s(self) -> float:
+        return self.cutoff_ms / 1000.0
+
+    def old_enough(self, mtime_s: float | None) -> bool:
+        """True when the file is strictly older than the cutoff; unknown times are young."""
+        return bool(mtime_s) and mtime_s > 0 and mtime_s < self.cutoff_s  # type: ignore[operator]
+
+
+def is_candidate(path: str, mtime_s: float | None, cutoff: AgeCutoff, reachable: set[str] | frozenset[str]) -> bool:
+    """The whole rule for one listed file (the Spark job applies it as a join)."""
+    return (not is_absolute(path) and is_format_owned(path) and cutoff.old_enough(mtime_s)
+            and path not in reachable)
+
+
+def mismatch_key(uri: str, root: ParsedURI, export_roots: Iterable[str] = ()) -> str | None:
+    """Relative path a foreign reference `uri` would have if it meant a file of the lakehouse
+    at `root` through another scheme or authority, else None.
+
+    References under an export's root are the export's own files, not aliases.
+    """
+    if not is_absolute(uri):
+        return None
+    try:
+        p = parse_uri(uri)
+    except InvalidURIError:
+        return None
+    for e in export_roots:
+        prefix = e.rstrip("/") + "/"
+        if p.uri.startswith(prefix):
+            return None
+    if (p.scheme, p.authority) == (root.scheme, root.authority):
+        return None  # same store: inside the root it would have a relative key already
+    rpath = root.path.strip("/")
+    path = p.path.strip("/")
+    if rpath:
+        if not path.startswith(rpath + "/"):
+            return None
+        rel = path[len(rpath) + 1 :]
+    else:
+        rel = path
+    return rel if rel and is_format_owned(rel) else None
+
+
+def export_root_dirs(export_uris: Iterable[str]) -> list[str]:
+    """Root folders of exports, from the URIs of their root node files."""
+    out = []
+    for u in export_uris:
+        try:
+            out.append(parse_uri(u).uri.rsplit("/", 1)[0])
+        except InvalidURIError:
+            continue
+    return sorted(set(out))

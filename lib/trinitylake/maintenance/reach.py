@@ -1,0 +1,478 @@
+"""Reachability: what one node file references, how pointers become comparable keys, and a
+single-process reference walk.
+
+Engine-agnostic. The Spark walk (`trinitylake.spark.walk`) runs :func:`expand_node_rows` inside
+executors' ``mapPartitions``; the tests and benchmarks run :func:`reference_walk` in one
+process. Both follow the same rules, written down here once:
+
+**Keys.** Every file is named by a *walk key*: its path relative to the lakehouse root when it
+lies inside the root (``0110/0000/1011/01111000-node-….arrow``, ``_0100….arrow``), otherwise
+its canonical absolute URI (files of exports, or anything else a pointer names). Scheme
+aliases are folded (``s3a://`` = ``s3://``), so two spellings of one file get one key, and a
+file outside the root can never be mistaken for one inside it (a relative key never has a
+scheme).
+
+**Bases.** A relative pointer inside a node file resolves against the root of the tree the
+node file belongs to: the lakehouse root for every file inside the lakehouse root, the
+export's root for files of an export. (A partial or minimal export references source node
+files by absolute URI; those source nodes hold relative pointers, which resolve against the
+source lakehouse.)
+
+**What a node references** (:func:`node_references`): its children (``pnode``, kind
+``node``), the values of its key table and the non-NULL values of its write-buffer messages
+(kind ``definition``), and for a root its ``lakehouse_def`` system row (kind
+``lakehouse_def``). ``previous_root`` and ``rollback_from_root`` are *not* references: an old
+version stays alive only because it is retained, never because a newer root names it.
+
+**Depth and first_version.** ``depth`` is the length of the shortest pointer path from any
+walked root (roots are depth 0). ``first_version`` is the smallest version among the roots
+that reach the file along such a shortest path: for a node, the smallest ``first_version`` of
+its parents at ``depth - 1``. Both are computed level by level with every node read once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trinitylake.errors import (
+    CorruptNodeError,
+    InvalidURIError,
+    TrinityLakeError,
+    UnsafeOperationError,
+    VersionNotFoundError,
+)
+from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
+from trinitylake.format.node import Node, deserialize
+from trinitylake.format.paths import root_name, root_version
+from trinitylake.storage import Storage
+from trinitylake.storage.uri import is_absolute, join_uri, parse_uri
+
+if TYPE_CHECKING:
+    from trinitylake.lakehouse.lakehouse import Lakehouse
+
+log = logging.getLogger(__name__)
+
+KIND_ROOT = "root"
+KIND_NODE = "node"
+KIND_DEFINITION = "definition"
+KIND_LAKEHOUSE_DEF = "lakehouse_def"
+KINDS = (KIND_ROOT, KIND_NODE, KIND_DEFINITION, KIND_LAKEHOUSE_DEF)
+
+# Roles of the rows `expand_node_rows` emits.
+ROLE_SELF = "self"  # the node file that was read (path, kind, size)
+ROLE_CHILD = "child"  # a child node to read at depth + 1
+ROLE_LEAF = "leaf"  # a definition or lakehouse definition (never read by the walk)
+ROLE_MISSING = "missing"  # the node file does not exist
+ROLE_ERROR = "error"  # the node file exists but cannot be read as a node
+
+
+# ---- what one node references ------------------------------------------------------------
+def node_references(node: Node, *, is_root: bool, where: str = "node") -> list[tuple[str, str]]:
+    """Stored pointers of `node` with their kind, each pointer once, in file order.
+
+    Raises:
+        CorruptNodeError: a root without a ``lakehouse_def`` system row.
+    """
+    refs: dict[str, str] = {}
+    for c in node.children:
+        refs.setdefault(c, KIND_NODE)
+    for v in node.values:
+        refs.setdefault(v, KIND_DEFINITION)
+    for m in node.buffer:
+        if m.value is not None:
+            refs.setdefault(m.value, KIND_DEFINITION)
+    if is_root:
+        ld = node.system.get(SYS_LAKEHOUSE_DEF)
+        if not ld:
+            raise CorruptNodeError(f"root node file {where} has no lakehouse_def system row")
+        refs.setdefault(ld, KIND_LAKEHOUSE_DEF)
+    return list(refs.items())
+
+
+# ---- keys --------------------------------------------------------------------------------
+def clean_relative(pointer: str) -> str:
+    """Normalized relative path (duplicate slashes and ``.`` removed); ``..`` is refused."""
+    if ".." in pointer.split("/"):
+        raise InvalidURIError(f"pointer {pointer!r} contains '..'")
+    return join_uri("", pointer).lstrip("/")
+
+
+@dataclass(frozen=True)
+class Locator:
+    """Maps stored pointers to walk keys and back (see the module docstring).
+
+    Picklable and cheap: executors build keys with it.
+    """
+
+    root: str  # canonical URI of the lakehouse root, no trailing slash
+
+    @classmethod
+    def for_root(cls, root_uri: str) -> Locator:
+        return cls(parse_uri(root_uri).uri.rstrip("/") or parse_uri(root_uri).uri)
+
+    @property
+    def prefix(self) -> str:
+        return self.root if self.root.endswith("/") else self.root + "/"
+
+    def key_of_uri(self, uri: str) -> str:
+        """Walk key of an absolute URI (relative when inside the root)."""
+        full = parse_uri(uri).uri
+        return full[len(self.prefix) :] if full.startswith(self.prefix) else full
+
+    def key(self, pointer: str, base: str) -> str:
+        """Walk key of a stored `pointer` found in a file of the tree rooted at `base`."""
+        if is_absolute(pointer):
+            return self.key_of_uri(pointer)
+        if base == self.root:
+            rel = clean_relative(pointer)
+            if not rel:
+                raise InvalidURIError(f"empty pointer {pointer!r}")
+            return rel
+        return self.key_of_uri(join_uri(base, clean_relative(pointer)))
+
+    def uri(self, key: str) -> str:
+        """Absolute URI of a walk key."""
+        return key if is_absolute(key) else join_uri(self.root, key)
+
+    def is_inside(self, key: str) -> bool:
+        return not is_absolute(key)
+
+    def base_for(self, key: str, parent_base: str) -> str:
+        """Base that relative pointers inside the file `key` resolve against."""
+        return self.root if not is_absolute(key) else parent_base
+
+    def root_entry(self, version: int, pointer: str) -> tuple[str, str]:
+        """(key, base) of a walked root: a source version's root file name, or the full URI
+        of an export's root file (whose directory is the export's root)."""
+        if is_absolute(pointer):
+            uri = parse_uri(pointer).uri
+            key = self.key_of_uri(uri)
+            if not is_absolute(key):
+                return key, self.root
+            return key, uri.rsplit("/", 1)[0]
+        return clean_relative(pointer), self.root
+
+
+class Reader:
+    """Reads files by walk key: inside the lakehouse through its `Storage`, elsewhere through a
+    storage per scheme and authority (sharing the options when the scheme matches).
+
+    Picklable (storages rebuild their filesystems lazily), so Spark ships it to executors.
+    """
+
+    def __init__(self, root_uri: str, options: dict[str, Any] | None = None):
+        self.storage = Storage(root_uri, options)
+        self.locator = Locator.for_root(self.storage.root)
+        self._foreign: dict[str, Storage] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"storage": self.storage, "locator": self.locator, "_foreign": {}}
+
+    def _storage_for(self, key: str) -> tuple[Storage, str]:
+        if not is_absolute(key):
+            return self.storage, key
+        p = parse_uri(key)
+        if p.scheme == self.storage.scheme:
+            return self.storage, p.uri
+        head = "file:///" if p.scheme == "file" else f"{p.scheme}://{p.authority}"
+        st = self._foreign.get(head)
+        if st is None:
+            st = Storage(head, self.storage.options if p.scheme == self.storage.scheme else None)
+            self._foreign[head] = st
+        return st, p.uri
+
+    def read(self, key: str) -> bytes:
+        st, p = self._storage_for(key)
+        return st.read(p)
+
+    def size(self, key: str) -> int:
+        """Size in bytes, or -1 when the file is missing."""
+        st, p = self._storage_for(key)
+        try:
+            return st.info(p).size
+        except FileNotFoundError:
+            return -1
+
+    def exists(self, key: str) -> bool:
+        st, p = self._storage_for(key)
+        return st.exists(p)
+
+
+# ---- one level of the walk, as executors run it -------------------------------------------
+# A frontier row: (key, base, first_version, depth, is_root).
+FrontierRow = tuple[str, str, int, int, bool]
+# An output row: (role, key, kind, size, depth, first_version, base, error).
+OutRow = tuple[str, str, str, int, int, int, "str | None", "str | None"]
+
+
+def expand_node(reader: Reader, row: Sequence[Any]) -> tuple[list[OutRow], int]:
+    """Read one node file and return its rows (see the ROLE_* constants) and 1 if it was read."""
+    key, base, fv, depth, is_root = row[0], row[1], int(row[2]), int(row[3]), bool(row[4])
+    kind = KIND_ROOT if is_root else KIND_NODE
+    try:
+        data = reader.read(key)
+    except FileNotFoundError as e:
+        return [(ROLE_MISSING, key, kind, -1, depth, fv, base, str(e))], 0
+    except Exception as e:  # noqa: BLE001 - reported as a row, the driver raises with context
+        return [(ROLE_ERROR, key, kind, -1, depth, fv, base, f"{type(e).__name__}: {e}")], 0
+    where = reader.locator.uri(key)
+    try:
+        node = deserialize(data, None, where)
+        refs = node_references(node, is_root=is_root, where=where)
+    except TrinityLakeError as e:
+        return [(ROLE_ERROR, key, kind, len(data), depth, fv, base, f"{type(e).__name__}: {e}")], 1
+    out: list[OutRow] = [(ROLE_SELF, key, kind, len(data), depth, fv, base, None)]
+    loc = reader.locator
+    for ptr, rkind in refs:
+        try:
+            ck = loc.key(ptr, base)
+        except TrinityLakeError as e:
+            out.append((ROLE_ERROR, key, kind, len(data), depth, fv, base, f"bad pointer {ptr!r} in {where}: {e}"))
+            continue
+        if rkind == KIND_NODE:
+            out.append((ROLE_CHILD, ck, KIND_NODE, -1, depth + 1, fv, loc.base_for(ck, base), None))
+        else:
+            out.append((ROLE_LEAF, ck, rkind, -1, depth + 1, fv, None, None))
+    return out, 1
+
+
+def expand_node_rows(reader: Reader, rows: Iterable[Sequence[Any]], io_threads: int = 8) -> Iterator[tuple[list[OutRow], int]]:
+    """`expand_node` over many rows, reading up to `io_threads` files at a time (object
+    stores answer in tens of milliseconds; threads hide that latency)."""
+    rows = list(rows)
+    if io_threads <= 1 or len(rows) <= 1:
+        for r in rows:
+            yield expand_node(reader, r)
+        return
+    with ThreadPoolExecutor(max_workers=min(io_threads, len(rows))) as pool:
+        yield from pool.map(lambda r: expand_node(reader, r), rows)
+
+
+def sizes_of(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> list[int]:
+    """Sizes of files by key (-1 for missing ones), `io_threads` at a time."""
+    if io_threads <= 1 or len(keys) <= 1:
+        return [reader.size(k) for k in keys]
+    with ThreadPoolExecutor(max_workers=min(io_threads, len(keys))) as pool:
+        return list(pool.map(reader.size, keys))
+
+
+def describe_failures(rows: Sequence[Sequence[Any]], total: int) -> str:
+    """One message for failed node reads: (key, first_version, error) rows, `total` of them."""
+    parts = [f"{r[0]} (reached from version {r[1]}): {r[2]}" for r in rows]
+    more = f" and {total - len(rows)} more" if total > len(rows) else ""
+    return "; ".join(parts) + more
+
+
+# ---- walk roots ----------------------------------------------------------------------------
+@dataclass
+class WalkInput:
+    """The roots of a walk and what was left out of it, with the reason."""
+
+    roots: list[tuple[int, str]]
+    retained_versions: list[int] = field(default_factory=list)
+    export_roots: dict[str, str] = field(default_factory=dict)
+    pinned_versions: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def walk_input(
+    lakehouse: Lakehouse,
+    versions: Sequence[int] | None = None,
+    *,
+    latest: int | None = None,
+    min_version: int | None = None,
+) -> WalkInput:
+    """The default roots of a walk: every retained version (or `versions`), the root of every
+    export recorded in the latest lakehouse definition, and every pinned version.
+
+    `min_version` overrides the definition's ``oldest_retained_version`` (expire uses it to
+    walk the versions it is about to keep).
+
+    A missing export root is skipped with a warning when the source version it was taken
+    from is still readable (partial and minimal exports reference source files only from
+    that version's tree, which the walk then covers) or when the export is not pinned (a full
+    export never references source files). It is an error when a pinned version's root and its
+    export's root are both gone: the source files that export needs cannot be enumerated.
+
+    Raises:
+        VersionNotFoundError: an explicitly requested version does not exist.
+        UnsafeOperationError: a pinned export whose references cannot be enumerated.
+    """
+    latest = lakehouse.latest_version() if latest is None else latest
+    d = lakehouse.load_root(latest).lakehouse_def
+    listed = set(lakehouse._listed_versions()) | {latest}
+    inp = WalkInput(roots=[])
+    if versions is None:
+        floor = d.oldest_retained_version if min_version is None else min_version
+        inp.retained_versions = sorted(v for v in listed if floor <= v <= latest)
+    else:
+        missing = sorted(v for v in versions if v not in listed)
+        if missing:
+            raise VersionNotFoundError(
+                f"versions {missing} do not exist in {lakehouse.uri} (available: {_ranges(sorted(listed))})"
+            )
+        inp.retained_versions = sorted(set(versions))
+    inp.roots = [(v, root_name(v)) for v in inp.retained_versions]
+    if versions is not None:
+        return inp
+    reader = Reader(lakehouse.storage.root, lakehouse.storage.options)
+    pins = {name: int(v) for name, v in d.exported_snapshot_pins.items()}
+    walked = set(inp.retained_versions)
+    for name, v in sorted(pins.items()):
+        if v in walked:
+            inp.pinned_versions[name] = v
+        elif v in listed:
+            inp.pinned_versions[name] = v
+            inp.roots.append((v, root_name(v)))
+            walked.add(v)
+    for name, uri in sorted(d.exported_snapshots.items()):
+        try:
+            version = root_version(uri)
+        except TrinityLakeError:
+            raise UnsafeOperationError(
+                f"exported snapshot {name!r} points at {uri!r}, which is not a root node file; "
+                "the files it references cannot be enumerated"
+            ) from None
+        if reader.exists(uri):
+            inp.export_roots[name] = uri
+            inp.roots.append((version, uri))
+            continue
+        pinned = pins.get(name)
+        if pinned is None:
+            inp.warnings.append(f"export {name!r}: root {uri} is missing; a full export references no source file")
+        elif pinned in walked:
+            inp.warnings.append(
+                f"export {name!r}: root {uri} is missing; its source version {pinned} is walked instead"
+            )
+        else:
+            raise UnsafeOperationError(
+                f"export {name!r} pins version {pinned}, but neither that version's root nor the export's root "
+                f"{uri} exists: the source files the export still references cannot be enumerated"
+            )
+    for name, v in sorted(pins.items()):
+        if name not in inp.pinned_versions and name not in inp.export_roots:
+            raise UnsafeOperationError(
+                f"export {name!r} pins version {v}, whose root is missing, and the export has no readable root"
+            )
+    for w in inp.warnings:
+        log.warning(w)
+    return inp
+
+
+def _ranges(vs: list[int]) -> str:
+    if not vs:
+        return "none"
+    out, start, prev = [], vs[0], vs[0]
+    for v in vs[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
+
+
+# ---- the single-process reference walk ------------------------------------------------------
+@dataclass(frozen=True)
+class WalkRow:
+    path: str
+    kind: str
+    size: int
+    depth: int
+    first_version: int
+
+
+@dataclass
+class ReferenceWalk:
+    """Result of :func:`reference_walk`: one row per reachable file, keyed by walk key."""
+
+    rows: dict[str, WalkRow]
+    node_reads: int
+    missing: list[str]
+    levels: int
+
+    def paths(self, kind: str | None = None) -> set[str]:
+        return {k for k, r in self.rows.items() if kind is None or r.kind == kind}
+
+
+def reference_walk(
+    reader: Reader | Lakehouse,
+    roots: Sequence[tuple[int, str]],
+    *,
+    exclude: Iterable[str] = (),
+    sizes: bool = False,
+    tolerate_missing: bool = False,
+    threads: int = 1,
+    on_level: Callable[[int, int], None] | None = None,
+) -> ReferenceWalk:
+    """Every file reachable from `roots`, in one process (level by level, each node read once).
+
+    The same rules and output as the Spark walk; `threads` > 1 reads each level with a
+    thread pool (the benchmark's best single-process baseline).
+
+    Raises:
+        CorruptNodeError: a node file is unreadable, or missing unless `tolerate_missing`.
+    """
+    if not isinstance(reader, Reader):
+        reader = Reader(reader.storage.root, reader.storage.options)
+    loc = reader.locator
+    excluded = set(exclude)
+    frontier: dict[str, tuple[str, int]] = {}
+    for version, ptr in roots:
+        key, base = loc.root_entry(version, ptr)
+        if key in excluded:
+            continue
+        if key not in frontier or version < frontier[key][1]:
+            frontier[key] = (base, version)
+    out: dict[str, WalkRow] = {}
+    leaves: dict[str, tuple[int, int, str]] = {}
+    visited: set[str] = set()
+    missing: list[str] = []
+    reads = 0
+    depth = 0
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+    try:
+        while frontier:
+            if on_level:
+                on_level(depth, len(frontier))
+            rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in sorted(frontier.items())]
+            results = pool.map(lambda r: expand_node(reader, r), rows) if pool else map(lambda r: expand_node(reader, r), rows)
+            nxt: dict[str, tuple[str, int]] = {}
+            failures = []
+            for emitted, n in results:
+                reads += n
+                for role, key, kind, size, d, fv, base, err in emitted:
+                    if role == ROLE_SELF:
+                        out[key] = WalkRow(key, kind, size, d, fv)
+                    elif role == ROLE_CHILD:
+                        cur = nxt.get(key)
+                        if cur is None or (fv, base) < (cur[1], cur[0]):
+                            nxt[key] = (base or "", fv)
+                    elif role == ROLE_LEAF:
+                        cur_leaf = leaves.get(key)
+                        if cur_leaf is None or (d, fv, kind) < cur_leaf:
+                            leaves[key] = (d, fv, kind)
+                    elif role == ROLE_MISSING and tolerate_missing:
+                        missing.append(key)
+                    else:
+                        failures.append((key, fv, err))
+            if failures:
+                raise CorruptNodeError("cannot read node files: " + describe_failures(failures[:5], len(failures)))
+            visited.update(frontier)
+            frontier = {k: v for k, v in nxt.items() if k not in visited and k not in excluded}
+            depth += 1
+    finally:
+        if pool:
+            pool.shutdown()
+    leaf_keys = [k for k in leaves if k not in out and k not in excluded]
+    leaf_sizes = sizes_of(reader, leaf_keys, threads) if sizes else [-1] * len(leaf_keys)
+    for k, size in zip(leaf_keys, leaf_sizes, strict=True):
+        d, fv, kind = leaves[k]
+        out[k] = WalkRow(k, kind, size, d, fv)
+    return ReferenceWalk(out, reads, missing, depth)
+

@@ -1,0 +1,494 @@
+"""The numbers behind `tlake report`, collected into plain dataclasses (no HTML here).
+
+Three sources, joined only through explicit keys (txn_seq and version numbers):
+
+* the version chain: every available root (created time, txn_seq, rollback marker);
+* the control table: transactions and job runs (`build_history` over the audit rows),
+  including rows naming versions that were expired since (shown as expired points);
+* a walk of the newest `max_versions` trees: node files and definition files reachable from
+  each root, with their sizes. One `NodeStore` is shared by the whole walk and every node's
+  pointers are memoised, so a node shared by many versions is read once; sizes come from
+  `Storage.info`, cached by URI.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
+from trinitylake.format.paths import root_version
+
+if TYPE_CHECKING:
+    from trinitylake.lakehouse.lakehouse import Lakehouse
+
+log = logging.getLogger(__name__)
+
+# First words of commands that are ordinary transactions, not job runs.
+_TXN_WORDS = {"", "init", "api", "txn", "rollback", "recovered", "create", "alter", "drop", "namespace", "table", "view"}
+# Metrics shown first in the job table, in this order (the rest follow alphabetically).
+KEY_METRICS = (
+    "files_deleted",
+    "bytes_deleted",
+    "files_copied",
+    "bytes_copied",
+    "files_candidates",
+    "files_reachable",
+    "files_listed",
+    "files_failed",
+)
+
+
+@dataclass
+class VersionPoint:
+    """One version on the timeline: available (a root file exists) or expired (known only
+    from the control table)."""
+
+    version: int
+    created_at_millis: int | None
+    available: bool
+    txn_seq: int | None = None
+    command: str = ""
+    kind: str = "commit"  # init | commit | rollback | expire | export | expired
+    rollback_from: int | None = None
+    rollback_to: int | None = None
+    changes: list[str] = field(default_factory=list)
+    state: str = ""  # final state of the transaction that made it (committed, recovered, ...)
+    snapshots: list[str] = field(default_factory=list)  # exported snapshots pinned to it
+
+    @property
+    def created_at(self) -> datetime | None:
+        return None if self.created_at_millis is None else datetime.fromtimestamp(self.created_at_millis / 1000, UTC)
+
+
+@dataclass
+class JobRun:
+    """One job run from the control table (expire, export, orphan cleanup, ...)."""
+
+    txn_seq: int | None
+    job: str
+    state: str  # completed | failed | running | read | committed | recovered
+    started_at: datetime | None
+    ended_at: datetime | None
+    version_before: int | None = None
+    version_after: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    arguments: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    user: str | None = None
+    host: str | None = None
+    commits: list[int] = field(default_factory=list)  # versions committed by the run's transactions
+
+    @property
+    def kind(self) -> str:
+        """The job's family for marks and colours: expire, export or other."""
+        word = self.job.split()[0].lower() if self.job.split() else ""
+        if word.startswith("expire"):
+            return "expire"
+        if word.startswith("export"):
+            return "export"
+        return "other"
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is not None and self.ended_at is not None:
+            return max(0.0, (self.ended_at - self.started_at).total_seconds())
+        for k in ("seconds_total", "seconds"):
+            if k in self.metrics:
+                return float(self.metrics[k])
+        phases = [v for k, v in self.metrics.items() if k.startswith("seconds_")]
+        return float(sum(phases)) if phases else None
+
+    @property
+    def time(self) -> datetime | None:
+        """When the run's effect landed (its end), or its start while it runs."""
+        return self.ended_at or self.started_at
+
+    def key_metrics(self) -> list[tuple[str, float]]:
+        ms = {k: v for k, v in self.metrics.items() if not k.startswith("status_")}
+        first = [(k, ms[k]) for k in KEY_METRICS if k in ms]
+        rest = sorted((k, v) for k, v in ms.items() if k not in KEY_METRICS)
+        return first + rest
+
+
+@dataclass
+class Reach:
+    """Files reachable from one version's root: node files (the root included) and
+    definition files (the lakehouse definition included)."""
+
+    version: int
+    node_files: int
+    def_files: int
+    node_bytes: int
+    def_bytes: int
+    new_files: int  # not reachable from the previous walked version
+    missing: int  # referenced but not found (or unreadable)
+
+    @property
+    def files(self) -> int:
+        return self.node_files + self.def_files
+
+    @property
+    def bytes(self) -> int:
+        return self.node_bytes + self.def_bytes
+
+
+@dataclass
+class Snapshot:
+    name: str
+    uri: str
+    version: int | None
+
+
+@dataclass
+class ReportData:
+    uri: str
+    control_uri: str
+    generated_at: datetime
+    latest_version: int
+    oldest_version: int
+    oldest_retained_version: int
+    namespaces: int
+    tables: int
+    views: int
+    order: int
+    node_max_bytes: int
+    snapshots: list[Snapshot]
+    versions: list[VersionPoint]  # oldest first, expired ones included
+    jobs: list[JobRun]  # oldest first
+    reach: list[Reach]  # oldest first
+    reach_capped: bool
+    reach_available: int  # available versions (the walk covers the newest max_versions)
+    max_versions: int
+    walk_seconds: float
+    node_reads: int
+    audit_state: str  # "ok" | "off" | "missing" | "error: ..."
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def available_versions(self) -> list[VersionPoint]:
+        return [v for v in self.versions if v.available]
+
+    @property
+    def expired_versions(self) -> list[VersionPoint]:
+        return [v for v in self.versions if not v.available]
+
+    def summary(self) -> dict[str, Any]:
+        last = self.reach[-1] if self.reach else None
+        return {
+            "lakehouse": self.uri,
+            "generated_at": self.generated_at.isoformat(timespec="seconds"),
+            "latest_version": self.latest_version,
+            "oldest_version": self.oldest_version,
+            "oldest_retained_version": self.oldest_retained_version,
+            "available_versions": len(self.available_versions),
+            "expired_versions_known": len(self.expired_versions),
+            "rollbacks": sum(1 for v in self.versions if v.kind == "rollback"),
+            "namespaces": self.namespaces,
+            "tables": self.tables,
+            "views": self.views,
+            "job_runs": len(self.jobs),
+            "failed_job_runs": sum(1 for j in self.jobs if j.state == "failed"),
+            "exported_snapshots": len(self.snapshots),
+            "reach_versions": len(self.reach),
+            "reach_capped": self.reach_capped,
+            "files_latest": last.files if last else None,
+            "bytes_latest": last.bytes if last else None,
+            "node_reads": self.node_reads,
+            "walk_seconds": round(self.walk_seconds, 3),
+            "audit": self.audit_state,
+        }
+
+
+# ---- collection ------------------------------------------------------------------------------
+def is_job(command: str, parent_seq: int | None) -> bool:
+    """A job run, as opposed to a transaction (a job's own commits carry its parent_seq)."""
+    if parent_seq is not None:
+        return False
+    words = command.split()
+    return bool(words) and words[0].lower() not in _TXN_WORDS
+
+
+def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
+    """Everything the report shows, read from `lh` (read-only: writes nothing)."""
+    if max_versions < 1:
+        from trinitylake.errors import ValidationError
+
+        raise ValidationError(f"max_versions must be at least 1, got {max_versions}")
+    generated_at = datetime.now(UTC)
+    notes: list[str] = []
+    latest = lh.latest_version()
+    latest_ref = lh.load_root(latest)
+    d = latest_ref.lakehouse_def
+    infos = lh.version_infos()
+    available = {i.version for i in infos}
+
+    # Control table.
+    records: list = []
+    audit_state = "off"
+    if lh.auditor.enabled:
+        try:
+            control = lh.auditor.control
+            if control.exists():
+                records = control.records()
+                audit_state = "ok"
+            else:
+                audit_state = "missing"
+        except Exception as e:  # noqa: BLE001 - the page still shows the tree
+            audit_state = f"error: {type(e).__name__}: {e}"
+            log.warning("control table not read: %s", e)
+    if audit_state != "ok":
+        notes.append(
+            {
+                "off": "Auditing is off for this run: job runs and expired versions are not shown.",
+                "missing": f"No control table at {lh.auditor.control_uri}: job runs and expired versions are not shown.",
+            }.get(audit_state, f"The control table could not be read ({audit_state}); job runs are not shown.")
+        )
+
+    from trinitylake.control import build_history
+
+    entries = build_history(records, infos, include_reads=True)
+    jobs_by_seq: dict[int, JobRun] = {}
+    for e in reversed(entries):  # oldest first
+        if is_job(e.command, e.parent_seq):
+            j = JobRun(
+                txn_seq=e.txn_seq, job=e.command, state=e.record_type, started_at=e.started_at, ended_at=e.ended_at,
+                version_before=e.version_before, version_after=e.version, metrics=dict(e.metrics),
+                arguments=dict(e.arguments), error=e.error, user=e.user, host=e.host,
+            )
+            if e.version is not None:
+                j.commits.append(e.version)
+            if e.txn_seq is not None:
+                jobs_by_seq[e.txn_seq] = j
+            else:
+                jobs_by_seq[-len(jobs_by_seq) - 1] = j
+    for e in entries:
+        if e.parent_seq is not None and e.parent_seq in jobs_by_seq and e.version is not None:
+            jobs_by_seq[e.parent_seq].commits.append(e.version)
+    jobs = sorted(jobs_by_seq.values(), key=lambda j: (j.time or generated_at, j.txn_seq or 0))
+
+    # Versions: available ones from the tree, expired ones from committed rows.
+    entry_by_version = {e.version: e for e in entries if e.version is not None}
+    snapshots = _snapshots(d)
+    pins: dict[int, list[str]] = {}
+    for s in snapshots:
+        if s.version is not None:
+            pins.setdefault(s.version, []).append(s.name)
+    points: list[VersionPoint] = []
+    for i in infos:
+        e = entry_by_version.get(i.version)
+        p = VersionPoint(
+            version=i.version, created_at_millis=i.created_at_millis, available=True, txn_seq=i.txn_seq,
+            command=e.command if e else "", rollback_from=i.rollback_from, changes=list(i.changes),
+            state=e.record_type if e else "", snapshots=sorted(pins.get(i.version, [])),
+        )
+        p.kind = _kind(p, e, jobs_by_seq)
+        if p.kind == "rollback" and e is not None:
+            p.rollback_to = _as_int((e.arguments or {}).get("to"))
+        points.append(p)
+    oldest = min(available) if available else latest
+    for e in entries:
+        if e.version is None or e.version in available or e.version >= oldest:
+            continue
+        t = e.ended_at or e.started_at
+        points.append(
+            VersionPoint(
+                version=e.version, created_at_millis=int(t.timestamp() * 1000) if t else None, available=False,
+                txn_seq=e.txn_seq, command=e.command, kind="expired", changes=list(e.changes), state=e.record_type,
+                snapshots=sorted(pins.get(e.version, [])),
+            )
+        )
+    points.sort(key=lambda p: p.version)
+
+    # Contents of the latest version.
+    counts = {"namespace": 0, "table": 0, "view": 0}
+    view = lh.view(latest)
+    for key, _ in view.all_items():
+        try:
+            kind, _names = view.codec.decode(key)
+        except Exception:  # noqa: BLE001 - a key of another kind is not counted
+            continue
+        if kind in counts:
+            counts[kind] += 1
+
+    # Reachable files of the newest versions.
+    walk_versions = sorted(available)[-max_versions:]
+    capped = len(available) > len(walk_versions)
+    t0 = time.monotonic()
+    walker = ReachWalker(lh)
+    reach = [walker.version(v) for v in walk_versions]
+    walk_seconds = time.monotonic() - t0
+    if capped:
+        notes.append(
+            f"Reachable files are shown for the newest {len(walk_versions)} of {len(available)} available versions "
+            f"(--max-versions {max_versions})."
+        )
+    missing = sum(r.missing for r in reach)
+    if missing:
+        notes.append(f"{missing} referenced file(s) were missing or unreadable during the walk (counted, size 0).")
+
+    return ReportData(
+        uri=lh.uri,
+        control_uri=lh.auditor.control_uri,
+        generated_at=generated_at,
+        latest_version=latest,
+        oldest_version=oldest,
+        oldest_retained_version=int(getattr(d, "oldest_retained_version", 0) or 0),
+        namespaces=counts["namespace"],
+        tables=counts["table"],
+        views=counts["view"],
+        order=d.order,
+        node_max_bytes=d.node_file_max_size_bytes,
+        snapshots=snapshots,
+        versions=points,
+        jobs=jobs,
+        reach=reach,
+        reach_capped=capped,
+        reach_available=len(available),
+        max_versions=max_versions,
+        walk_seconds=walk_seconds,
+        node_reads=walker.node_reads,
+        audit_state=audit_state,
+        notes=notes,
+    )
+
+
+def _kind(p: VersionPoint, e, jobs_by_seq: dict[int, JobRun]) -> str:
+    if p.rollback_from is not None:
+        return "rollback"
+    if p.version == 0 and (e is None or e.command in ("init", "")):
+        return "init"
+    job = None
+    if e is not None:
+        if e.parent_seq is not None:
+            job = jobs_by_seq.get(e.parent_seq)
+        elif e.txn_seq is not None:
+            job = jobs_by_seq.get(e.txn_seq)
+    if job is not None and job.kind in ("expire", "export"):
+        return job.kind
+    return "commit"
+
+
+def _as_int(v: Any) -> int | None:
+    try:
+        return None if v is None or isinstance(v, bool) else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _snapshots(d) -> list[Snapshot]:
+    out = []
+    exported = dict(getattr(d, "exported_snapshots", {}) or {})
+    pins = dict(getattr(d, "exported_snapshot_pins", {}) or {})
+    for name in sorted(exported):
+        uri = exported[name]
+        v = pins.get(name)
+        if v is None:
+            try:
+                v = root_version(uri)
+            except Exception:  # noqa: BLE001 - not a root file name: version unknown
+                v = None
+        out.append(Snapshot(name, uri, None if v is None else int(v)))
+    return out
+
+
+class ReachWalker:
+    """Counts files reachable from version roots, reading each node file once.
+
+    Node pointers (children) and definition pointers (key-table values and write-buffer
+    values) are memoised per node; a version's walk then only touches nodes it has not
+    seen before. Sizes are cached by URI.
+    """
+
+    def __init__(self, lh: Lakehouse):
+        self.lh = lh
+        self.store = lh.node_store(lh.storage)
+        self._reads_before = self.store.reads
+        # node pointer -> (uri, size or None, child pointers, definition URIs); None = unreadable
+        self._nodes: dict[str, tuple[str, int | None, tuple[str, ...], tuple[str, ...]] | None] = {}
+        self._sizes: dict[str, int | None] = {}
+        self._prev: set[str] = set()
+
+    @property
+    def node_reads(self) -> int:
+        return self.store.reads - self._reads_before
+
+    def _uri_size(self, pointer: str) -> tuple[str, int | None]:
+        storage, p = self.lh.resolve(pointer, self.lh.storage)
+        uri = storage.uri(p)
+        if uri not in self._sizes:
+            try:
+                self._sizes[uri] = storage.info(p).size
+            except (FileNotFoundError, OSError):
+                self._sizes[uri] = None
+            except Exception as e:  # noqa: BLE001 - a broken pointer must not stop the page
+                log.debug("size of %s unknown: %s", uri, e)
+                self._sizes[uri] = None
+        return uri, self._sizes[uri]
+
+    def _defs_of(self, node) -> tuple[str, ...]:
+        out = []
+        for v in node.values:
+            if v:
+                out.append(self._uri_size(v)[0])
+        for m in node.buffer:
+            if m.value:
+                out.append(self._uri_size(m.value)[0])
+        return tuple(out)
+
+    def _node(self, pointer: str):
+        if pointer in self._nodes:
+            return self._nodes[pointer]
+        uri, size = self._uri_size(pointer)
+        try:
+            node = self.store.load(pointer)
+        except Exception as e:  # noqa: BLE001 - missing or corrupt node: counted as missing
+            log.debug("node %s unreadable: %s", pointer, e)
+            self._nodes[pointer] = None
+            return None
+        info = (uri, size, tuple(node.children), self._defs_of(node))
+        self._nodes[pointer] = info
+        return info
+
+    def version(self, v: int) -> Reach:
+        ref = self.lh.load_root(v)
+        nodes: dict[str, int | None] = {}
+        defs: set[str] = set()
+        missing = 0
+        root_uri, root_size = self._uri_size(ref.path)
+        nodes[root_uri] = root_size
+        def_ptr = ref.node.system.get(SYS_LAKEHOUSE_DEF)
+        if def_ptr:
+            defs.add(self._uri_size(def_ptr)[0])
+        defs.update(self._defs_of(ref.node))
+        stack = list(ref.node.children)
+        while stack:
+            ptr = stack.pop()
+            info = self._node(ptr)
+            if info is None:
+                missing += 1
+                continue
+            uri, size, children, drefs = info
+            if uri in nodes:
+                continue
+            nodes[uri] = size
+            defs.update(drefs)
+            stack.extend(children)
+        missing += sum(1 for s in nodes.values() if s is None)
+        def_sizes = [self._sizes.get(u) for u in defs]
+        missing += sum(1 for s in def_sizes if s is None)
+        here = set(nodes) | defs
+        new = len(here - self._prev) if self._prev else len(here)
+        self._prev = here
+        return Reach(
+            version=v,
+            node_files=len(nodes),
+            def_files=len(defs),
+            node_bytes=sum(s or 0 for s in nodes.values()),
+            def_bytes=sum(s or 0 for s in def_sizes),
+            new_files=new,
+            missing=missing,
+        )

@@ -1,0 +1,488 @@
+"""Rendering of `ReportData` as one self-contained HTML page (inline CSS and SVG, no scripts,
+no external resources). Every string that comes from the lakehouse or the control table goes
+through `esc`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from trinitylake.report.data import JobRun, ReportData, VersionPoint
+from trinitylake.report.svg import (
+    Plot,
+    TimeScale,
+    byte_ticks,
+    esc,
+    fmt_bytes,
+    fmt_duration,
+    fmt_gap,
+    fmt_metric,
+    fmt_num,
+    fmt_time,
+    hbar_chart,
+    nice_ticks,
+    swatch,
+)
+
+COLORS = {
+    "init": "#111827",
+    "commit": "#2563eb",
+    "rollback": "#ea580c",
+    "expire": "#dc2626",
+    "export": "#059669",
+    "expired": "#9ca3af",
+    "snapshot": "#7c3aed",
+    "other": "#6b7280",
+    "files": "#2563eb",
+    "nodes": "#0891b2",
+    "defs": "#a855f7",
+    "bytes": "#0f766e",
+}
+SHAPES = {"init": "square", "commit": "circle", "rollback": "diamond", "expire": "triangle-down", "export": "triangle",
+          "expired": "circle"}
+KIND_LABELS = {
+    "init": "lakehouse created",
+    "commit": "commit",
+    "rollback": "rollback (roll forward to an older version)",
+    "expire": "version committed by an expire run",
+    "export": "version committed by an export run",
+    "expired": "expired version (from the control table)",
+}
+STATE_CLASS = {"completed": "ok", "committed": "ok", "recovered": "warn", "failed": "bad", "running": "run", "read": "dim"}
+MAX_BAR_ROWS = 40
+MAX_TABLE_VERSIONS = 60
+MAX_JOB_LINES = 60
+
+CSS = """
+:root { --ink:#111827; --muted:#6b7280; --line:#e5e7eb; --bg:#f3f4f6; --card:#ffffff; --accent:#2563eb; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--ink);
+  font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif; }
+header { background:#0f172a; color:#f8fafc; padding:22px 32px 18px; }
+header h1 { margin:0 0 4px; font-size:22px; font-weight:650; letter-spacing:.2px; }
+header .uri { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:13px; color:#cbd5e1;
+  word-break:break-all; }
+header .gen { color:#94a3b8; font-size:12px; margin-top:4px; }
+main { max-width:1060px; margin:0 auto; padding:20px 24px 40px; }
+.tiles { display:grid; grid-template-columns:repeat(auto-fill, minmax(200px, 1fr)); gap:12px; margin:0 0 18px; }
+.tile { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:10px 14px; }
+.tile .k { color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.5px; }
+.tile .v { font-size:22px; font-weight:650; margin-top:2px; }
+.tile .s { color:var(--muted); font-size:12px; }
+section { background:var(--card); border:1px solid var(--line); border-radius:12px; padding:16px 20px 18px;
+  margin:0 0 18px; }
+section h2 { margin:0 0 4px; font-size:17px; }
+section p.lead { margin:0 0 10px; color:var(--muted); font-size:13px; }
+.note { background:#fffbeb; border:1px solid #fde68a; color:#92400e; border-radius:8px; padding:8px 12px;
+  margin:0 0 12px; font-size:13px; }
+.chart { width:100%; height:auto; display:block; margin:6px 0 2px; }
+.chart .tick { font-size:11px; fill:#6b7280; }
+.chart .axis { font-size:12px; fill:#374151; }
+.chart .vlabel { font-size:11px; font-weight:600; }
+.chart .bandlabel { font-size:11px; fill:#6b7280; font-style:italic; }
+.chart .note { font-size:11px; font-weight:600; }
+.chart .rowlabel { font-size:12px; fill:#374151; }
+.chart .barval { font-size:11px; fill:#374151; }
+.legend { display:flex; flex-wrap:wrap; gap:6px 18px; margin:6px 0 4px; font-size:12.5px; color:#374151; }
+.legend span { display:inline-flex; align-items:center; gap:6px; }
+.sw { flex:none; }
+h3 { font-size:14px; margin:16px 0 2px; }
+table { border-collapse:collapse; width:100%; font-size:12.5px; margin-top:8px; }
+th { text-align:left; color:var(--muted); font-weight:600; border-bottom:2px solid var(--line); padding:6px 8px;
+  white-space:nowrap; }
+td { border-bottom:1px solid var(--line); padding:6px 8px; vertical-align:top; }
+td.num, th.num { text-align:right; font-variant-numeric: tabular-nums; white-space:nowrap; }
+td.nowrap { white-space:nowrap; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:12px; }
+.badge { display:inline-block; padding:1px 8px; border-radius:999px; font-size:11.5px; font-weight:600;
+  background:#e5e7eb; color:#374151; white-space:nowrap; }
+.badge.ok { background:#dcfce7; color:#166534; } .badge.bad { background:#fee2e2; color:#991b1b; }
+.badge.warn { background:#fef3c7; color:#92400e; } .badge.run { background:#dbeafe; color:#1e40af; }
+.badge.dim { background:#f3f4f6; color:#6b7280; }
+.badge.k-rollback { background:#ffedd5; color:#9a3412; } .badge.k-expire { background:#fee2e2; color:#991b1b; }
+.badge.k-export { background:#d1fae5; color:#065f46; } .badge.k-init { background:#e5e7eb; color:#111827; }
+.badge.k-expired { background:#f3f4f6; color:#6b7280; } .badge.k-commit { background:#dbeafe; color:#1e40af; }
+.chips { display:flex; flex-wrap:wrap; gap:4px; }
+.chip { background:#f3f4f6; border-radius:6px; padding:1px 6px; white-space:nowrap; font-size:11.5px; }
+.chip b { font-weight:600; }
+td.job { min-width:250px; max-width:360px; }
+.err { color:#991b1b; font-size:12px; margin-top:3px; word-break:break-word; }
+.args { color:var(--muted); word-break:break-all; }
+.changes { color:#374151; }
+.muted { color:var(--muted); }
+footer { color:var(--muted); font-size:12px; text-align:center; padding:0 0 30px; }
+.empty { color:var(--muted); font-style:italic; padding:8px 0; }
+.grid2 { display:grid; grid-template-columns:1fr; gap:4px; }
+"""
+
+
+def render(data: ReportData) -> str:
+    """The whole page."""
+    title = f"TrinityLake report · {data.uri}"
+    body = "".join(
+        [
+            _header(data),
+            "<main>",
+            _tiles(data),
+            "".join(f'<div class="note">{esc(n)}</div>' for n in data.notes),
+            _timeline_section(data),
+            _jobs_section(data),
+            _reach_section(data),
+            _versions_section(data),
+            _snapshots_section(data),
+            "</main>",
+            f"<footer>Generated by <code>tlake report</code> at {esc(fmt_time(data.generated_at))} UTC · "
+            f"self-contained page: no scripts, no external resources.</footer>",
+        ]
+    )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>{body}</body></html>\n"
+    )
+
+
+# ---- header ----------------------------------------------------------------------------------
+def _header(d: ReportData) -> str:
+    return (
+        "<header><h1>TrinityLake lakehouse report</h1>"
+        f'<div class="uri">{esc(d.uri)}</div>'
+        f'<div class="gen">generated {esc(fmt_time(d.generated_at))} UTC · control table '
+        f'<span class="mono">{esc(d.control_uri)}</span> ({esc(d.audit_state)})</div></header>'
+    )
+
+
+def _tile(k: str, v: str, s: str = "") -> str:
+    return f'<div class="tile"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div><div class="s">{esc(s)}</div></div>'
+
+
+def _tiles(d: ReportData) -> str:
+    avail = d.available_versions
+    last = d.reach[-1] if d.reach else None
+    failed = sum(1 for j in d.jobs if j.state == "failed")
+    tiles = [
+        _tile("latest version", str(d.latest_version),
+              f"created {fmt_time(avail[-1].created_at)}" if avail and avail[-1].created_at else ""),
+        _tile("available versions", fmt_num(len(avail)), f"v{d.oldest_version} … v{d.latest_version}"),
+        _tile("oldest retained", str(d.oldest_retained_version),
+              f"{len(d.expired_versions)} expired version(s) in the audit log" if d.expired_versions else "nothing expired yet"
+              if d.oldest_retained_version == 0 else ""),
+        _tile("namespaces", fmt_num(d.namespaces), "at the latest version"),
+        _tile("tables", fmt_num(d.tables), f"{fmt_num(d.views)} view(s)" if d.views else "at the latest version"),
+        _tile("job runs", fmt_num(len(d.jobs)), f"{failed} failed" if failed else "none failed" if d.jobs else ""),
+        _tile("exported snapshots", fmt_num(len(d.snapshots)), ", ".join(s.name for s in d.snapshots[:3])
+              + (" …" if len(d.snapshots) > 3 else "")),
+        _tile("files at latest", fmt_num(last.files) if last else "–", fmt_bytes(last.bytes) if last else ""),
+    ]
+    return f'<div class="tiles">{"".join(tiles)}</div>'
+
+
+# ---- versions over time ----------------------------------------------------------------------
+def _version_title(p: VersionPoint) -> str:
+    parts = [f"v{p.version}"]
+    if p.created_at is not None:
+        parts.append(fmt_time(p.created_at))
+    if p.txn_seq is not None:
+        parts.append(f"txn_seq {p.txn_seq}")
+    if p.command:
+        parts.append(p.command)
+    if p.kind == "rollback":
+        parts.append(f"rollback of v{p.rollback_from}" + (f" to the content of v{p.rollback_to}" if p.rollback_to is not None else ""))
+    if p.kind == "expired":
+        parts.append("expired")
+    if p.snapshots:
+        parts.append("exported as " + ", ".join(p.snapshots))
+    if p.changes:
+        parts.append("; ".join(p.changes[:5]) + (f"; … {len(p.changes) - 5} more" if len(p.changes) > 5 else ""))
+    return " · ".join(parts)
+
+
+def fmt_time_ms(ms: float) -> str:
+    return fmt_time(datetime.fromtimestamp(ms / 1000, UTC))
+
+
+def _job_label(j: JobRun) -> str:
+    seq = f" #{j.txn_seq}" if j.txn_seq is not None else ""
+    return f"{j.job}{seq}" + (" ✗" if j.state == "failed" else "")
+
+
+def _job_title(j: JobRun) -> str:
+    bits = [_job_label(j), j.state, f"start {fmt_time(j.started_at)}", f"duration {fmt_duration(j.duration_s)}"]
+    bits += [f"{k} {fmt_metric(k, v)}" for k, v in j.key_metrics()[:6]]
+    if j.error:
+        bits.append(j.error[:200])
+    return " · ".join(bits)
+
+
+def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
+    """The versions-over-time step chart and its legend entries (swatch HTML, label)."""
+    timed = [p for p in d.versions if p.created_at_millis is not None]
+    job_times = [j.time.timestamp() * 1000 for j in d.jobs if j.time is not None]
+    xs = [p.created_at_millis for p in timed] + job_times
+    if not xs:
+        return '<div class="empty">No versions with a creation time.</div>', []
+    hi = max(xs)
+    v_lo = min(p.version for p in d.versions)
+    v_hi = max(p.version for p in d.versions)
+    y_ticks = nice_ticks(v_lo, v_hi, 6, integer=True)
+    y_range = (min(v_lo, y_ticks[0]) - 0.5, max(v_hi, y_ticks[-1]) + 0.9)
+    plot = Plot((min(xs), hi), y_range, height=360, margin=(24, 28, 48, 64))
+    scale = TimeScale(xs, plot.left, plot.right)
+    plot.xscale = scale
+    tks, caption = scale.ticks()
+    plot.axes(tks, [(t, fmt_num(t)) for t in y_ticks], caption, "version")
+    for px, a, b in scale.breaks():
+        plot.xbreak(px, f"{fmt_gap(b - a)} without versions or job runs, cut out ({fmt_time_ms(a)} – {fmt_time_ms(b)})")
+    legend: list[tuple[str, str]] = []
+    kinds_seen: set[str] = set()
+
+    boundary = max(d.oldest_retained_version, d.oldest_version)
+    if boundary > 0:
+        plot.hband(y_range[0], boundary - 0.5, "#f3f4f6", label=f"expired: below oldest retained version {boundary}",
+                   title=f"versions below {boundary} are expired")
+        legend.append((swatch("band", "#f3f4f6"), f"expired range (below v{boundary})"))
+
+    # Job runs as vertical lines (expire / export / other), labels staggered.
+    shown_jobs = [j for j in d.jobs if j.time is not None][-MAX_JOB_LINES:]
+    last_in_row: list[float] = [-1e9, -1e9, -1e9]
+    for j in shown_jobs:
+        color = COLORS.get(j.kind, COLORS["other"])
+        x = j.time.timestamp() * 1000
+        px = plot.sx(x)
+        row = next((r for r in range(3) if px - last_in_row[r] >= 110), None)
+        label = _job_label(j) if row is not None else None
+        if row is not None:
+            last_in_row[row] = px
+        plot.vline(x, color, label=label, title=_job_title(j), dash="5 4" if j.kind != "other" else "2 3", row=row or 0)
+    for kind, text in (("expire", "expire run"), ("export", "export run"), ("other", "other job run")):
+        if any(j.kind == kind for j in shown_jobs):
+            legend.append((swatch("line", COLORS[kind], dash="5 4" if kind != "other" else "2 3"), text))
+
+    # Expired versions known from the control table: hollow points on a dashed step line.
+    expired = [p for p in timed if not p.available]
+    avail = [p for p in timed if p.available]
+    if expired:
+        line = [(p.created_at_millis, p.version) for p in expired]
+        if avail:
+            line.append((avail[0].created_at_millis, avail[0].version))
+        plot.line(line, COLORS["expired"], dash="4 3", step=True, width=1.6)
+    if avail:
+        plot.line([(p.created_at_millis, p.version) for p in avail], COLORS["commit"], step=True, step_to=hi, width=2.2,
+                  cls="versions")
+        legend.insert(0, (swatch("line", COLORS["commit"]), "latest version over time"))
+    size = 4.5 if len(timed) <= 150 else 3.0 if len(timed) <= 600 else 2.0
+    by_version = {p.version: p for p in timed}
+    for p in timed:
+        kinds_seen.add(p.kind)
+        color = COLORS[p.kind]
+        attrs = f'data-version="{p.version}" data-kind="{esc(p.kind)}"'
+        plot.mark(p.created_at_millis, p.version, SHAPES[p.kind], color, title=_version_title(p),
+                  size=size * (1.15 if p.kind in ("rollback", "expire", "export", "init") else 1), hollow=p.kind == "expired",
+                  extra=attrs)
+        if p.kind == "rollback":
+            target = by_version.get(p.rollback_to) if p.rollback_to is not None else None
+            if target is not None:
+                plot.line([(target.created_at_millis, target.version), (p.created_at_millis, p.version)], COLORS["rollback"],
+                          dash="3 3", width=1.3)
+            plot.text(p.created_at_millis, p.version, f"↺ v{p.rollback_to}" if p.rollback_to is not None else "↺",
+                      color=COLORS["rollback"], dx=7, dy=16)
+    last = max(avail, key=lambda p: p.version, default=None)
+    if last is not None:
+        plot.text(last.created_at_millis, last.version, f"v{last.version}", color=COLORS["commit"], anchor="middle", dy=-10)
+    for p in timed:
+        if p.snapshots:
+            plot.mark(p.created_at_millis, p.version, "flag", COLORS["snapshot"], size=4, title=f"exported snapshot(s) of v{p.version}: "
+                      + ", ".join(p.snapshots), extra=f'data-snapshot-version="{p.version}"')
+            plot.text(p.created_at_millis, p.version, "⚑ " + ", ".join(p.snapshots), color=COLORS["snapshot"], anchor="end",
+                      dx=-7, dy=-7)
+    for kind in ("init", "commit", "rollback", "expire", "export", "expired"):
+        if kind in kinds_seen:
+            legend.append((swatch(SHAPES[kind], COLORS[kind], hollow=kind == "expired"), KIND_LABELS[kind]))
+    if any(p.snapshots for p in timed):
+        legend.append((swatch("flag", COLORS["snapshot"]), "exported snapshot (pinned version)"))
+    return plot.render("versions over time"), legend
+
+
+def _legend(items: list[tuple[str, str]]) -> str:
+    return '<div class="legend">' + "".join(f"<span>{sw}{esc(t)}</span>" for sw, t in items) + "</div>"
+
+
+def _timeline_section(d: ReportData) -> str:
+    svg, legend = timeline_svg(d)
+    rb = [p for p in d.versions if p.kind == "rollback"]
+    lead = (f"{len(d.available_versions)} available version(s)"
+            + (f", {len(d.expired_versions)} expired version(s) known from the control table" if d.expired_versions else "")
+            + (f", {len(rb)} rollback(s)" if rb else "")
+            + ". Hover a mark for its transaction and changes.")
+    return f'<section id="timeline"><h2>Versions over time</h2><p class="lead">{esc(lead)}</p>{svg}{_legend(legend)}</section>'
+
+
+# ---- job runs --------------------------------------------------------------------------------
+def _metrics_chips(j: JobRun) -> str:
+    ms = j.key_metrics()
+    if not ms:
+        return '<span class="muted">–</span>'
+    return '<div class="chips">' + "".join(
+        f'<span class="chip" title="{esc(k)} = {esc(repr(v))}">{esc(k)} <b>{esc(fmt_metric(k, v))}</b></span>' for k, v in ms
+    ) + "</div>"
+
+
+def _args(j: JobRun) -> str:
+    if not j.arguments:
+        return ""
+    text = json.dumps(j.arguments, sort_keys=True, default=str, ensure_ascii=False)
+    short = text if len(text) <= 160 else text[:157] + "…"
+    return f'<div class="args mono" title="{esc(text[:2000])}">{esc(short)}</div>'
+
+
+def _jobs_section(d: ReportData) -> str:
+    if not d.jobs:
+        why = "" if d.audit_state == "ok" else " (the control table was not read)"
+        return (f'<section id="jobs"><h2>Job runs</h2><div class="empty">No job runs recorded{esc(why)}.</div></section>')
+    runs = d.jobs[-MAX_BAR_ROWS:]
+    rows = [(_job_label(j), _job_title(j)) for j in runs]
+    parts = ['<section id="jobs"><h2>Job runs</h2>',
+             f'<p class="lead">{len(d.jobs)} run(s) of maintenance and export jobs'
+             + (f"; the charts show the newest {len(runs)}" if len(runs) < len(d.jobs) else "") + ".</p>"]
+    durations = [j.duration_s for j in runs]
+    if any(v is not None for v in durations):
+        parts.append("<h3>Duration per run</h3>")
+        parts.append(hbar_chart(rows, [("duration", "#2563eb", durations)], label="job run durations",
+                                value_fmt=fmt_duration, axis_label="seconds",
+                                ticks_fn=lambda hi: [(t, fmt_num(t)) for t in nice_ticks(0, hi, 5)]))
+    count_series = []
+    for key, name, color in (("files_deleted", "files deleted", COLORS["expire"]), ("files_copied", "files copied", COLORS["export"])):
+        vals = [j.metrics.get(key) for j in runs]
+        if any(v is not None for v in vals):
+            count_series.append((name, color, vals))
+    if count_series:
+        with_counts = [i for i, _ in enumerate(runs) if any(s[2][i] is not None for s in count_series)]
+        parts.append("<h3>Files deleted / copied per run</h3>")
+        parts.append(_legend([(swatch("band", c), n) for n, c, _ in count_series]))
+        parts.append(hbar_chart([rows[i] for i in with_counts], [(n, c, [v[i] for i in with_counts]) for n, c, v in count_series],
+                                label="files deleted and copied per job run", axis_label="files"))
+    parts.append('<h3>All runs (newest first)</h3><table><thead><tr><th>job</th><th class="num">txn_seq</th><th>state</th>'
+                 '<th>start (UTC)</th><th class="num">duration</th><th>versions</th><th>key metrics</th></tr></thead><tbody>')
+    for j in reversed(d.jobs):
+        versions = ""
+        if j.commits:
+            versions = ", ".join(f"v{v}" for v in sorted(set(j.commits)))
+        elif j.version_before is not None:
+            versions = f"at v{j.version_before}"
+        err = f'<div class="err">{esc(j.error[:600])}</div>' if j.error else ""
+        parts.append(
+            f'<tr data-job="{esc(j.job)}"><td class="job"><b>{esc(j.job)}</b>{_args(j)}{err}</td>'
+            f'<td class="num">{esc("" if j.txn_seq is None else j.txn_seq)}</td>'
+            f'<td><span class="badge {STATE_CLASS.get(j.state, "")}">{esc(j.state)}</span></td>'
+            f'<td class="nowrap">{esc(fmt_time(j.started_at))}</td>'
+            f'<td class="num">{esc(fmt_duration(j.duration_s))}</td>'
+            f'<td class="nowrap">{esc(versions)}</td><td>{_metrics_chips(j)}</td></tr>'
+        )
+    parts.append("</tbody></table></section>")
+    return "".join(parts)
+
+
+# ---- reachable files -------------------------------------------------------------------------
+def reach_svgs(d: ReportData) -> tuple[str, str]:
+    r = d.reach
+    xs = [x.version for x in r]
+    x_range = (min(xs) - 0.5, max(xs) + 0.5) if len(xs) > 1 else (xs[0] - 1, xs[0] + 1)
+    x_ticks = [(t, fmt_num(t)) for t in nice_ticks(x_range[0], x_range[1], 10, integer=True)]
+    size = 3.5 if len(r) <= 80 else 2.2 if len(r) <= 250 else 0
+    # files
+    f_hi = max(x.files for x in r) or 1
+    f_ticks = nice_ticks(0, f_hi * 1.08, 5, integer=True)
+    p1 = Plot(x_range, (0, max(f_ticks[-1], f_hi)), height=260)
+    p1.axes(x_ticks, [(t, fmt_num(t)) for t in f_ticks], "version", "files")
+    for key, color, attr in (("files", COLORS["files"], "files"), ("nodes", COLORS["nodes"], "node_files"),
+                             ("defs", COLORS["defs"], "def_files")):
+        pts = [(x.version, getattr(x, attr)) for x in r]
+        p1.line(pts, color, width=2.2 if key == "files" else 1.6, area=key == "files")
+        if size:
+            for x in r:
+                p1.mark(x.version, getattr(x, attr), "circle", color, size=size if key == "files" else size * 0.8,
+                        title=_reach_title(x), extra=f'data-version="{x.version}"' if key == "files" else "")
+    # bytes
+    b_hi = max(x.bytes for x in r) or 1
+    b_ticks = byte_ticks(b_hi * 1.08, 5)
+    p2 = Plot(x_range, (0, max(b_ticks[-1][0], b_hi)), height=260)
+    p2.axes(x_ticks, b_ticks, "version", "bytes")
+    for key, color, attr in (("bytes", COLORS["bytes"], "bytes"), ("nodes", COLORS["nodes"], "node_bytes"),
+                             ("defs", COLORS["defs"], "def_bytes")):
+        p2.line([(x.version, getattr(x, attr)) for x in r], color, width=2.2 if key == "bytes" else 1.6,
+                area=key == "bytes", dash=None if key == "bytes" else "5 3")
+        if size and key == "bytes":
+            for x in r:
+                p2.mark(x.version, x.bytes, "circle", color, size=size, title=_reach_title(x))
+    return p1.render("files reachable per version"), p2.render("bytes reachable per version")
+
+
+def _reach_title(x) -> str:
+    return (f"v{x.version} · {x.files:,} files ({x.node_files:,} node, {x.def_files:,} definition) · "
+            f"{fmt_bytes(x.bytes)} · {x.new_files:,} new" + (f" · {x.missing} missing" if x.missing else ""))
+
+
+def _reach_section(d: ReportData) -> str:
+    if not d.reach:
+        return '<section id="reach"><h2>Files and bytes reachable per version</h2><div class="empty">No versions walked.</div></section>'
+    f_svg, b_svg = reach_svgs(d)
+    first, last = d.reach[0].version, d.reach[-1].version
+    cap = (f"Capped: the newest {len(d.reach)} of {d.reach_available} available versions are walked "
+           f"(--max-versions {d.max_versions}). " if d.reach_capped else f"All {len(d.reach)} available versions walked. ")
+    lead = (f"Node files (the root included) and definition files (the lakehouse definition included) reachable from "
+            f"each root, v{first} … v{last}. {cap}{fmt_num(d.node_reads)} node file(s) read in "
+            f"{d.walk_seconds:.2f} s; nodes shared between versions are read once.")
+    return (
+        '<section id="reach"><h2>Files and bytes reachable per version</h2>'
+        f'<p class="lead">{esc(lead)}</p>'
+        + _legend([(swatch("line", COLORS["files"]), "all files"), (swatch("line", COLORS["nodes"]), "node files"),
+                   (swatch("line", COLORS["defs"]), "definition files")])
+        + f_svg
+        + _legend([(swatch("line", COLORS["bytes"]), "all bytes"), (swatch("line", COLORS["nodes"], dash="5 3"), "node bytes"),
+                   (swatch("line", COLORS["defs"], dash="5 3"), "definition bytes")])
+        + b_svg + "</section>"
+    )
+
+
+# ---- tables ----------------------------------------------------------------------------------
+def _versions_section(d: ReportData) -> str:
+    reach = {r.version: r for r in d.reach}
+    pts = list(reversed(d.versions))[:MAX_TABLE_VERSIONS]
+    more = len(d.versions) - len(pts)
+    out = ['<section id="versions"><h2>Versions (newest first)</h2>']
+    if more > 0:
+        out.append(f'<p class="lead">The newest {len(pts)} of {len(d.versions)} versions.</p>')
+    out.append('<table><thead><tr><th class="num">version</th><th>created (UTC)</th><th class="num">txn_seq</th><th>kind</th>'
+               '<th>command</th><th>changes</th><th class="num">files</th><th class="num">bytes</th></tr></thead><tbody>')
+    for p in pts:
+        r = reach.get(p.version)
+        kind = p.kind + (f" → v{p.rollback_to}" if p.kind == "rollback" and p.rollback_to is not None else "")
+        ch = "; ".join(p.changes[:4]) + (f"; … {len(p.changes) - 4} more" if len(p.changes) > 4 else "")
+        snaps = "".join(f' <span class="badge" style="background:#ede9fe;color:#5b21b6">⚑ {esc(s)}</span>' for s in p.snapshots)
+        out.append(
+            f'<tr data-version="{p.version}"><td class="num"><b>{p.version}</b></td>'
+            f'<td class="nowrap">{esc(fmt_time(p.created_at))}</td>'
+            f'<td class="num">{esc("" if p.txn_seq is None else p.txn_seq)}</td>'
+            f'<td><span class="badge k-{esc(p.kind)}">{esc(kind)}</span>{snaps}</td>'
+            f"<td>{esc(p.command)}</td><td class=\"changes\">{esc(ch)}</td>"
+            f'<td class="num">{esc(fmt_num(r.files) if r else "")}</td><td class="num">{esc(fmt_bytes(r.bytes) if r else "")}</td></tr>'
+        )
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def _snapshots_section(d: ReportData) -> str:
+    out = ['<section id="snapshots"><h2>Exported snapshots</h2>']
+    if not d.snapshots:
+        out.append('<div class="empty">No exported snapshots recorded in the lakehouse definition.</div></section>')
+        return "".join(out)
+    out.append('<table><thead><tr><th>name</th><th class="num">version</th><th>location</th></tr></thead><tbody>')
+    for s in d.snapshots:
+        out.append(f'<tr><td><b>{esc(s.name)}</b></td><td class="num">{esc("" if s.version is None else s.version)}</td>'
+                   f'<td class="mono">{esc(s.uri)}</td></tr>')
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+__all__ = ["render", "reach_svgs", "timeline_svg"]
