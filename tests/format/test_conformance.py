@@ -87,7 +87,6 @@ def test_twenty_tables_make_a_multi_level_tree(make_lakehouse, tmp_path):
     assert depth_seen == {True, False}  # internal nodes and leaves exist
     assert oracle.table_key("sales", "t07") in keys
     assert oracle.ns_key("sales") in keys
-    assert lh.view().list_tables("sales") == [f"t{i:02d}" for i in range(1, 21) if i not in (4, 5)][:0] or True
 
 
 def test_tree_contents_after_rollback_and_reopen(make_lakehouse, tmp_path):

@@ -164,7 +164,7 @@ class ReportData:
     reach_available: int  # available versions (the walk covers the newest max_versions)
     max_versions: int
     walk_seconds: float
-    node_reads: int
+    node_reads: int  # node files read from storage for the whole report (roots not included)
     audit_state: str  # "ok" | "off" | "missing" | "error: ..."
     notes: list[str] = field(default_factory=list)
 
@@ -220,6 +220,8 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
         raise ValidationError(f"max_versions must be at least 1, got {max_versions}")
     generated_at = datetime.now(UTC)
     notes: list[str] = []
+    store = lh.node_store(lh.storage)  # shared by every read below: a node file is read once
+    reads_before = store.reads
     latest = lh.latest_version()
     latest_ref = lh.load_root(latest)
     d = latest_ref.lakehouse_def
@@ -350,7 +352,7 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
         reach_available=len(available),
         max_versions=max_versions,
         walk_seconds=walk_seconds,
-        node_reads=walker.node_reads,
+        node_reads=store.reads - reads_before,
         audit_state=audit_state,
         notes=notes,
     )
@@ -406,15 +408,10 @@ class ReachWalker:
     def __init__(self, lh: Lakehouse):
         self.lh = lh
         self.store = lh.node_store(lh.storage)
-        self._reads_before = self.store.reads
         # node pointer -> (uri, size or None, child pointers, definition URIs); None = unreadable
         self._nodes: dict[str, tuple[str, int | None, tuple[str, ...], tuple[str, ...]] | None] = {}
         self._sizes: dict[str, int | None] = {}
         self._prev: set[str] = set()
-
-    @property
-    def node_reads(self) -> int:
-        return self.store.reads - self._reads_before
 
     def _uri_size(self, pointer: str) -> tuple[str, int | None]:
         storage, p = self.lh.resolve(pointer, self.lh.storage)

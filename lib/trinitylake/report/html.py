@@ -431,8 +431,8 @@ def _reach_section(d: ReportData) -> str:
     cap = (f"Capped: the newest {len(d.reach)} of {d.reach_available} available versions are walked "
            f"(--max-versions {d.max_versions}). " if d.reach_capped else f"All {len(d.reach)} available versions walked. ")
     lead = (f"Node files (the root included) and definition files (the lakehouse definition included) reachable from "
-            f"each root, v{first} … v{last}. {cap}{fmt_num(d.node_reads)} node file(s) read in "
-            f"{d.walk_seconds:.2f} s; nodes shared between versions are read once.")
+            f"each root, v{first} … v{last}. {cap}{fmt_num(d.node_reads)} node file(s) read for this report "
+            f"(walk {d.walk_seconds:.2f} s); nodes shared between versions are read once.")
     return (
         '<section id="reach"><h2>Files and bytes reachable per version</h2>'
         f'<p class="lead">{esc(lead)}</p>'
