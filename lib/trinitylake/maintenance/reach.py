@@ -441,7 +441,7 @@ def reference_walk(
             if on_level:
                 on_level(depth, len(frontier))
             rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in sorted(frontier.items())]
-            results = pool.map(lambda r: expand_node(reader, r), rows) if pool else map(lambda r: expand_node(reader, r), rows)
+            results = pool.map(lambda r: expand_node(reader, r), rows) if pool else (expand_node(reader, r) for r in rows)
             nxt: dict[str, tuple[str, int]] = {}
             failures = []
             for emitted, n in results:

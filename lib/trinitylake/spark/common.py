@@ -7,7 +7,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,6 +17,15 @@ log = logging.getLogger("trinitylake.spark")
 
 # Python tasks cost ~30 ms each here; more tasks than this per core only add overhead.
 PARTITIONS_PER_CORE = 4
+
+# Called with a phase's description when it starts (the CLI's spinner shows it).
+_progress: list[Callable[[str], None]] = []
+
+
+def add_progress_listener(fn: Callable[[str], None]) -> Callable[[], None]:
+    """Register `fn(description)` for phase starts; returns a function that removes it."""
+    _progress.append(fn)
+    return lambda: _progress.remove(fn) if fn in _progress else None
 
 
 def partitions_for(spark: Any, n: int, batch_size: int, parallelism: int = 0) -> int:
@@ -41,6 +50,8 @@ class Phases:
         sc.setJobDescription(f"tlake {self.result.job} {self.result.run_id}: {what or name}")
         t0 = time.perf_counter()
         log.info("%s %s: phase %s started", self.result.job, self.result.run_id, name)
+        for fn in list(_progress):
+            fn(what or name)
         try:
             yield
         finally:

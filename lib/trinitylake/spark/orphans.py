@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trinitylake.config import effective_orphan_min_age, format_duration, format_timestamp
-from trinitylake.errors import CorruptNodeError, UnsafeOperationError
+from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
 from trinitylake.format.paths import is_format_owned
 from trinitylake.maintenance import orphans as O
@@ -147,10 +147,9 @@ def run_orphans(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobR
             listed = keep(listed)
             agg = listed.agg(F.count("*").alias("n"), F.sum(F.col("owned").cast("int")).alias("owned"),
                              F.sum(F.when(F.col("owned"), F.col("size"))).alias("b")).collect()[0]
-            n_listed = int(agg["n"]) + lcounts["not_owned"] - int(agg["n"] - (agg["owned"] or 0))
-            n_owned = int(agg["owned"] or 0)
-            lcounts["not_owned"] += int(agg["n"]) - n_owned
-        result.counts["listed"] = n_listed + (int(agg["n"]) - n_owned)
+        n_rows, n_owned = int(agg["n"]), int(agg["owned"] or 0)
+        lcounts["not_owned"] += n_rows - n_owned
+        result.counts["listed"] = n_owned + lcounts["not_owned"]
         result.counts["listed_owned"] = n_owned
         result.counts["listed_not_owned"] = lcounts["not_owned"]
         result.bytes["listed_owned"] = int(agg["b"] or 0)
@@ -214,11 +213,11 @@ def run_orphans(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobR
         result.counts.update({"deleted": out.deleted, "failed": out.failed, "delete_batches": out.batches})
         if out.failed == 0:
             result.bytes["deleted"] = b_cands
-        else:
-            result.details["failures"] = out.failures
-            result.status = "failed"
-            result.error = f"{out.failed} orphan files could not be deleted (e.g. {out.failures[:3]}); re-run the job"
         write_json(storage, f"{rdir}/result.json", result.to_dict())
+        if out.failed:
+            result.details["failures"] = out.failures
+            raise StorageError(f"{out.failed} of {n_cands} orphan files could not be deleted (e.g. "
+                               f"{out.failures[:3]}); re-run the job")
     finally:
         for df in persisted:
             df.unpersist()

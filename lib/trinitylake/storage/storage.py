@@ -306,8 +306,8 @@ class Storage:
         ConditionalRequestConflict). Where the local filesystem cannot hard-link, the file is
         written in place with ``O_EXCL``: still exclusive, but a reader may then see it partial.
 
-        On S3 a retried PUT whose first attempt succeeded unseen gets 412 and is reported as
-        FileExistsError: a caller that must know can compare the stored bytes with its own.
+        On S3 a retried PUT whose first attempt succeeded unseen gets 412; the stored bytes
+        are then compared with ours, and an identical file counts as our success.
 
         Raises:
             FileExistsError: another writer created the file first.
@@ -333,14 +333,27 @@ class Storage:
                 self.fs.pipe_file(fp, data, mode="create")
                 return
             except FileExistsError:
-                raise FileExistsError(f"already exists: {self.uri(path)}") from None
+                self._raise_unless_ours(fp, data, path)
+                return
             except OSError as e:  # a 412 without the If-None-Match detail is a generic OSError
                 if _is_precondition_failed(e):
-                    raise FileExistsError(f"already exists: {self.uri(path)}") from None
+                    self._raise_unless_ours(fp, data, path)
+                    return
                 if _is_conditional_conflict(e) and attempt < _S3_CONFLICT_RETRIES:
                     time.sleep(min(0.05 * 2**attempt, 1.0))
                     continue
                 raise
+
+    def _raise_unless_ours(self, fp: str, data: bytes, path: str) -> None:
+        """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
+        own win, not a lost race: the stored bytes are ours (every commit file we write carries
+        a unique transaction id or UUID). Anything else is another writer's file."""
+        try:
+            stored = self.fs.cat_file(fp)
+        except Exception:  # noqa: BLE001 - cannot tell: report the conflict, the safe answer
+            stored = None
+        if stored != data:
+            raise FileExistsError(f"already exists: {self.uri(path)}")
 
     def _create_exclusive_local(self, fp: str, data: bytes, path: str) -> None:
         os.makedirs(os.path.dirname(fp), exist_ok=True)

@@ -1,0 +1,148 @@
+"""`tlake walk | expire | orphans`: the Spark maintenance jobs from the CLI.
+
+Each command takes the lakehouse, storage options, control URI and audit switch from the
+`tlake` group (``tlake --lakehouse URI expire ...``) and passes every other argument through
+to the job's own argument parser (`trinitylake.config.job_argparser`), so the CLI and
+``spark-submit jobs/<job>.py`` accept the same flags::
+
+    tlake --lakehouse /data/lh expire --dry-run --max-version-age 14d
+    tlake --lakehouse s3://bucket/lh orphans --older-than 5d --json
+
+The job runs on a local Spark session (``--master``, default ``local[*]``) while a spinner
+shows its phase; a summary table (or ``--json``: the result's ``to_dict()``) follows.
+Exit codes: 0 ok, 1 job error, 2 configuration error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from trinitylake.errors import ConfigError, TrinityLakeError
+from trinitylake.maintenance.results import JobResult
+
+JOBS = ("walk", "expire", "orphans")
+_HELP = {
+    "walk": "List every file reachable from the retained versions, exports and pinned versions (read-only).",
+    "expire": "Expire old versions (commit first), then delete the files only they reached.",
+    "orphans": "Delete old format-owned files that no retained version, export or pin references.",
+}
+
+out_console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def register(cli: click.Group) -> None:
+    """Add the maintenance job commands to the `tlake` group."""
+    for job in JOBS:
+        cli.add_command(_job_command(job))
+
+
+def _epilog(job: str) -> str:
+    from trinitylake.config import job_argparser
+
+    text = job_argparser(job).format_help().replace("\n\n", "\n")
+    return "\b\nJob options (passed through to the job):\n" + text
+
+
+def _job_command(job: str) -> click.Command:
+    @click.command(
+        job,
+        help=_HELP[job] + " Every job option below can be given after the command.",
+        epilog=_epilog(job),
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    @click.option("--master", default="local[*]", show_default=True, help="Spark master of the local session")
+    @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+    @click.pass_context
+    def command(click_ctx: click.Context, master: str, as_json: bool) -> None:
+        run_cli_job(job, click_ctx, master, as_json)
+
+    return command
+
+
+def job_argv(ctx: Any, master: str, extra: list[str]) -> list[str]:
+    """The job's argument list: the group's settings first, then the user's flags."""
+    argv = ["--lakehouse", ctx.require_uri(), "--master", master]
+    for k, v in (ctx.storage_options or {}).items():
+        argv += ["--storage-option", f"{k}={v}"]
+    if ctx.control_uri:
+        argv += ["--control-uri", ctx.control_uri]
+    return argv + list(extra)
+
+
+def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) -> None:
+    from trinitylake.config import parse_job_args
+    from trinitylake.spark.common import add_progress_listener
+    from trinitylake.spark.runner import JobFailedError, run_job
+
+    ctx = click_ctx.obj
+    try:
+        cfg = parse_job_args(job, job_argv(ctx, master, click_ctx.args))
+    except ConfigError as e:
+        err_console.print(f"[red]error[/red] (ConfigError): {e}", highlight=False)
+        sys.exit(2)
+    result: JobResult | None = None
+    error: BaseException | None = None
+    with err_console.status(f"tlake {job}: starting Spark ({master})", spinner="dots") as status:
+        remove = add_progress_listener(lambda what: status.update(f"tlake {job} {cfg.run_id}: {what}"))
+        try:
+            result = run_job(job, cfg, audit=ctx.audit)
+        except JobFailedError as e:
+            result, error = e.result, e.__cause__ or e
+        except TrinityLakeError as e:
+            error = e
+        finally:
+            remove()
+    if result is not None:
+        if as_json:
+            click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        else:
+            render_result(result)
+    if error is not None:
+        err_console.print(f"[red]error[/red] ({type(error).__name__}): {error}", highlight=False)
+        sys.exit(2 if isinstance(error, ConfigError) else 1)
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def render_result(result: JobResult, console: Console | None = None) -> None:
+    """The summary table of a job result."""
+    console = console or out_console
+    colour = {"succeeded": "green", "dry_run": "cyan", "failed": "red"}.get(result.status, "yellow")
+    t = Table(title=f"tlake {result.job} {result.run_id}: [{colour}]{result.status}[/{colour}]", title_justify="left")
+    t.add_column("", style="bold")
+    t.add_column("value", justify="right")
+    t.add_row("lakehouse", result.lakehouse)
+    versions = f"{result.version_before}" + (
+        f" -> {result.version_after}" if result.version_after not in (None, result.version_before) else "")
+    t.add_row("version", versions)
+    if result.txn_seq is not None:
+        t.add_row("txn_seq", str(result.txn_seq))
+    for k in sorted(result.counts):
+        t.add_row(f"files: {k}" if not k.startswith(("versions", "node_", "unique_")) else k, f"{result.counts[k]:,}")
+    for k in sorted(result.bytes):
+        t.add_row(f"bytes: {k}", _human_bytes(result.bytes[k]))
+    for k, v in result.seconds.items():
+        t.add_row(f"seconds: {k}", f"{v:.2f}")
+    if result.plan_location:
+        t.add_row("plan", result.plan_location)
+    if result.output_location:
+        t.add_row("output", result.output_location)
+    for w in result.details.get("warnings") or []:
+        t.add_row("warning", str(w))
+    if result.error:
+        t.add_row("error", result.error)
+    console.print(t)

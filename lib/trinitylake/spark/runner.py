@@ -1,0 +1,165 @@
+"""Entry point of every Spark maintenance job: ``jobs/<job>.py`` calls :func:`main`.
+
+    spark-submit jobs/expire.py --lakehouse s3://bucket/lh --conf conf/expire.yaml --dry-run
+
+:func:`main` parses the configuration (`trinitylake.config`), gets the Spark session (the
+config's master and ``spark_conf``; under spark-submit or on Databricks the cluster's), opens
+the lakehouse with the storage options and control URI, writes the run's ``begin`` row to the
+control table, dispatches to ``run_<job>(spark, lakehouse, cfg, result) -> JobResult``, writes
+the final row, logs and prints the result as JSON, and returns the exit code:
+
+* 0: the job succeeded (or completed its dry run);
+* 1: a TrinityLake error (unsafe operation refused, corrupt node, storage failure, ...);
+* 2: a configuration error (unknown option, bad value, missing lakehouse URI).
+
+Every job function has the same signature; the export job lives in
+``trinitylake.spark.export:run_export`` and is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from trinitylake.errors import ConfigError, TrinityLakeError
+from trinitylake.maintenance.results import JobResult
+
+log = logging.getLogger("trinitylake.jobs")
+
+#: job -> "module:function"; each function is ``run_<job>(spark, lakehouse, cfg, result) -> JobResult``.
+JOB_FUNCTIONS: dict[str, str] = {
+    "walk": "trinitylake.spark.walk:run_walk",
+    "expire": "trinitylake.spark.expire:run_expire",
+    "orphans": "trinitylake.spark.orphans:run_orphans",
+    "export": "trinitylake.spark.export:run_export",
+}
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CONFIG = 2
+
+
+class JobFailedError(TrinityLakeError):
+    """A job failed; `result` holds what it had done (status ``failed``)."""
+
+    def __init__(self, message: str, result: JobResult):
+        super().__init__(message)
+        self.result = result
+
+
+def job_function(job: str) -> Callable[..., JobResult]:
+    """The ``run_<job>`` function of `job` (imported lazily)."""
+    target = JOB_FUNCTIONS.get(job)
+    if target is None:
+        raise ConfigError(f"unknown job {job!r}; expected one of {', '.join(JOB_FUNCTIONS)}")
+    module, _, name = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"job {job!r} is not available: cannot import {target} ({e})") from e
+
+
+def session_for(cfg: Any, job: str) -> Any:
+    """The Spark session: the active one (Databricks, tests), the one spark-submit prepared
+    (its master wins), or a new one on the config's master."""
+    from pyspark.sql import SparkSession
+
+    from trinitylake.spark.session import get_spark
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    return get_spark(None if submitted else cfg.master, app_name=f"tlake-{job}", conf=dict(cfg.spark_conf))
+
+
+def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakehouse: Any = None) -> JobResult:
+    """Run one job with its audit rows; returns the result or raises.
+
+    Raises:
+        JobFailedError: the job failed after it started (its `result` says how far it got;
+            the original error is the cause).
+        TrinityLakeError: the lakehouse cannot be opened or the control table is unusable
+            (nothing was done).
+    """
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.lakehouse.audit import job_begin
+
+    fn = job_function(job)
+    if lakehouse is None:
+        lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
+                                   control_uri=cfg.control_uri, audit=audit)
+    spark = spark or session_for(cfg, job)
+    lakehouse.command = job
+    arguments = cfg.to_dict()
+    lakehouse.arguments = arguments
+    result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
+    result.version_before = lakehouse.latest_version()
+    lakehouse.auditor.spark_app_id = spark.sparkContext.applicationId
+    started = datetime.now(UTC)
+    result.txn_seq = job_begin(lakehouse.auditor, job, cfg.run_id, arguments, result.version_before)
+    log.info("%s %s started on %s (version %s, txn_seq %s)", job, cfg.run_id, lakehouse.uri, result.version_before,
+             result.txn_seq)
+    try:
+        result = fn(spark, lakehouse, cfg, result)
+        if result.status == "running":
+            result.status = "dry_run" if result.dry_run else "succeeded"
+    except BaseException as e:
+        result.status = "failed"
+        result.error = f"{type(e).__name__}: {e}"
+        _end(lakehouse, job, cfg, arguments, started, result, e)
+        if isinstance(e, KeyboardInterrupt | SystemExit):
+            raise
+        raise JobFailedError(f"{job} {cfg.run_id} failed: {result.error}", result) from e
+    _end(lakehouse, job, cfg, arguments, started, result, None)
+    return result
+
+
+def _end(lakehouse: Any, job: str, cfg: Any, arguments: dict[str, Any], started: datetime, result: JobResult,
+         error: BaseException | None) -> None:
+    from trinitylake.lakehouse.audit import job_end
+
+    try:
+        result.version_after = lakehouse.latest_version()
+    except Exception:  # noqa: BLE001 - the lakehouse may have become unreachable; keep what we know
+        pass
+    try:
+        job_end(lakehouse.auditor, result.txn_seq, job, cfg.run_id, arguments, started, status=result.status,
+                metrics=result.metrics(), version_before=result.version_before, version_after=result.version_after,
+                error=error)
+    except Exception as e:  # noqa: BLE001 - the audit row never hides the job's own outcome
+        log.warning("could not write the final control-table row of %s %s: %s", job, cfg.run_id, e)
+
+
+def main(job: str, argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
+    """Run `job` from the command line; returns the exit code (see the module docstring)."""
+    from trinitylake.config import parse_job_args
+
+    try:
+        cfg = parse_job_args(job, list(sys.argv[1:] if argv is None else argv))
+    except ConfigError as e:
+        print(f"error (ConfigError): {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(level=getattr(logging, cfg.log_level, logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        result = run_job(job, cfg, spark=spark)
+    except JobFailedError as e:
+        log.error("%s", e)
+        print(json.dumps(e.result.to_dict(), default=str))
+        return EXIT_CONFIG if isinstance(e.__cause__, ConfigError) else EXIT_ERROR
+    except ConfigError as e:
+        log.error("%s %s: %s", job, cfg.run_id, e)
+        return EXIT_CONFIG
+    except TrinityLakeError as e:
+        log.error("%s %s failed: %s: %s", job, cfg.run_id, type(e).__name__, e)
+        return EXIT_ERROR
+    log.info("%s %s %s: %s", job, result.run_id, result.status, json.dumps(result.counts, sort_keys=True))
+    print(json.dumps(result.to_dict(), default=str))
+    return EXIT_OK
