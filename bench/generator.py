@@ -223,7 +223,7 @@ def generate(
             to = version - rng.randint(1, min(3, version - build_versions - 1))
             version = lh.rollback(to)
             ops["rollback"] += 1
-            live = _live_tables(lh)
+            live = live_tables(lh)
             continue
         txn = lh.begin()
         defer.attach(txn)
@@ -251,7 +251,7 @@ def generate(
             version = commit(txn)
         except TransactionConflictError:  # a concurrent writer on the same lakehouse
             ops["conflict"] += 1
-            live = _live_tables(lh)
+            live = live_tables(lh)
             version = lh.latest_version()
     seconds = time.perf_counter() - t0
     return {
@@ -285,7 +285,8 @@ def _sample_live(rng: random.Random, names: list[str], live: dict[str, str], k: 
     return out
 
 
-def _live_tables(lh: Lakehouse) -> dict[str, str]:
+def live_tables(lh: Lakehouse) -> dict[str, str]:
+    """Live tables of the latest version: table name -> namespace."""
     view = lh.view()
     out = {}
     for key, _ in tree.scan_prefix(view.store, view.root.node, TABLE_PREFIX):

@@ -277,3 +277,33 @@ def test_time_ticks_and_gap_cutting():
     assert xs[19] - xs[0] > 300  # the burst gets most of the width instead of a few pixels
     even = TimeScale([t0 + i * 60_000 for i in range(10)], 0, 900)
     assert even.gaps == []
+
+
+def test_single_version_lakehouse(tmp_path):
+    from trinitylake.lakehouse import Lakehouse
+
+    lh = Lakehouse.create(str(tmp_path / "one"))
+    out = tmp_path / "one.html"
+    s = generate_report(lh, out)
+    page = out.read_text()
+    assert parse(page).errors == []
+    assert s["latest_version"] == 0 and s["files_latest"] == 2  # root + lakehouse definition
+    timeline = page[page.index('id="timeline"'):page.index('id="jobs"')]
+    assert 'data-version="0" data-kind="init"' in timeline
+    assert re.search(r'class="tick">\d\d:\d\d:\d\d<', timeline)  # the lone point still gets a time tick
+
+
+def test_object_store_sizes_come_from_one_listing():
+    import uuid
+
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.report.data import ReachWalker
+
+    lh = Lakehouse.create(f"memory://report-{uuid.uuid4().hex}", order=4, node_max_bytes=4096, audit=False)
+    for i in range(8):
+        lh.create_namespace(f"n{i}")
+    listed = collect(lh).reach
+    w = ReachWalker(lh)
+    w._prefill = False  # one Storage.info per file
+    assert listed == [w.version(r.version) for r in listed]
+    assert listed[-1].def_files == 9 and listed[-1].missing == 0

@@ -68,6 +68,7 @@ class Transaction(LakehouseView):
         self.read_keys: set[str] = set()
         self.read_prefixes: set[str] = set()
         self.writes: dict[str, str | None] = {}
+        self.dropped_namespace_keys: set[str] = set()  # even when re-created later in this txn
         self.def_mutations: list[Callable[[D.LakehouseDef], None]] = []
         self.ops: list[str] = []
         self.attempts = 0
@@ -131,6 +132,7 @@ class Transaction(LakehouseView):
         for k, _ in members:
             self.writes[k] = None
         self.writes[key] = None
+        self.dropped_namespace_keys.add(key)
         self.ops.append(f"drop namespace {ns}")
 
     def create_table(
@@ -304,9 +306,18 @@ class Transaction(LakehouseView):
         for k in self.writes:
             if k in changed:
                 return f"both wrote {self.codec.describe(k)}"
-        # A namespace create/drop conflicts with changes to objects inside it, both ways.
-        changed_ns = {k[4:] for k in changed if k.startswith(K.NS_PREFIX)}
-        my_ns = {k[4:] for k in self.writes if k.startswith(K.NS_PREFIX)}
+        # A namespace create/drop conflicts with changes to objects inside it, both ways. An
+        # alter (the key existed in our snapshot and still exists) is neither: it only takes
+        # part through the write-write rule and, under SERIALIZABLE, the read set.
+        def created_or_dropped(k: str, v: str | None) -> bool:
+            return v is None or super(Transaction, self)._get(k) is None
+
+        changed_ns = {k[4:] for k, v in changed.items() if k.startswith(K.NS_PREFIX) and created_or_dropped(k, v)}
+        my_ns = {
+            k[4:]
+            for k, v in self.writes.items()
+            if k.startswith(K.NS_PREFIX) and (k in self.dropped_namespace_keys or created_or_dropped(k, v))
+        }
         ns_len = self.codec.namespace_max
         for k in self.writes:
             if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and k[4 : 4 + ns_len] in changed_ns:

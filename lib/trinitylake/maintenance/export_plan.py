@@ -464,8 +464,8 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
     run); without it the exclusive create itself finds files that are already there.
     """
     st = CopyStats(rows=1)
-    if row.present:
-        st.skipped, st.skipped_bytes = 1, row.size
+    if row.present:  # verified when the plan was made
+        st.skipped, st.skipped_bytes, st.verified, st.verified_bytes = 1, row.size, 1, row.size
         return st
     if check_first:
         t = time.perf_counter()

@@ -412,10 +412,20 @@ class ReachWalker:
         self._nodes: dict[str, tuple[str, int | None, tuple[str, ...], tuple[str, ...]] | None] = {}
         self._sizes: dict[str, int | None] = {}
         self._prev: set[str] = set()
+        # On object stores one listing (1000 keys a request) is far cheaper than a HEAD per
+        # file: sizes under the lakehouse root are taken from it; the rest use Storage.info.
+        self._prefill = lh.storage.scheme != "file"
 
     def _uri_size(self, pointer: str) -> tuple[str, int | None]:
         storage, p = self.lh.resolve(pointer, self.lh.storage)
         uri = storage.uri(p)
+        if uri not in self._sizes and self._prefill and storage is self.lh.storage:
+            self._prefill = False
+            try:
+                for f in storage.list():
+                    self._sizes.setdefault(storage.uri(f.path), f.size)
+            except Exception as e:  # noqa: BLE001 - fall back to one info() per file
+                log.debug("listing %s failed: %s", storage.root, e)
         if uri not in self._sizes:
             try:
                 self._sizes[uri] = storage.info(p).size

@@ -273,7 +273,8 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
         legend.insert(0, (swatch("line", COLORS["commit"]), "latest version over time"))
     size = 4.5 if len(timed) <= 150 else 3.0 if len(timed) <= 600 else 2.0
     by_version = {p.version: p for p in timed}
-    for p in timed:
+    # Ordinary commits first, so the rarer marks (rollbacks, job commits) stay on top.
+    for p in sorted(timed, key=lambda p: (p.kind not in ("commit", "expired"), p.version)):
         kinds_seen.add(p.kind)
         color = COLORS[p.kind]
         attrs = f'data-version="{p.version}" data-kind="{esc(p.kind)}"'
@@ -429,7 +430,7 @@ def _reach_section(d: ReportData) -> str:
     f_svg, b_svg = reach_svgs(d)
     first, last = d.reach[0].version, d.reach[-1].version
     cap = (f"Capped: the newest {len(d.reach)} of {d.reach_available} available versions are walked "
-           f"(--max-versions {d.max_versions}). " if d.reach_capped else f"All {len(d.reach)} available versions walked. ")
+           f"(--max-versions {d.max_versions}). " if d.reach_capped else f"All {len(d.reach)} available version(s) walked. ")
     lead = (f"Node files (the root included) and definition files (the lakehouse definition included) reachable from "
             f"each root, v{first} … v{last}. {cap}{fmt_num(d.node_reads)} node file(s) read for this report "
             f"(walk {d.walk_seconds:.2f} s); nodes shared between versions are read once.")

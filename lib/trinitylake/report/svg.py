@@ -234,7 +234,7 @@ class TimeScale:
         out: list[tuple[float, str]] = []
         for (a, b), (x0, x1) in zip(self.segments, self.boxes, strict=True):
             n = max(1, int((x1 - x0) // 110))
-            if b - a < 1000 and n <= 2:
+            if b <= a or (b - a < 1000 and n <= 2):
                 out.append(((a + b) / 2, datetime.fromtimestamp((a + b) / 2000, UTC).strftime("%H:%M:%S")))
                 continue
             seg_ticks, _ = time_ticks(a, b, n=n)

@@ -74,31 +74,53 @@ def _guarded(fn, *args) -> tuple[str, Any]:
         return "error", f"{type(e).__name__}: {e}"
 
 
-def _expand(items: Iterable[tuple[str, str, int]], source: Storage, spec: X.ExportSpec, remote: bool) -> Iterator[tuple]:
-    """Plan one batch of a tree level: nodes (with the ODFs they reference) and single files.
+def _expand(items: Iterable[tuple[str, str, int]], source: Storage, spec: X.ExportSpec, remote: bool,
+            budget: int) -> Iterator[tuple]:
+    """Plan one batch of the tree: nodes (with the definition files they reference) and files.
 
-    Yields ("row", plan tuple), ("child", (kind, path, depth)), ("missing", msg), ("error", msg).
+    The task keeps descending below its nodes while it has read fewer than `budget` files, so
+    a small tree is planned by one wave of tasks; deeper nodes go back to the driver for the
+    next wave. Yields ("row", plan tuple), ("child", (kind, path, depth)), ("missing", msg),
+    ("error", msg) and, last, ("count", rows yielded).
     """
     items = list(items)
-    nodes = [i for i in items if i[0] == X.KIND_NODE]
+    queue = [i for i in items if i[0] == X.KIND_NODE]
     files = [i for i in items if i[0] != X.KIND_NODE]
     odfs: dict[str, int] = {}
-    for status, val in _pool_map(lambda i: _guarded(X.plan_node, source, i[1], i[2], spec), nodes, remote):
-        if status != "ok":
-            yield status, val
-            continue
-        row, refs = val
-        yield "row", row.as_tuple()
-        for c in refs.children:
-            yield "child", (X.KIND_NODE, c, row.depth + 1)
-        for p in refs.odfs:
-            odfs.setdefault(p, row.depth)
+    n_rows = 0
+    used = 0
+    first = True
+    while queue and (first or used < budget):
+        if first:
+            take, queue = queue, []
+            first = False
+        else:
+            step = max(1, min(len(queue), budget - used, REMOTE_THREADS if remote else budget))
+            take, queue = queue[:step], queue[step:]
+        for status, val in _pool_map(lambda i: _guarded(X.plan_node, source, i[1], i[2], spec), take, remote):
+            if status != "ok":
+                yield status, val
+                continue
+            row, refs = val
+            n_rows += 1
+            used += 1 + len(refs.odfs)
+            yield "row", row.as_tuple()
+            queue.extend((X.KIND_NODE, c, row.depth + 1) for c in refs.children)
+            for p in refs.odfs:
+                odfs.setdefault(p, row.depth)
+    for child in queue:
+        yield "child", child
     files.extend((X.KIND_ODF, p, d) for p, d in odfs.items())
     for status, val in _pool_map(lambda i: _guarded(X.plan_file, source, i[1], i[0], i[2]), files, remote):
-        yield (status, val) if status != "ok" else ("row", val.as_tuple())
+        if status != "ok":
+            yield status, val
+        else:
+            n_rows += 1
+            yield "row", val.as_tuple()
+    yield "count", n_rows
 
 
-def _write_part(index: int, rows: Iterable[tuple[int, tuple]], target: Storage, plan_dir: str, check_target: bool,
+def _write_part(index: int, rows: Iterable[tuple[str, tuple]], target: Storage, plan_dir: str, check_target: bool,
                 checksum: bool, remote: bool) -> Iterator[dict[str, Any]]:
     """Write one plan part (after looking at the target when it was not empty)."""
     plan_rows = sorted((X.PlanRow.from_tuple(r) for _, r in rows), key=lambda r: r.target)
@@ -396,7 +418,8 @@ def _run_copy(sc, items: list[tuple[int, str]], fn) -> list[dict[str, Any]]:
 
 def _build_plan(sc, source: Storage, target: Storage, spec: X.ExportSpec, ref, root_refs: X.NodeRefs, plan_dir: str, *,
                 batch: int, check_target: bool, checksum: bool, remote: bool) -> dict[str, Any]:
-    """Walk the exported part of the tree level by level on executors and persist the plan parts."""
+    """Walk the exported part of the tree on executors (waves of budgeted descents), then
+    deduplicate the rows by target path and persist them as plan parts of about `batch` rows."""
     from pyspark import StorageLevel
 
     parallelism = sc.defaultParallelism
@@ -404,43 +427,48 @@ def _build_plan(sc, source: Storage, target: Storage, spec: X.ExportSpec, ref, r
     frontier: list[tuple[str, str, int]] = [(X.KIND_DEF, def_rel, 0)]
     frontier += [(X.KIND_ODF, p, 0) for p in root_refs.odfs]
     frontier += [(X.KIND_NODE, c, 1) for c in root_refs.children]
-    expand = partial(_expand, source=source, spec=spec, remote=remote)
-    levels = []
+    expand = partial(_expand, source=source, spec=spec, remote=remote, budget=batch)
+    waves = []
     missing: list[str] = []
     errors: list[str] = []
-    level = 0
+    n_rows = 0
     try:
         while frontier:
             rdd = sc.parallelize(frontier, _slices(len(frontier), batch, parallelism)).mapPartitions(expand)
             rdd.persist(StorageLevel.MEMORY_AND_DISK)
-            levels.append(rdd)
+            waves.append(rdd)
             others = rdd.filter(lambda x: x[0] != "row").collect()
             frontier = [x[1] for x in others if x[0] == "child"]
             missing += [x[1] for x in others if x[0] == "missing"]
             errors += [x[1] for x in others if x[0] == "error"]
-            log.info("export %r: planned level %d; %d nodes at the next level", spec.name, level, len(frontier))
-            level += 1
+            n_rows += sum(x[1] for x in others if x[0] == "count")
+            log.info("export %r: plan wave %d done (%d rows so far); %d nodes left for the next wave", spec.name,
+                     len(waves), n_rows, len(frontier))
             if missing or errors:
                 break
         _raise_failures(missing, errors, [], f"planning export {spec.name!r}", spec.version)
-        rows = sc.union([r.filter(lambda x: x[0] == "row").map(lambda x: x[1]) for r in levels])
-        unique = rows.map(lambda t: (t[0], t)).reduceByKey(lambda a, b: a if a[3] <= b[3] else b,
-                                                           numPartitions=max(1, parallelism))
-        n = unique.count()
-        n_parts = max(1, math.ceil(n / batch))
-        batched = unique.values().zipWithIndex().map(lambda ri: (ri[1] // batch, ri[0])).partitionBy(
-            n_parts, lambda k: k)
+        rows = sc.union([r.filter(lambda x: x[0] == "row").map(lambda x: x[1]) for r in waves])
+        n_parts = max(1, math.ceil(n_rows / batch))
         write = partial(_write_part, target=target, plan_dir=plan_dir, check_target=check_target,
                         checksum=checksum, remote=remote)
-        parts = sorted(batched.mapPartitionsWithIndex(write).collect(), key=lambda p: p["name"])
+        # Deduplicate by target path (a definition file can be referenced twice, e.g. after a
+        # rollback) straight into the plan parts: one shuffle, hash-partitioned batches.
+        parts = (
+            rows.map(lambda t: (t[0], t))
+            .reduceByKey(lambda a, b: a if a[3] <= b[3] else b, numPartitions=n_parts)
+            .mapPartitionsWithIndex(write)
+            .collect()
+        )
     finally:
-        for r in levels:
+        for r in waves:
             r.unpersist()
+    parts.sort(key=lambda p: p["name"])
     conflicts = [c for p in parts for c in p["conflicts"]]
     if any(p["n_conflicts"] for p in parts):
         _raise_failures([], [], conflicts or ["(unnamed)"], f"planning export {spec.name!r}", spec.version)
     return {"parts": [{k: v for k, v in p.items() if k not in ("conflicts", "n_conflicts")} for p in parts],
-            "levels": level, "files": n + 1, "created_at": datetime.now(UTC).isoformat()}
+            "waves": len(waves), "files": sum(p["rows"] for p in parts) + 1,
+            "created_at": datetime.now(UTC).isoformat()}
 
 
 # ---- the whole job (what the runner / CLI call) ------------------------------------------------

@@ -1,0 +1,229 @@
+"""Snapshot export through the Spark job on local storage: modes, resume, incremental, pins, drop."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from trinitylake.format.paths import HINT_FILE, root_name
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.maintenance.export_plan import drop_export
+from trinitylake.spark.export import InjectedFailure
+from trinitylake.storage import Storage
+
+from .conftest import (
+    pointers_outside,
+    populate,
+    reachable,
+    root_files,
+    simulate_expiration,
+    state,
+    target_files,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _source_bytes_mention(storage: Storage, needle: bytes) -> list[str]:
+    return [f.path for f in storage.list("") if f.path.endswith((".arrow", ".binpb")) and needle in storage.read(f.path)]
+
+
+def test_full_export_is_a_standalone_copy_of_version_v(run, make_lakehouse, tmp_path):
+    lh = make_lakehouse()
+    v = populate(lh)
+    want = state(lh.view(version=v))
+    target = str(tmp_path / "exports" / "full")
+
+    r = run(lh, target, "full1")
+    lh.create_table("ns0", "after")  # the export is of v, not of what came later
+
+    assert r.status == "succeeded" and r.details["version"] == v and r.details["mode"] == "full"
+    assert r.counts["copied"] == r.counts["planned"] == r.counts["verified"] and r.counts["skipped"] == 0
+    assert r.bytes["copied"] == r.bytes["planned"] > 0
+    assert r.counts["external_refs"] == 0 and r.details["pinned_version"] is None
+    assert set(r.seconds) >= {"plan", "copy", "verify", "commit"}
+
+    # Exactly the files reachable from v, under the same relative names, plus the hint.
+    tgt = Storage(target)
+    reach = reachable(lh.storage, root_name(v))
+    assert set(target_files(tgt)) == {lh.storage.relative(u) for u in reach} | {HINT_FILE}
+    assert root_files(tgt) == [root_name(v)]
+    assert tgt.read(HINT_FILE).decode().strip() == str(v)
+    # No reference to the source anywhere in the format files.
+    assert _source_bytes_mention(tgt, lh.storage.root.removeprefix("file://").encode()) == []
+    assert pointers_outside(tgt, lh.storage) == 0
+
+    # The target is a lakehouse of its own, equal to the source at v (definitions included).
+    exported = Lakehouse.open(target, audit=False)
+    assert exported.latest_version() == v
+    assert state(exported.view()) == want
+    ns_src = lh.view(version=v).describe_table("ns0", "t1")
+    assert exported.view().describe_table("ns0", "t1") == ns_src  # same definition path too
+    assert not exported.definition().exported_snapshots  # the source's bookkeeping is not exported
+    assert exported.definition().id == lh.definition().id
+
+    # Recorded in the source: full URI of the exported root, no pin; readable by name.
+    d = lh.definition()
+    assert d.exported_snapshots["full1"] == Storage(target).uri(root_name(v))
+    assert "full1" not in d.exported_snapshot_pins
+    assert state(lh.view(snapshot="full1")) == want
+    assert lh.view(snapshot="full1").version == v
+    # The plan was persisted under the target, outside the format's files.
+    assert tgt.exists("_export/full1/plan/_plan.json") and tgt.exists("_export/full1/export.json")
+
+
+@pytest.mark.parametrize("depth", [0, 1])
+def test_partial_export_copies_levels_and_pins_the_version(run, make_lakehouse, tmp_path, depth):
+    lh = make_lakehouse()
+    v = populate(lh)
+    want = state(lh.view(version=v))
+    target = str(tmp_path / "partial")
+
+    r = run(lh, target, "p1", mode="partial", depth=depth)
+
+    reach = reachable(lh.storage, root_name(v))
+    assert max(reach.values()) > depth  # the tree is deeper than the export
+    tgt = Storage(target)
+    copied = set(target_files(tgt)) - {HINT_FILE}
+    # Nodes down to `depth` and the definition files they reference were copied, nothing deeper.
+    nodes = {lh.storage.relative(u) for u, d in reach.items() if u.endswith(".arrow") and d <= depth}
+    assert nodes <= copied
+    assert not any(lh.storage.relative(u) in copied for u, d in reach.items() if u.endswith(".arrow") and d > depth)
+    assert r.counts["external_refs"] > 0 and pointers_outside(tgt, lh.storage) == r.counts["external_refs"]
+    assert r.counts["rewritten"] >= 1
+
+    d = lh.definition()
+    assert d.exported_snapshot_pins["p1"] == v
+    assert state(lh.view(snapshot="p1")) == want
+    # The target opens on its own too (it reads the source through absolute URIs).
+    assert state(Lakehouse.open(target, audit=False).view()) == want
+
+
+def test_minimal_export_copies_only_the_root(run, make_lakehouse, tmp_path):
+    lh = make_lakehouse()
+    v = populate(lh, tables=4)
+    want = state(lh.view(version=v))
+    target = str(tmp_path / "min")
+
+    r = run(lh, target, "m1", mode="minimal")
+
+    tgt = Storage(target)
+    files = set(target_files(tgt))
+    assert root_name(v) in files and HINT_FILE in files
+    assert {f for f in files if f.startswith("_lakehouse_def_")}
+    assert len(files) == 3  # root, definition, hint
+    assert r.counts["planned"] == 2 and lh.definition().exported_snapshot_pins["m1"] == v
+    view = lh.view(snapshot="m1")
+    assert state(view) == want
+    assert view.describe_table("ns0", "t2")["definition"].startswith(lh.storage.root + "/")
+
+
+def test_incremental_export_to_the_same_target_copies_only_new_files(run, make_lakehouse, tmp_path):
+    lh = make_lakehouse()
+    v1 = populate(lh, tables=5)
+    target = str(tmp_path / "inc")
+    r1 = run(lh, target, "e1")
+    for t in range(3):
+        lh.create_table("ns1", f"new{t}")
+    txn = lh.begin()
+    txn.alter_table("ns0", "t3", set_properties={"x": "y"})
+    txn.commit()
+    v2 = lh.latest_version()
+
+    r2 = run(lh, target, "e2")
+
+    new_files = set(reachable(lh.storage, root_name(v2))) - set(reachable(lh.storage, root_name(v1)))
+    assert r2.counts["planned"] == r2.counts["copied"] + r2.counts["skipped"]
+    # Copied: the files v1 does not reach (the definition differs too: it records e1).
+    assert r2.counts["copied"] == len(new_files)
+    assert r2.counts["skipped"] > 0 and r2.counts["skipped"] == r2.counts["planned"] - len(new_files)
+    assert r1.counts["copied"] == r1.counts["planned"]
+    exported = Lakehouse.open(target, audit=False)
+    assert exported.latest_version() == v2
+    assert state(exported.view()) == state(lh.view(version=v2))
+    assert state(exported.view(version=v1)) == state(lh.view(version=v1))
+    # Re-running a finished export is a no-op that verifies and records nothing new.
+    before = lh.latest_version()
+    r3 = run(lh, target, "e2")
+    assert r3.counts["copied"] == 0 and r3.counts["skipped"] == r3.counts["planned"]
+    assert lh.latest_version() == before and r3.details["recorded"] is False
+
+
+def test_killed_export_resumes_without_recopying_verified_files(run, make_lakehouse, tmp_path):
+    lh = make_lakehouse()
+    v = populate(lh)
+    target = str(tmp_path / "killed")
+
+    with pytest.raises(InjectedFailure):
+        run(lh, target, "k1", batch_size=4, fail_after_batches=2)
+
+    tgt = Storage(target)
+    assert root_files(tgt) == []  # not visible: the root is written last
+    assert "k1" not in lh.definition().exported_snapshots
+    with pytest.raises(Exception):  # noqa: B017 - not a lakehouse yet
+        Lakehouse.open(target, audit=False)
+    present = target_files(tgt)
+    assert len(present) >= 2 * 4  # two whole batches and half of the third
+    stamps = {p: os.stat(os.path.join(target, p)).st_mtime_ns for p in present}
+
+    r = run(lh, target, "k1", batch_size=4)  # same options, no version given: resumes v
+
+    assert r.details["resumed"] is True and r.details["version"] == v
+    assert r.counts["skipped"] == len(present)
+    assert r.counts["copied"] == r.counts["planned"] - len(present)
+    assert r.counts["verified"] == r.counts["planned"]
+    assert all(os.stat(os.path.join(target, p)).st_mtime_ns == t for p, t in stamps.items())  # not rewritten
+    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
+    assert lh.definition().exported_snapshots["k1"].endswith(root_name(v))
+
+
+def test_expiration_after_partial_export_keeps_the_export_readable(run, make_lakehouse, tmp_path):
+    lh = make_lakehouse()
+    v = populate(lh)
+    want = state(lh.view(version=v))
+    run(lh, str(tmp_path / "p"), "p1", mode="partial", depth=1)
+    # Later versions replace definitions and nodes that only v (and older) reach.
+    for t in range(4):
+        txn = lh.begin()
+        txn.alter_table("ns0", f"t{t}", set_properties={"later": "yes"})
+        txn.commit()
+    lh.drop_namespace("ns1", cascade=True)
+    latest = lh.latest_version()
+    only_v = set(reachable(lh.storage, root_name(v))) - set(reachable(lh.storage, root_name(latest)))
+    assert only_v  # the export depends on files the latest version no longer reaches
+
+    # The expiration job's rule: keep the latest versions and every pinned version.
+    pins = set(lh.definition().exported_snapshot_pins.values())
+    assert pins == {v}
+    deleted = simulate_expiration(lh, {latest} | pins)
+    assert deleted and not (deleted & only_v)
+    assert not lh.storage.exists(root_name(v - 1))
+
+    assert state(lh.view(snapshot="p1")) == want
+
+
+def test_drop_releases_the_pin(run, make_lakehouse, tmp_path):
+    lh = make_lakehouse()
+    v = populate(lh)
+    run(lh, str(tmp_path / "m"), "m1", mode="minimal")
+    run(lh, str(tmp_path / "f"), "f1")
+    lh.create_namespace("later")
+    txn = lh.begin()
+    txn.alter_table("ns0", "t0", set_properties={"later": "yes"})
+    txn.commit()
+    latest = lh.latest_version()
+    assert lh.definition().exported_snapshot_pins["m1"] == v
+
+    txn = lh.begin()
+    txn.mutate_definition(drop_export("m1"), "drop export m1")
+    txn.commit()
+
+    d = lh.definition()
+    assert "m1" not in d.exported_snapshots and "m1" not in d.exported_snapshot_pins
+    assert "f1" in d.exported_snapshots  # other exports untouched
+    # Nothing retains v any more: what only v reached is collectable.
+    retained = set(reachable(lh.storage, root_name(lh.latest_version())))
+    only_v = set(reachable(lh.storage, root_name(v))) - set(reachable(lh.storage, root_name(latest)))
+    assert only_v and not (only_v & retained)
+    assert set(d.exported_snapshot_pins.values()) == set()
