@@ -7,6 +7,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from trinitylake.control import AuditRecord, HistoryEntry, VersionInfo, build_history
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

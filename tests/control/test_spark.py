@@ -6,6 +6,7 @@ import json
 
 import pytest
 from deltalake import DeltaTable
+
 from trinitylake.control import SCHEMA, ControlTable
 
 from .test_table import full_record

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
-import trinitylake.control.table as table_mod
 from deltalake import DeltaTable, write_deltalake
+
+import trinitylake.control.table as table_mod
 from trinitylake.control import SCHEMA, AuditRecord, ControlTable
 from trinitylake.errors import ControlTableError, ValidationError
 

@@ -86,7 +86,6 @@ def test_conflict_is_found_several_versions_back(lh):
     t = lh.begin()
     t.drop_table("ns", "base")
     lh.create_table("other", "x")
-    lh.alter_table = None  # unused; keep the API surface honest
     x = lh.begin()
     x.alter_table("ns", "base", set_properties={"k": "v"})
     x.commit()
@@ -176,7 +175,6 @@ def test_snapshot_ignores_reads(lh):
     t1.list_tables("ns")
     t1.load_table("ns", "base")
     t1.create_table("other", "x")
-    lh.alter_table_via = None
     x = lh.begin()
     x.alter_table("ns", "base", set_properties={"p": "q"})
     x.commit()
@@ -192,7 +190,10 @@ def test_own_writes_are_visible_and_not_read_tracked(lh):
     assert t.namespace_exists("fresh") and t.table_exists("fresh", "a")
     t.drop_table("fresh", "a")
     assert not t.table_exists("fresh", "a")
-    assert t.codec.namespace_key("fresh") not in t.read_keys or True
+    # Reads of keys this txn already wrote are not in the read set (they cannot conflict).
+    assert t.codec.namespace_key("fresh") in t.read_keys  # read once by create_namespace's existence check
+    assert t.codec.table_key("fresh", "a") in t.read_keys
+    assert t.codec.tables_prefix("fresh") in t.read_prefixes
     v = t.commit()
     assert lh.view(version=v).list_tables("fresh") == []
 
@@ -237,3 +238,15 @@ def test_ttl_with_real_sleep(make_lakehouse):
     assert t.expire_at_millis - t.began_at_millis == 50
     t2 = lh.begin()
     assert t2.expire_at_millis - t2.began_at_millis == 1000
+
+
+def test_drop_and_recreate_namespace_in_one_txn_conflicts_with_table_create(lh):
+    # The txn's net write on the namespace key looks like an alter, but it dropped the
+    # namespace (cascade): a concurrent table create inside it must not survive the rebase.
+    t1, t2 = lh.begin(), lh.begin()
+    t1.drop_namespace("ns", cascade=True)
+    t1.create_namespace("ns")
+    t2.create_table("ns", "sneaky")
+    t2.commit()
+    with pytest.raises(TransactionConflictError, match="ns.sneaky"):
+        t1.commit()

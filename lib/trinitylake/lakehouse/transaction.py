@@ -310,7 +310,7 @@ class Transaction(LakehouseView):
         # alter (the key existed in our snapshot and still exists) is neither: it only takes
         # part through the write-write rule and, under SERIALIZABLE, the read set.
         def created_or_dropped(k: str, v: str | None) -> bool:
-            return v is None or super(Transaction, self)._get(k) is None
+            return v is None or LakehouseView._get(self, k) is None  # untracked read of our base
 
         changed_ns = {k[4:] for k, v in changed.items() if k.startswith(K.NS_PREFIX) and created_or_dropped(k, v)}
         my_ns = {
