@@ -48,8 +48,11 @@ def variants(n: int) -> dict[str, dict]:
         "ours": {"order": 128, "node_max_bytes": 1 << 20, "properties": None},
         # Single node: order above the key count (padding rows cost ~16 bytes each, so not
         # a huge constant), no size limit, buffer merged at every commit.
-        "single-node": {"order": 2 * n + 1025, "node_max_bytes": 1 << 40,
-                        "properties": {"tlake.buffer.max-messages": "0"}},
+        "single-node": {
+            "order": 2 * n + 1025,
+            "node_max_bytes": 1 << 40,
+            "properties": {"tlake.buffer.max-messages": "0"},
+        },
     }
 
 
@@ -73,8 +76,14 @@ def java_layout_bytes(node) -> int:
 
 def measure(uri: str, n: int, variant: str, cfg: dict, seed: int) -> dict:
     with Timer() as tg:
-        summary = generate(uri, tables=n, seed=seed, order=cfg["order"], node_max_bytes=cfg["node_max_bytes"],
-                           properties=cfg["properties"])
+        summary = generate(
+            uri,
+            tables=n,
+            seed=seed,
+            order=cfg["order"],
+            node_max_bytes=cfg["node_max_bytes"],
+            properties=cfg["properties"],
+        )
     lh = Lakehouse.open(uri, audit=False)
     c = count_io(lh.storage)
     rng = random.Random(seed + 1)
@@ -93,10 +102,17 @@ def measure(uri: str, n: int, variant: str, cfg: dict, seed: int) -> dict:
         txn.alter_table(ns, t, metadata_location=f"{lh.uri}/warehouse/{ns}/{t}/metadata/{rng.random()}.json")
         txn.commit()
         times.append(time.perf_counter() - t0)
-        per.append({"files": c.total_files(("def", "node", "root")), "bytes": c.total_bytes(("def", "node", "root")),
-                    "root": c.bytes.get("root", 0), "node_files": c.files.get("node", 0),
-                    "node_bytes": c.bytes.get("node", 0), "def": c.bytes.get("def", 0),
-                    "hint": c.bytes.get("hint", 0)})
+        per.append(
+            {
+                "files": c.total_files(("def", "node", "root")),
+                "bytes": c.total_bytes(("def", "node", "root")),
+                "root": c.bytes.get("root", 0),
+                "node_files": c.files.get("node", 0),
+                "node_bytes": c.bytes.get("node", 0),
+                "def": c.bytes.get("def", 0),
+                "hint": c.bytes.get("hint", 0),
+            }
+        )
     ref = lh.load_root(lh.latest_version())
 
     # ---- cold lookups
@@ -144,8 +160,11 @@ def measure(uri: str, n: int, variant: str, cfg: dict, seed: int) -> dict:
         "java_layout_root_bytes": java_layout_bytes(ref.node) if variant != "ours" else None,
         "generate_seconds": round(tg.seconds, 1),
     }
-    print(f"  {variant:12s} n={n}: {row['files_per_commit']} files, {row['bytes_per_commit']} B/commit, "
-          f"{row['node_reads_per_lookup']} node reads/lookup ({tg.seconds:.1f} s to generate)", flush=True)
+    print(
+        f"  {variant:12s} n={n}: {row['files_per_commit']} files, {row['bytes_per_commit']} B/commit, "
+        f"{row['node_reads_per_lookup']} node reads/lookup ({tg.seconds:.1f} s to generate)",
+        flush=True,
+    )
     return row
 
 
@@ -163,24 +182,52 @@ def main(argv: list[str] | None = None) -> int:
         base = next(r for r in rows if r["tables"] == n and r["variant"] == "single-node")
         label = f"{n // 1000}k tables"
         ratios[f"bytes written per commit, single-node baseline / ours, {label}"] = ratio(
-            base["bytes_per_commit"], ours["bytes_per_commit"])
+            base["bytes_per_commit"], ours["bytes_per_commit"]
+        )
         ratios[f"bytes written per commit, Java-layout root (no padding) / ours, {label}"] = ratio(
-            base["java_layout_root_bytes"] + base["def_bytes_per_commit"], ours["bytes_per_commit"])
+            base["java_layout_root_bytes"] + base["def_bytes_per_commit"], ours["bytes_per_commit"]
+        )
         ratios[f"files written per commit, ours / single-node baseline, {label}"] = ratio(
-            ours["files_per_commit"], base["files_per_commit"])
+            ours["files_per_commit"], base["files_per_commit"]
+        )
         ratios[f"bytes read per cold lookup, single-node baseline / ours, {label}"] = ratio(
-            base["bytes_read_per_lookup"], ours["bytes_read_per_lookup"])
+            base["bytes_read_per_lookup"], ours["bytes_read_per_lookup"]
+        )
         ratios[f"median commit time, single-node baseline / ours, {label}"] = ratio(
-            base["commit_ms_median"], ours["commit_ms_median"])
+            base["commit_ms_median"], ours["commit_ms_median"]
+        )
     write_result(
         "format",
         "Format core: bytes and files per single-table commit, node files read per lookup",
         rows,
         ratios,
         scale=args.scale,
+        columns=[
+            "tables",
+            "variant",
+            "tree_height",
+            "commits",
+            "files_per_commit",
+            "bytes_per_commit",
+            "root_bytes_per_commit",
+            "node_files_per_commit",
+            "node_bytes_per_commit",
+            "max_bytes_one_commit",
+            "java_layout_root_bytes",
+            "commit_ms_median",
+            "node_reads_per_lookup",
+            "files_read_per_lookup",
+            "bytes_read_per_lookup",
+            "lookup_ms_median",
+        ],
         description=__doc__.split("\n\n", 1)[1].strip(),
-        params={"sizes": SIZES[args.scale], "ours_commits": OURS_COMMITS, "lookups": LOOKUPS, "seed": args.seed,
-                "backend": "local disk"},
+        params={
+            "sizes": SIZES[args.scale],
+            "ours_commits": OURS_COMMITS,
+            "lookups": LOOKUPS,
+            "seed": args.seed,
+            "backend": "local disk",
+        },
         notes=[
             "files/bytes per commit count the new definition file, new node files and the root; the hint "
             "overwrite (a few bytes, best effort) is not included.",
@@ -192,10 +239,26 @@ def main(argv: list[str] | None = None) -> int:
             "Times are on a shared 2-core machine; compare the ratios of the same run only.",
         ],
         plot=[
-            {"id": "bytes", "x": "tables", "ys": ["bytes_per_commit"], "group": "variant", "logx": True, "logy": True,
-             "title": "Bytes written per single-table commit", "ylabel": "bytes"},
-            {"id": "lookup", "x": "tables", "ys": ["bytes_read_per_lookup"], "group": "variant", "logx": True,
-             "logy": True, "title": "Bytes read per cold lookup (root + nodes)", "ylabel": "bytes"},
+            {
+                "id": "bytes",
+                "x": "tables",
+                "ys": ["bytes_per_commit"],
+                "group": "variant",
+                "logx": True,
+                "logy": True,
+                "title": "Bytes written per single-table commit",
+                "ylabel": "bytes",
+            },
+            {
+                "id": "lookup",
+                "x": "tables",
+                "ys": ["bytes_read_per_lookup"],
+                "group": "variant",
+                "logx": True,
+                "logy": True,
+                "title": "Bytes read per cold lookup (root + nodes)",
+                "ylabel": "bytes",
+            },
         ],
         seconds=time.perf_counter() - t_all,
     )

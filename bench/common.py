@@ -2,8 +2,9 @@
 
 Every ``bench/bench_<name>.py`` module exposes ``main(argv: list[str] | None = None) -> int``
 that accepts at least ``--scale small|large`` (``small`` is the default and must finish in
-about a minute on a 2-core machine), runs, and writes ONE result file with
-:func:`write_result`. ``python -m bench.run_all`` runs each module in its own subprocess, then
+about a minute on a 2-core machine), runs, and writes its result file(s) with
+:func:`write_result` (usually one; a module measuring two unrelated things may write one per
+table, e.g. ``control_audit`` and ``control_show``). ``python -m bench.run_all`` runs each module in its own subprocess, then
 renders every ``bench/results/*.json`` into ``BENCHMARKS.md`` (one table per result) and PNG
 plots.
 
@@ -17,8 +18,8 @@ Result schema (``bench/results/<name>.json``)
 - ``scale`` (str): ``"small"`` or ``"large"``.
 - ``params`` (dict, optional): the knobs of the run (tables, commits, seeds, ...).
 - ``rows`` (list of flat dicts): the table. Values are numbers, strings, bools or None; every
-  row should have the same keys. ``columns`` (list of str, optional) fixes the column order
-  (default: keys in first-seen order).
+  row should have the same keys. ``columns`` (list of str, optional): the columns BENCHMARKS.md
+  shows, in that order (default: every key, in first-seen order); the JSON keeps them all.
 - ``ratios`` (dict str -> number): the headline comparisons, each key a sentence-like label
   that states both sides, e.g. ``"bytes per commit, single-node baseline / ours, 10k tables"``.
   Ratios compare numbers measured in the SAME run (the machines are noisy).
@@ -152,10 +153,16 @@ class IOCounter:
     bytes: dict[str, int] = field(default_factory=dict)
     read_files: dict[str, int] = field(default_factory=dict)
     read_bytes: dict[str, int] = field(default_factory=dict)
+    exists_calls: int = 0
 
     def reset(self) -> None:
         for d in (self.files, self.bytes, self.read_files, self.read_bytes):
             d.clear()
+        self.exists_calls = 0
+
+    def requests(self) -> int:
+        """Storage calls counted: writes, reads and existence checks (S3 requests, roughly)."""
+        return sum(self.files.values()) + sum(self.read_files.values()) + self.exists_calls
 
     def _add(self, files: dict[str, int], nbytes: dict[str, int], path: str, size: int) -> None:
         k = file_kind(path)
@@ -169,12 +176,18 @@ class IOCounter:
         return sum(v for k, v in self.bytes.items() if kinds is None or k in kinds)
 
     def snapshot(self) -> dict[str, dict[str, int]]:
-        return {"files": dict(self.files), "bytes": dict(self.bytes),
-                "read_files": dict(self.read_files), "read_bytes": dict(self.read_bytes)}
+        return {
+            "files": dict(self.files),
+            "bytes": dict(self.bytes),
+            "read_files": dict(self.read_files),
+            "read_bytes": dict(self.read_bytes),
+            "exists_calls": self.exists_calls,
+        }
 
 
 def count_io(storage: Any, counter: IOCounter | None = None) -> IOCounter:
-    """Count the writes (``write``, ``create_exclusive``) and reads of one `Storage` instance.
+    """Count the writes (``write``, ``create_exclusive``), reads and ``exists`` calls of one
+    `Storage` instance.
 
     Patches the instance only (bench code; the library is untouched). A failed exclusive
     create (lost race) is not counted.
@@ -182,7 +195,7 @@ def count_io(storage: Any, counter: IOCounter | None = None) -> IOCounter:
     c = counter or IOCounter()
     if getattr(storage, "_bench_counter", None) is not None:
         return storage._bench_counter
-    write, create, read = storage.write, storage.create_exclusive, storage.read
+    write, create, read, exists = storage.write, storage.create_exclusive, storage.read, storage.exists
 
     def counted_write(path: str, data: Any) -> None:
         write(path, data)
@@ -197,11 +210,22 @@ def count_io(storage: Any, counter: IOCounter | None = None) -> IOCounter:
         c._add(c.read_files, c.read_bytes, path, len(data))
         return data
 
+    def counted_exists(path: str) -> bool:
+        c.exists_calls += 1
+        return exists(path)
+
     storage.write = counted_write
+    storage.exists = counted_exists
     storage.create_exclusive = counted_create
     storage.read = counted_read
     storage._bench_counter = c
     return c
+
+
+def uncount_io(storage: Any) -> None:
+    """Undo :func:`count_io` (the instance is picklable again, e.g. for Spark closures)."""
+    for name in ("write", "create_exclusive", "read", "exists", "_bench_counter"):
+        storage.__dict__.pop(name, None)
 
 
 # ---- scratch directories --------------------------------------------------------------------
@@ -239,8 +263,13 @@ class LocalS3:
         import boto3
 
         if self._client is None:
-            self._client = boto3.client("s3", endpoint_url=self.endpoint_url, aws_access_key_id=self.key,
-                                        aws_secret_access_key=self.secret, region_name=self.region)
+            self._client = boto3.client(
+                "s3",
+                endpoint_url=self.endpoint_url,
+                aws_access_key_id=self.key,
+                aws_secret_access_key=self.secret,
+                region_name=self.region,
+            )
         name = name or f"bench-{uuid.uuid4().hex[:12]}"
         self._client.create_bucket(Bucket=name)
         return f"s3://{name}"
@@ -263,9 +292,15 @@ def local_s3() -> Iterator[LocalS3]:
         ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
         _SCRUBBED_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE")
     saved = dict(os.environ)
-    os.environ.update({"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                       "AWS_DEFAULT_REGION": REGION, "AWS_CONFIG_FILE": os.devnull,
-                       "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+    )
     for k in _SCRUBBED_ENV:
         os.environ.pop(k, None)
     no_proxy = ",".join(x for x in (os.environ.get("NO_PROXY", ""), "127.0.0.1,localhost") if x)
@@ -294,10 +329,12 @@ def machine_info() -> dict[str, Any]:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True,
-                               text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         info["git"] = sha + ("+dirty" if dirty else "") if sha else None
     except (OSError, subprocess.SubprocessError):
         info["git"] = None

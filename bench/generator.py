@@ -31,7 +31,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.common import IOCounter, count_io
+from bench.common import IOCounter, count_io, uncount_io
 from trinitylake.errors import TransactionConflictError
 from trinitylake.format import definitions as D
 from trinitylake.format import tree
@@ -85,7 +85,6 @@ class _DeferredDefs:
             return
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
             list(pool.map(lambda kv: create(*kv), items, chunksize=64))
-
 
     def _write_local(self, items: list[tuple[str, bytes]]) -> None:
         """Plain writes: the names are fresh UUIDs, so the exclusive create's temporary file,
@@ -171,15 +170,30 @@ def generate(
     t0 = time.perf_counter()
     rng = random.Random(seed)
     n_ns = namespaces or max(1, tables // 1000)
-    ns_names = [namespace_name(j) for j in range(n_ns)]
     build_min = 1 + max(1, math.ceil(tables / batch))
     if versions is not None and 2 <= versions < build_min:
         batch = math.ceil(tables / (versions - 1))
         build_min = 1 + math.ceil(tables / batch)
     target = build_min + 10 if versions is None else max(versions, build_min)
-    lh = lakehouse or Lakehouse.create(uri, storage_options=storage_options, order=order,
-                                       node_max_bytes=node_max_bytes, audit=audit, properties=properties)
+    lh = lakehouse or Lakehouse.create(
+        uri,
+        storage_options=storage_options,
+        order=order,
+        node_max_bytes=node_max_bytes,
+        audit=audit,
+        properties=properties,
+    )
+    counted = getattr(lh.storage, "_bench_counter", None) is None  # ours to undo at the end
     io: IOCounter = count_io(lh.storage)
+    try:
+        return _generate(lh, io, rng, tables, target, batch, n_ns, order, node_max_bytes, threads, t0)
+    finally:
+        if counted:
+            uncount_io(lh.storage)
+
+
+def _generate(lh, io, rng, tables, target, batch, n_ns, order, node_max_bytes, threads, t0) -> dict[str, Any]:
+    ns_names = [namespace_name(j) for j in range(n_ns)]
     if threads is None:
         threads = 1 if lh.storage.scheme in ("file", "memory") else 16
     defer = _DeferredDefs(lh, threads)
@@ -305,11 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--audit", action="store_true")
-    p.add_argument("--s3", action="store_true", help="start a local moto S3 server and generate into a new bucket "
-                   "(URI is then the path inside the bucket)")
+    p.add_argument(
+        "--s3",
+        action="store_true",
+        help="start a local moto S3 server and generate into a new bucket (URI is then the path inside the bucket)",
+    )
     a = p.parse_args(argv)
-    kw = dict(tables=a.tables, versions=a.versions, order=a.order, node_max_bytes=a.node_max_bytes, seed=a.seed,
-              batch=a.batch, audit=a.audit)
+    kw = {
+        "tables": a.tables,
+        "versions": a.versions,
+        "order": a.order,
+        "node_max_bytes": a.node_max_bytes,
+        "seed": a.seed,
+        "batch": a.batch,
+        "audit": a.audit,
+    }
     if a.s3:
         from bench.common import local_s3
 

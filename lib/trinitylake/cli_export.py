@@ -5,8 +5,10 @@
     tlake --lakehouse SRC export list [--json]
     tlake --lakehouse SRC export drop NAME
 
-The export itself is the Spark job of `trinitylake.spark.export` (a local Spark session,
-``--master`` to change it); ``drop`` and ``list`` only touch the lakehouse definition.
+The export itself is the Spark job of `trinitylake.spark.export`, run through the shared job
+runner (audit rows, a local Spark session, ``--master`` to change it). The target's storage
+options are the lakehouse's when the scheme is the same, else the environment's
+(``TLAKE_S3_ENDPOINT_URL``, ``AWS_*``). ``drop`` and ``list`` only touch the lakehouse definition.
 Registered by `trinitylake.cli` when this module exists.
 """
 
@@ -67,13 +69,11 @@ def register(cli: click.Group) -> None:
     @click.option("--master", default=None, help="Spark master (default local[*])")
     @click.option("--conf", "conf_path", default=None, help="YAML job configuration (e.g. conf/export.yaml)")
     @click.option("--spark-conf", multiple=True, help="Spark property key=value")
-    @click.option("--target-storage-option", multiple=True,
-                  help="fsspec option key=value of the target (default: the lakehouse's when the scheme matches)")
     @click.option("--json", "as_json", is_flag=True, help="print the job result as JSON")
     @click.pass_context
     @handle_errors
     def export(click_ctx, name, target, version, as_of, mode, depth, batch_size, no_verify, master, conf_path,
-               spark_conf, target_storage_option, as_json):
+               spark_conf, as_json):
         """Export a version to its own root URI (full, partial or minimal), or manage exports."""
         if click_ctx.invoked_subcommand is not None:
             return
@@ -85,7 +85,8 @@ def register(cli: click.Group) -> None:
         if depth is not None and mode != "partial":
             raise click.UsageError("--depth goes with --partial")
         from trinitylake.config import load_job_config
-        from trinitylake.spark.export import run_export_job
+        from trinitylake.errors import TrinityLakeError
+        from trinitylake.spark.runner import JobFailedError, run_job
 
         overrides = {
             "lakehouse": ctx.require_uri(),
@@ -103,8 +104,14 @@ def register(cli: click.Group) -> None:
             "spark_conf": _options(spark_conf, "--spark-conf") or None,
         }
         cfg = load_job_config("export", conf_path, overrides=overrides)
-        tso = _options(target_storage_option, "--target-storage-option") or None
-        result = run_export_job(cfg, audit=ctx.audit, target_storage_options=tso)
+        try:
+            result = run_job("export", cfg, audit=ctx.audit)
+        except JobFailedError as e:
+            # The typed error of the export (name clash, expired version, bad target, ...)
+            # is what the user needs to read; the runner has recorded the failed run.
+            if isinstance(e.__cause__, TrinityLakeError):
+                raise e.__cause__ from None
+            raise
         emit(result.to_dict(), as_json, lambda r: click.echo(_summary(r)))
 
     @export.command("list")

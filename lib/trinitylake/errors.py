@@ -92,5 +92,13 @@ class ControlTableError(TrinityLakeError):
     """The control (audit) table is missing, not a Delta table, or has an incompatible schema."""
 
 
-class StorageError(TrinityLakeError):
-    """A storage operation failed permanently."""
+class StorageError(TrinityLakeError, OSError):
+    """A storage operation failed permanently (or transiently more often than its retries allow).
+
+    Also an OSError, with the ``errno`` of the underlying error where it had one, so callers
+    that handled the raw I/O error before keep working.
+    """
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """Storage refused the operation (EACCES, S3 403 AccessDenied): never retried."""

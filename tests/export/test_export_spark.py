@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -203,27 +204,57 @@ def test_expiration_after_partial_export_keeps_the_export_readable(run, make_lak
     assert state(lh.view(snapshot="p1")) == want
 
 
-def test_drop_releases_the_pin(run, make_lakehouse, tmp_path):
-    lh = make_lakehouse()
-    v = populate(lh)
-    run(lh, str(tmp_path / "m"), "m1", mode="minimal")
-    run(lh, str(tmp_path / "f"), "f1")
-    lh.create_namespace("later")
+def _expire(spark, lh):
+    """The real expire job: keep only what the policy must keep (1 version, any age)."""
+    from trinitylake.config import load_job_config
+    from trinitylake.spark.runner import run_job
+
+    time.sleep(1.1)  # past the 1 s transaction TTL of these lakehouses
+    cfg = load_job_config("expire", overrides={"lakehouse": lh.uri, "max_version_age": "1ms", "min_versions_to_keep": 1,
+                                               "clock_skew_margin": "0s", "compact_control_table": False}, env={})
+    return run_job("expire", cfg, spark=spark, audit=False)
+
+
+def test_expire_job_keeps_pinned_exports_and_collects_dropped_ones(spark, run, make_lakehouse, tmp_path):
+    lh = make_lakehouse(txn_ttl_millis=1000)
+    v1 = populate(lh, tables=4)
+    want1 = state(lh.view(version=v1))
+    run(lh, str(tmp_path / "p1"), "p1", mode="partial", depth=1)
+    run(lh, str(tmp_path / "f1"), "f1", version=v1)
+    for t in range(3):
+        txn = lh.begin()
+        txn.alter_table("ns0", f"t{t}", set_properties={"later": "yes"})
+        txn.commit()
+    v2 = lh.latest_version()
+    want2 = state(lh.view(version=v2))
+    run(lh, str(tmp_path / "m2"), "m2", mode="minimal")
+    lh.drop_namespace("ns1", cascade=True)
     txn = lh.begin()
-    txn.alter_table("ns0", "t0", set_properties={"later": "yes"})
+    txn.alter_table("ns0", "t0", set_properties={"later": "again"})
     txn.commit()
     latest = lh.latest_version()
-    assert lh.definition().exported_snapshot_pins["m1"] == v
+    only_v2 = set(reachable(lh.storage, root_name(v2))) - set(reachable(lh.storage, root_name(latest)))
+    only_v1 = (set(reachable(lh.storage, root_name(v1))) - set(reachable(lh.storage, root_name(v2)))
+               - set(reachable(lh.storage, root_name(latest))))
+    assert only_v1 and only_v2
 
+    # Dropping p1 releases version v1; m2 still pins v2.
     txn = lh.begin()
-    txn.mutate_definition(drop_export("m1"), "drop export m1")
+    txn.mutate_definition(drop_export("p1"), "drop export p1")
     txn.commit()
-
     d = lh.definition()
-    assert "m1" not in d.exported_snapshots and "m1" not in d.exported_snapshot_pins
-    assert "f1" in d.exported_snapshots  # other exports untouched
-    # Nothing retains v any more: what only v reached is collectable.
-    retained = set(reachable(lh.storage, root_name(lh.latest_version())))
-    only_v = set(reachable(lh.storage, root_name(v))) - set(reachable(lh.storage, root_name(latest)))
-    assert only_v and not (only_v & retained)
-    assert set(d.exported_snapshot_pins.values()) == set()
+    assert "p1" not in d.exported_snapshots and "p1" not in d.exported_snapshot_pins
+    assert dict(d.exported_snapshot_pins) == {"m2": v2}  # a full export (f1) pins nothing
+
+    r = _expire(spark, lh)
+
+    # Everything below the pinned version expired, the files only v1 reached were collected...
+    assert r.details["oldest_retained_after"] == v2 and "pinned" in r.details["stop_reason"]
+    assert not lh.storage.exists(root_name(v1)) and lh.storage.exists(root_name(v2))
+    assert not any(lh.storage.exists(lh.storage.relative(u)) for u in only_v1)
+    # ...while the minimal export of v2 still reads, including what only v2 reaches,
+    assert all(lh.storage.exists(lh.storage.relative(u)) for u in only_v2)
+    assert state(lh.view(snapshot="m2")) == want2
+    # and the full export of v1 never depended on the source.
+    assert state(lh.view(snapshot="f1")) == want1
+    assert state(Lakehouse.open(str(tmp_path / "f1"), audit=False).view()) == want1

@@ -20,9 +20,9 @@ import os
 import uuid
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from trinitylake.errors import AlreadyExistsError, ObjectNotFoundError, TransactionConflictError, ValidationError
 from trinitylake.lakehouse import Lakehouse
@@ -212,14 +212,29 @@ class InterleavedTransactions(RuleBasedStateMachine):
         return f"v{self.n}"
 
     # ---- rules
-    @precondition(lambda self: len(self.open) < 4)
+    @initialize(isolations=st.lists(st.sampled_from(ISOLATIONS), min_size=1, max_size=2))
+    def start(self, isolations):
+        init = {ns_key("a"): "v0", ns_key("b"): "v0", t_key("a", "t1"): "v0", t_key("b", "t2"): "v0"}
+        txn = self.lh.begin()
+        for k in sorted(init):
+            if k[0] == "ns":
+                txn.create_namespace(k[1], {"p": "v0"})
+            else:
+                txn.create_table(k[1], k[2], properties={"p": "v0"})
+        txn.commit()
+        self.history.append(init)
+        self.changes.append(dict(init))
+        for iso in isolations:
+            self.begin(iso)
+
     @rule(isolation=st.sampled_from(ISOLATIONS))
     def begin(self, isolation):
+        if len(self.open) >= 4:
+            return
         real = self.lh.begin(isolation=isolation)
         assert real.begin_version == len(self.history) - 1
         self.open.append(ModelTxn(real, isolation, real.begin_version, dict(self.state), dict(self.state)))
 
-    @precondition(lambda self: self.open)
     @rule(
         data=st.data(),
         name=st.sampled_from(sorted(MODEL_OPS)),
@@ -228,6 +243,8 @@ class InterleavedTransactions(RuleBasedStateMachine):
         cascade=st.booleans(),
     )
     def operate(self, data, name, ns, t, cascade):
+        if not self.open:
+            self.begin(data.draw(st.sampled_from(ISOLATIONS)))
         m = data.draw(st.sampled_from(self.open))
         args = {
             "create_ns": (ns, self._val()),
@@ -244,10 +261,13 @@ class InterleavedTransactions(RuleBasedStateMachine):
         assert got == want, (name, args, got, want)
         m.ops.append((name, args, want))
 
-    @precondition(lambda self: self.open)
     @rule(data=st.data())
     def commit(self, data):
-        m = data.draw(st.sampled_from(self.open))
+        if not self.open:
+            return
+        self._commit(data.draw(st.sampled_from(self.open)))
+
+    def _commit(self, m: ModelTxn) -> None:
         self.open.remove(m)
         latest = len(self.history) - 1
         if not m.writes:
@@ -261,10 +281,12 @@ class InterleavedTransactions(RuleBasedStateMachine):
                 pass
             else:
                 raise AssertionError(f"expected a conflict ({reason})")
+            event(f"conflict ({m.isolation}): {reason.split(' at ')[0]}")
             assert self.lh.latest_version() == latest
             return
         v = m.real.commit()
         assert v == latest + 1
+        event(f"commit ({m.isolation}) after concurrent versions" if latest > m.base_version else "commit without rebase")
         # Serial correctness: replay the operations on the state at commit.
         replay = ModelTxn(None, m.isolation, latest, dict(self.state), dict(self.state))
         for name, args, outcome in m.ops:
@@ -277,9 +299,58 @@ class InterleavedTransactions(RuleBasedStateMachine):
         self.changes.append(dict(m.writes))
         self.history.append(apply(self.state, m.writes))
 
-    @precondition(lambda self: self.open)
+    @rule(data=st.data(), k=st.integers(2, 3), isolations=st.lists(st.sampled_from(ISOLATIONS), min_size=3, max_size=3))
+    def concurrent_round(self, data, k, isolations):
+        """k transactions begin together, run 1-3 interleaved operations each, and commit in a
+        random order: the interesting case, so it gets a rule of its own."""
+        for m in list(self.open):
+            self._commit(m)
+        for iso in isolations[:k]:
+            self.begin(iso)
+        txns = list(self.open)
+        for _ in range(data.draw(st.integers(k, 3 * k))):
+            m = data.draw(st.sampled_from(txns))
+            name = data.draw(st.sampled_from(sorted(MODEL_OPS)))
+            ns, t = data.draw(st.sampled_from(NS)), data.draw(st.sampled_from(TABLES))
+            args = {
+                "create_ns": (ns, self._val()),
+                "drop_ns": (ns, data.draw(st.booleans())),
+                "alter_ns": (ns, self._val()),
+                "create_table": (ns, t, self._val()),
+                "drop_table": (ns, t),
+                "alter_table": (ns, t, self._val()),
+                "table_exists": (ns, t),
+                "list_tables": (ns,),
+            }[name]
+            want = MODEL_OPS[name](m, *args)
+            assert run_real(m.real, name, args) == want, (name, args)
+            m.ops.append((name, args, want))
+        for m in data.draw(st.permutations(txns)):
+            self._commit(m)
+
+    @rule(ns=st.sampled_from(NS), t=st.sampled_from(TABLES))
+    def other_writer(self, ns, t):
+        """A one-operation transaction committed at once (another writer)."""
+        self.begin("snapshot")
+        m = self.open[-1]
+        if m.get(ns_key(ns)) is None:
+            name, args = "create_ns", (ns, self._val())
+        elif m.get(t_key(ns, t)) is None:
+            name, args = "create_table", (ns, t, self._val())
+        else:
+            name, args = "alter_table", (ns, t, self._val())
+        m.reads.clear()
+        assert MODEL_OPS[name](m, *args) is None
+        assert run_real(m.real, name, args) is None
+        m.ops.append((name, args, None))
+        self.open.remove(m)
+        self.open.append(m)
+        self._commit(m)
+
     @rule(data=st.data())
     def abandon(self, data):
+        if not self.open:
+            return
         m = data.draw(st.sampled_from(self.open))
         self.open.remove(m)
         m.real.rollback()

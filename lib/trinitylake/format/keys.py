@@ -65,7 +65,10 @@ def validate_name(name: str, max_bytes: int, what: str = "name") -> bytes:
     """
     if not isinstance(name, str) or name == "":
         raise InvalidNameError(f"{what} must be a non-empty string, got {name!r}")
-    raw = name.encode("utf-8", errors="strict")
+    try:
+        raw = name.encode("utf-8", errors="strict")
+    except UnicodeEncodeError:  # lone surrogates, e.g. undecodable bytes of a command line
+        raise InvalidNameError(f"{what} {name!r} is not valid Unicode text") from None
     for b in raw:
         if b <= 0x20 or b == 0x7F:
             raise InvalidNameError(f"{what} {name!r} contains a control character, space or DEL (byte 0x{b:02x})")
@@ -113,7 +116,10 @@ class KeyCodec:
             ValidationError: the key is not a well-formed object key of this lakehouse.
         """
         prefix, rest = key[:4], key[4:]
-        raw = rest.encode("utf-8")
+        try:
+            raw = rest.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError(f"key {key!r} is not valid Unicode text") from None
         if prefix == NS_PREFIX:
             if len(raw) != self.namespace_max:
                 raise ValidationError(f"namespace key {key!r} is not {self.namespace_max} bytes after its prefix")
@@ -143,4 +149,6 @@ def _unpad(raw: bytes, key: str) -> str:
         raise ValidationError(f"key {key!r} is not valid UTF-8 at the name boundary") from e
     if not name or " " in name:
         raise ValidationError(f"key {key!r} holds an empty or space-containing name")
+    if any(c < " " or c == "\x7f" for c in name):  # the spec's naming rule, whoever wrote the key
+        raise ValidationError(f"key {key!r} holds a name with a control character or DEL")
     return name

@@ -136,9 +136,16 @@ def deserialize(data: bytes, order: int | None, where: str) -> Node:
     """
     try:
         table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as e:
+        # The IPC reader checks the metadata only: a corrupt file can carry offsets that point
+        # outside its buffers, and converting those columns would read out of bounds (a
+        # segfault, found by the reliability fuzzer). Full validation turns that into an error.
+        table.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError) as e:
         raise CorruptNodeError(f"node file {where} is not a readable Arrow IPC file: {e}") from None
     names = table.column_names
+    dup = sorted({c for c in names if names.count(c) > 1})
+    if dup:
+        raise CorruptNodeError(f"node file {where} has duplicate columns {dup}")
     if "key" not in names or "value" not in names:
         raise CorruptNodeError(f"node file {where} lacks the key/value columns (has {names})")
     for c in names:

@@ -73,6 +73,26 @@ def view_def_path(ns: str, view: str) -> str:
     return hashed_path(f"view-{ns}-{view}-{uuid.uuid4()}.binpb")
 
 
+_HASHED_TAIL_RE = re.compile(r"/[01]{4}/[01]{4}/[01]{4}/[01]{8}-[^/]+$")
+
+
+def owning_root(uri: str) -> str | None:
+    """Root URI of the lakehouse that holds the format file at absolute `uri`: the URI without
+    its hash-prefixed path (non-root nodes, definitions) or without its file name (root node
+    files, lakehouse definitions); None for any other name.
+
+    Relative pointers inside a file resolve against this root, also when the file was reached
+    through an absolute URI from another tree (a partial or minimal export's cut).
+    """
+    m = _HASHED_TAIL_RE.search(uri)
+    if m:
+        return uri[: m.start()]
+    base, _, name = uri.rpartition("/")
+    if base and (ROOT_RE.match(name) or LAKEHOUSE_DEF_RE.match(name)):
+        return base
+    return None
+
+
 def is_format_owned(rel_path: str) -> bool:
     """True for files whose names the format owns (the only orphan-cleanup candidates)."""
     return bool(ROOT_RE.match(rel_path) or LAKEHOUSE_DEF_RE.match(rel_path) or OWNED_HASHED_RE.match(rel_path))

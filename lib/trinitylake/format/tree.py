@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import Message, Node, deserialize, serialize
-from trinitylake.format.paths import new_node_path
+from trinitylake.format.paths import new_node_path, owning_root
+from trinitylake.storage.uri import is_absolute, join_uri
 
 
 class NodeStore:
@@ -59,6 +60,8 @@ class NodeStore:
         data = storage.read(p)
         self.reads += 1
         node = deserialize(data, None, storage.uri(p))
+        if is_absolute(path):
+            node = rebase_pointers(node, owning_root(path))
         self.put(path, node)
         return node
 
@@ -67,6 +70,26 @@ class NodeStore:
         self._cache.move_to_end(path)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
+
+
+def rebase_pointers(node: Node, base: str | None) -> Node:
+    """`node` with its relative pointers made absolute against `base` (None: unchanged).
+
+    A node reached through an absolute URI (the source nodes below a partial or minimal
+    export's cut) belongs to another tree, whose relative pointers resolve against that tree's
+    root, not against the root of the tree being read.
+    """
+    if base is None:
+        return node
+
+    def fix(p: str | None) -> str | None:
+        return p if p is None or is_absolute(p) else join_uri(base, p)
+
+    out = node.copy()
+    out.children = [fix(c) for c in node.children]
+    out.values = [fix(v) for v in node.values]
+    out.buffer = [Message(m.key, fix(m.value), m.txn) for m in node.buffer]
+    return out
 
 
 # ---- reads -------------------------------------------------------------------------------

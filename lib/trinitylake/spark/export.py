@@ -266,10 +266,15 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
         recorded = state.exports.get(name)
         version, as_of = cfg.version, getattr(cfg, "as_of", None)
         depth = cfg.depth if mode == "partial" else None
-        if (version is None and as_of is None and recorded is not None and recorded.get("status") != "complete"
-                and recorded.get("mode") == mode and recorded.get("depth") == depth):
-            version = int(recorded["version"])  # resume the unfinished export of this name
-            log.info("resuming unfinished export %r of version %s", name, version)
+        if (version is None and as_of is None and recorded is not None and recorded.get("mode") == mode
+                and recorded.get("depth") == depth):
+            # Re-running an export without naming a version continues the one this target
+            # holds under that name: an unfinished one (resume after a crash), or the one the
+            # source records (an idempotent retry). A dropped, finished one is exported anew.
+            rec_root = target.uri(str(recorded.get("root")))
+            if recorded.get("status") != "complete" or current_def.exported_snapshots.get(name) == rec_root:
+                version = int(recorded["version"])
+                log.info("continuing export %r of version %s at %s", name, version, target.root)
         ref = lakehouse.root_at(version=version, as_of=as_of)
         spec = X.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
                                  target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order)
@@ -281,7 +286,11 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
                 f"re-run with the same options to finish it, or pick another name"
             )
         # The exported root, computed on the driver (the one file every mode copies).
-        root_data = source.read(ref.path)
+        try:
+            root_data = source.read(ref.path)
+        except FileNotFoundError:
+            raise VersionNotFoundError(f"version {ref.version} is expired or missing: its root file "
+                                       f"{source.uri(ref.path)} is gone") from None
         root_bytes, root_refs, root_changed = X.exported_node_bytes(root_data, 0, spec, source, source.uri(ref.path))
         root_md5 = X.md5_hex(root_bytes)
         root_state = X.verify_file(target, spec.root_path, len(root_bytes), root_md5, True) if not state.empty else X.MISSING
@@ -469,54 +478,3 @@ def _build_plan(sc, source: Storage, target: Storage, spec: X.ExportSpec, ref, r
     return {"parts": [{k: v for k, v in p.items() if k not in ("conflicts", "n_conflicts")} for p in parts],
             "waves": len(waves), "files": sum(p["rows"] for p in parts) + 1,
             "created_at": datetime.now(UTC).isoformat()}
-
-
-# ---- the whole job (what the runner / CLI call) ------------------------------------------------
-def run_export_job(cfg, *, spark=None, audit: bool = True, target_storage_options: dict | None = None,
-                   fail_after_batches: int | None = None) -> JobResult:
-    """Open the lakehouse, write the job's audit rows around `run_export`, return the result.
-
-    The generic job runner (`trinitylake.spark.runner`) does the same for every job; this is
-    the export's own entry for the CLI and for tests.
-    """
-    from trinitylake.lakehouse import Lakehouse
-    from trinitylake.lakehouse.audit import job_begin, job_end
-
-    lh = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options or {}) or None,
-                        control_uri=cfg.control_uri, audit=audit)
-    lh.command = "export"
-    arguments = _redacted(cfg.to_dict())
-    lh.arguments = arguments
-    result = JobResult(job="export", run_id=cfg.run_id, lakehouse=lh.uri)
-    started = datetime.now(UTC)
-    version = lh.latest_version()
-    seq = job_begin(lh.auditor, "export", cfg.run_id, arguments, version)
-    result.txn_seq = seq
-    try:
-        if spark is None:
-            from trinitylake.spark.session import get_spark
-
-            spark = get_spark(cfg.master, app_name=f"tlake-export-{cfg.name}", conf=dict(cfg.spark_conf or {}))
-        lh.auditor.spark_app_id = spark.sparkContext.applicationId
-        run_export(spark, lh, cfg, result, target_storage_options=target_storage_options,
-                   fail_after_batches=fail_after_batches)
-    except BaseException as e:
-        result.status = "failed"
-        result.error = f"{type(e).__name__}: {e}"
-        job_end(lh.auditor, seq, "export", cfg.run_id, arguments, started, status="failed", metrics=result.metrics(),
-                version_before=version, version_after=None, error=e)
-        raise
-    job_end(lh.auditor, seq, "export", cfg.run_id, arguments, started, status=result.status, metrics=result.metrics(),
-            version_before=version, version_after=result.version_after)
-    return result
-
-
-_SECRET_KEYS = ("key", "secret", "token", "password", "session_token", "aws_secret_access_key")
-
-
-def _redacted(d: dict[str, Any]) -> dict[str, Any]:
-    out = dict(d)
-    opts = out.get("storage_options")
-    if isinstance(opts, dict):
-        out["storage_options"] = {k: ("***" if k.lower() in _SECRET_KEYS else v) for k, v in opts.items()}
-    return out

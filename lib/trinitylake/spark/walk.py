@@ -91,14 +91,28 @@ def _chunks(it: Any, n: int) -> Any:
         yield buf
 
 
+class _Counter:
+    """AccumulatorParam of ``{name: count}`` dicts (role counts and reads of one level)."""
+
+    def zero(self, value: dict[str, int]) -> dict[str, int]:
+        return {}
+
+    def addInPlace(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:  # noqa: N802 - Spark's API
+        for k, n in b.items():
+            a[k] = a.get(k, 0) + n
+        return a
+
+
 def _expand_partition(reader: R.Reader, io_threads: int, acc: Any, rows: Any) -> Any:
-    reads = 0
+    counts: dict[str, int] = {}
     for chunk in _chunks(rows, _CHUNK):
         batch = [(r[0], r[1], r[2], r[3], r[4]) for r in chunk]
         for emitted, n in R.expand_node_rows(reader, batch, io_threads):
-            reads += n
+            counts["reads"] = counts.get("reads", 0) + n
+            for row in emitted:
+                counts[row[0]] = counts.get(row[0], 0) + 1
             yield from emitted
-    acc.add(reads)
+    acc.add(counts)
 
 
 def _size_partition(reader: R.Reader, io_threads: int, rows: Any) -> Any:
@@ -192,25 +206,40 @@ def walk_reachable_with_stats(
 
     frontier = spark.createDataFrame([(k, b, v, 0, True) for k, (b, v) in start.items()], _FRONTIER_DDL)
     excl = exclude.select("path").distinct() if exclude is not None else None
+    n = len(start)
     if excl is not None:
         frontier = frontier.join(excl, "path", "left_anti")
-    frontier = keep(frontier)
-    n = frontier.count()
-    acc = sc.accumulator(0)
+        frontier = keep(frontier)
+        n = frontier.count() if n else 0
     self_parts: list[Any] = []
     leaf_parts: list[Any] = []
     visited = None
     depth = 0
+    leaf_rows = 0
+    counter = _Counter()
     try:
         while n > 0:
+            # One Spark job per level: reading the frontier (a Python stage), deduplicating the
+            # children and counting the next frontier; role counts come back in an accumulator.
             lt = time.perf_counter()
             parts = partitions_for(spark, n, batch_size, parallelism)
             sc.setJobDescription(f"{label}: read {n} node files at depth {depth} ({parts} tasks)")
-            rdd = frontier.repartition(parts).rdd.mapPartitions(
-                functools.partial(_expand_partition, reader, io_threads, acc)
-            )
+            acc = sc.accumulator({}, counter)
+            src = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
+            rdd = src.rdd.mapPartitions(functools.partial(_expand_partition, reader, io_threads, acc))
             out = keep(spark.createDataFrame(rdd, _LEVEL_DDL, verifySchema=False))
-            roles = {r["role"]: r["count"] for r in out.groupBy("role").count().collect()}
+            visited = frontier.select("path") if visited is None else visited.union(frontier.select("path"))
+            nxt = (out.filter(F.col("role") == R.ROLE_CHILD)
+                   .groupBy("path")
+                   .agg(F.min("first_version").alias("first_version"), F.min("base").alias("base"))
+                   .join(visited, "path", "left_anti"))
+            if excl is not None:
+                nxt = nxt.join(excl, "path", "left_anti")
+            nxt = keep(nxt.select("path", "base", "first_version", F.lit(depth + 1).alias("depth"),
+                                  F.lit(False).alias("is_root")))
+            n_next = nxt.count()
+            roles = dict(acc.value)
+            stats.node_reads += roles.get("reads", 0)
             bad = roles.get(R.ROLE_ERROR, 0) + (0 if tolerate_missing else roles.get(R.ROLE_MISSING, 0))
             if bad:
                 bad_roles = [R.ROLE_ERROR] + ([] if tolerate_missing else [R.ROLE_MISSING])
@@ -221,19 +250,10 @@ def walk_reachable_with_stats(
                     + R.describe_failures([tuple(r) for r in sample], bad)
                 )
             stats.missing += roles.get(R.ROLE_MISSING, 0)
+            leaf_rows += roles.get(R.ROLE_LEAF, 0)
             self_parts.append(out.filter(F.col("role") == R.ROLE_SELF).select(*OUTPUT_COLUMNS))
             leaf_parts.append(out.filter(F.col("role") == R.ROLE_LEAF).select("path", "kind", "depth", "first_version"))
-            visited = frontier.select("path") if visited is None else visited.union(frontier.select("path"))
-            nxt = (out.filter(F.col("role") == R.ROLE_CHILD)
-                   .groupBy("path")
-                   .agg(F.min("first_version").alias("first_version"), F.min("base").alias("base"))
-                   .join(visited, "path", "left_anti"))
-            if excl is not None:
-                nxt = nxt.join(excl, "path", "left_anti")
-            sc.setJobDescription(f"{label}: deduplicate the children of depth {depth}")
-            frontier = keep(nxt.select("path", "base", "first_version", F.lit(depth + 1).alias("depth"),
-                                       F.lit(False).alias("is_root")))
-            n_next = frontier.count()
+            frontier = nxt
             read_here = roles.get(R.ROLE_SELF, 0)
             stats.unique_nodes += read_here
             stats.levels.append({"depth": depth, "frontier": n, "read": read_here, "tasks": parts,
@@ -253,11 +273,11 @@ def walk_reachable_with_stats(
         if excl is not None:
             leaves = leaves.join(excl, "path", "left_anti")
         if sizes:
-            leaves = keep(leaves)
-            n_leaves = leaves.count()
-            sc.setJobDescription(f"{label}: size {n_leaves} definition files")
-            parts = partitions_for(spark, n_leaves, max(batch_size, 256), parallelism)
-            sized = leaves.repartition(parts).rdd.mapPartitions(functools.partial(_size_partition, reader, io_threads))
+            # The leaf rows emitted (before deduplication) bound the number of definitions.
+            parts = partitions_for(spark, leaf_rows, max(batch_size, 256), parallelism)
+            sc.setJobDescription(f"{label}: size the definition files")
+            src = leaves.repartition(parts) if parts > 1 else leaves.coalesce(1)
+            sized = src.rdd.mapPartitions(functools.partial(_size_partition, reader, io_threads))
             leaves = spark.createDataFrame(sized, OUTPUT_DDL, verifySchema=False)
         final = selfs.unionByName(leaves).persist(StorageLevel.MEMORY_AND_DISK)
         sc.setJobDescription(f"{label}: summarize")
@@ -267,7 +287,6 @@ def walk_reachable_with_stats(
             stats.bytes[r["kind"]] = int(r["b"] or 0)
     finally:
         sc.setJobDescription(None)
-        stats.node_reads = int(acc.value)
         release()
     stats.seconds = round(time.perf_counter() - t0, 3)
     log.info("%s: %d files reachable from %d roots (%s); %d node reads for %d unique nodes in %.2fs",

@@ -5,6 +5,12 @@ format) or absolute URIs (pointers rewritten by partial exports). Local files us
 calls (the sandbox's system calls are slow, and fsspec adds more of them); S3 uses s3fs with
 ``If-None-Match: *``; ``memory://`` is a process-local backend for fast unit tests that honours
 exclusivity as strictly as the others.
+
+Every operation retries transient errors (connection resets, timeouts, EIO, S3 503 SlowDown
+and other 5xx/throttling answers) a bounded number of times with jittered exponential
+backoff; what still fails, and every permanent error (403, ENOSPC, ...), is raised as a typed
+`StorageError` (also an OSError with the original errno). FileNotFoundError and
+FileExistsError keep their meaning and are never retried.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import re
 import stat
 import threading
@@ -23,7 +30,7 @@ from typing import Any
 
 import fsspec
 
-from trinitylake.errors import StorageError
+from trinitylake.errors import StorageError, StoragePermissionError
 from trinitylake.storage.uri import ParsedURI, is_absolute, join_uri, parse_uri
 
 _MEMORY_LOCK = threading.Lock()
@@ -60,8 +67,10 @@ def _as_bytes(data: bytes | bytearray | memoryview) -> bytes | bytearray:
     return bytes(data)
 
 
-def _client_error_codes(exc: BaseException) -> tuple[set[str], set[int]]:
-    """Error codes and HTTP statuses of the botocore ClientErrors in `exc`'s cause chain."""
+def _client_error_codes(exc: BaseException, follow_context: bool = True) -> tuple[set[str], set[int]]:
+    """Error codes and HTTP statuses of the botocore ClientErrors in `exc`'s cause chain
+    (explicit causes only when not `follow_context`: an error raised while another one was
+    being handled is not caused by it)."""
     codes: set[str] = set()
     statuses: set[int] = set()
     seen: set[int] = set()
@@ -76,7 +85,7 @@ def _client_error_codes(exc: BaseException) -> tuple[set[str], set[int]]:
             status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
             if status:
                 statuses.add(int(status))
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ or (e.__context__ if follow_context else None)
     return codes, statuses
 
 
@@ -92,6 +101,81 @@ def _is_conditional_conflict(exc: BaseException) -> bool:
     if codes or statuses:
         return "ConditionalRequestConflict" in codes or 409 in statuses
     return "ConditionalRequestConflict" in str(exc)
+
+
+# ---- transient errors and retries -------------------------------------------------------------
+#: Attempts of one storage operation, the first included, while it fails transiently.
+RETRY_ATTEMPTS = 5
+#: Backoff before retry n (1-based): uniform in [0.5, 1.5) x min(base x 2^(n-1), max).
+RETRY_BASE_DELAY_S = 0.05
+RETRY_MAX_DELAY_S = 2.0
+
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("EIO", "EAGAIN", "EBUSY", "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE",
+                 "ENETDOWN", "ENETUNREACH", "ENETRESET", "EHOSTUNREACH", "EREMOTEIO")
+    if hasattr(errno, name)
+)
+# S3 error codes and HTTP statuses that mean "try again" (AWS: SlowDown is a 503).
+_TRANSIENT_S3_CODES = frozenset({
+    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException",
+    "TooManyRequestsException", "RequestLimitExceeded", "BandwidthLimitExceeded", "EC2ThrottledException",
+    "500", "502", "503", "504",
+})
+_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Network errors of botocore/aiohttp/fsspec that are not OSErrors, by class name.
+_TRANSIENT_CLASS_NAMES = frozenset({
+    "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError", "ConnectTimeoutError",
+    "HTTPClientError", "ResponseStreamingError", "IncompleteReadError", "FSTimeoutError", "ServerDisconnectedError",
+    "ClientOSError", "ClientPayloadError",
+})
+# Errors from these libraries are I/O failures even when they are not OSErrors.
+_IO_ERROR_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "urllib3", "fsspec")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors that a retry may cure: connection resets and timeouts, EIO/EBUSY-like
+    errnos, S3 5xx, SlowDown and throttling. Missing or existing files, permission errors and
+    S3 412/409 (lost or contended conditional writes, handled by `create_exclusive`) are not."""
+    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError | IsADirectoryError | NotADirectoryError):
+        return False
+    codes, statuses = _client_error_codes(exc, follow_context=False)
+    if codes or statuses:
+        return bool(codes & _TRANSIENT_S3_CODES or statuses & _TRANSIENT_STATUSES)
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if any(c.__name__ in _TRANSIENT_CLASS_NAMES for c in type(exc).__mro__):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS
+
+
+# Errors that answer the question asked (no such file, already exists, not a file): callers
+# handle them, they are never retried nor wrapped.
+_NOT_TYPED = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, StorageError)
+
+
+def _is_io_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) or type(exc).__module__.startswith(_IO_ERROR_MODULES)
+
+
+def _typed(op: str, uri: str, exc: BaseException, attempts: int) -> BaseException:
+    """The error a caller sees for a failed operation: the "no such file / already exists /
+    not a file" errors and StorageError as they are, other I/O errors as StorageError
+    (StoragePermissionError for 403/EACCES) naming the operation and URI, with the original
+    errno and as the cause; anything else (programming errors) unchanged."""
+    if isinstance(exc, _NOT_TYPED) or not _is_io_error(exc):
+        return exc
+    codes, statuses = _client_error_codes(exc, follow_context=False)
+    denied = isinstance(exc, PermissionError) or "AccessDenied" in codes or 403 in statuses
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    err = (StoragePermissionError if denied else StorageError)(
+        f"storage {op} of {uri} failed{tries}: {type(exc).__name__}: {exc}")
+    err.errno = getattr(exc, "errno", None)
+    return err
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(min(RETRY_BASE_DELAY_S * 2 ** (attempt - 1), RETRY_MAX_DELAY_S) * (0.5 + random.random()))
 
 
 @dataclass(frozen=True)
@@ -236,21 +320,53 @@ class Storage:
     def _local(self) -> bool:
         return self.scheme == "file"
 
+    def _io(self, op: str, path: str, fn: Any, *args: Any) -> Any:
+        """One attempt of operation `op` on `path`: ``fn(*args)``. The single seam where the
+        test-only fault injector (`trinitylake.storage.faults`) hooks in; nothing else here."""
+        return fn(*args)
+
+    def _retrying(self, op: str, path: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` through `_io`, retried while it fails transiently; failures typed."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._io(op, path, fn, *args)
+            except Exception as e:
+                if attempt < RETRY_ATTEMPTS and is_transient(e):
+                    _backoff(attempt)
+                    continue
+                err = _typed(op, self._uri_quiet(path), e, attempt)
+                if err is e:
+                    raise
+                raise err from e
+
+    def _uri_quiet(self, path: str) -> str:
+        try:
+            return self.uri(path)
+        except Exception:  # noqa: BLE001 - only for an error message
+            return repr(path)
+
     # ---- reads ------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
         """Whole file content. Raises FileNotFoundError naming the URI."""
         fp = self._fs_path(path)
         try:
-            if self._local():
-                with open(fp, "rb") as f:
-                    return f.read()
-            return self.fs.cat_file(fp)
+            return self._retrying("read", path, self._read_once, fp)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
 
+    def _read_once(self, fp: str) -> bytes:
+        if self._local():
+            with open(fp, "rb") as f:
+                return f.read()
+        return self.fs.cat_file(fp)
+
     def exists(self, path: str) -> bool:
         """True when `path` is a file. A directory (or an S3 key prefix) is not a file."""
-        fp = self._fs_path(path)
+        return self._retrying("exists", path, self._exists_once, self._fs_path(path))
+
+    def _exists_once(self, fp: str) -> bool:
         if self._local():
             return os.path.isfile(fp)
         try:
@@ -261,7 +377,9 @@ class Storage:
 
     def info(self, path: str) -> FileInfo:
         """Size and mtime of a file. Raises FileNotFoundError for a missing file or a directory."""
-        fp = self._fs_path(path)
+        return self._retrying("info", path, self._info_once, self._fs_path(path), path)
+
+    def _info_once(self, fp: str, path: str) -> FileInfo:
         try:
             if self._local():
                 st = os.stat(fp)
@@ -279,7 +397,9 @@ class Storage:
     def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
         """Create or overwrite a file (hint files, plans). Atomic replace on local disk."""
         data = _as_bytes(data)
-        fp = self._fs_path(path)
+        self._retrying("write", path, self._write_once, self._fs_path(path), data)
+
+    def _write_once(self, fp: str, data: bytes | bytearray) -> None:
         if self._local():
             os.makedirs(os.path.dirname(fp), exist_ok=True)
             tmp = _tmp_name(fp)
@@ -307,7 +427,10 @@ class Storage:
         written in place with ``O_EXCL``: still exclusive, but a reader may then see it partial.
 
         On S3 a retried PUT whose first attempt succeeded unseen gets 412; the stored bytes
-        are then compared with ours, and an identical file counts as our success.
+        are then compared with ours, and an identical file counts as our success. The same
+        holds for our own retries after a transient error (the failed attempt may have taken
+        effect): a retry that finds the file holding exactly our bytes succeeded. Every file
+        written this way carries a unique transaction id or UUID, so identical bytes are ours.
 
         Raises:
             FileExistsError: another writer created the file first.
@@ -319,6 +442,33 @@ class Storage:
         if not data:
             raise ValueError(f"refusing to create empty file {self.uri(path)} exclusively")
         fp = self._fs_path(path)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._io("create_exclusive", path, self._create_exclusive_once, fp, data, path)
+                return
+            except FileExistsError:
+                if attempt > 1 and self._holds(path, data):
+                    return  # an earlier attempt of ours took effect before it failed
+                raise
+            except Exception as e:
+                if attempt < RETRY_ATTEMPTS and is_transient(e):
+                    _backoff(attempt)
+                    continue
+                err = _typed("create_exclusive", self._uri_quiet(path), e, attempt)
+                if err is e:
+                    raise
+                raise err from e
+
+    def _holds(self, path: str, data: bytes | bytearray) -> bool:
+        """True when `path` holds exactly `data`; False when it differs or cannot be read."""
+        try:
+            return self.read(path) == data
+        except Exception:  # noqa: BLE001 - cannot tell: report the conflict, the safe answer
+            return False
+
+    def _create_exclusive_once(self, fp: str, data: bytes | bytearray, path: str) -> None:
         if self._local():
             self._create_exclusive_local(fp, data, path)
             return
@@ -389,12 +539,16 @@ class Storage:
         Returns:
             A list of ``(path, error message)`` for the files that could not be deleted.
         """
-        failures: list[tuple[str, str]] = []
         batch = list(paths)
         if not batch:
-            return failures
+            return []
         # Resolve every path first: an invalid one raises before anything is deleted.
         resolved = [(p, self._fs_path(p)) for p in batch]
+        what = batch[0] if len(batch) == 1 else f"{batch[0]} (and {len(batch) - 1} more)"
+        return self._retrying("delete", what, self._delete_once, resolved)
+
+    def _delete_once(self, resolved: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        failures: list[tuple[str, str]] = []
         if self._local():
             for p, fp in resolved:
                 try:
@@ -465,6 +619,9 @@ class Storage:
         if self._local():
             yield from self._list_local(base, root_fp, recursive)
             return
+        yield from self._retrying("list", prefix, self._list_remote_once, base, root_fp, recursive)
+
+    def _list_remote_once(self, base: str, root_fp: str, recursive: bool) -> list[FileInfo]:
         try:
             if recursive:
                 found = self.fs.find(base, detail=True)
@@ -472,7 +629,8 @@ class Storage:
             else:
                 items = self.fs.ls(base, detail=True)
         except FileNotFoundError:
-            return
+            return []
+        out: list[FileInfo] = []
         # fsspec answers a listing of a file path with the file itself; only keep what is
         # strictly below `base` (memory:// names carry a leading slash, s3:// names do not).
         under = base.strip("/") + "/"
@@ -484,11 +642,15 @@ class Storage:
             if not name.startswith(under):
                 continue
             rel = name[len(rf) + 1 :] if name.startswith(rf + "/") else name
-            yield FileInfo(rel, int(d.get("size") or 0), _mtime_of(d))
+            out.append(FileInfo(rel, int(d.get("size") or 0), _mtime_of(d)))
+        return out
 
     def list_dirs(self, prefix: str = "") -> tuple[list[str], list[FileInfo]]:
         """Immediate children of `prefix`: (sub-directory paths, files), relative to the root."""
         base = self._fs_path(prefix) if prefix else self._parsed.fs_path
+        return self._retrying("list_dirs", prefix, self._list_dirs_once, base, prefix)
+
+    def _list_dirs_once(self, base: str, prefix: str) -> tuple[list[str], list[FileInfo]]:
         dirs: list[str] = []
         files: list[FileInfo] = []
         pre = (prefix.rstrip("/") + "/") if prefix else ""
@@ -523,21 +685,35 @@ class Storage:
         return sorted(dirs), sorted(files, key=lambda f: f.path)
 
     def _list_local(self, base: str, root_fp: str, recursive: bool) -> Iterator[FileInfo]:
+        # Lazy across directories (a lakehouse may hold millions of files), each directory
+        # read whole and retried on its own.
         stack = [base]
         while stack:
             d = stack.pop()
-            try:
-                it = os.scandir(d)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            with it:
-                for e in it:
-                    if e.is_dir(follow_symlinks=False):
-                        if recursive:
-                            stack.append(e.path)
-                    elif e.is_file(follow_symlinks=False) and not _is_tmp(e.name):
+            subdirs, files = self._retrying("list", os.path.relpath(d, root_fp), self._scan_local_once, d, root_fp)
+            if recursive:
+                stack.extend(subdirs)
+            yield from files
+
+    @staticmethod
+    def _scan_local_once(d: str, root_fp: str) -> tuple[list[str], list[FileInfo]]:
+        subdirs: list[str] = []
+        files: list[FileInfo] = []
+        try:
+            it = os.scandir(d)
+        except (FileNotFoundError, NotADirectoryError):
+            return subdirs, files
+        with it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    subdirs.append(e.path)
+                elif e.is_file(follow_symlinks=False) and not _is_tmp(e.name):
+                    try:
                         st = e.stat()
-                        yield FileInfo(os.path.relpath(e.path, root_fp), st.st_size, st.st_mtime)
+                    except FileNotFoundError:  # deleted since the directory was read
+                        continue
+                    files.append(FileInfo(os.path.relpath(e.path, root_fp), st.st_size, st.st_mtime))
+        return subdirs, files
 
 
 def _unlink_quietly(path: str) -> None:
@@ -559,3 +735,12 @@ def _mtime_of(d: dict[str, Any]) -> float:
         except (TypeError, ValueError):
             continue
     return 0.0
+
+
+# Test-only fault injection (tests/reliability): with TLAKE_TEST_FAULTS set, every Storage of
+# this process (Spark executors included) injects the faults it describes. Never set in
+# production; when unset nothing is imported.
+if os.environ.get("TLAKE_TEST_FAULTS"):
+    from trinitylake.storage.faults import install_from_env
+
+    install_from_env()

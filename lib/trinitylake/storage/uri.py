@@ -87,6 +87,8 @@ def parse_uri(uri: str) -> ParsedURI:
     authority, _, path = rest.partition("/")
     if not authority:
         raise InvalidURIError(f"URI {uri!r} has no bucket or authority")
+    if authority in (".", ".."):
+        raise InvalidURIError(f"URI {uri!r} has {authority!r} as its bucket or authority")
     segs = _clean_segments(path, uri)
     return ParsedURI(scheme, authority, "/".join(segs))
 

@@ -1,0 +1,210 @@
+"""The engine-agnostic half of export: pointer rewriting, plan files, verification, targets,
+and the definition mutations that record and drop exports. No Spark here."""
+
+from __future__ import annotations
+
+import pytest
+
+from trinitylake.errors import AlreadyExistsError, SnapshotNotFoundError, UnsafeOperationError, ValidationError
+from trinitylake.format import keys as K
+from trinitylake.format.node import Message, Node, deserialize
+from trinitylake.format.paths import owning_root, root_name
+from trinitylake.maintenance import export_plan as X
+from trinitylake.storage import Storage
+
+
+def _spec(mode: str, depth: int | None = None, source: str = "file:///src", target: str = "file:///tgt") -> X.ExportSpec:
+    return X.ExportSpec.make(name="e", version=7, mode=mode, depth=depth, source_uri=source, target_uri=target,
+                             source_id="id-1", order=4)
+
+
+def _node() -> Node:
+    return Node(
+        system={K.SYS_CREATED_AT: "1", K.SYS_LAKEHOUSE_DEF: "_lakehouse_def_x.binpb", K.SYS_PREVIOUS_ROOT: root_name(6)},
+        keys=["B===a", "B===b"],
+        values=["0000/0000/0000/00000001-a.binpb", "0000/0000/0000/00000002-b.binpb"],
+        children=["0000/0000/0000/00000003-node-1.arrow", "0000/0000/0000/00000004-node-2.arrow",
+                  "0000/0000/0000/00000005-node-3.arrow"],
+        buffer=[Message("B===c", "0000/0000/0000/00000006-c.binpb", "t1"), Message("B===d", None, "t1")],
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "depth", "children_copied", "odfs_copied"),
+    [("full", None, True, True), ("partial", 0, False, True), ("partial", 1, True, True), ("minimal", None, False, False)],
+)
+def test_root_pointers_by_mode(mode, depth, children_copied, odfs_copied):
+    src = Storage("file:///src")
+    spec = _spec(mode, depth)
+    node = _node()
+    out, refs, changed = X.export_node(node, 0, spec, src)
+
+    assert changed  # the root always loses previous_root
+    assert K.SYS_PREVIOUS_ROOT not in out.system and out.system[K.SYS_LAKEHOUSE_DEF] == "_lakehouse_def_x.binpb"
+    if children_copied:
+        assert out.children == node.children and refs.children == node.children
+    else:
+        assert out.children == ["file:///src/" + c for c in node.children] and refs.children == []
+    odf_values = [*out.values, out.buffer[0].value]
+    if odfs_copied:
+        assert odf_values == [*node.values, node.buffer[0].value] and len(refs.odfs) == 3
+    else:
+        assert all(v.startswith("file:///src/") for v in odf_values) and refs.odfs == []
+    assert out.buffer[1].value is None  # deletes stay deletes
+    assert refs.external == (0 if children_copied else 3) + (0 if odfs_copied else 3)
+    assert node.children[0] == "0000/0000/0000/00000003-node-1.arrow"  # the input is not modified
+    assert node.buffer[0].value == "0000/0000/0000/00000006-c.binpb"
+
+
+def test_inner_nodes_are_copied_verbatim_above_the_cut_and_rewritten_at_it():
+    src = Storage("file:///src")
+    node = _node()
+    node.system = {K.SYS_CREATED_AT: "1"}
+    spec = _spec("partial", 2)
+    assert X.export_node(node, 1, spec, src)[2] is False  # depth 1 < 2: children copied
+    out, refs, changed = X.export_node(node, 2, spec, src)  # at the cut
+    assert changed and refs.children == [] and refs.external == 3 and len(refs.odfs) == 3
+    assert X.export_node(node, 5, _spec("full"), src)[2] is False
+
+
+def test_foreign_absolute_pointers_are_kept_and_not_followed():
+    src = Storage("file:///src")
+    node = Node(system={K.SYS_CREATED_AT: "1"}, keys=["B===a"], values=["s3://elsewhere/x.binpb"],
+                children=["file:///src/0000/0000/0000/00000003-node-1.arrow", "s3://elsewhere/n.arrow"])
+    out, refs, changed = X.export_node(node, 1, _spec("full"), src)
+    # An absolute pointer into the source becomes relative when its file is copied.
+    assert out.children == ["0000/0000/0000/00000003-node-1.arrow", "s3://elsewhere/n.arrow"]
+    assert changed and refs.children == ["0000/0000/0000/00000003-node-1.arrow"]
+    assert refs.foreign == 2 and refs.external == 0 and out.values == ["s3://elsewhere/x.binpb"]
+
+
+def test_exported_node_bytes_round_trip(make_lakehouse):
+    lh = make_lakehouse()
+    lh.create_namespace("n")
+    for i in range(8):
+        lh.create_table("n", f"t{i}")
+    v = lh.latest_version()
+    data = lh.storage.read(root_name(v))
+    spec = _spec("minimal", source=lh.storage.root)
+    out, refs, changed = X.exported_node_bytes(data, 0, spec, lh.storage, "root")
+    assert changed and refs.external > 0
+    node = deserialize(out, None, "exported")
+    assert all(c.startswith(lh.storage.root + "/") for c in node.children)
+    # Deterministic: the plan's checksum can be recomputed at copy time.
+    assert X.exported_node_bytes(data, 0, spec, lh.storage, "root")[0] == out
+
+
+def test_spec_validation():
+    with pytest.raises(ValidationError):
+        _spec("partial", None)
+    with pytest.raises(ValidationError):
+        _spec("partial", -1)
+    with pytest.raises(ValidationError):
+        _spec("sideways")
+    for bad in ("", "123", "a b", "../x", "-x", "x" * 129):
+        with pytest.raises(ValidationError):
+            X.validate_name(bad)
+    assert X.validate_name("weekly-2026.11_22") == "weekly-2026.11_22"
+    assert _spec("full").root_uri == "file:///tgt/" + root_name(7)
+    assert _spec("full", target="s3://b/x/").root_uri == "s3://b/x/" + root_name(7)
+
+
+def test_plan_part_round_trip():
+    rows = [X.PlanRow("a/b.arrow", "file:///src/a/b.arrow", X.KIND_NODE, 2, X.ACTION_REWRITE, 10, "0" * 32, 3),
+            X.PlanRow("c.binpb", "file:///src/c.binpb", X.KIND_ODF, 1, X.ACTION_COPY, 5, "1" * 32, 0, True)]
+    assert X.read_plan_part(X.plan_part_bytes(rows)) == rows
+
+
+def test_verify_file_and_copy_one(tmp_path):
+    src = Storage(str(tmp_path / "src"))
+    tgt = Storage(str(tmp_path / "tgt"))
+    src.write("0000/0000/0000/00000001-a.binpb", b"hello")
+    spec = _spec("full", source=src.root, target=tgt.root)
+    row = X.plan_file(src, "0000/0000/0000/00000001-a.binpb", X.KIND_ODF, 0)
+    assert (row.size, row.md5) == (5, X.md5_hex(b"hello"))
+    assert X.verify_file(tgt, row.target, row.size, row.md5) == X.MISSING
+
+    st = X.copy_one(row, src, tgt, spec, check_first=False)
+    assert (st.copied, st.verified, st.skipped) == (1, 1, 0)
+    assert X.verify_file(tgt, row.target, row.size, row.md5) == X.OK
+    st = X.copy_one(row, src, tgt, spec, check_first=False)  # exclusive create finds it: skipped
+    assert (st.copied, st.skipped, st.verified) == (0, 1, 1)
+    st = X.copy_one(row, src, tgt, spec, check_first=True)
+    assert (st.copied, st.skipped) == (0, 1)
+
+    tgt.write(row.target, b"HELLO")  # same size, other bytes: a conflict, never overwritten
+    assert X.verify_file(tgt, row.target, row.size, row.md5) == X.MISMATCH
+    assert X.verify_file(tgt, row.target, row.size, row.md5, checksum=False) == X.OK
+    st = X.copy_one(row, src, tgt, spec, check_first=True)
+    assert st.conflicts and st.copied == 0 and tgt.read(row.target) == b"HELLO"
+
+    src.write("0000/0000/0000/00000001-a.binpb", b"changed!")  # a source that changed after planning
+    tgt.delete([row.target])
+    st = X.copy_one(row, src, tgt, spec, check_first=True)
+    assert st.errors and not tgt.exists(row.target)
+    src.delete(["0000/0000/0000/00000001-a.binpb"])
+    assert X.copy_one(row, src, tgt, spec).missing_sources == [row.source]
+
+
+def test_locations_that_overlap_are_refused():
+    X.check_locations("file:///data/lh", "file:///data/lh-export")  # a sibling with a common prefix is fine
+    X.check_locations("s3://b/lh", "file:///data/lh")
+    for target in ("file:///data/lh", "file:///data/lh/exports/x", "file:///data"):
+        with pytest.raises(UnsafeOperationError):
+            X.check_locations("file:///data/lh", target)
+    with pytest.raises(UnsafeOperationError):
+        X.check_locations("s3://b/lh", "s3a://b/lh/x/")
+
+
+def test_inspect_target(tmp_path):
+    tgt = Storage(str(tmp_path / "t"))
+    assert X.inspect_target(tgt, "id-1", "file:///src").empty
+    tgt.write("notes.txt", b"hi")
+    with pytest.raises(ValidationError, match="not empty"):
+        X.inspect_target(tgt, "id-1", "file:///src")
+    tgt.write("_export/e/export.json", X.json_bytes({**_spec("full").describe(), "status": "planning"}))
+    state = X.inspect_target(tgt, "id-1", "file:///src")
+    assert not state.empty and set(state.exports) == {"e"}
+    with pytest.raises(ValidationError, match="another lakehouse"):
+        X.inspect_target(tgt, "id-2", "file:///src")
+
+
+def test_record_and_drop_mutations():
+    from trinitylake.format.definitions import new_lakehouse_def
+
+    d = new_lakehouse_def()
+    X.record_export("a", "file:///t/" + root_name(3), 3)(d)
+    X.record_export("b", "file:///u/" + root_name(4), None)(d)
+    assert dict(d.exported_snapshots) == {"a": "file:///t/" + root_name(3), "b": "file:///u/" + root_name(4)}
+    assert dict(d.exported_snapshot_pins) == {"a": 3}
+    with pytest.raises(AlreadyExistsError):
+        X.record_export("a", "file:///v/" + root_name(5), None)(d)
+    assert X.check_name_free(d, "a", "file:///t/" + root_name(3)) is False  # this very export: done
+    assert X.check_name_free(d, "c", "x") is True
+    with pytest.raises(AlreadyExistsError):
+        X.check_name_free(d, "a", "file:///other/" + root_name(3))
+    assert [r["name"] for r in X.list_exports(d)] == ["a", "b"]
+    assert X.list_exports(d)[0]["pinned_version"] == 3 and X.list_exports(d)[1]["version"] == 4
+    X.drop_export("a")(d)
+    assert "a" not in d.exported_snapshots and "a" not in d.exported_snapshot_pins
+    with pytest.raises(SnapshotNotFoundError):
+        X.drop_export("a")(d)
+
+
+def test_export_names_stay_unique_under_a_commit_race(make_lakehouse):
+    lh = make_lakehouse()
+    t1 = lh.begin()
+    t1.mutate_definition(X.record_export("same", "file:///x/" + root_name(0), None), "export same")
+    t2 = lh.begin()
+    t2.mutate_definition(X.record_export("same", "file:///y/" + root_name(0), None), "export same")
+    t2.commit()
+    with pytest.raises(AlreadyExistsError):
+        t1.commit()  # re-applied on the latest definition, which has the name now
+    assert lh.definition().exported_snapshots["same"] == "file:///y/" + root_name(0)
+
+
+def test_owning_root_of_format_files():
+    assert owning_root("s3://b/lh/0110/0000/1011/01111000-node-x.arrow") == "s3://b/lh"
+    assert owning_root("file:///a/b/" + root_name(3)) == "file:///a/b"
+    assert owning_root("file:///a/_lakehouse_def_6fcb514b-b878-4c9d-95b7-8dc3a7ce6fd8.binpb") == "file:///a"
+    assert owning_root("file:///a/other.txt") is None

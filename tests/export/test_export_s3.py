@@ -1,0 +1,65 @@
+"""Exports between local storage and the local S3 server, both directions."""
+
+from __future__ import annotations
+
+import pytest
+
+from trinitylake.format.paths import HINT_FILE, root_name
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.storage import Storage
+
+from .conftest import pointers_outside, populate, reachable, state, target_files
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """Readers that build their own S3 storage (snapshot reads, foreign pointers) find the server."""
+    monkeypatch.setenv("TLAKE_S3_ENDPOINT_URL", s3_server.endpoint_url)
+    return s3_server
+
+
+def test_local_source_to_s3_target_full_and_minimal(run, make_lakehouse, s3_bucket, s3_storage_options, s3_env):
+    lh = make_lakehouse()
+    v = populate(lh, tables=5)
+    want = state(lh.view(version=v))
+    target = f"{s3_bucket}/exports/full"
+
+    r = run(lh, target, "full1", target_storage_options=s3_storage_options)
+
+    tgt = Storage(target, s3_storage_options)
+    assert set(target_files(tgt)) == {lh.storage.relative(u) for u in reachable(lh.storage, root_name(v))} | {HINT_FILE}
+    assert r.counts["copied"] == r.counts["planned"] == r.counts["verified"]
+    assert pointers_outside(tgt, lh.storage) == 0
+    exported = Lakehouse.open(target, storage_options=s3_storage_options, audit=False)
+    assert exported.latest_version() == v and state(exported.view()) == want
+    assert lh.definition().exported_snapshots["full1"] == f"{s3_bucket}/exports/full/{root_name(v)}"
+    assert state(lh.view(snapshot="full1")) == want
+
+    # Minimal: the root on S3, everything else read from the local source by absolute URI.
+    lh.create_table("ns0", "after")
+    r = run(lh, f"{s3_bucket}/exports/min", "min1", mode="minimal", target_storage_options=s3_storage_options)
+    assert r.counts["planned"] == 2 and r.details["pinned_version"] == lh.latest_version() - 1
+    assert state(lh.view(snapshot="min1")) == state(lh.view(version=r.details["version"]))
+
+
+def test_s3_source_to_local_target_partial_and_full(run, make_lakehouse, s3_bucket, s3_storage_options, s3_env,
+                                                     tmp_path):
+    lh = make_lakehouse(f"{s3_bucket}/src", storage_options=s3_storage_options)
+    v = populate(lh, tables=5)
+    want = state(lh.view(version=v))
+
+    r = run(lh, str(tmp_path / "partial"), "p1", mode="partial", depth=0)
+    assert r.counts["external_refs"] > 0 and lh.definition().exported_snapshot_pins["p1"] == v
+    assert state(lh.view(snapshot="p1")) == want
+    # Opened on its own, the local export reads the deeper levels from S3.
+    assert state(Lakehouse.open(str(tmp_path / "partial"), audit=False).view()) == want
+
+    r = run(lh, str(tmp_path / "full"), "f1", version=v)
+    assert r.counts["copied"] == r.counts["planned"]
+    tgt = Storage(str(tmp_path / "full"))
+    assert pointers_outside(tgt, lh.storage) == 0
+    assert not [f.path for f in tgt.list("") if f.path.endswith((".arrow", ".binpb")) and s3_bucket.encode()[5:]
+                in tgt.read(f.path)]
+    assert state(Lakehouse.open(str(tmp_path / "full"), audit=False).view()) == want

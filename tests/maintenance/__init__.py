@@ -1,0 +1,1 @@
+"""Engine-agnostic maintenance logic (no Spark)."""

@@ -1,0 +1,92 @@
+"""Shared test helpers: seeded histories, per-version snapshots, exports made by hand."""
+
+from __future__ import annotations
+
+import random
+
+from trinitylake.format import node as N
+from trinitylake.format.paths import root_name
+from trinitylake.storage import Storage
+
+
+def build_history(lh, seed: int, ops: int = 30, namespaces: int = 2) -> None:
+    """A seeded random history: namespace and table creates, drops, alters and rollbacks."""
+    rnd = random.Random(seed)
+    nss = [f"ns{i}" for i in range(namespaces)]
+    for ns in nss:
+        lh.create_namespace(ns)
+    live: dict[str, set[str]] = {ns: set() for ns in nss}
+    n = 0
+    for _ in range(ops):
+        r = rnd.random()
+        ns = rnd.choice(nss)
+        if r < 0.55 or not live[ns]:
+            n += 1
+            lh.create_table(ns, f"t{n}")
+            live[ns].add(f"t{n}")
+        elif r < 0.75:
+            t = rnd.choice(sorted(live[ns]))
+            lh.drop_table(ns, t)
+            live[ns].discard(t)
+        elif r < 0.8:
+            lh.drop_namespace(ns, cascade=True)
+            lh.create_namespace(ns)
+            live[ns] = set()
+        elif r < 0.9:
+            t = rnd.choice(sorted(live[ns]))
+            txn = lh.begin()
+            txn.alter_table(ns, t, set_properties={"k": str(rnd.random())})
+            txn.commit()
+        else:
+            latest = lh.latest_version()
+            target = rnd.randint(max(0, latest - 6), latest - 1)
+            lh.rollback(target)
+            view = lh.view()
+            live = {ns: set(view.list_tables(ns)) if view.namespace_exists(ns) else set() for ns in nss}
+            for ns in nss:
+                if not view.namespace_exists(ns):
+                    lh.create_namespace(ns)
+
+
+def snapshot(lh, versions=None) -> dict[int, dict[str, list[str]]]:
+    """What every version lists: {version: {namespace: [tables]}}, plus every definition read."""
+    out = {}
+    if versions is None:
+        versions = [v["version"] for v in lh.versions()]
+    for v in versions:
+        view = lh.view(version=v)
+        tables = {}
+        for ns in view.list_namespaces():
+            view.load_namespace(ns)
+            tables[ns] = view.list_tables(ns)
+            for t in tables[ns]:
+                view.load_table(ns, t)
+        out[v] = tables
+    return out
+
+
+def write_minimal_export(lh, version: int, target_uri: str, name: str, pin: bool = True) -> str:
+    """A minimal export done by hand: root `version` copied to `target_uri` with every pointer
+    rewritten to the full URI of the source file; recorded (and pinned) in the definition."""
+    ref = lh.load_root(version)
+    node = ref.node.copy()
+    src = lh.storage
+    node.children = [src.uri(c) for c in node.children]
+    node.values = [src.uri(v) for v in node.values]
+    node.buffer = [N.Message(m.key, src.uri(m.value) if m.value else None, m.txn) for m in node.buffer]
+    node.system = dict(node.system)
+    node.system["lakehouse_def"] = src.uri(node.system["lakehouse_def"])
+    node.system.pop("previous_root", None)
+    target = Storage(target_uri)
+    target.create_exclusive(root_name(version), N.serialize(node, ref.lakehouse_def.order))
+    loc = target.uri(root_name(version))
+
+    def record(d):
+        d.exported_snapshots[name] = loc
+        if pin:
+            d.exported_snapshot_pins[name] = version
+
+    txn = lh.begin()
+    txn.mutate_definition(record, f"export {name}")
+    txn.commit()
+    return loc

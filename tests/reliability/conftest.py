@@ -1,0 +1,148 @@
+"""Reliability suite: crash injection, storage faults, stress, fuzzing and security checks.
+
+Scale: ``--reliability-scale=ci|full`` or ``TLAKE_RELIABILITY_SCALE`` (default ``ci``, sized for
+CI: a few minutes on 2 cores). ``full`` is the scale whose figures RELIABILITY.md reports.
+
+Every test adds its figures (trials, faults injected, inputs fuzzed, data lost, ...) to the
+session's ledger (the ``ledger`` fixture). When a run covered every category and nothing
+failed, the session writes them to ``tests/reliability/results-<scale>.json``;
+``python -m tests.reliability.report`` renders RELIABILITY.md from those files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CATEGORIES = ("crash", "faults", "stress", "fuzz", "security")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Sizes of one scale of the suite."""
+
+    name: str
+    crash_trials_per_point: int  # TLAKE_TEST_CRASH_AT trials per named crash point (4 points)
+    crash_timer_trials: int  # SIGKILL after a random delay
+    crash_s3_trials: int  # timer kills against the S3 (moto) server
+    fault_commits: int  # commits under random transient faults (local)
+    fault_commits_s3: int  # the same against S3, with 503 SlowDown among the faults
+    permanent_fault_commits: int  # commits under random permanent faults
+    stress_writers: int
+    stress_commits: int  # per writer
+    fuzz_examples: int  # per fuzz target
+    job_fault_rate: float  # transient fault rate inside the Spark jobs
+
+    @property
+    def crash_trials(self) -> int:
+        return 4 * self.crash_trials_per_point + self.crash_timer_trials + self.crash_s3_trials
+
+
+SCALES = {
+    "ci": Scale("ci", crash_trials_per_point=6, crash_timer_trials=18, crash_s3_trials=4, fault_commits=40,
+                fault_commits_s3=12, permanent_fault_commits=30, stress_writers=4, stress_commits=25,
+                fuzz_examples=150, job_fault_rate=0.05),
+    "full": Scale("full", crash_trials_per_point=30, crash_timer_trials=80, crash_s3_trials=20, fault_commits=300,
+                  fault_commits_s3=60, permanent_fault_commits=200, stress_writers=8, stress_commits=100,
+                  fuzz_examples=2000, job_fault_rate=0.1),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("reliability")
+    group.addoption("--reliability-scale", choices=sorted(SCALES), default=None,
+                    help="size of the reliability suite: ci (default) or full (TLAKE_RELIABILITY_SCALE)")
+
+
+def _scale_name(config: pytest.Config) -> str:
+    name = config.getoption("--reliability-scale", default=None) or os.environ.get("TLAKE_RELIABILITY_SCALE") or "ci"
+    if name not in SCALES:
+        raise pytest.UsageError(f"TLAKE_RELIABILITY_SCALE must be one of {sorted(SCALES)}, got {name!r}")
+    return name
+
+
+@pytest.fixture(scope="session")
+def scale(pytestconfig: pytest.Config) -> Scale:
+    return SCALES[_scale_name(pytestconfig)]
+
+
+class Ledger:
+    """Figures of the run, per category and test."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.started = time.time()
+
+    def add(self, category: str, test: str, *, trials: int = 0, faults: int = 0, inputs: int = 0,
+            data_lost: int = 0, seconds: float = 0.0, **details: Any) -> None:
+        assert category in CATEGORIES, category
+        self.entries.append({"category": category, "test": test, "trials": int(trials), "faults": int(faults),
+                             "inputs": int(inputs), "data_lost": int(data_lost), "seconds": round(seconds, 2),
+                             "details": details})
+
+    def summary(self) -> dict[str, Any]:
+        cats: dict[str, dict[str, Any]] = defaultdict(lambda: {"trials": 0, "faults": 0, "inputs": 0, "data_lost": 0,
+                                                                "seconds": 0.0, "tests": 0})
+        for e in self.entries:
+            c = cats[e["category"]]
+            for k in ("trials", "faults", "inputs", "data_lost"):
+                c[k] += e[k]
+            c["seconds"] = round(c["seconds"] + e["seconds"], 2)
+            c["tests"] += 1
+        total = {k: sum(c[k] for c in cats.values()) for k in ("trials", "faults", "inputs", "data_lost")}
+        return {"categories": dict(cats), "total": total}
+
+
+_LEDGER = Ledger()
+_OUTCOMES = {"passed": 0, "failed": 0, "skipped": 0}
+
+
+@pytest.fixture(scope="session")
+def ledger() -> Ledger:
+    return _LEDGER
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "tests/reliability/" not in report.nodeid.replace(os.sep, "/"):
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _OUTCOMES[report.outcome] = _OUTCOMES.get(report.outcome, 0) + 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _LEDGER.entries:
+        return
+    name = _scale_name(session.config)
+    ran = {e["category"] for e in _LEDGER.entries}
+    doc = {
+        "scale": name,
+        "scale_parameters": SCALES[name].__dict__,
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "wall_seconds": round(time.time() - _LEDGER.started, 1),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
+        "outcomes": dict(_OUTCOMES),
+        **_LEDGER.summary(),
+        "tests": _LEDGER.entries,
+    }
+    complete = ran >= set(CATEGORIES) and _OUTCOMES.get("failed", 0) == 0
+    target = os.environ.get("TLAKE_RELIABILITY_RESULTS") or os.path.join(HERE, f"results-{name}.json")
+    if not complete:
+        target = os.path.join(str(session.config.rootpath), ".pytest_cache", f"reliability-results-{name}-partial.json")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "w") as f:
+        json.dump(doc, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        t = doc["total"]
+        tr.write_line(f"reliability ({name}): {t['trials']} trials, {t['faults']} faults injected, {t['inputs']} inputs "
+                      f"fuzzed, {t['data_lost']} data lost -> {os.path.relpath(target)}")

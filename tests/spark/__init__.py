@@ -1,0 +1,1 @@
+"""Spark maintenance jobs on a local session."""

@@ -1,0 +1,106 @@
+"""The distributed walk against the single-process reference walk, and the walk job."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from chispa import assert_df_equality
+
+from tests.maintenance.helpers import build_history, write_minimal_export
+from tests.spark.conftest import owned_files
+from trinitylake.control import ControlTable
+from trinitylake.errors import CorruptNodeError
+from trinitylake.maintenance import reach as R
+from trinitylake.spark import runner
+from trinitylake.spark.common import partitions_for
+from trinitylake.spark.output import read_parquet_table
+from trinitylake.spark.walk import OUTPUT_DDL, walk_reachable, walk_reachable_with_stats
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def walked_lakehouse(tmp_path_factory):
+    """A history with rollbacks, namespace drops, a multi-level tree and a minimal export."""
+    from trinitylake.lakehouse import Lakehouse
+
+    base = tmp_path_factory.mktemp("walk")
+    lh = Lakehouse.create(str(base / "lh"), order=4, node_max_bytes=4096, audit=False)
+    build_history(lh, seed=11, ops=60)
+    write_minimal_export(lh, lh.latest_version() - 4, str(base / "exports" / "e1"), "e1")
+    return lh
+
+
+def test_distributed_walk_equals_the_reference_walk(spark, walked_lakehouse):
+    lh = walked_lakehouse
+    inp = R.walk_input(lh)
+    assert inp.export_roots, "the export root is part of the default walk"
+    ref = R.reference_walk(lh, inp.roots, sizes=True)
+    df, st = walk_reachable_with_stats(spark, lh, inp.roots, batch_size=4)
+    try:
+        expected = spark.createDataFrame(
+            [(r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values()], OUTPUT_DDL)
+        assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
+        # Every node file (shared by many versions, at different depths) was read once.
+        assert st.node_reads == st.unique_nodes == ref.node_reads
+        assert st.read_ratio == 1.0
+        assert st.files == {k: len(ref.paths(k)) for k in R.KINDS if ref.paths(k)}
+        assert len(st.levels) >= 3
+        # Batches: ceil(n / batch_size) tasks per level, never more than 4 x default parallelism.
+        cap = 4 * spark.sparkContext.defaultParallelism
+        for level in st.levels:
+            assert level["tasks"] == partitions_for(spark, level["frontier"], 4) <= cap
+        assert max(level["tasks"] for level in st.levels) == cap, "the biggest level hits the cap"
+        # The source files of the minimal export are reachable; the export's root is outside.
+        roots = {r["path"] for r in df.filter("kind = 'root'").collect()}
+        assert inp.export_roots["e1"] in roots
+        # Nothing has expired: every format-owned file of the lakehouse is reachable.
+        assert {r["path"] for r in df.filter("path not like '%://%'").select("path").collect()} == owned_files(lh.storage)
+    finally:
+        df.unpersist()
+
+
+def test_walk_job_writes_the_listing_summary_and_audit_rows(spark, walked_lakehouse, capsys):
+    lh = walked_lakehouse
+    uri = lh.uri
+    code = runner.main("walk", ["--lakehouse", uri, "--batch-size", "8", "--run-id", "walk-test-1"], spark=spark)
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["status"] == "succeeded" and result["run_id"] == "walk-test-1"
+    assert result["counts"]["node_reads"] == result["counts"]["unique_nodes"]
+    listing = spark.read.parquet(result["output_location"])
+    assert listing.count() == result["counts"]["reachable"]
+    assert sorted(listing.columns) == ["depth", "first_version", "kind", "path", "size"]
+    assert result["output_location"].endswith("/_maintenance/walk/walk-test-1")
+    summary = json.loads(lh.storage.read("_maintenance/walk/walk-test-1/summary.json"))
+    assert summary["stats"]["read_ratio"] == 1.0 and summary["exports"]
+    rows = [r for r in ControlTable(uri + "/_control").records() if r.txn_id == "walk-test-1"]
+    assert [r.record_type for r in rows] == ["begin", "read"]
+    assert rows[1].metrics["files_reachable"] == result["counts"]["reachable"]
+
+
+def test_a_corrupt_node_fails_the_walk_clearly(spark, make_lakehouse):
+    lh = make_lakehouse()
+    build_history(lh, seed=2, ops=14)
+    inp = R.walk_input(lh)
+    victim = sorted(R.reference_walk(lh, inp.roots).paths("node"))[0]
+    path = lh.storage.root[len("file://"):] + "/" + victim
+    with open(path, "wb") as f:
+        f.write(b"ARROW1 but not really")
+    with pytest.raises(CorruptNodeError, match=victim.rsplit("-", 1)[-1]):
+        walk_reachable(spark, lh, inp.roots)
+    code = runner.main("walk", ["--lakehouse", lh.uri, "--run-id", "walk-corrupt"], spark=spark)
+    assert code == 1
+    assert not os.path.exists(lh.storage.root[len("file://"):] + "/_maintenance/walk/walk-corrupt")
+
+
+def test_walk_output_on_an_object_store_is_written_by_executors(spark, walked_lakehouse, tmp_path):
+    from trinitylake.spark.output import write_parquet
+
+    df = spark.createDataFrame([("a", "node", 1, 0, 3), ("b", "root", 2, 1, 4)], OUTPUT_DDL)
+    uri = "memory://walk-output-test/listing"
+    write_parquet(df, uri, rows=2)
+    table = read_parquet_table(uri)
+    assert sorted(table.column("path").to_pylist()) == ["a", "b"]
