@@ -329,7 +329,10 @@ def txn(click_ctx, isolation, ops_file):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        args = shlex.split(line)
+        try:
+            args = shlex.split(line)
+        except ValueError as e:  # e.g. "No closing quotation": one clear line, not a traceback
+            raise ValidationError(f"line {lineno}: cannot parse {line!r} ({e}); nothing was committed") from None
         if args[:1] not in (["namespace"], ["table"]) or len(args) < 2 or args[1] not in ("create", "drop", "alter"):
             raise ValidationError(f"line {lineno}: only namespace/table create|drop|alter are allowed in a transaction: {line!r}")
         try:

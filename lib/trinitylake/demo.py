@@ -74,16 +74,18 @@ def build(uri: str, tables: int, seed: int = 7):
     return lh
 
 
-def plant_orphans(root: Path) -> list[Path]:
+def plant_orphans(root: Path, young: bool) -> list[Path]:
     from trinitylake.format.paths import hashed_path
 
     old = time.time() - 40 * 86400
     out = []
-    for name, age in (
-        ("node-00000000-0000-4000-8000-00000000dead.arrow", old),
-        ("demo-ghost-00000000-0000-4000-8000-00000000beef.binpb", old),
-        ("node-00000000-0000-4000-8000-000000000new.arrow", None),
-    ):
+    names = (
+        [("node-00000000-0000-4000-8000-000000000new.arrow", None)]
+        if young
+        else [("node-00000000-0000-4000-8000-00000000dead.arrow", old),
+              ("demo-ghost-00000000-0000-4000-8000-00000000beef.binpb", old)]
+    )
+    for name, age in names:
         p = root / hashed_path(name)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"planted by the demo")
@@ -94,13 +96,36 @@ def plant_orphans(root: Path) -> list[Path]:
 
 
 def run_job(job: str, args: list[str]) -> int:
-    from trinitylake.spark.runner import main as run
+    """Run one job in this process (the Spark session is shared) and print its summary."""
+    from rich.table import Table
 
-    console.rule(f"[bold]tlake {job} {' '.join(a for a in args if not a.startswith('/'))}")
-    rc = run(job, args)
-    if rc != 0:
-        console.print(f"[red]{job} exited with {rc}[/red]")
-    return rc
+    from trinitylake.config import parse_job_args
+    from trinitylake.errors import TrinityLakeError
+    from trinitylake.spark.runner import run_job as run
+
+    shown = " ".join(a for a in args if not a.startswith("/") and a not in ("--lakehouse", "--master", "local[*]"))
+    console.rule(f"[bold]tlake {job} {shown}")
+    t0 = time.time()
+    try:
+        result = run(job, parse_job_args(job, [*args, "--log-level", "WARNING"]))
+    except TrinityLakeError as e:
+        console.print(f"[red]{job} failed: {e}[/red]")
+        return 1
+    t = Table("measure", "value", title=f"{job}: {result.status} in {time.time() - t0:.1f} s (txn_seq {result.txn_seq})")
+    keys = ("versions", "versions_expired", "versions_retained", "listed", "reachable", "candidates", "too_young",
+            "deleted", "failed", "planned", "copied", "skipped", "verified", "node_reads", "unique_nodes")
+    for k in keys:
+        if k in result.counts:
+            t.add_row(f"files {k}" if k not in ("versions", "versions_expired", "versions_retained") else k.replace("_", " "),
+                      str(result.counts[k]))
+    for k in ("reachable", "candidates", "deleted", "copied"):
+        if k in result.bytes:
+            t.add_row(f"bytes {k}", f"{result.bytes[k]:,}")
+    t.add_row("seconds per phase", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    if result.plan_location:
+        t.add_row("plan", result.plan_location)
+    console.print(t)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,14 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     n_tables = sum(len(latest_view.list_tables(ns)) for ns in latest_view.list_namespaces())
     console.print(f"{lh.uri}: {versions} versions, {n_tables} tables at the latest version "
                   f"({time.time() - t0:.1f} s)")
-    planted = plant_orphans(lh_dir)
-    console.print(f"planted {len(planted)} orphan files (2 are 40 days old, 1 is new) and waited for the demo TTL")
+    planted = plant_orphans(lh_dir, young=False)
+    console.print(f"planted {len(planted)} orphan files 40 days old; waiting for the demo TTL to pass")
     time.sleep(max(0.0, (DEMO_TTL_MS + 3000) / 1000 - (time.time() - t0)) + 1.0)
     common = ["--lakehouse", str(lh_dir), "--master", a.master]
     rc = 0
     rc |= run_job("walk", common)
     rc |= run_job("expire", [*common, "--dry-run", "--clock-skew-margin", "1s"])
     rc |= run_job("expire", [*common, "--clock-skew-margin", "1s"])
+    young = plant_orphans(lh_dir, young=True)
+    console.print("planted 1 new orphan file just now: younger than the floor, it must survive")
+    planted += young
     rc |= run_job("orphans", common)
     rc |= run_job("export", [*common, "--name", "demo-full", "--target", str(export_dir)])
     console.rule("[bold]tlake show --limit 12")
@@ -141,9 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         rc |= int(e.code or 0)
     try:
-        from trinitylake.report import generate_report
-
         from trinitylake.lakehouse import Lakehouse
+        from trinitylake.report import generate_report
 
         out = base / "report.html"
         generate_report(Lakehouse.open(str(lh_dir)), str(out))
@@ -151,10 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError:
         pass
     still = [p.name for p in planted if p.exists()]
-    console.print(f"orphans still present after cleanup: {still} (only the young one should remain)")
-    console.print(f"demo finished in {time.time() - t0:.0f} s; lakehouse at {lh_dir}, export at {export_dir}")
+    console.print(f"planted orphans still present after cleanup: {still} (only the new one should remain)")
+    if still != [p.name for p in young]:
+        console.print("[red]orphan cleanup did not behave as expected[/red]")
+        rc |= 1
+    console.print(f"demo finished in {time.time() - t0:.0f} s; lakehouse at {lh_dir}, export at {export_dir}", soft_wrap=True)
     console.print(f"try: .venv/bin/tlake --lakehouse {lh_dir} versions | tail; "
-                  f".venv/bin/tlake --lakehouse {export_dir} namespace list")
+                  f".venv/bin/tlake --lakehouse {export_dir} namespace list", soft_wrap=True)
     return 1 if rc else 0
 
 

@@ -101,3 +101,51 @@ def test_tree_contents_after_rollback_and_reopen(make_lakehouse, tmp_path):
     assert "t04" not in fresh.view(version=22).list_tables("sales")
     assert fresh.view(version=22).describe_table("sales", "t03")["properties"] == {"i": "3", "a": "b"}
     assert fresh.view(version=23).list_tables("sales") == [f"t{i:02d}" for i in range(1, 21) if i not in (4, 5)]
+
+
+def test_java_single_root_lakehouse_is_read_and_extended(tmp_path):
+    """A lakehouse as the Java reference writes it (2-column root, no separator/padding/buffer,
+    Java-style definition names) opens, reads, and takes new commits in the spec layout."""
+    import io
+
+    from trinitylake.format import definitions as D
+    from trinitylake.lakehouse import Lakehouse
+
+    root = tmp_path / "java"
+    root.mkdir()
+    d = D.new_lakehouse_def(order=4, node_max_bytes=4096)
+    def_name = "_lakehouse_def_11111111-2222-4333-8444-555555555555.binpb"
+    (root / def_name).write_bytes(D.dumps(d))
+
+    def put(original: str, msg) -> str:
+        rel = oracle.hashed_path(original)
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(D.dumps(msg))
+        return rel
+
+    ns_path = put("ns1-6fcb514b-b878-4c9d-95b7-8dc3a7ce6fd8.binpb", D.NamespaceDef(id="n", properties={"from": "java"}))
+    t_path = put("ns1-t1-6fcb514b-b878-4c9d-95b7-8dc3a7ce6fd8.binpb", D.TableDef(id="t"))
+    rows = [("created_at_millis", "1700000000000"), ("lakehouse_def", def_name), ("n_keys", "2"),
+            (oracle.ns_key("ns1"), ns_path), (oracle.table_key("ns1", "t1"), t_path)]
+    table = pa.table({"key": [k for k, _ in rows], "value": [v for _, v in rows]},
+                     schema=pa.schema([("key", pa.utf8()), ("value", pa.utf8())]))
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    (root / oracle.root_name(0)).write_bytes(sink.getvalue())
+
+    lh = Lakehouse.open(str(root), audit=False)
+    assert lh.latest_version() == 0
+    v = lh.view()
+    assert v.list_namespaces() == ["ns1"]
+    assert v.list_tables("ns1") == ["t1"]
+    assert v.describe_namespace("ns1")["properties"] == {"from": "java"}
+    for i in range(6):
+        lh.create_table("ns1", f"x{i}")
+    lh.drop_table("ns1", "t1")
+    assert lh.view().list_tables("ns1") == [f"x{i}" for i in range(6)]
+    assert lh.view(version=0).list_tables("ns1") == ["t1"]
+    c = oracle.classify_tree(_files(str(root)))
+    assert not c["bad_hash"]
+    new_root = pa.ipc.open_file(str(root / oracle.root_name(7))).read_all()
+    assert new_root.column_names == ["key", "value", "pnode", "txn"]

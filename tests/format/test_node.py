@@ -198,3 +198,16 @@ def test_broken_layouts():
     bad[0]["key"] = "x"
     with pytest.raises(CorruptNodeError, match="system row"):
         deserialize(_rows_to_ipc(bad), 5, "y.arrow")
+
+
+def test_child_pointer_in_a_leaf_is_corrupt():
+    # Row 0 (leftmost child) NULL but a key row points to a child: reading it as a leaf would
+    # silently drop that subtree.
+    rows = _table(serialize(Node(keys=["a", "b"], values=["1", "2"], children=["c0", "c1", "c2"]), 4)).to_pylist()
+    sep = next(i for i, r in enumerate(rows) if r["key"] is None and r["value"] is None)
+    rows[sep]["pnode"] = None
+    with pytest.raises(CorruptNodeError, match="p.arrow.*child pointer"):
+        deserialize(_rows_to_ipc(rows), 4, "p.arrow")
+    rows[sep + 1]["pnode"] = None
+    rows[sep + 2]["pnode"] = None
+    assert deserialize(_rows_to_ipc(rows), 4, "p.arrow").is_leaf

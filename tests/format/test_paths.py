@@ -150,7 +150,7 @@ def test_lakehouse_def_name_and_ownership():
 @pytest.mark.parametrize(
     ("data", "want"),
     [(b"100", 100), (b"0", 0), (b" 7\n", 7), (b"", None), (b"abc", None), (b"-1", None), (b"1e3", None),
-     (b"\xff\xfe", None), (b"99999999999999999999999", None), (str((1 << 64)).encode(), None),
+     (b"\xff\xfe", None), (b"99999999999999999999999", None), (str(1 << 64).encode(), None),
      (str((1 << 64) - 1).encode(), (1 << 64) - 1)],
 )
 def test_parse_hint(data, want):

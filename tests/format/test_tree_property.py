@@ -83,3 +83,28 @@ def test_random_batches_match_dict_model(order, max_bytes, buffer_max, batches):
         node = deserialize(storage.read(info.path), order, info.path)
         assert len(node.keys) <= order - 1
         assert not node.children or len(node.children) == len(node.keys) + 1
+
+
+def test_prefix_end():
+    assert tree.prefix_end("C===ns  ") == "C===ns !"
+    assert tree.prefix_end("ab") == "ac"
+    assert tree.prefix_end("") is None
+    # Regression: a prefix ending in U+10FFFF made chr() raise ValueError (listing the tables of
+    # a namespace whose name fills its byte width and ends in that code point).
+    assert tree.prefix_end("ab\U0010ffff") == "ac"
+    assert tree.prefix_end("\U0010ffff\U0010ffff") is None
+    for p in ("ab\U0010ffff", "x", "C===\U0010fffe"):
+        end = tree.prefix_end(p)
+        assert end is None or all(p + s < end for s in ("", " ", "\U0010ffff" * 3))
+
+
+def test_listing_a_namespace_that_ends_in_the_largest_code_point():
+    from trinitylake.lakehouse import Lakehouse
+
+    lh = Lakehouse.create(f"memory://pe-{uuid.uuid4().hex}", namespace_max=4, table_max=4, audit=False)
+    for ns, t in (("\U0010ffff", "a"), ("\U0010fffe", "b")):
+        lh.create_namespace(ns)
+        lh.create_table(ns, t)
+    assert lh.view().list_tables("\U0010ffff") == ["a"]
+    assert lh.view().list_tables("\U0010fffe") == ["b"]
+    assert lh.view().list_namespaces() == ["\U0010fffe", "\U0010ffff"]

@@ -111,3 +111,52 @@ def test_same_table_lockstep_s3(s3_bucket, s3_storage_options):
     assert sum(len(r["committed"]) for r in results) == rounds
     assert sum(r["conflicts"] for r in results) == rounds * (procs - 1)
     _check_hot_table(lh, 2, results, rounds)
+
+
+def test_threads_share_one_lakehouse_object():
+    """Commits from threads over one Lakehouse (one shared NodeStore): each commit's unwritten
+    nodes are its own. Regression: the staging area was shared, so one thread's commit cleared
+    nodes another thread's commit was still restructuring (FileNotFoundError on a node-*.arrow)."""
+    import random
+    import sys
+    import threading
+    import uuid
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        lh = Lakehouse.create(f"memory://threads-{uuid.uuid4().hex}", order=3, node_max_bytes=1024, audit=False,
+                              properties={"tlake.buffer.max-messages": "1"})
+        lh.create_namespace("ns")
+        errors: list[BaseException] = []
+        expected: set[str] = set()
+        lock = threading.Lock()
+
+        def work(w: int) -> None:
+            rnd = random.Random(w)
+            live: list[str] = []
+            try:
+                for i in range(80):
+                    t = lh.begin()
+                    t.create_table("ns", f"w{w}_{i:03d}")
+                    live.append(f"w{w}_{i:03d}")
+                    for _ in range(rnd.randint(0, 2)):
+                        if len(live) > 3:
+                            t.drop_table("ns", live.pop(rnd.randrange(len(live))))
+                    t.commit()
+                with lock:
+                    expected.update(live)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
+    fresh = Lakehouse.open(lh.uri, audit=False)
+    assert fresh.latest_version() == 1 + 4 * 80
+    assert set(fresh.view().list_tables("ns")) == expected

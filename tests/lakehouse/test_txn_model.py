@@ -15,7 +15,6 @@ the transaction's own snapshot + its writes) and commit in random order. At each
 
 from __future__ import annotations
 
-import copy
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -293,7 +292,7 @@ class InterleavedTransactions(RuleBasedStateMachine):
             if m.isolation == "snapshot" and isinstance(outcome, type):
                 continue  # a failed op has no effect; under SNAPSHOT it may be decided on old reads
             again = MODEL_OPS[name](replay, *args)
-            if m.isolation == "serializable" or not (name in ("table_exists", "list_tables")):
+            if m.isolation == "serializable" or name not in ("table_exists", "list_tables"):
                 assert again == outcome, f"not serializable: {name}{args} gave {outcome}, serially {again}"
         assert apply(self.state, replay.writes) == apply(self.state, m.writes)
         self.changes.append(dict(m.writes))
@@ -397,4 +396,3 @@ InterleavedTransactions.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestInterleavedTransactions = InterleavedTransactions.TestCase
-_ = copy  # kept for interactive debugging of failing examples

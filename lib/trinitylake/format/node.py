@@ -189,6 +189,8 @@ def deserialize(data: bytes, order: int | None, where: str) -> Node:
             if pnodes[r] is None:
                 raise CorruptNodeError(f"node file {where}: internal node key {k!r} has no child pointer")
             children.append(pnodes[r])
+        elif pnodes[r] is not None:  # read as a leaf, this subtree would silently vanish
+            raise CorruptNodeError(f"node file {where}: key {k!r} has a child pointer but row 0 has none")
     node.children = children
     for r in range(end, n):
         if keys[r] is None or txns[r] is None:

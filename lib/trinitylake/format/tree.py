@@ -173,6 +173,8 @@ def scan_prefix(store: NodeStore, root: Node, prefix: str) -> list[tuple[str, st
 
 def prefix_end(prefix: str) -> str | None:
     """Smallest string greater than every string starting with `prefix`."""
+    # A trailing U+10FFFF (the largest code point) cannot be incremented: drop it and carry.
+    prefix = prefix.rstrip("\U0010ffff")
     if not prefix:
         return None
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
@@ -201,6 +203,7 @@ class TreeWriter:
         self.store = store
         self.p = params
         self.pending: dict[str, bytes] = {}
+        self.staged: dict[str, Node] = {}  # path -> node of `pending`, readable before it is written
         self.now_millis = int(time.time() * 1000)
 
     # -- public
@@ -237,11 +240,18 @@ class TreeWriter:
         path = new_node_path()
         node.system = {SYS_CREATED_AT: str(self.now_millis)}
         self.pending[path] = serialize(node, self.p.order)
-        self.store.staged[path] = node
+        self.staged[path] = node
         return path
 
+    def load(self, path: str) -> Node:
+        """A node of this commit (staged, not yet written) or of the base tree. The staging is
+        per writer: two commits running in threads over one NodeStore must not see, or clear,
+        each other's unwritten nodes."""
+        node = self.staged.get(path)
+        return node if node is not None else self.store.load(path)
+
     def _load_copy(self, path: str) -> Node:
-        return self.store.load(path).copy()
+        return self.load(path).copy()
 
     def _apply(self, node: Node, msgs: list[Message]) -> tuple[list[Node], list[tuple[str, str]]]:
         """Hand `msgs` (newer than everything in `node`'s subtree) down to `node`."""
@@ -305,15 +315,15 @@ class TreeWriter:
         """Delete a key held in an internal node's key table (B-tree style: replace it with
         its in-order predecessor or successor, then delete that one below)."""
         i = node.keys.index(m.key)
-        left = self.store.load(node.children[i])
-        pred = next(iter_items(self.store, left, reverse=True), None)
+        left = self.load(node.children[i])
+        pred = next(iter_items(self, left, reverse=True), None)
         if pred is not None:
             node.keys[i], node.values[i] = pred
             new_nodes, seps = self._apply(left.copy(), [Message(pred[0], None, m.txn)])
             self._replace_child(node, i, new_nodes, seps)
             return
-        right = self.store.load(node.children[i + 1])
-        succ = next(iter_items(self.store, right), None)
+        right = self.load(node.children[i + 1])
+        succ = next(iter_items(self, right), None)
         if succ is not None:
             node.keys[i], node.values[i] = succ
             new_nodes, seps = self._apply(right.copy(), [Message(succ[0], None, m.txn)])
