@@ -136,6 +136,9 @@ def test_txn_from_stdin(populated, lh_path):
     _fails(tl("txn", input="table list multi\n"), "only namespace/table create|drop|alter")
     _fails(tl("txn", input="namespace create x --bogus\n"), "line 1")
     _fails(tl("txn", input="rollback --to 1\n"))
+    # Regression: an unbalanced quote made shlex raise ValueError, printed as a traceback.
+    _fails(tl("txn", input="namespace create ok\nnamespace create \"abc\n"), "line 2", "No closing quotation")
+    assert _roots(lh_path) == before + 1
     # Empty input: nothing to commit, no version.
     assert "nothing to commit" in _ok(tl("txn", input="\n# only comments\n")).stdout
     # --isolation and --file

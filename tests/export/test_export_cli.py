@@ -74,6 +74,17 @@ def test_spark_submit_entry_point(spark, make_lakehouse, tmp_path, capsys):
     r = json.loads(out.strip().splitlines()[-1])
     assert r["job"] == "export" and r["status"] == "succeeded" and r["details"]["mode"] == "partial"
     assert "nightly" in lh.definition().exported_snapshots
-    # The run and the export's commit are in the control table.
+    # The run (begin and completed rows, with the result's metrics) and the export's commit
+    # (a child of the run) are in the control table.
+    from trinitylake.control import ControlTable
+
+    rows = [r for r in ControlTable(lh.uri + "/_control").records() if r.command == "export"]
+    kinds = sorted(r.record_type for r in rows)
+    assert kinds == ["begin", "committed", "completed"], kinds
+    done = next(r for r in rows if r.record_type == "completed")
+    assert done.metrics["files_planned"] >= 2 and "seconds_copy" in done.metrics
+    committed = next(r for r in rows if r.record_type == "committed")
+    assert committed.parent_seq == done.txn_seq and committed.version_after == r["version_after"]
+    # A name clash is a TrinityLake error: exit code 1.
     assert main("export", ["--lakehouse", lh.uri, "--name", "nightly", "--target", str(tmp_path / "y")],
                 spark=spark) == 1

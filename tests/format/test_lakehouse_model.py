@@ -11,7 +11,7 @@ import copy
 import os
 import uuid
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -176,12 +176,17 @@ class LakehouseMachine(RuleBasedStateMachine):
 
     def teardown(self):
         fresh = Lakehouse.open(self.uri, audit=False)
+        depth, node = 1, fresh.load_root(fresh.latest_version()).node
+        store = fresh.node_store(fresh.storage)
+        while node.children:
+            depth, node = depth + 1, store.load(node.children[0])
+        event(f"final tree depth {depth}")
         for v, snap in enumerate(self.history):
             assert read_state(fresh, v) == snap, f"version {v}"
         fresh.storage.fs.rm(fresh.storage._parsed.fs_path, recursive=True)
 
 
 LakehouseMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("HYP_N", 12)), stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=int(os.environ.get("HYP_N", 20)), stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestLakehouseModel = LakehouseMachine.TestCase

@@ -8,6 +8,7 @@ directions, bounded scans and prefix scans. Every older root must still read as 
 
 from __future__ import annotations
 
+import os
 import uuid
 
 from hypothesis import HealthCheck, given, settings
@@ -40,7 +41,7 @@ def _check(store: tree.NodeStore, root: Node, model: dict[str, str]) -> None:
         assert tree.scan_prefix(store, root, p) == [(k, v) for k, v in want if k.startswith(p)]
 
 
-@settings(max_examples=int(__import__("os").environ.get("HYP_N", 40)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("HYP_N", 40)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     order=st.integers(3, 8),
     max_bytes=st.sampled_from([1024, 1400, 2048, 4096]),

@@ -90,3 +90,29 @@ def write_minimal_export(lh, version: int, target_uri: str, name: str, pin: bool
     txn.mutate_definition(record, f"export {name}")
     txn.commit()
     return loc
+
+
+def library_reads(lh) -> tuple[set[str], set[str]]:
+    """An independent oracle: the root and node files the library's own tree code loads when
+    it reads every version in full, and the definitions those versions resolve to."""
+    from trinitylake.lakehouse.view import LakehouseView
+
+    store = lh.node_store(lh.storage)
+    loaded: set[str] = set()
+    orig = store.load
+
+    def load(path):
+        loaded.add(path)
+        return orig(path)
+
+    store.load = load
+    defs: set[str] = set()
+    try:
+        for v in [x["version"] for x in lh.versions()]:
+            ref = lh.load_root(v)
+            loaded.add(root_name(v))
+            defs.add(ref.def_path)
+            defs.update(p for _, p in LakehouseView(lh, ref).all_items())
+    finally:
+        store.load = orig
+    return loaded, defs

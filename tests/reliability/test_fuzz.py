@@ -398,7 +398,7 @@ def test_lakehouse_with_a_corrupt_file(ledger, scale, small_lakehouse_bytes) -> 
         try:
             outcome, _ = typed(read_everything, TrinityLakeError)
         finally:
-            st_.delete([p for p in small_lakehouse_bytes])
+            st_.delete(list(small_lakehouse_bytes))
         return f"{victim.rsplit('-', 1)[0][:14]}:{outcome}"
 
     fuzz(ledger, scale, "lakehouse with one corrupt file", st.tuples(st.integers(0, 1 << 16), MUTATION), check)

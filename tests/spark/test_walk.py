@@ -8,7 +8,7 @@ import os
 import pytest
 from chispa import assert_df_equality
 
-from tests.maintenance.helpers import build_history, write_minimal_export
+from tests.maintenance.helpers import build_history, library_reads, write_minimal_export
 from tests.spark.conftest import owned_files
 from trinitylake.control import ControlTable
 from trinitylake.errors import CorruptNodeError
@@ -56,8 +56,12 @@ def test_distributed_walk_equals_the_reference_walk(spark, walked_lakehouse):
         # The source files of the minimal export are reachable; the export's root is outside.
         roots = {r["path"] for r in df.filter("kind = 'root'").collect()}
         assert inp.export_roots["e1"] in roots
-        # Nothing has expired: every format-owned file of the lakehouse is reachable.
-        assert {r["path"] for r in df.filter("path not like '%://%'").select("path").collect()} == owned_files(lh.storage)
+        # Nothing has expired: the walk reaches exactly what the library itself reads.
+        inside = {r["path"] for r in df.filter("path not like '%://%'").select("path").collect()}
+        assert inside <= owned_files(lh.storage)
+        nodes, defs = library_reads(lh)
+        assert {r["path"] for r in df.filter("kind in ('node', 'root')").collect()} - {inp.export_roots["e1"]} == nodes
+        assert defs <= inside
     finally:
         df.unpersist()
 
@@ -74,7 +78,7 @@ def test_walk_job_writes_the_listing_summary_and_audit_rows(spark, walked_lakeho
     assert listing.count() == result["counts"]["reachable"]
     assert sorted(listing.columns) == ["depth", "first_version", "kind", "path", "size"]
     assert result["output_location"].endswith("/_maintenance/walk/walk-test-1")
-    summary = json.loads(lh.storage.read("_maintenance/walk/walk-test-1/summary.json"))
+    summary = json.loads(lh.storage.read("_maintenance/walk/walk-test-1/_summary.json"))
     assert summary["stats"]["read_ratio"] == 1.0 and summary["exports"]
     rows = [r for r in ControlTable(uri + "/_control").records() if r.txn_id == "walk-test-1"]
     assert [r.record_type for r in rows] == ["begin", "read"]

@@ -407,15 +407,12 @@ def verify_file(storage: Storage, path: str, size: int, md5: str, checksum: bool
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
         if _MD5_RE.match(etag) and etag == md5:
             return OK
-    else:
+    elif not checksum:
         try:
-            if storage.info(path).size != size:
-                return MISMATCH
+            return OK if storage.info(path).size == size else MISMATCH
         except FileNotFoundError:
             return MISSING
-        if not checksum:
-            return OK
-    try:
+    try:  # one read gives both the size and the checksum (cheaper than a stat, then a read)
         data = storage.read(path)
     except FileNotFoundError:
         return MISSING

@@ -328,7 +328,7 @@ def run_walk(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResu
                    "versions": inp.retained_versions, "exports": inp.export_roots,
                    "pinned_versions": inp.pinned_versions, "stats": st.to_dict()}
         plan_storage = lakehouse.storage
-        result.plan_location = write_json(plan_storage, f"{run_dir('walk', result.run_id)}/summary.json", summary)
+        result.plan_location = write_json(plan_storage, f"{run_dir('walk', result.run_id)}/_summary.json", summary)
     finally:
         df.unpersist()
     log.info("walk %s: %d reachable files (%s), %d bytes; listing at %s", result.run_id, st.total_files,

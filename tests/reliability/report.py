@@ -1,0 +1,205 @@
+"""Render RELIABILITY.md from the figures the reliability suite wrote.
+
+    python -m tests.reliability.report            # writes RELIABILITY.md at the repository root
+    python -m tests.reliability.report --check    # exit 1 when RELIABILITY.md is out of date
+
+Inputs: ``tests/reliability/results-full.json`` (required: the figures RELIABILITY.md reports)
+and ``tests/reliability/results-ci.json`` (optional: the CI-sized run, shown beside them). Both
+are written by the suite's session-finish hook after a complete, passing run:
+
+    TLAKE_RELIABILITY_SCALE=full .venv/bin/python -m pytest -q tests/reliability
+    .venv/bin/python -m pytest -q tests/reliability
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OUTPUT = os.path.join(ROOT, "RELIABILITY.md")
+CATEGORIES = ("crash", "faults", "stress", "fuzz", "security")
+
+WHAT = {
+    "crash": "Writer processes SIGKILLed during commits: at each named point of a commit (`TLAKE_TEST_CRASH_AT`: "
+             "before_nodes, before_root, after_root, after_hint) and after random delays (local files and S3). After "
+             "every kill every version reads and walks, versions are contiguous, each version holds exactly its "
+             "commit's change, every acknowledged commit is present, and the next writer succeeds.",
+    "faults": "Storage faults injected below the storage's retries into every operation: connection resets, timeouts, "
+              "EIO and S3 503 SlowDown (some after the operation took effect: the ambiguous outcome), and permanent "
+              "AccessDenied/ENOSPC; into commits (local and S3) and into the Spark walk, expire, orphans and export "
+              "jobs on the driver and the executors. Transient faults: every commit and job succeeds exactly once. "
+              "Permanent faults: a typed error, nothing half-visible, a clean re-run.",
+    "stress": "Concurrent writer processes (with conflicts and light transient faults) while the Spark expire and "
+              "orphans jobs run in turn. After every job: no file a retained version reaches is missing, versions "
+              "are contiguous, acknowledged commits are present; at the end exactly one version per commit.",
+    "fuzz": "Hypothesis on the node-file reader (random bytes, mutated valid files, wrong schemas, random layouts), "
+            "key decoding, names, the hint file, root names/URIs/pointers, protobuf definitions and whole "
+            "lakehouses with one corrupt file: only correct results or typed errors.",
+    "security": "Names with traversal/separators/URIs/control characters/NUL/surrogates (API and CLI), URIs with "
+                "'..', pointers and planted files (absolute, '..', symlinks, foreign files) that lead outside the "
+                "root, export targets overlapping the source: refused, and nothing outside the root is touched.",
+}
+
+# What the suite found in the library, and the fix (kept with the figures it produced).
+FINDINGS = [
+    ("fuzz", "A corrupt node file with out-of-range offsets crashed the reader with a segfault (pyarrow converts "
+             "IPC buffers without bounds checks).",
+     "`format/node.py` `deserialize`: full Arrow validation before conversion; any pyarrow error is a "
+     "CorruptNodeError."),
+    ("fuzz", "A node file with a duplicated column name raised KeyError.",
+     "`deserialize` refuses duplicate columns (CorruptNodeError)."),
+    ("fuzz", "Names and keys with lone surrogates (undecodable command-line bytes) raised UnicodeEncodeError.",
+     "`format/keys.py` `validate_name` and `KeyCodec.decode` raise InvalidNameError / ValidationError."),
+    ("fuzz", "`KeyCodec.decode` returned names with control characters from malformed keys.",
+     "`_unpad` refuses names with control characters or DEL (ValidationError)."),
+    ("fuzz", "`parse_uri('a://..')` accepted '..' as a bucket/authority.",
+     "`storage/uri.py` `parse_uri` refuses '.' and '..' authorities (InvalidURIError)."),
+    ("faults", "Storage had no retries: one transient error (connection reset, timeout, EIO, S3 503 SlowDown) failed "
+               "a commit or a job, and permanent errors surfaced as raw OSError/botocore errors.",
+     "`storage/storage.py`: bounded retries with jittered backoff for transient errors; other I/O errors become "
+     "StorageError (StoragePermissionError for 403/EACCES), both OSErrors with the original errno."),
+    ("faults", "An exclusive create whose success was hidden by an error would be reported as a lost race.",
+     "`Storage.create_exclusive` retries, and a retry that finds exactly our bytes counts as our success."),
+]
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = os.path.join(HERE, f"results-{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _n(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def _cat(doc: dict[str, Any], cat: str) -> dict[str, Any]:
+    return doc.get("categories", {}).get(cat, {"trials": 0, "faults": 0, "inputs": 0, "data_lost": 0, "seconds": 0,
+                                                  "tests": 0})
+
+
+def render(full: dict[str, Any], ci: dict[str, Any] | None) -> str:
+    t = full["total"]
+    lines = [
+        "# Reliability",
+        "",
+        "<!-- Generated by `python -m tests.reliability.report` from tests/reliability/results-full.json"
+        + (" and results-ci.json" if ci else "") + "; do not edit by hand. -->",
+        "",
+        f"At full scale the reliability suite ran **{_n(t['trials'])} trials**, injected **{_n(t['faults'])} faults**"
+        f" and fuzzed **{_n(t['inputs'])} inputs**. **Data lost: {_n(t['data_lost'])}.**",
+        "",
+        "Data lost counts every acknowledged commit that went missing or changed, every version that stopped "
+        "reading, every file a retained version references that was deleted, and every file outside the "
+        "lakehouse root that was touched. The suite fails when it is not 0.",
+        "",
+        "## Figures",
+        "",
+    ]
+    header = "| category | trials | faults injected | inputs fuzzed | data lost | seconds |"
+    sep = "|---|---:|---:|---:|---:|---:|"
+    for label, doc in (("full", full), ("ci", ci)):
+        if doc is None:
+            continue
+        lines += [f"**{label} scale** ({doc['generated_at']}, {doc['machine']['cpus']} CPUs, wall "
+                  f"{doc['wall_seconds']} s, {doc['outcomes'].get('passed', 0)} tests passed)", "", header, sep]
+        for cat in CATEGORIES:
+            c = _cat(doc, cat)
+            lines.append(f"| {cat} | {_n(c['trials'])} | {_n(c['faults'])} | {_n(c['inputs'])} | {_n(c['data_lost'])} "
+                         f"| {c['seconds']} |")
+        tt = doc["total"]
+        lines += [f"| **total** | **{_n(tt['trials'])}** | **{_n(tt['faults'])}** | **{_n(tt['inputs'])}** | "
+                  f"**{_n(tt['data_lost'])}** | |", ""]
+    lines += ["## What each category checks", ""]
+    for cat in CATEGORIES:
+        lines.append(f"- **{cat}**: {WHAT[cat]}")
+    lines += ["", "## Tests (full scale)", "", "| category | test | trials | faults | inputs | data lost | seconds |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for e in sorted(full["tests"], key=lambda e: (CATEGORIES.index(e["category"]), e["test"])):
+        lines.append(f"| {e['category']} | {e['test']} | {_n(e['trials'])} | {_n(e['faults'])} | {_n(e['inputs'])} | "
+                     f"{_n(e['data_lost'])} | {e['seconds']} |")
+    lines += ["", "Scale parameters (full): " + ", ".join(f"`{k}={v}`" for k, v in full["scale_parameters"].items()
+                                                          if k != "name"), ""]
+    notes = _notes(full)
+    if notes:
+        lines += ["## Notable details (full scale)", ""] + [f"- {n}" for n in notes] + [""]
+    lines += ["## Defects the suite found (fixed)", "", "| found by | defect | fix |", "|---|---|---|"]
+    for cat, defect, fix in FINDINGS:
+        lines.append(f"| {cat} | {defect} | {fix} |")
+    lines += [
+        "",
+        "## Running it",
+        "",
+        "```",
+        "make test                                        # includes the CI-sized suite",
+        ".venv/bin/python -m pytest -q tests/reliability  # CI size (TLAKE_RELIABILITY_SCALE=ci)",
+        "TLAKE_RELIABILITY_SCALE=full .venv/bin/python -m pytest -q tests/reliability",
+        ".venv/bin/python -m tests.reliability.report     # re-render this file",
+        "```",
+        "",
+        "Faults are injected by `trinitylake.storage.faults` (tests and benchmarks only) through `Storage._io`, the "
+        "storage's single I/O seam, or in Spark executors through `TLAKE_TEST_FAULTS` (a spec file re-read on "
+        "change). Crash points are `TLAKE_TEST_CRASH_AT` in the commit path.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _notes(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for e in doc["tests"]:
+        d = e.get("details", {})
+        if e["category"] == "crash" and "killed" in d:
+            out.append(f"{e['test']}: {d['killed']} writers killed, {d.get('acked', 0)} commits acknowledged before "
+                       f"the kill, {d.get('durable_unacked', 0)} killed commits durable but unacknowledged (allowed: "
+                       f"killed after their root was created), {d.get('versions_checked', 0)} versions checked.")
+        if e["category"] == "faults" and "ambiguous" in d:
+            out.append(f"{e['test']}: {e['trials']} commits, {e['faults']} faults, of which {d['ambiguous']} raised "
+                       "after the operation took effect; 0 commits failed, none committed twice.")
+        if e["category"] == "stress":
+            runs = d.get("job_runs", [])
+            out.append(f"{e['test']}: {len(runs)} job runs ({sum(r['writers_alive'] > 0 for r in runs)} while writers "
+                       f"ran), {sum(r.get('deleted') or 0 for r in runs)} files deleted, "
+                       f"{d.get('reachable_deleted', 0)} of them reachable; {d.get('versions')} versions, "
+                       f"{d.get('expire_commits')} expire commits, {d.get('acked_expired')} acknowledged versions "
+                       f"expired by policy (oldest retained {d.get('oldest_retained')}, latest {d.get('latest')}).")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when RELIABILITY.md differs from a fresh render")
+    ap.add_argument("--output", default=OUTPUT)
+    args = ap.parse_args(argv)
+    full = load("full")
+    if full is None:
+        print("no tests/reliability/results-full.json: run the suite at full scale first", file=sys.stderr)
+        return 2
+    if full["total"]["data_lost"] or full["outcomes"].get("failed"):
+        print("the full-scale results report lost data or failures; refusing to render", file=sys.stderr)
+        return 1
+    text = render(full, load("ci"))
+    if args.check:
+        try:
+            with open(args.output) as f:
+                same = f.read() == text
+        except FileNotFoundError:
+            same = False
+        if not same:
+            print(f"{args.output} is out of date; run python -m tests.reliability.report", file=sys.stderr)
+        return 0 if same else 1
+    with open(args.output, "w") as f:
+        f.write(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
