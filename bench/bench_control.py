@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 "(ControlTable.compact) checkpoints it."
             ],
             seconds=time.perf_counter() - t_all,
+            module="control",
         )
         t_show = time.perf_counter()
         rows_s, per_version = show_end_to_end(audited_uri)
@@ -347,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         notes=notes,
         seconds=time.perf_counter() - t_show,
+        module="control",
     )
     return 0
 

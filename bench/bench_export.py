@@ -39,8 +39,9 @@ def _extra(p) -> None:
 
 
 def _file_set(target: Path) -> list[Path]:
-    return sorted(p.relative_to(target) for p in target.rglob("*")
-                  if p.is_file() and p.relative_to(target).parts[0] != "_export")
+    return sorted(
+        p.relative_to(target) for p in target.rglob("*") if p.is_file() and p.relative_to(target).parts[0] != "_export"
+    )
 
 
 def _cp_r(target: Path, dest: Path) -> float:
@@ -71,15 +72,22 @@ def _export(spark, lh, target: str, name: str, batch: int) -> Any:
     from trinitylake.maintenance.results import JobResult
     from trinitylake.spark.export import run_export
 
-    cfg = load_job_config("export", overrides={"lakehouse": lh.uri, "name": name, "target": target,
-                                               "batch_size": batch}, env={})
+    cfg = load_job_config(
+        "export", overrides={"lakehouse": lh.uri, "name": name, "target": target, "batch_size": batch}, env={}
+    )
     return run_export(spark, lh, cfg, JobResult("export", cfg.run_id, lh.uri))
 
 
 def _row(method: str, files: int, nbytes: int, seconds: float, **extra: Any) -> dict[str, Any]:
-    return {"method": method, "files": files, "bytes": nbytes, "seconds": round(seconds, 3),
-            "mb_per_s": round(nbytes / seconds / 1e6, 3) if seconds else None,
-            "files_per_s": round(files / seconds, 1) if seconds else None, **extra}
+    return {
+        "method": method,
+        "files": files,
+        "bytes": nbytes,
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(nbytes / seconds / 1e6, 3) if seconds else None,
+        "files_per_s": round(files / seconds, 1) if seconds else None,
+        **extra,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,8 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         files = _file_set(target)
         nbytes = sum((target / f).stat().st_size for f in files)
         assert r.counts["planned"] == len(files) - 1, (r.counts, len(files))  # the hint is not planned
-        rows = [_row("tlake export, full (Spark)", len(files), nbytes, r.seconds["total"],
-                     plan_s=r.seconds.get("plan"), copy_s=r.seconds.get("copy"), commit_s=r.seconds.get("commit"))]
+        rows = [
+            _row(
+                "tlake export, full (Spark)",
+                len(files),
+                nbytes,
+                r.seconds["total"],
+                plan_s=r.seconds.get("plan"),
+                copy_s=r.seconds.get("copy"),
+                commit_s=r.seconds.get("commit"),
+            )
+        ]
 
         cp_s = _cp_r(target, d / "cp")
         rows.append(_row("cp -r (same files)", len(files), nbytes, cp_s))
@@ -130,15 +147,33 @@ def main(argv: list[str] | None = None) -> int:
             txn.alter_table("ns000", t, set_properties={"bench": "incremental"})
         txn.commit()
         r2 = _export(spark, lh, str(target), "full2", args.batch_size)
-        rows.append(_row("tlake export, incremental (+1% tables, same target)", r2.counts["planned"],
-                         r2.bytes["planned"], r2.seconds["total"], copied=r2.counts["copied"],
-                         skipped=r2.counts["skipped"], plan_s=r2.seconds.get("plan"), copy_s=r2.seconds.get("copy"),
-                         commit_s=r2.seconds.get("commit")))
+        rows.append(
+            _row(
+                "tlake export, incremental (+1% tables, same target)",
+                r2.counts["planned"],
+                r2.bytes["planned"],
+                r2.seconds["total"],
+                copied=r2.counts["copied"],
+                skipped=r2.counts["skipped"],
+                plan_s=r2.seconds.get("plan"),
+                copy_s=r2.seconds.get("copy"),
+                commit_s=r2.seconds.get("commit"),
+            )
+        )
         r3 = _export(spark, lh, str(target), "full2", args.batch_size)
-        rows.append(_row("tlake export, re-run of a finished export (verify only)", r3.counts["planned"],
-                         r3.bytes["planned"], r3.seconds["total"], copied=r3.counts["copied"],
-                         skipped=r3.counts["skipped"], plan_s=r3.seconds.get("plan"), copy_s=r3.seconds.get("copy"),
-                         commit_s=r3.seconds.get("commit")))
+        rows.append(
+            _row(
+                "tlake export, re-run of a finished export (verify only)",
+                r3.counts["planned"],
+                r3.bytes["planned"],
+                r3.seconds["total"],
+                copied=r3.counts["copied"],
+                skipped=r3.counts["skipped"],
+                plan_s=r3.seconds.get("plan"),
+                copy_s=r3.seconds.get("copy"),
+                commit_s=r3.seconds.get("commit"),
+            )
+        )
         spark.stop()
         shutil.rmtree(d / "cp", ignore_errors=True)
         shutil.rmtree(d / "py", ignore_errors=True)
@@ -156,13 +191,30 @@ def main(argv: list[str] | None = None) -> int:
         ratios,
         scale=args.scale,
         description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None,
-        params={"tables": tables, "version": v1, "master": args.master, "batch_size": args.batch_size,
-                "generate_seconds": round(t_gen.seconds, 1), "spark_session_seconds": round(t_session.seconds, 1),
-                "tree_height": summary.get("height") or summary.get("tree_height"),
-                "load_average_before": [round(x, 2) for x in load_before],
-                "load_average_after": [round(x, 2) for x in os.getloadavg()]},
-        columns=["method", "files", "bytes", "seconds", "mb_per_s", "files_per_s", "copied", "skipped", "plan_s",
-                 "copy_s", "commit_s"],
+        params={
+            "tables": tables,
+            "version": v1,
+            "master": args.master,
+            "batch_size": args.batch_size,
+            "generate_seconds": round(t_gen.seconds, 1),
+            "spark_session_seconds": round(t_session.seconds, 1),
+            "tree_height": summary.get("height") or summary.get("tree_height"),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        columns=[
+            "method",
+            "files",
+            "bytes",
+            "seconds",
+            "mb_per_s",
+            "files_per_s",
+            "copied",
+            "skipped",
+            "plan_s",
+            "copy_s",
+            "commit_s",
+        ],
         notes=[
             "The export reads every source file twice (planning computes the MD5 of the bytes it will write; the "
             "copy re-reads, checks them against the plan and verifies the written file) and pays Spark task "

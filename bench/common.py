@@ -15,7 +15,9 @@ Result schema (``bench/results/<name>.json``)
 - ``name`` (str): short id, also the file stem; e.g. ``"format"``.
 - ``title`` (str): heading in BENCHMARKS.md; e.g. ``"Format core: bytes and files per commit"``.
 - ``description`` (str, optional): one paragraph of what was measured and how (Markdown).
-- ``scale`` (str): ``"small"`` or ``"large"``.
+- ``scale`` (str): ``"small"`` or ``"large"``. A large-scale result is stored as
+  ``<name>_large`` (its own file and section), next to the small one.
+- ``module`` (str, added): the ``bench_<module>.py`` that wrote it.
 - ``params`` (dict, optional): the knobs of the run (tables, commits, seeds, ...).
 - ``rows`` (list of flat dicts): the table. Values are numbers, strings, bools or None; every
   row should have the same keys. ``columns`` (list of str, optional): the columns BENCHMARKS.md
@@ -364,12 +366,22 @@ def write_result(
     notes: list[str] | None = None,
     plot: dict[str, Any] | list[dict[str, Any]] | None = None,
     seconds: float | None = None,
+    module: str | None = None,
 ) -> Path:
-    """Write ``bench/results/<name>.json`` in the schema of this module's docstring."""
+    """Write ``bench/results/<name>.json`` in the schema of this module's docstring.
+
+    Results of a non-default scale go to ``<name>_<scale>.json`` (name and title say so), so
+    that ``make bench`` and ``make bench-large`` results sit side by side in BENCHMARKS.md.
+    `module` is the ``bench_<module>.py`` that produced it (default: `name`).
+    """
     if not re.fullmatch(r"[a-z0-9_]+", name):
         raise ValueError(f"benchmark name must be [a-z0-9_]+, got {name!r}")
+    module = module or name
+    if scale != SCALES[0]:
+        name, title = f"{name}_{scale}", f"{title} ({scale} scale)"
     doc: dict[str, Any] = {
         "name": name,
+        "module": module,
         "title": title,
         "description": description,
         "scale": scale,

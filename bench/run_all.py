@@ -202,7 +202,7 @@ def render_markdown(docs: list[dict[str, Any]], plots: dict[str, list[Path]]) ->
         m = d.get("machine") or {}
         lines += [f"## {d.get('title', d['name'])}", ""]
         facts = [
-            f"`bench/bench_{d['name']}.py`",
+            f"`bench/bench_{d.get('module') or d['name']}.py`",
             f"scale {d.get('scale', '?')}",
             f"{m.get('cpu_count', '?')} CPUs",
             f"Python {m.get('python', '?')}",

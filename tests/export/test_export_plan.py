@@ -20,7 +20,8 @@ def _spec(mode: str, depth: int | None = None, source: str = "file:///src", targ
 
 def _node() -> Node:
     return Node(
-        system={K.SYS_CREATED_AT: "1", K.SYS_LAKEHOUSE_DEF: "_lakehouse_def_x.binpb", K.SYS_PREVIOUS_ROOT: root_name(6)},
+        system={K.SYS_CREATED_AT: "1", K.SYS_LAKEHOUSE_DEF: "_lakehouse_def_x.binpb", K.SYS_PREVIOUS_ROOT: root_name(6),
+                K.SYS_TXN_ID: "t1", K.SYS_TXN_SEQ: "12"},
         keys=["B===a", "B===b"],
         values=["0000/0000/0000/00000001-a.binpb", "0000/0000/0000/00000002-b.binpb"],
         children=["0000/0000/0000/00000003-node-1.arrow", "0000/0000/0000/00000004-node-2.arrow",
@@ -41,6 +42,7 @@ def test_root_pointers_by_mode(mode, depth, children_copied, odfs_copied):
 
     assert changed  # the root always loses previous_root
     assert K.SYS_PREVIOUS_ROOT not in out.system and out.system[K.SYS_LAKEHOUSE_DEF] == "_lakehouse_def_x.binpb"
+    assert K.SYS_TXN_SEQ not in out.system and out.system[K.SYS_TXN_ID] == "t1"  # not the source control table's numbering
     if children_copied:
         assert out.children == node.children and refs.children == node.children
     else:

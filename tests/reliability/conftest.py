@@ -4,9 +4,12 @@ Scale: ``--reliability-scale=ci|full`` or ``TLAKE_RELIABILITY_SCALE`` (default `
 CI: a few minutes on 2 cores). ``full`` is the scale whose figures RELIABILITY.md reports.
 
 Every test adds its figures (trials, faults injected, inputs fuzzed, data lost, ...) to the
-session's ledger (the ``ledger`` fixture). When a run covered every category and nothing
-failed, the session writes them to ``tests/reliability/results-<scale>.json``;
-``python -m tests.reliability.report`` renders RELIABILITY.md from those files.
+session's ledger (the ``ledger`` fixture); at the end of the session they are written to
+``.pytest_cache/reliability/results-<scale>.json``. A run that covered every category without
+a failure is also *recorded* as ``tests/reliability/results-<scale>.json`` (the files
+RELIABILITY.md is rendered from by ``python -m tests.reliability.report``) when its scale is
+``full`` or when ``--reliability-record`` / ``TLAKE_RELIABILITY_RECORD=1`` asks for it, so that
+ordinary CI runs leave the working tree clean.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("reliability")
     group.addoption("--reliability-scale", choices=sorted(SCALES), default=None,
                     help="size of the reliability suite: ci (default) or full (TLAKE_RELIABILITY_SCALE)")
+    group.addoption("--reliability-record", action="store_true", default=False,
+                    help="record a complete run's figures in tests/reliability/results-<scale>.json "
+                         "(always at full scale; TLAKE_RELIABILITY_RECORD=1)")
 
 
 def _scale_name(config: pytest.Config) -> str:
@@ -134,15 +140,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "tests": _LEDGER.entries,
     }
     complete = ran >= set(CATEGORIES) and _OUTCOMES.get("failed", 0) == 0
-    target = os.environ.get("TLAKE_RELIABILITY_RESULTS") or os.path.join(HERE, f"results-{name}.json")
-    if not complete:
-        target = os.path.join(str(session.config.rootpath), ".pytest_cache", f"reliability-results-{name}-partial.json")
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target, "w") as f:
-        json.dump(doc, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
+    doc["complete"] = complete
+    targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-{name}.json")]
+    record = (session.config.getoption("--reliability-record", default=False)
+              or os.environ.get("TLAKE_RELIABILITY_RECORD") == "1" or name == "full")
+    if complete and record:
+        targets.append(os.path.join(HERE, f"results-{name}.json"))
+    for target in targets:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
         t = doc["total"]
-        tr.write_line(f"reliability ({name}): {t['trials']} trials, {t['faults']} faults injected, {t['inputs']} inputs "
-                      f"fuzzed, {t['data_lost']} data lost -> {os.path.relpath(target)}")
+        tr.write_line(f"reliability ({name}{'' if complete else ', partial'}): {t['trials']} trials, {t['faults']} "
+                      f"faults injected, {t['inputs']} inputs fuzzed, {t['data_lost']} data lost -> "
+                      f"{os.path.relpath(targets[-1])}")

@@ -100,11 +100,15 @@ def test_a_corrupt_node_fails_the_walk_clearly(spark, make_lakehouse):
     assert not os.path.exists(lh.storage.root[len("file://"):] + "/_maintenance/walk/walk-corrupt")
 
 
-def test_walk_output_on_an_object_store_is_written_by_executors(spark, walked_lakehouse, tmp_path):
+@pytest.mark.s3
+def test_listings_on_an_object_store_are_written_by_executors(spark, s3_bucket, s3_storage_options):
     from trinitylake.spark.output import write_parquet
 
-    df = spark.createDataFrame([("a", "node", 1, 0, 3), ("b", "root", 2, 1, 4)], OUTPUT_DDL)
-    uri = "memory://walk-output-test/listing"
-    write_parquet(df, uri, rows=2)
-    table = read_parquet_table(uri)
-    assert sorted(table.column("path").to_pylist()) == ["a", "b"]
+    df = spark.createDataFrame([(f"p{i}", "node", i, 1, 3) for i in range(50)], OUTPUT_DDL).repartition(3)
+    uri = f"{s3_bucket}/out/listing"
+    assert write_parquet(df, uri, s3_storage_options, rows=50) == uri
+    table = read_parquet_table(uri, s3_storage_options)
+    assert sorted(table.column("path").to_pylist()) == sorted(f"p{i}" for i in range(50))
+    # A re-run replaces the listing instead of adding to it.
+    write_parquet(df.limit(5), uri, s3_storage_options, rows=5)
+    assert read_parquet_table(uri, s3_storage_options).num_rows == 5

@@ -64,6 +64,16 @@ class Node:
     def is_leaf(self) -> bool:
         return not self.children
 
+    def buffer_index(self) -> dict[str, str | None]:
+        """Newest message per key. Cached: only call on nodes that are no longer mutated
+        (loaded from a file); a large root buffer would otherwise be scanned per lookup."""
+        idx = self.__dict__.get("_buffer_index")
+        if idx is None or self.__dict__.get("_buffer_index_len") != len(self.buffer):
+            idx = {m.key: m.value for m in self.buffer}
+            self.__dict__["_buffer_index"] = idx
+            self.__dict__["_buffer_index_len"] = len(self.buffer)
+        return idx
+
     def copy(self) -> Node:
         return Node(dict(self.system), list(self.keys), list(self.values), list(self.children), list(self.buffer))
 

@@ -97,9 +97,14 @@ def get(store: NodeStore, root: Node, key: str) -> str | None:
     """Value of `key` in the tree under `root`, or None."""
     node = root
     while True:
-        for m in reversed(node.buffer):
-            if m.key == key:
-                return m.value
+        if len(node.buffer) > 16:
+            idx = node.buffer_index()
+            if key in idx:
+                return idx[key]
+        else:
+            for m in reversed(node.buffer):
+                if m.key == key:
+                    return m.value
         i = bisect.bisect_left(node.keys, key)
         if i < len(node.keys) and node.keys[i] == key:
             return node.values[i]

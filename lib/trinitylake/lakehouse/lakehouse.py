@@ -207,7 +207,7 @@ class Lakehouse:
                 f" and the latest is {latest}"
             ) from None
         ref = self._root_from_bytes(version, path, data, self.storage)
-        if len(self._roots) > 4096:
+        if len(self._roots) > 256:  # bounded: a single-node root can be large
             self._roots.clear()
         self._roots[version] = ref
         return ref
@@ -479,7 +479,7 @@ class Lakehouse:
             store.staged.clear()
         self._write_hint(latest + 1)
         self.auditor.committed(seq, txn_id, "rollback", {"to": to}, started, latest, latest + 1,
-                               self._safe_changes(latest + 1), attempts=1)
+                               self._safe_changes(latest + 1) if self.auditor.enabled else [], attempts=1)
         return latest + 1
 
     # ---- shared commit helpers ----------------------------------------------------------

@@ -284,7 +284,8 @@ class Transaction(LakehouseView):
         self.committed_version = version
         lh._write_hint(version)
         _crash_point("after_hint")
-        lh.auditor.committed(seq, self.id, command, arguments, self.started, base.version, version, lh._safe_changes(version),
+        lh.auditor.committed(seq, self.id, command, arguments, self.started, base.version, version,
+                             lh._safe_changes(version) if lh.auditor.enabled else [],
                              isolation=self.isolation, attempts=self.attempts, metrics=metrics)
         return version
 

@@ -21,7 +21,9 @@ Choices (see also ``docs`` in the job module):
 - **Root.** The exported root keeps the version number: ``root_name(V)``, so ``--snapshot``
   reads report version V and later commits to the exported lakehouse continue at V+1. Its
   ``previous_root`` and ``rollback_from_root`` rows are dropped (the history is not exported;
-  they would point at files that do not exist at the target).
+  they would point at files that do not exist at the target), and so is ``txn_seq`` (a number
+  of the source's control table; the target's audit log would read it as its own). ``txn_id``
+  stays: it names the transaction that produced V, in any lakehouse.
 - **Checksums.** MD5 of the bytes as written at the target (S3 returns it as the ETag of a
   single-part PUT, so a target on S3 is verified with a HEAD request).
 - **Plan.** ``<target>/_export/<name>/`` holds ``export.json`` (what is being exported, from
@@ -212,15 +214,15 @@ def export_node(node: Node, depth: int, spec: ExportSpec, source: Storage) -> tu
     Children are copied when the next level is copied; definition-file values (key table and
     write-buffer messages, including superseded ones: the file references them) when this
     level's ODFs are copied. Anything not copied becomes an absolute URI into the source.
-    The root also loses ``previous_root``/``rollback_from_root`` and keeps ``lakehouse_def``
-    relative (the definition is always copied).
+    The root also loses ``previous_root``, ``rollback_from_root`` and ``txn_seq`` and keeps
+    ``lakehouse_def`` relative (the definition is always copied).
     """
     out = node.copy()
     out.buffer = [Message(m.key, m.value, m.txn) for m in node.buffer]  # rewritten below: no sharing
     refs = NodeRefs()
     changed = False
     if depth == 0:
-        for k in (K.SYS_PREVIOUS_ROOT, K.SYS_ROLLBACK_FROM_ROOT):
+        for k in (K.SYS_PREVIOUS_ROOT, K.SYS_ROLLBACK_FROM_ROOT, K.SYS_TXN_SEQ):
             if k in out.system:
                 del out.system[k]
                 changed = True
@@ -458,10 +460,12 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
     """Copy one planned file unless the target already holds it (verified), then verify it.
 
     `check_first` looks at the target before reading the source (the cheap path of a resumed
-    run); without it the exclusive create itself finds files that are already there.
+    run, which re-verifies every file); without it (the run that just made the plan) files the
+    plan found present and verified are skipped, and the exclusive create itself finds files
+    that appeared since.
     """
     st = CopyStats(rows=1)
-    if row.present:  # verified when the plan was made
+    if row.present and not check_first:  # verified moments ago, when the plan was made
         st.skipped, st.skipped_bytes, st.verified, st.verified_bytes = 1, row.size, 1, row.size
         return st
     if check_first:

@@ -159,14 +159,16 @@ class FaultInjector:
     def injected(self) -> int:
         return sum(n for k, n in self.counts.items() if k.startswith(("transient:", "permanent:")))
 
-    def _decide(self, op: str, path: str) -> tuple[str, str] | None:
-        """(kind, "before"|"after") for this attempt, or None."""
+    def _decide(self, op: str, path: str, targets: list[str]) -> tuple[str, str] | None:
+        """(kind, "before"|"after") for this attempt, or None. `targets`: the paths the regexes
+        are matched against (every file of a bulk delete)."""
         s = self.spec
         with self._lock:
             self.counts["calls"] += 1
-            if self._permanent is not None and op in s.permanent_ops and self._permanent.search(path):
+            if (self._permanent is not None and op in s.permanent_ops
+                    and any(self._permanent.search(t) for t in targets)):
                 return s.permanent_kinds[0] if s.permanent_kinds else "denied", "before"
-            if op not in s.ops or (self._paths is not None and not self._paths.search(path)):
+            if op not in s.ops or (self._paths is not None and not any(self._paths.search(t) for t in targets)):
                 return None
             r = self._rng.random()
             if s.permanent_rate and r < s.permanent_rate and s.permanent_kinds:
@@ -182,7 +184,8 @@ class FaultInjector:
             return None
 
     def call(self, op: str, path: str, fn: Callable[..., Any], args: tuple) -> Any:
-        decision = self._decide(op, path)
+        targets = [str(p) for p, _ in args[0]] if op == "delete" and args and isinstance(args[0], list) else [path]
+        decision = self._decide(op, path, targets)
         if decision is None:
             return fn(*args)
         kind, when = decision

@@ -1,0 +1,155 @@
+"""Expiration and orphan cleanup on real local Spark: every retained version reads the same,
+only unreachable files go, a killed run is finished by a re-run, unsafe inputs are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from tests.maintenance.helpers import build_history, snapshot, write_minimal_export
+from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant, reach, run
+from trinitylake.control import ControlTable
+from trinitylake.errors import UnsafeOperationError, VersionNotFoundError
+from trinitylake.format.paths import root_name
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.maintenance import reach as R
+from trinitylake.spark.common import InjectedFault
+from trinitylake.spark.output import read_parquet_table
+from trinitylake.spark.runner import JobFailedError, run_job
+
+pytestmark = pytest.mark.spark
+DAY_S = 86_400
+EXPIRE = {"max_version_age": 0, "clock_skew_margin": 0}
+
+
+def _expected_expiry(lh, oldest_retained, export_roots=()):
+    """(expired versions, files that must go) computed by the reference walk."""
+    latest = lh.latest_version()
+    expired = [v for v in range(lh.oldest_version(), oldest_retained)]
+    keep = reach(lh, range(oldest_retained, latest + 1), export_roots)
+    gone = reach(lh, expired)
+    return expired, gone.paths() - keep.paths()
+
+
+def test_expire_then_orphans_keep_every_retained_version_readable(spark, tmp_path):
+    lh = Lakehouse.create(str(tmp_path / "lh"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=21, ops=45)
+    pin = lh.latest_version() - 8
+    export_loc = write_minimal_export(lh, pin, str(tmp_path / "exports" / "e1"), "e1")
+    build_history_tail = lh.latest_version()
+    assert build_history_tail > pin + 5
+    time.sleep(TTL_MS / 1000 + 0.2)
+    before_files = owned_files(lh.storage)
+    before = snapshot(lh)
+    expired, must_go = _expected_expiry(lh, pin, [(pin, export_loc)])
+    assert expired and must_go - {root_name(v) for v in expired}, "the history must leave exclusive files behind"
+
+    # Dry run: the plan and its candidates, nothing committed, nothing deleted.
+    dry = run(spark, "expire", lh, dry_run=True, min_versions_to_keep=2, **EXPIRE)
+    assert dry.status == "dry_run" and lh.latest_version() == build_history_tail
+    assert owned_files(lh.storage) == before_files
+    assert dry.counts["versions_expired"] == len(expired) and "pinned by export 'e1'" in dry.details["stop_reason"]
+    plan = json.loads(lh.storage.read(f"_maintenance/expire/{dry.run_id}/plan.json"))
+    assert plan["plan"]["expired"] == expired and plan["new_oldest_retained"] == pin
+    listed = set(read_parquet_table(dry.output_location).column("path").to_pylist())
+    assert listed == must_go and dry.counts["candidates"] == len(must_go)
+
+    # The real run commits first, then deletes exactly the files only expired versions reached.
+    res = run(spark, "expire", lh, min_versions_to_keep=2, **EXPIRE)
+    assert res.status == "succeeded" and res.counts["deleted"] == len(must_go) and res.counts["failed"] == 0
+    assert res.version_after == build_history_tail + 1
+    lh = Lakehouse.open(lh.uri, audit=False)
+    assert lh.definition().oldest_retained_version == pin
+    after_files = owned_files(lh.storage)
+    assert before_files - after_files == must_go
+    assert after_files - before_files == {root_name(res.version_after), lh.load_root(res.version_after).def_path}
+    assert snapshot(lh, range(pin, build_history_tail + 1)) == {v: before[v] for v in range(pin, build_history_tail + 1)}
+    for v in expired:
+        with pytest.raises(VersionNotFoundError):
+            lh.load_root(v)
+    # The export's source files survive: the export still reads through to the source.
+    assert R.reference_walk(lh, [(pin, export_loc)]).missing == []
+
+    # Orphans: old unreferenced format-owned files go; young, foreign and control files stay.
+    names = orphan_names()
+    ages = {names["node"]: 40 * DAY_S, names["def"]: 40 * DAY_S, names["ldef"]: 40 * DAY_S, names["young"]: None,
+            "notes/README.txt": 40 * DAY_S, "0110/0000/1011/01111000-readme.txt": 40 * DAY_S,
+            "_maintenance/manual/" + names["node"]: 40 * DAY_S}
+    planted = plant(lh.storage, ages)
+    orph = run(spark, "orphans", lh)
+    assert orph.status == "succeeded"
+    final_files = owned_files(lh.storage)
+    retained = reach(lh, range(pin, lh.latest_version() + 1), [(pin, export_loc)]).paths()
+    assert final_files == (retained & final_files) | {planted[names["young"]]}
+    assert retained <= final_files | {export_loc}
+    for key in ("node", "def", "ldef"):
+        assert planted[names[key]] not in final_files
+    for foreign in ("notes/README.txt", "0110/0000/1011/01111000-readme.txt", "_maintenance/manual/" + names["node"]):
+        assert lh.storage.exists(planted[foreign])
+    assert orph.counts["deleted"] == orph.counts["candidates"] >= 3 and orph.counts["too_young"] >= 1
+    assert snapshot(lh, range(pin, build_history_tail + 1)) == {v: before[v] for v in range(pin, build_history_tail + 1)}
+
+
+def test_an_expiration_killed_mid_delete_is_finished_by_a_rerun(spark, tmp_path, monkeypatch):
+    lh = Lakehouse.create(str(tmp_path / "lh"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=5, ops=40)
+    latest = lh.latest_version()
+    time.sleep(TTL_MS / 1000 + 0.2)
+    keep_from = latest - 4
+    expired, must_go = _expected_expiry(lh, keep_from)
+    before = snapshot(lh, range(keep_from, latest + 1))
+    before_files = owned_files(lh.storage)
+
+    # Kill it after one delete batch of two files: the deepest level is half deleted.
+    monkeypatch.setenv("TLAKE_TEST_FAIL_DELETE_AFTER", "1")
+    with pytest.raises(JobFailedError) as err:
+        run(spark, "expire", lh, min_versions_to_keep=5, delete_batch_size=2, **EXPIRE)
+    assert isinstance(err.value.__cause__, InjectedFault)
+    lh = Lakehouse.open(lh.uri, audit=False)
+    assert lh.definition().oldest_retained_version == keep_from, "the expiration was committed first"
+    partial = before_files - owned_files(lh.storage)
+    assert partial and partial < must_go, "some, not all, of the files were deleted"
+    assert all(lh.storage.exists(root_name(v)) for v in expired), "roots are deleted last"
+    assert snapshot(lh, range(keep_from, latest + 1)) == before
+
+    # The re-run sees the leftover roots, walks them again (skipping what is gone) and finishes.
+    monkeypatch.delenv("TLAKE_TEST_FAIL_DELETE_AFTER")
+    res = run(spark, "expire", lh, min_versions_to_keep=5, delete_batch_size=2, **EXPIRE)
+    assert res.status == "succeeded" and res.counts["versions_leftover"] == len(expired)
+    assert res.counts["versions_expired"] == 0, "nothing new to commit"
+    after_files = owned_files(lh.storage)
+    assert before_files - after_files == must_go
+    assert after_files - before_files == {root_name(latest + 1), lh.load_root(latest + 1).def_path}
+    assert snapshot(lh, range(keep_from, latest + 1)) == before
+
+
+def test_an_unreadable_retained_node_stops_the_expiration_before_it_commits(spark, tmp_path):
+    lh = Lakehouse.create(str(tmp_path / "lh"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=8, ops=16)
+    time.sleep(TTL_MS / 1000 + 0.2)
+    latest = lh.latest_version()
+    node = sorted(reach(lh, [latest]).paths("node"))[0]
+    with open(os.path.join(lh.storage.root[len("file://"):], node), "r+b") as f:
+        f.write(b"garbage!")
+    files = owned_files(lh.storage)
+    with pytest.raises(JobFailedError) as err:
+        run(spark, "expire", lh, min_versions_to_keep=1, **EXPIRE)
+    assert isinstance(err.value.__cause__, UnsafeOperationError)
+    assert "nothing was committed or deleted" in str(err.value) and node.rsplit("/", 1)[-1] in str(err.value)
+    assert lh.latest_version() == latest and owned_files(lh.storage) == files
+
+
+def test_nothing_to_expire_is_audited_and_compacts_the_control_table(spark, tmp_path):
+    uri = str(tmp_path / "lh")
+    lh = Lakehouse.create(uri, order=4, node_max_bytes=4096)
+    lh.create_namespace("a")
+    cfg = job_config("expire", uri, run_id="expire-audit-1")
+    res = run_job("expire", cfg, spark=spark)
+    assert res.status == "succeeded" and res.counts["versions_expired"] == 0 and res.counts["deleted"] == 0
+    assert isinstance(res.details["control_compaction"], dict)
+    rows = [r for r in ControlTable(uri + "/_control").records() if r.txn_id == "expire-audit-1"]
+    assert [r.record_type for r in rows] == ["begin", "read"]
+    assert rows[0].txn_seq == rows[1].txn_seq == res.txn_seq
