@@ -146,13 +146,13 @@ def test_jobs_fail_cleanly_under_permanent_faults(spark, make_lakehouse, faults,
     lost = 0
     t_all = time.perf_counter()
 
-    def failing(name: str, spec: FaultSpec, job: str, **overrides) -> TrinityLakeError:
+    def failing(label: str, spec: FaultSpec, job: str, **overrides) -> TrinityLakeError:
         log = faults.on(spec)
         try:
             err = _expect_failure(lambda: run(spark, job, lh.uri, **overrides))
         finally:
             faults.off()
-        figures[name] = {"faults": faults.counted(log)["total"], "error": f"{type(err).__name__}: {str(err)[:200]}"}
+        figures[label] = {"faults": faults.counted(log)["total"], "error": f"{type(err).__name__}: {str(err)[:200]}"}
         assert isinstance(err, JobFailedError) and err.result.status == "failed"
         return err
 

@@ -117,7 +117,8 @@ def test_an_expiration_killed_mid_delete_is_finished_by_a_rerun(spark, tmp_path,
 
     # The re-run sees the leftover roots, walks them again (skipping what is gone) and finishes.
     monkeypatch.delenv("TLAKE_TEST_FAIL_DELETE_AFTER")
-    res = run(spark, "expire", lh, min_versions_to_keep=5, delete_batch_size=2, **EXPIRE)
+    # (One more version to keep: the first run's commit is a version too.)
+    res = run(spark, "expire", lh, min_versions_to_keep=6, delete_batch_size=2, **EXPIRE)
     assert res.status == "succeeded" and res.counts["versions_leftover"] == len(expired)
     assert res.counts["versions_expired"] == 0, "nothing new to commit"
     after_files = owned_files(lh.storage)

@@ -29,6 +29,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 OUTPUT_COLUMNS = ("path", "kind", "size", "depth", "first_version")
 OUTPUT_DDL = "path string, kind string, size bigint, depth int, first_version bigint"
+_FRONTIER_DDL = "path string, base string, first_version bigint"
+_LEVEL_DDL = ("role string, path string, kind string, size bigint, depth int, first_version bigint, "
+              "base string, error string")
 # Rows a task hands to its I/O threads at a time (bounds a task's memory).
 _CHUNK = 1024
 
@@ -112,9 +116,9 @@ def _expand_partition(reader: R.Reader, io_threads: int, acc: Any, rows: Any) ->
     acc.add(counts)
 
 
-def _expand_kv(reader: R.Reader, io_threads: int, acc: Any, depth: int, pairs: Any) -> Any:
-    rows = ((k, bv[0], bv[1], depth, depth == 0) for k, bv in pairs)
-    return _expand_partition(reader, io_threads, acc, rows)
+def _expand_rows(reader: R.Reader, io_threads: int, acc: Any, depth: int, rows: Any) -> Any:
+    """Frontier rows (path, base, first_version) of one depth; depth 0 holds the roots."""
+    return _expand_partition(reader, io_threads, acc, ((r[0], r[1], r[2], depth, depth == 0) for r in rows))
 
 
 def _size_partition(reader: R.Reader, io_threads: int, rows: Any) -> Any:
@@ -180,6 +184,7 @@ def walk_reachable_with_stats(
         label: prefix of the Spark job descriptions.
     """
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     t0 = time.perf_counter()
     sc = spark.sparkContext
@@ -193,115 +198,134 @@ def walk_reachable_with_stats(
         if key not in start or version < start[key][1]:
             start[key] = (base, int(version))
     stats.roots = len(start)
-    # Every shuffle of the walk uses the same hash partitioning, so the growing set of visited
-    # keys is never reshuffled: each level's children are deduplicated into it co-partitioned.
-    n_shuffle = partitions_for(spark, 1 << 62, 1, parallelism)
     level = StorageLevel.MEMORY_AND_DISK
     persisted: list[Any] = []
 
-    def keep(rdd: Any) -> Any:
-        rdd = rdd.persist(level)
-        persisted.append(rdd)
-        return rdd
-
-    def release() -> None:
-        for r in persisted:
-            r.unpersist()
-        persisted.clear()
+    def keep(df: Any) -> Any:
+        df = df.persist(level)
+        persisted.append(df)
+        return df
 
     counter = _Counter()
-    visited = sc.emptyRDD().partitionBy(n_shuffle)
-    if exclude is not None:
-        sc.setJobDescription(f"{label}: load the excluded keys")
-        visited = keep(exclude.select("path").rdd.map(lambda r: (r[0], None)).partitionBy(n_shuffle))
-    roots_kv = [(k, (b, v)) for k, (b, v) in start.items()]
-    frontier = sc.parallelize(roots_kv, partitions_for(spark, len(roots_kv), batch_size, parallelism))
-    n = len(roots_kv)
-    if exclude is not None and n:
-        frontier = keep(frontier.partitionBy(n_shuffle).subtractByKey(visited, n_shuffle))
-        n = frontier.count()
-    outs: list[Any] = []
-    depth = 0
-    leaf_rows = 0
     final = None
-    try:
-        while n > 0:
-            # One Spark job per level: read the frontier (a Python stage), reduce the children
-            # per key, subtract every key visited so far, count what is left. Role counts come
-            # back in an accumulator.
-            lt = time.perf_counter()
-            parts = partitions_for(spark, n, batch_size, parallelism)
-            sc.setJobDescription(f"{label}: read {n} node files at depth {depth} ({parts} tasks)")
-            acc = sc.accumulator({}, counter)
-            src = frontier if frontier.getNumPartitions() == parts else frontier.coalesce(parts)
-            out = keep(src.mapPartitions(functools.partial(_expand_kv, reader, io_threads, acc, depth)))
-            visited = visited.union(frontier.mapValues(lambda _: None).partitionBy(n_shuffle))
-            nxt = keep(out.filter(lambda r: r[0] == R.ROLE_CHILD)
-                       .map(lambda r: (r[1], (r[6], r[5])))
-                       .reduceByKey(_min_base_fv, n_shuffle)
-                       .subtractByKey(visited, n_shuffle))
-            n_next = nxt.count()
-            roles = dict(acc.value)
-            stats.node_reads += roles.get("reads", 0)
-            bad = roles.get(R.ROLE_ERROR, 0) + (0 if tolerate_missing else roles.get(R.ROLE_MISSING, 0))
-            if bad:
-                bad_roles = {R.ROLE_ERROR} | (set() if tolerate_missing else {R.ROLE_MISSING})
-                sample = out.filter(lambda r: r[0] in bad_roles).map(lambda r: (r[1], r[5], r[7])).take(5)
-                raise CorruptNodeError(
-                    f"cannot read node files at depth {depth} of {lakehouse.uri}: "
-                    + R.describe_failures(sample, bad)
-                )
-            stats.missing += roles.get(R.ROLE_MISSING, 0)
-            leaf_rows += roles.get(R.ROLE_LEAF, 0)
-            outs.append(out)
-            frontier = nxt
-            read_here = roles.get(R.ROLE_SELF, 0)
-            stats.unique_nodes += read_here
-            stats.levels.append({"depth": depth, "frontier": n, "read": read_here, "tasks": parts,
-                                 "next": n_next, "seconds": round(time.perf_counter() - lt, 3)})
-            log.info("%s: depth %d read %d node files in %d tasks, %d new children", label, depth, read_here,
-                     parts, n_next)
-            n = n_next
-            depth += 1
-        sc.setJobDescription(f"{label}: collect the reachable definitions")
-        selfs = sc.union([o.filter(lambda r: r[0] == R.ROLE_SELF).map(lambda r: (r[1], r[2], r[3], r[4], r[5]))
-                          for o in outs]) if outs else sc.emptyRDD()
-        leaves = (sc.union([o.filter(lambda r: r[0] == R.ROLE_LEAF).map(lambda r: (r[1], (r[4], r[5], r[2])))
-                            for o in outs]) if outs else sc.emptyRDD())
-        # Smallest depth, then smallest first_version; never a file that was read as a node or
-        # excluded (both are in `visited`).
-        leaves = (leaves.reduceByKey(min, n_shuffle).subtractByKey(visited, n_shuffle)
-                  .map(lambda kv: (kv[0], kv[1][2], -1, kv[1][0], kv[1][1])))
-        if sizes and leaf_rows:
-            # The leaf rows emitted (before deduplication) bound the number of definitions.
-            parts = partitions_for(spark, leaf_rows, max(batch_size, 256), parallelism)
-            leaves = leaves.coalesce(parts).mapPartitions(functools.partial(_size_partition, reader, io_threads))
-        final = spark.createDataFrame(selfs.union(leaves), OUTPUT_DDL, verifySchema=False).persist(level)
-        sc.setJobDescription(f"{label}: summarize")
-        for kind, (cnt, size) in final.rdd.map(lambda r: (r[1], (1, r[2] if r[2] >= 0 else 0))).reduceByKey(
-                _add_pair).collect():
-            stats.files[kind] = int(cnt)
-            stats.bytes[kind] = int(size)
-    except BaseException:
-        if final is not None:
-            final.unpersist()
-        raise
-    finally:
-        sc.setJobDescription(None)
-        release()
+    with _walk_sql_conf(spark):
+        frontier = spark.createDataFrame([(k, b, v) for k, (b, v) in start.items()], _FRONTIER_DDL)
+        excl = keep(exclude.select("path").distinct()) if exclude is not None else None
+        n = len(start)
+        if excl is not None and n:
+            frontier = keep(frontier.join(excl, "path", "left_anti"))
+            n = frontier.count()
+        visited = None
+        self_parts: list[Any] = []
+        leaf_parts: list[Any] = []
+        depth = 0
+        leaf_rows = 0
+        try:
+            while n > 0:
+                # One Spark job per level: read the frontier (a Python stage), deduplicate the
+                # children per key and against every key visited so far (JVM stages), count what
+                # is left. Role counts come back in an accumulator.
+                lt = time.perf_counter()
+                parts = partitions_for(spark, n, batch_size, parallelism)
+                sc.setJobDescription(f"{label}: read {n} node files at depth {depth} ({parts} tasks)")
+                acc = sc.accumulator({}, counter)
+                src = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
+                rdd = src.rdd.mapPartitions(functools.partial(_expand_rows, reader, io_threads, acc, depth))
+                out = keep(spark.createDataFrame(rdd, _LEVEL_DDL, verifySchema=False))
+                keys = frontier.select("path")
+                visited = keys if visited is None else visited.union(keys)
+                nxt = (out.filter(F.col("role") == R.ROLE_CHILD)
+                       .groupBy("path")
+                       .agg(F.min(F.struct("first_version", "base")).alias("m"))
+                       .select("path", F.col("m.base").alias("base"), F.col("m.first_version").alias("first_version"))
+                       .join(visited, "path", "left_anti"))
+                if excl is not None:
+                    nxt = nxt.join(excl, "path", "left_anti")
+                nxt = keep(nxt)
+                n_next = nxt.count()
+                roles = dict(acc.value)
+                stats.node_reads += roles.get("reads", 0)
+                bad = roles.get(R.ROLE_ERROR, 0) + (0 if tolerate_missing else roles.get(R.ROLE_MISSING, 0))
+                if bad:
+                    bad_roles = [R.ROLE_ERROR] + ([] if tolerate_missing else [R.ROLE_MISSING])
+                    sample = (out.filter(F.col("role").isin(bad_roles)).select("path", "first_version", "error")
+                              .limit(5).collect())
+                    raise CorruptNodeError(f"cannot read node files at depth {depth} of {lakehouse.uri}: "
+                                           + R.describe_failures([tuple(r) for r in sample], bad))
+                stats.missing += roles.get(R.ROLE_MISSING, 0)
+                leaf_rows += roles.get(R.ROLE_LEAF, 0)
+                self_parts.append(out.filter(F.col("role") == R.ROLE_SELF).select(*OUTPUT_COLUMNS))
+                leaf_parts.append(out.filter(F.col("role") == R.ROLE_LEAF).select("path", "kind", "depth",
+                                                                                 "first_version"))
+                frontier = nxt
+                read_here = roles.get(R.ROLE_SELF, 0)
+                stats.unique_nodes += read_here
+                stats.levels.append({"depth": depth, "frontier": n, "read": read_here, "tasks": parts,
+                                     "next": n_next, "seconds": round(time.perf_counter() - lt, 3)})
+                log.info("%s: depth %d read %d node files in %d tasks, %d new children", label, depth, read_here,
+                         parts, n_next)
+                n = n_next
+                depth += 1
+            sc.setJobDescription(f"{label}: collect the reachable definitions")
+            selfs = _union(spark, self_parts, OUTPUT_DDL)
+            leaves = _union(spark, leaf_parts, "path string, kind string, depth int, first_version bigint")
+            # Smallest depth, then smallest first_version; never a file read as a node, or excluded.
+            best = F.min(F.struct("depth", "first_version", "kind")).alias("m")
+            leaves = (leaves.groupBy("path").agg(best)
+                      .select("path", F.col("m.kind").alias("kind"), F.lit(-1).cast("long").alias("size"),
+                              F.col("m.depth").alias("depth"), F.col("m.first_version").alias("first_version")))
+            if visited is not None:
+                leaves = leaves.join(visited, "path", "left_anti")
+            if excl is not None:
+                leaves = leaves.join(excl, "path", "left_anti")
+            if sizes and leaf_rows:
+                # The leaf rows emitted (before deduplication) bound the number of definitions.
+                parts = partitions_for(spark, leaf_rows, max(batch_size, 256), parallelism)
+                src = leaves.repartition(parts) if parts > 1 else leaves.coalesce(1)
+                sized = src.rdd.mapPartitions(functools.partial(_size_partition, reader, io_threads))
+                leaves = spark.createDataFrame(sized, OUTPUT_DDL, verifySchema=False)
+            final = selfs.unionByName(leaves).persist(level)
+            sc.setJobDescription(f"{label}: summarize")
+            summary = final.groupBy("kind").agg(F.count("*").alias("n"),
+                                                F.sum(F.when(F.col("size") >= 0, F.col("size"))).alias("b"))
+            for r in summary.collect():
+                stats.files[r["kind"]] = int(r["n"])
+                stats.bytes[r["kind"]] = int(r["b"] or 0)
+        except BaseException:
+            if final is not None:
+                final.unpersist()
+            raise
+        finally:
+            sc.setJobDescription(None)
+            for df in persisted:
+                df.unpersist()
     stats.seconds = round(time.perf_counter() - t0, 3)
     log.info("%s: %d files reachable from %d roots (%s); %d node reads for %d unique nodes in %.2fs",
              label, stats.total_files, stats.roots, stats.files, stats.node_reads, stats.unique_nodes, stats.seconds)
     return final, stats
 
 
-def _min_base_fv(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
-    """Per child key: the smallest first_version, ties broken by the smaller base."""
-    return a if (a[1], a[0]) <= (b[1], b[0]) else b
+@contextmanager
+def _walk_sql_conf(spark: Any) -> Any:
+    """Adaptive execution off while walking: every level is one small query whose partitions
+    the walk sizes itself, and AQE would split each into several jobs with re-planning in
+    between (measured: a third of a level's time on small lakehouses). Restored afterwards."""
+    key = "spark.sql.adaptive.enabled"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
 
 
-def _add_pair(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-    return a[0] + b[0], a[1] + b[1]
+def _union(spark: Any, parts: list[Any], ddl: str) -> Any:
+    if not parts:
+        return spark.createDataFrame([], ddl)
+    return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
 
 # ---- the job ------------------------------------------------------------------------------
