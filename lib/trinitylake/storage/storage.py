@@ -401,10 +401,9 @@ class Storage:
 
     def _write_once(self, fp: str, data: bytes | bytearray) -> None:
         if self._local():
-            os.makedirs(os.path.dirname(fp), exist_ok=True)
             tmp = _tmp_name(fp)
             try:
-                with open(tmp, "xb") as f:
+                with _open_creating_dirs(tmp) as f:
                     f.write(data)
                 os.replace(tmp, fp)
             except BaseException:
@@ -506,10 +505,9 @@ class Storage:
             raise FileExistsError(f"already exists: {self.uri(path)}")
 
     def _create_exclusive_local(self, fp: str, data: bytes, path: str) -> None:
-        os.makedirs(os.path.dirname(fp), exist_ok=True)
         tmp = _tmp_name(fp)
         try:
-            with open(tmp, "xb") as f:
+            with _open_creating_dirs(tmp) as f:
                 f.write(data)
             try:
                 os.link(tmp, fp)
@@ -714,6 +712,16 @@ class Storage:
                         continue
                     files.append(FileInfo(os.path.relpath(e.path, root_fp), st.st_size, st.st_mtime))
         return subdirs, files
+
+
+def _open_creating_dirs(path: str):
+    """``open(path, "xb")``, creating parent directories only when they are missing (each
+    mkdir is a slow system call here, and hash-prefix directories mostly exist already)."""
+    try:
+        return open(path, "xb")
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, "xb")
 
 
 def _unlink_quietly(path: str) -> None:
