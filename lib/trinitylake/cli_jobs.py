@@ -124,7 +124,7 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
     colour = {"succeeded": "green", "dry_run": "cyan", "failed": "red"}.get(result.status, "yellow")
     t = Table(title=f"tlake {result.job} {result.run_id}: [{colour}]{result.status}[/{colour}]", title_justify="left")
     t.add_column("", style="bold")
-    t.add_column("value", justify="right")
+    t.add_column("value", justify="right", overflow="fold")
     t.add_row("lakehouse", result.lakehouse)
     versions = f"{result.version_before}" + (
         f" -> {result.version_after}" if result.version_after not in (None, result.version_before) else "")

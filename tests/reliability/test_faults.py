@@ -201,3 +201,40 @@ def test_random_permanent_and_transient_faults(make_lakehouse, ledger, scale) ->
                seconds=time.perf_counter() - t0, commits_ok=ok, commits_failed=failed, untyped_errors=len(untyped))
     assert not untyped, untyped[:3]
     assert ok > 0 and failed > 0
+
+
+def test_spec_file_switches_faults_on_and_off(tmp_path) -> None:
+    """Process-wide injection from a spec file (what long-lived Spark workers use)."""
+    from trinitylake.storage.faults import install, uninstall, write_spec_file
+
+    path = str(tmp_path / "spec.json")
+    write_spec_file(path, None)
+    s = Storage(str(tmp_path / "d"))
+    install(path)
+    try:
+        s.write("a", b"1")
+        write_spec_file(path, FaultSpec(permanent_paths=r"(^|/)a$", permanent_ops=("read",)))
+        with pytest.raises(StoragePermissionError):
+            s.read("a")
+        write_spec_file(path, None)
+        assert s.read("a") == b"1"
+    finally:
+        uninstall()
+    assert s.read("a") == b"1"
+
+
+def test_environment_hook_installs_faults_in_new_processes(tmp_path) -> None:
+    """TLAKE_TEST_FAULTS, read when the storage module is imported (Spark executors)."""
+    import json
+    import subprocess
+    import sys
+
+    Storage(str(tmp_path)).write("a", b"1")
+    spec = FaultSpec(permanent_paths=r"(^|/)a$", permanent_ops=("read",)).to_json()
+    code = ("import sys\nfrom trinitylake.storage import Storage\nfrom trinitylake.errors import StorageError\n"
+            f"try:\n    Storage({str(tmp_path)!r}).read('a')\nexcept StorageError as e:\n    sys.exit(3)\n")
+    env = {**__import__("os").environ, "TLAKE_TEST_FAULTS": spec}
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 3
+    env.pop("TLAKE_TEST_FAULTS")
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
+    assert json.loads(spec)["permanent_ops"] == ["read"]

@@ -132,5 +132,5 @@ def test_concurrent_writers_with_expire_and_orphans(spark, make_lakehouse, tmp_p
         f"{latest - start_version} versions for {len(acks)} commits and {expire_commits} expirations")
     assert sum(r["job"] == "expire" and r["writers_alive"] > 0 for r in runs) >= 1, json.dumps(runs)
     assert sum(r["job"] == "orphans" and r["writers_alive"] > 0 for r in runs) >= 1 or scale.name == "ci", runs
-    assert floor > start_version, "nothing expired"
+    assert sum(r["versions_expired"] or 0 for r in runs) > 0 and floor > 0, "nothing expired"
     assert os.path.isdir(log_dir) and n_faults > 0

@@ -28,7 +28,7 @@ EXPIRE = {"max_version_age": 0, "clock_skew_margin": 0}
 def _expected_expiry(lh, oldest_retained, export_roots=()):
     """(expired versions, files that must go) computed by the reference walk."""
     latest = lh.latest_version()
-    expired = [v for v in range(lh.oldest_version(), oldest_retained)]
+    expired = list(range(lh.oldest_version(), oldest_retained))
     keep = reach(lh, range(oldest_retained, latest + 1), export_roots)
     gone = reach(lh, expired)
     return expired, gone.paths() - keep.paths()
@@ -133,8 +133,9 @@ def test_an_unreadable_retained_node_stops_the_expiration_before_it_commits(spar
     time.sleep(TTL_MS / 1000 + 0.2)
     latest = lh.latest_version()
     node = sorted(reach(lh, [latest]).paths("node"))[0]
-    with open(os.path.join(lh.storage.root[len("file://"):], node), "r+b") as f:
-        f.write(b"garbage!")
+    path = os.path.join(lh.storage.root[len("file://"):], node)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
     files = owned_files(lh.storage)
     with pytest.raises(JobFailedError) as err:
         run(spark, "expire", lh, min_versions_to_keep=1, **EXPIRE)

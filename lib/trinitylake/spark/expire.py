@@ -191,12 +191,19 @@ def run_expire(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobRe
         result.details["expired_walk"] = {"levels": cst.levels, "missing": cst.missing, "read_ratio": cst.read_ratio}
         owned = _owned(F.col("path"))
         present = F.col("size") >= 0
-        not_owned = cand_df.filter(~owned).count()
-        already_gone = cand_df.filter(owned & ~present).count()
         cands = cand_df.filter(owned & present)
         with phase("write_plan", "write the plan"):
-            by_kind = {r["kind"]: (int(r["n"]), int(r["b"] or 0))
-                       for r in cands.groupBy("kind").agg(F.count("*").alias("n"), F.sum("size").alias("b")).collect()}
+            by_kind: dict[str, tuple[int, int]] = {}
+            not_owned = already_gone = 0
+            groups = cand_df.groupBy("kind", owned.alias("owned"), present.alias("present")).agg(
+                F.count("*").alias("n"), F.sum("size").alias("b"))
+            for r in groups.collect():
+                if not r["owned"]:
+                    not_owned += int(r["n"])
+                elif not r["present"]:
+                    already_gone += int(r["n"])
+                else:
+                    by_kind[r["kind"]] = (int(r["n"]), int(r["b"] or 0))
             n_cands = sum(n for n, _ in by_kind.values())
             bytes_cands = sum(b for _, b in by_kind.values())
             cand_uri = write_parquet(cands, storage.uri(f"{rdir}/candidates"), storage.options, rows=n_cands)

@@ -145,9 +145,12 @@ def run_orphans(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobR
         with phase("list", "list the lakehouse"):
             listed, lcounts = list_lakehouse(spark, storage, result=result)
             listed = keep(listed)
+            is_old = F.col("owned") & (F.col("mtime") > 0) & (F.col("mtime") < F.lit(cutoff.cutoff_s))
             agg = listed.agg(F.count("*").alias("n"), F.sum(F.col("owned").cast("int")).alias("owned"),
-                             F.sum(F.when(F.col("owned"), F.col("size"))).alias("b")).collect()[0]
+                             F.sum(F.when(F.col("owned"), F.col("size"))).alias("b"),
+                             F.sum(is_old.cast("int")).alias("old")).collect()[0]
         n_rows, n_owned = int(agg["n"]), int(agg["owned"] or 0)
+        young = n_owned - int(agg["old"] or 0)
         lcounts["not_owned"] += n_rows - n_owned
         result.counts["listed"] = n_owned + lcounts["not_owned"]
         result.counts["listed_owned"] = n_owned
@@ -170,16 +173,18 @@ def run_orphans(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobR
                        "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
 
         with phase("diff", "find the orphans"):
-            old = listed.filter(F.col("owned") & (F.col("mtime") > 0) & (F.col("mtime") < F.lit(cutoff.cutoff_s)))
-            young = listed.filter(F.col("owned")).count() - old.count()
-            cands = old.join(reach_df.select("path"), "path", "left_anti").select("path", "size", "mtime")
-            foreign = reach_df.filter(F.col("path").contains("://")).select("path")
-            export_dirs = O.export_root_dirs(inp.export_roots.values())
-            mism = spark.createDataFrame(
-                foreign.rdd.mapPartitions(functools.partial(_mismatch_partition, storage.root, export_dirs)),
-                _MISMATCH_DDL, verifySchema=False)
-            clash = cands.join(mism, "path", "inner")
-            n_clash = clash.count()
+            cands = listed.filter(is_old).join(reach_df.select("path"), "path", "left_anti").select(
+                "path", "size", "mtime")
+            n_clash = 0
+            if rst.outside:
+                # Only references outside the root can alias a file inside it.
+                foreign = reach_df.filter(F.col("path").contains("://")).select("path")
+                export_dirs = O.export_root_dirs(inp.export_roots.values())
+                mism = spark.createDataFrame(
+                    foreign.rdd.mapPartitions(functools.partial(_mismatch_partition, storage.root, export_dirs)),
+                    _MISMATCH_DDL, verifySchema=False)
+                clash = cands.join(mism, "path", "inner")
+                n_clash = clash.count()
             if n_clash:
                 sample = [(r["path"], r["reference"]) for r in clash.limit(5).collect()]
                 msg = (f"{n_clash} orphan candidates are referenced through another scheme or authority (e.g. "

@@ -62,6 +62,7 @@ class WalkStats:
     bytes: dict[str, int] = field(default_factory=dict)
     levels: list[dict[str, Any]] = field(default_factory=list)
     missing: int = 0
+    outside: int = 0  # reachable files outside the lakehouse root (exports' own files)
     seconds: float = 0.0
 
     @property
@@ -286,11 +287,14 @@ def walk_reachable_with_stats(
                 leaves = spark.createDataFrame(sized, OUTPUT_DDL, verifySchema=False)
             final = selfs.unionByName(leaves).persist(level)
             sc.setJobDescription(f"{label}: summarize")
+            outside = F.col("path").contains("://")
             summary = final.groupBy("kind").agg(F.count("*").alias("n"),
-                                                F.sum(F.when(F.col("size") >= 0, F.col("size"))).alias("b"))
+                                                F.sum(F.when(F.col("size") >= 0, F.col("size"))).alias("b"),
+                                                F.sum(outside.cast("int")).alias("o"))
             for r in summary.collect():
                 stats.files[r["kind"]] = int(r["n"])
                 stats.bytes[r["kind"]] = int(r["b"] or 0)
+                stats.outside += int(r["o"] or 0)
         except BaseException:
             if final is not None:
                 final.unpersist()

@@ -1,0 +1,151 @@
+"""Reachable walk: the distributed Spark walk against the best single-process reader.
+
+A lakehouse of N tables and V versions (`bench.generator`: build transactions plus churn, so
+versions share most of their nodes copy-on-write) is walked from *every* version three ways,
+on the same files:
+
+* ``threaded``: `trinitylake.maintenance.reach.reference_walk` with 16 threads, level by level
+  with the same deduplication (the best single-process reader: threads hide storage latency,
+  each node is read and parsed once);
+* ``serial``: the same walk with one thread;
+* ``spark``: `trinitylake.spark.walk.walk_reachable_with_stats` on ``local[*]``; ``cold`` is
+  the first walk of the session (JIT, Python workers), ``warm`` the best of the next runs.
+
+Reported per row: wall seconds, node files read, unique node files, node reads per second.
+``naive reads`` counts the node reads of walking each version on its own (no sharing across
+versions), computed in memory from the walked graph: what deduplication saves.
+
+    python -m bench.bench_walk [--scale small|large] [--tables N] [--versions V] [--keep]
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.common import Timer, parse_args, ratio, scratch_dir, write_result
+
+SIZES = {
+    "small": {"tables": 5000, "versions": 400, "order": 16, "node_max_bytes": 16 * 1024},
+    "large": {"tables": 50_000, "versions": 2000, "order": 32, "node_max_bytes": 32 * 1024},
+}
+
+
+def _extra(p: Any) -> None:
+    p.add_argument("--tables", type=int, default=None)
+    p.add_argument("--versions", type=int, default=None)
+    p.add_argument("--master", default="local[*]")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--repeat", type=int, default=2, help="warm Spark walks (the best is reported)")
+
+
+def naive_reads(rows: dict[str, Any], graph: dict[str, list[str]], roots: list[str]) -> int:
+    """Node reads of walking every root separately (each version's whole tree)."""
+    memo: dict[str, int] = {}
+
+    def size(key: str) -> int:
+        # Nodes under `key`, shared subtrees counted once per version walk (a tree, no DAG
+        # inside one version, so a plain recursive sum is exact).
+        if key not in memo:
+            memo[key] = 1 + sum(size(c) for c in graph.get(key, ()))
+        return memo[key]
+
+    return sum(size(r) for r in roots)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args("walk", argv, _extra)
+    size = dict(SIZES[args.scale])
+    if args.tables:
+        size["tables"] = args.tables
+    if args.versions:
+        size["versions"] = args.versions
+    from bench.generator import generate
+    from trinitylake.format.node import deserialize
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.maintenance import reach as R
+    from trinitylake.spark.session import get_spark
+    from trinitylake.spark.walk import walk_reachable_with_stats
+
+    t_all = time.perf_counter()
+    with scratch_dir("walk", keep=args.keep) as d:
+        uri = str(d / "lh")
+        gen = generate(uri, tables=size["tables"], versions=size["versions"], order=size["order"],
+                       node_max_bytes=size["node_max_bytes"], seed=1)
+        lh = Lakehouse.open(uri, audit=False)
+        roots = R.walk_input(lh).roots
+        rows: list[dict[str, Any]] = []
+
+        with Timer() as t:
+            threaded = R.reference_walk(lh, roots, threads=16)
+        unique = len(threaded.paths("node")) + len(threaded.paths("root"))
+        rows.append({"walker": "threaded (16 threads, 1 process)", "seconds": t.seconds,
+                     "node_reads": threaded.node_reads, "unique_nodes": unique,
+                     "reads_per_s": threaded.node_reads / t.seconds, "files": len(threaded.rows)})
+        with Timer() as t:
+            serial = R.reference_walk(lh, roots, threads=1)
+        rows.append({"walker": "serial (1 thread)", "seconds": t.seconds, "node_reads": serial.node_reads,
+                     "unique_nodes": unique, "reads_per_s": serial.node_reads / t.seconds, "files": len(serial.rows)})
+
+        # The node graph, from the files (for the no-dedup count only; not timed).
+        reader = R.Reader(lh.storage.root)
+        graph = {}
+        for key in threaded.paths("node") | threaded.paths("root"):
+            node = deserialize(reader.read(key), None, key)
+            graph[key] = [reader.locator.key(c, reader.locator.root) for c in node.children]
+        naive = naive_reads(threaded.rows, graph, [r for _, r in roots])
+
+        with Timer() as t_session:
+            spark = get_spark(args.master, app_name="bench-walk")
+        spark_rows = []
+        for _ in range(1 + max(1, args.repeat)):
+            with Timer() as t:
+                df, st = walk_reachable_with_stats(spark, lh, roots, batch_size=args.batch_size)
+            n = df.count()
+            df.unpersist()
+            assert n == len(threaded.rows), f"spark walk found {n} files, reference {len(threaded.rows)}"
+            spark_rows.append((t.seconds, st))
+        cold_s, cold = spark_rows[0]
+        warm_s, warm = min(spark_rows[1:], key=lambda x: x[0])
+        for label, secs, st in (("spark cold (first walk of the session)", cold_s, cold),
+                                ("spark warm (best of the next runs)", warm_s, warm)):
+            rows.append({"walker": label, "seconds": secs, "node_reads": st.node_reads, "unique_nodes": st.unique_nodes,
+                         "reads_per_s": st.node_reads / secs, "files": st.total_files})
+        parallelism = spark.sparkContext.defaultParallelism
+        levels = warm.levels
+        spark.stop()
+
+    threaded_s = rows[0]["seconds"]
+    ratios = {
+        "walk seconds, Spark warm / threaded single process": ratio(warm_s, threaded_s),
+        "walk seconds, Spark cold / threaded single process": ratio(cold_s, threaded_s),
+        "walk seconds, serial / threaded single process": ratio(rows[1]["seconds"], threaded_s),
+        "node reads / unique nodes, Spark walk": ratio(warm.node_reads, warm.unique_nodes),
+        "node reads, one walk per version (no dedup) / deduplicated walk": ratio(naive, unique),
+    }
+    write_result(
+        "walk",
+        "Reachable walk: Spark walk vs the best single-process threaded reader",
+        rows,
+        ratios,
+        scale=args.scale,
+        description=__doc__.split("\n\n")[1] + " " + __doc__.split("\n\n")[2],
+        params={**size, "roots": len(roots), "spark_master": args.master, "default_parallelism": parallelism,
+                "batch_size": args.batch_size, "spark_session_seconds": round(t_session.seconds, 2),
+                "naive_reads": naive, "levels": levels, "generator_seconds": gen.get("seconds")},
+        columns=["walker", "seconds", "node_reads", "unique_nodes", "reads_per_s", "files"],
+        notes=[
+            "Same files, same process memory; the page cache is warm for every walker after the first.",
+            "Spark pays a fixed cost per level (one job: a Python read stage, a JVM dedup stage); on 2 local "
+            "cores it cannot beat 16 threads in one process over local files. Its point is scale-out: node "
+            "reads spread over executors and no list of paths ever reaches the driver.",
+            f"Levels of the warm walk: {[(lv['depth'], lv['frontier'], lv['tasks']) for lv in levels]} "
+            "(depth, node files, tasks).",
+        ],
+        seconds=time.perf_counter() - t_all,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
