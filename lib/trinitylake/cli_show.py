@@ -17,7 +17,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 def _render(entries: list[dict]) -> None:
     t = Table("txn_seq", "state", "command", "time (UTC)", "version", "changes", "metrics", title="lakehouse history (newest first)")
     for e in entries:
-        metrics = ", ".join(f"{k}={v:g}" for k, v in sorted(e["metrics"].items()) if not k.startswith("status_"))
+        metrics = ", ".join(f"{k}={int(v) if float(v).is_integer() else round(v, 3)}" for k, v in sorted(e["metrics"].items()) if not k.startswith("status_"))
         changes = "\n".join(e["changes"][:6]) + (f"\n… {len(e['changes']) - 6} more" if len(e["changes"]) > 6 else "")
         if e.get("error"):
             changes = (changes + "\n" if changes else "") + f"[red]{e['error'][:120]}[/red]"

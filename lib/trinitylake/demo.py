@@ -116,8 +116,8 @@ def run_job(job: str, args: list[str]) -> int:
             "deleted", "failed", "planned", "copied", "skipped", "verified", "node_reads", "unique_nodes")
     for k in keys:
         if k in result.counts:
-            t.add_row(f"files {k}" if k not in ("versions", "versions_expired", "versions_retained") else k.replace("_", " "),
-                      str(result.counts[k]))
+            plain = k.startswith("versions") or k in ("node_reads", "unique_nodes")
+            t.add_row(k.replace("_", " ") if plain else f"files {k.replace('_', ' ')}", str(result.counts[k]))
     for k in ("reachable", "candidates", "deleted", "copied"):
         if k in result.bytes:
             t.add_row(f"bytes {k}", f"{result.bytes[k]:,}")

@@ -57,6 +57,8 @@ FINDINGS = [
      "`format/keys.py` `validate_name` and `KeyCodec.decode` raise InvalidNameError / ValidationError."),
     ("fuzz", "`KeyCodec.decode` returned names with control characters from malformed keys.",
      "`_unpad` refuses names with control characters or DEL (ValidationError)."),
+    ("fuzz", "Reading a version whose tree points at a missing node file raised a bare FileNotFoundError.",
+     "`format/tree.py` `NodeStore.load` raises CorruptNodeError naming the missing node."),
     ("fuzz", "`parse_uri('a://..')` accepted '..' as a bucket/authority.",
      "`storage/uri.py` `parse_uri` refuses '.' and '..' authorities (InvalidURIError)."),
     ("faults", "Storage had no retries: one transient error (connection reset, timeout, EIO, S3 503 SlowDown) failed "

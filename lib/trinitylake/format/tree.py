@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from trinitylake.errors import CorruptNodeError
 from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import new_node_path, owning_root
@@ -57,7 +58,12 @@ class NodeStore:
             self._cache.move_to_end(path)
             return node
         storage, p = self._resolve(path) if self._resolve else (self.storage, path)
-        data = storage.read(p)
+        try:
+            data = storage.read(p)
+        except FileNotFoundError:
+            # A pointer to a missing node is a broken tree, not an absent key: say so, typed.
+            raise CorruptNodeError(f"node file {storage.uri(p)} is missing: the tree being read references it "
+                                   "(deleted, or its version was expired while being read)") from None
         self.reads += 1
         node = deserialize(data, None, storage.uri(p))
         if is_absolute(path):

@@ -1,0 +1,24 @@
+"""RELIABILITY.md rendering from the suite's figures (synthetic figures, no run needed)."""
+
+from __future__ import annotations
+
+from tests.reliability import report
+from tests.reliability.conftest import CATEGORIES, Ledger
+
+
+def _doc(scale: str) -> dict:
+    ledger = Ledger()
+    for i, cat in enumerate(CATEGORIES):
+        ledger.add(cat, f"{cat} test", trials=10 * i, faults=i, inputs=100 if cat == "fuzz" else 0, seconds=1.5)
+    return {"scale": scale, "generated_at": "2026-11-23T00:00:00+00:00", "wall_seconds": 12.0,
+            "machine": {"cpus": 2}, "outcomes": {"passed": 5}, "scale_parameters": {"name": scale, "x": 1},
+            "tests": ledger.entries, **ledger.summary()}
+
+
+def test_render_reports_every_category_and_the_totals() -> None:
+    text = report.render(_doc("full"), _doc("ci"))
+    assert "**Data lost: 0.**" in text and "**100 inputs**" in text
+    for cat in CATEGORIES:
+        assert f"| {cat} |" in text
+    assert text.count("| **total** |") == 2  # full and ci
+    assert "Defects the suite found" in text
