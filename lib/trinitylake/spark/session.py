@@ -13,6 +13,10 @@ DEFAULT_CONF = {
     "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
+    # The walks build deep query plans (a union and an anti-join per tree level); Spark renders
+    # each plan as a string for every SQL execution, and unbounded that string exhausted a 2 GB
+    # driver heap on ~800 expired versions (found by the reliability stress test).
+    "spark.sql.maxPlanStringLength": "100000",
 }
 
 
