@@ -61,6 +61,9 @@ FINDINGS = [
      "`format/tree.py` `NodeStore.load` raises CorruptNodeError naming the missing node."),
     ("fuzz", "`parse_uri('a://..')` accepted '..' as a bucket/authority.",
      "`storage/uri.py` `parse_uri` refuses '.' and '..' authorities (InvalidURIError)."),
+    ("stress", "An expire over ~800 expired versions ran the Spark driver out of its 2 GB heap while rendering the "
+               "walk's deep query plan as a string (OutOfMemoryError in QueryExecution.explainString).",
+     "`spark/session.py` DEFAULT_CONF caps plan strings: `spark.sql.maxPlanStringLength=100000`."),
     ("faults", "Storage had no retries: one transient error (connection reset, timeout, EIO, S3 503 SlowDown) failed "
                "a commit or a job, and permanent errors surfaced as raw OSError/botocore errors.",
      "`storage/storage.py`: bounded retries with jittered backoff for transient errors; other I/O errors become "
