@@ -18,15 +18,7 @@ from typing import Any
 
 import click
 
-
-def _options(values: tuple[str, ...], what: str) -> dict[str, str]:
-    out = {}
-    for v in values:
-        if "=" not in v:
-            raise click.BadParameter(f"expected key=value, got {v!r}", param_hint=what)
-        k, _, val = v.partition("=")
-        out[k] = val
-    return out
+from trinitylake.cli import _kv
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -101,7 +93,7 @@ def register(cli: click.Group) -> None:
             "batch_size": batch_size,
             "verify_checksum": False if no_verify else None,
             "master": master,
-            "spark_conf": _options(spark_conf, "--spark-conf") or None,
+            "spark_conf": _kv(spark_conf, "--spark-conf") or None,
         }
         cfg = load_job_config("export", conf_path, overrides=overrides)
         try:

@@ -45,14 +45,9 @@ class NodeStore:
         self.cache_size = cache_size
         self._cache: OrderedDict[str, Node] = OrderedDict()
         self._resolve = resolve
-        # Nodes staged by an in-flight commit: readable before their files are written.
-        self.staged: dict[str, Node] = {}
         self.reads = 0  # node files read from storage (benchmarks and tests look at it)
 
     def load(self, path: str) -> Node:
-        node = self.staged.get(path)
-        if node is not None:
-            return node
         node = self._cache.get(path)
         if node is not None:
             self._cache.move_to_end(path)

@@ -475,8 +475,6 @@ class Lakehouse:
             raise TransactionConflictError(
                 f"rollback to {to}: version {latest + 1} was committed concurrently; re-run the rollback"
             ) from None
-        finally:
-            store.staged.clear()
         self._write_hint(latest + 1)
         self.auditor.committed(seq, txn_id, "rollback", {"to": to}, started, latest, latest + 1,
                                self._safe_changes(latest + 1) if self.auditor.enabled else [], attempts=1)

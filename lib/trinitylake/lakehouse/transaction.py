@@ -263,7 +263,6 @@ class Transaction(LakehouseView):
                     lh.storage.create_exclusive(root_name(base.version + 1), serialize(new_root, d.order))
                     _crash_point("after_root")
                 except FileExistsError:
-                    store.staged.clear()
                     base = self._rebase(base.version)
                     if self.attempts >= MAX_COMMIT_ATTEMPTS:
                         raise TransactionConflictError(
@@ -272,7 +271,6 @@ class Transaction(LakehouseView):
                     time.sleep(backoff * (0.5 + random.random()))
                     backoff = min(backoff * 2, 0.5)
                     continue
-                store.staged.clear()
                 break
         except (TransactionConflictError, TransactionExpiredError) as e:
             self.closed = True
