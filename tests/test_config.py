@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from trinitylake.config import (
     DEFAULT_MAX_VERSION_AGE_MS,
     DEFAULT_MIN_VERSIONS_TO_KEEP,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from trinitylake.config import parse_job_args
 
 REPO = Path(__file__).resolve().parent.parent
