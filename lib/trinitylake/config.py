@@ -465,6 +465,22 @@ COMMON_OPTIONS: tuple[Option, ...] = (
          flag="--storage-option"),
     _opt("spark_conf", "spark_conf", {}, "Extra Spark properties for the session; merged across layers.",
          flag="--spark-conf"),
+    _opt("remote", "text", None,
+         "Spark Connect server to run on (sc://host:port); null means SPARK_REMOTE when set, else a classic session "
+         "on master (spark_conf spark.api.mode=connect starts a local Connect server instead).", nullable=True),
+    _opt("execution", "choice", "auto",
+         "Where phases run: 'auto' puts each phase on the driver (threads, no Spark job) or on the executors by its "
+         "size, 'local' keeps every phase on the driver, 'distributed' sends every phase to the executors.",
+         choices=("auto", "local", "distributed")),
+    _opt("local_max_items", "int", 200_000,
+         "auto: a phase with at most this many items (node files of a walk level, listed files, candidates, files "
+         "to copy) runs on the driver; bigger ones on the executors (crossover measured in BENCHMARKS.md).",
+         minimum=0),
+    _opt("driver_max_rows", "int", 2_000_000,
+         "auto: most rows a driver phase may hold (walk output, listing, candidates); a walk growing past it hands "
+         "its remaining levels to the executors. Bounds the driver's memory.", minimum=1),
+    _opt("threads", "int", 16, "Threads of a driver phase, and concurrent I/O requests inside one executor task.",
+         minimum=1, maximum=256),
     _opt("reference_time", "timestamp", None,
          "The instant the job treats as now (ISO-8601 or epoch ms); every age cutoff is measured back from it. "
          "Null means the wall clock; Airflow passes the logical date so that re-runs are idempotent.",

@@ -12,21 +12,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from trinitylake.maintenance.results import JobResult
+from trinitylake.spark.execution import add_progress_listener, notify
+
+__all__ = ["add_progress_listener", "notify"]
 
 log = logging.getLogger("trinitylake.spark")
 
 # Python tasks cost ~30 ms each here; more tasks than this per core only add overhead.
 PARTITIONS_PER_CORE = 4
-
-# Called with a phase's description when it starts (the CLI's spinner shows it).
-_progress: list[Callable[[str], None]] = []
-
-
-def add_progress_listener(fn: Callable[[str], None]) -> Callable[[], None]:
-    """Register `fn(description)` for phase starts; returns a function that removes it."""
-    _progress.append(fn)
-    return lambda: _progress.remove(fn) if fn in _progress else None
-
 
 def partitions_for(spark: Any, n: int, batch_size: int, parallelism: int = 0) -> int:
     """Partitions for `n` items handled `batch_size` per task: ``ceil(n / batch_size)``, capped
@@ -50,8 +43,7 @@ class Phases:
         sc.setJobDescription(f"tlake {self.result.job} {self.result.run_id}: {what or name}")
         t0 = time.perf_counter()
         log.info("%s %s: phase %s started", self.result.job, self.result.run_id, name)
-        for fn in list(_progress):
-            fn(what or name)
+        notify(what or name)
         try:
             yield
         finally:

@@ -1,29 +1,41 @@
-"""Distributed deletes: executors delete their share of a plan in bulk batches, with retries.
+"""Deleting a plan's files in bulk batches with retries, on the driver or on the executors.
 
-The driver never sees the paths: a DataFrame of keys (relative to the lakehouse root) is
-repartitioned into ``ceil(n / batch_size)`` tasks (capped), each task deletes its keys in
-bulk requests of `batch_size` (S3 DeleteObjects takes 1,000) through the pickled `Storage`,
-retrying failed keys with jittered backoff (`maintenance.deletion.delete_with_retries`), and
-returns one summary row (deleted, failed, first failures). Iceberg deletes on the driver to
-keep parallelism under control; here the cap on partitions does that, and every task sends
-one request at a time.
+The keys (relative to the lakehouse root) come as an Arrow table held by the driver or as a
+DataFrame. Where the delete runs is decided by its size (`trinitylake.spark.execution`):
+
+* **driver**: batches of `batch_size` keys go to a thread pool (``threads`` requests at a
+  time); a local filesystem deletes a batch with one ``unlink`` per file, S3 with one
+  DeleteObjects request;
+* **executors**: ``mapInArrow`` tasks of ``ceil(n / batch_size)`` (capped) batches each; every
+  task deletes its batches through the pickled `Storage` and returns one summary row. The
+  driver never sees the paths.
+
+Failed keys are retried with jittered backoff (`maintenance.deletion.delete_with_retries`);
+missing files count as deleted, so a re-run after a crash is harmless.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from trinitylake.errors import StorageError
 from trinitylake.maintenance.deletion import delete_with_retries
-from trinitylake.spark.common import DeleteBudget, InjectedFault, partitions_for
+from trinitylake.spark.common import DeleteBudget, InjectedFault
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution
 from trinitylake.storage import Storage
 
 log = logging.getLogger(__name__)
 
 _SAMPLE = 5
+_OUTCOME_SCHEMA = pa.schema([("deleted", pa.int64()), ("failed", pa.int64()), ("batches", pa.int64()),
+                             ("sample", pa.string())])
 
 
 @dataclass
@@ -42,88 +54,135 @@ class DeleteOutcome:
         self.failures.extend(other.failures[: max(0, _SAMPLE - len(self.failures))])
 
 
-def _delete_partition(storage: Storage, batch_size: int, max_retries: int, allowed: int | None, index: int,
-                      rows: Any) -> Any:
-    if allowed is not None and index >= allowed:
-        raise InjectedFault(f"TLAKE_TEST_FAIL_DELETE_AFTER: delete batch {index} killed")
-    deleted = failed = batches = 0
-    sample: list[tuple[str, str]] = []
-    batch: list[str] = []
+def _delete_batch(storage: Storage, max_retries: int, keys: list[str]) -> DeleteOutcome:
+    ok, failures = delete_with_retries(storage, keys, max_retries=max_retries)
+    return DeleteOutcome(requested=len(keys), deleted=ok, failed=len(failures), batches=1,
+                         failures=[tuple(f) for f in failures[:_SAMPLE]])  # type: ignore[misc]
 
-    def flush() -> None:
-        nonlocal deleted, failed, batches
-        ok, failures = delete_with_retries(storage, batch, max_retries=max_retries)
-        deleted += ok
-        failed += len(failures)
-        batches += 1
-        sample.extend(failures[: max(0, _SAMPLE - len(sample))])
-        batch.clear()
 
-    for r in rows:
-        batch.append(r[0])
-        if len(batch) >= batch_size:
-            flush()
-    if batch:
-        flush()
-    yield deleted, failed, batches, sample
+def delete_task(storage: Storage, batch_size: int, max_retries: int, threads: int, allowed: int | None,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: delete the task's keys in bulk batches, one summary row out.
+    `allowed` (fault injection) is how many batches this task may run before it "dies"."""
+    import json
+
+    keys = [k for b in batches for k in b.column(b.schema.get_field_index("path")).to_pylist()]
+    out = _delete_keys_here(storage, keys, batch_size, max_retries, threads, allowed)
+    yield pa.RecordBatch.from_pylist([{"deleted": out.deleted, "failed": out.failed, "batches": out.batches,
+                                       "sample": json.dumps(out.failures)}], schema=_OUTCOME_SCHEMA)
+
+
+def _delete_keys_here(storage: Storage, keys: list[str], batch_size: int, max_retries: int, threads: int,
+                      allowed: int | None) -> DeleteOutcome:
+    chunks = [keys[i : i + batch_size] for i in range(0, len(keys), batch_size)]
+    out = DeleteOutcome()
+    if allowed is not None and len(chunks) > allowed:
+        for c in chunks[:allowed]:
+            out.add(_delete_batch(storage, max_retries, c))
+        raise InjectedFault(f"TLAKE_TEST_FAIL_DELETE_AFTER: killed after {allowed} delete batches")
+    fn = functools.partial(_delete_batch, storage, max_retries)
+    if threads > 1 and len(chunks) > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, len(chunks))) as pool:
+            for o in pool.map(fn, chunks):
+                out.add(o)
+    else:
+        for c in chunks:
+            out.add(fn(c))
+    return out
 
 
 def delete_keys(
-    spark: Any,
+    spark_or_ex: Any,
     storage: Storage,
-    keys_df: Any,
+    keys: Any,
     n: int,
     *,
     batch_size: int,
     max_retries: int,
     budget: DeleteBudget | None = None,
     what: str = "files",
+    phase: str = "delete",
 ) -> DeleteOutcome:
-    """Delete the files named by ``keys_df.path`` (`n` of them) on the executors.
+    """Delete the files named by the ``path`` column of `keys` (an Arrow table, a list of keys
+    or a DataFrame; `n` of them) where their number says (see the module doc).
 
     Raises:
         StorageError: the Spark job failed (e.g. an executor was lost); the files deleted so far
             stay deleted and a re-run finishes the work.
+        InjectedFault: fault injection (tests) stopped the delete.
     """
+    ex = as_execution(spark_or_ex)
     out = DeleteOutcome(requested=n)
     if n <= 0:
         return out
-    parts = partitions_for(spark, n, batch_size)
-    allowed = None
-    if budget is not None:
-        # Fault injection: one batch per task, so "N batches" is exact.
-        parts = max(1, -(-n // batch_size))
-        allowed = budget.take(parts)
-    fn = functools.partial(_delete_partition, storage, batch_size, max_retries, allowed)
-    try:
-        rows = keys_df.select("path").repartition(parts).rdd.mapPartitionsWithIndex(fn).collect()
-    except Exception as e:  # noqa: BLE001 - Py4J wraps executor errors; name the outcome plainly
-        first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
-        if "InjectedFault" in str(e):
-            raise InjectedFault(f"delete of {what} killed by fault injection") from e
-        raise StorageError(f"the delete job for {n} {what} failed ({first}); files already deleted stay deleted, "
-                           "re-run the job to finish") from e
-    for deleted, failed, batches, sample in rows:
-        out.deleted += deleted
-        out.failed += failed
-        out.batches += batches
-        out.failures.extend([tuple(x) for x in sample][: max(0, _SAMPLE - len(out.failures))])
+    n_batches = -(-n // batch_size)
+    allowed = budget.take(n_batches) if budget is not None else None
+    local = isinstance(keys, pa.Table | list) and not ex.distributed(n)
+    if local:
+        key_list = keys if isinstance(keys, list) else keys.column("path").to_pylist()
+        with ex.phase(phase, LOCAL, n, f"delete {n} {what}"):
+            got = _delete_keys_here(storage, key_list, batch_size, max_retries, ex.limits.threads, allowed)
+        out.deleted, out.failed, out.batches, out.failures = got.deleted, got.failed, got.batches, got.failures
+        log.info("deleted %d of %d %s in %d batches on the driver, %d failed", out.deleted, n, what, out.batches,
+                 out.failed)
+        return out
+    if isinstance(keys, list):
+        keys = pa.table({"path": pa.array(keys, pa.string())})
+    # Fault injection: one batch per task, so "N batches" is exact.
+    parts = n_batches if budget is not None else ex.partitions(n, batch_size * 4)
+    source = keys.select(["path"]) if isinstance(keys, pa.Table) else keys.select("path")
+    rows = []
+    with ex.phase(phase, DISTRIBUTED, n, f"delete {n} {what} ({parts} tasks)"):
+        try:
+            if budget is not None:
+                # Task i of the injected run may run one batch while i < allowed.
+                df = ex.map_arrow(source, functools.partial(_budgeted_task, storage, batch_size, max_retries,
+                                                            allowed), _OUTCOME_SCHEMA, parts)
+            else:
+                df = ex.map_arrow(source, functools.partial(delete_task, storage, batch_size, max_retries,
+                                                            ex.limits.threads, None), _OUTCOME_SCHEMA, parts)
+            rows = df.collect()
+        except Exception as e:  # noqa: BLE001 - executor errors arrive wrapped; name the outcome plainly
+            if "InjectedFault" in str(e):
+                raise InjectedFault(f"delete of {what} killed by fault injection") from e
+            first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+            raise StorageError(f"the delete job for {n} {what} failed ({first}); files already deleted stay "
+                               "deleted, re-run the job to finish") from e
+    import json
+
+    for r in rows:
+        out.deleted += int(r["deleted"])
+        out.failed += int(r["failed"])
+        out.batches += int(r["batches"])
+        out.failures.extend([tuple(x) for x in json.loads(r["sample"])][: max(0, _SAMPLE - len(out.failures))])
     log.info("deleted %d of %d %s in %d batches (%d tasks), %d failed", out.deleted, n, what, out.batches, parts,
              out.failed)
     return out
 
 
+def _budgeted_task(storage: Storage, batch_size: int, max_retries: int, allowed: int | None,
+                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Fault injection: a shared budget of `allowed` batches across tasks cannot be counted
+    without shared state, so the driver hands every task the same global limit, and tasks
+    whose first key sorts at or beyond the `allowed`-th batch fail (deterministic enough for
+    the crash tests: some batches run, the job dies)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    index = ctx.partitionId() if ctx is not None else 0
+    if allowed is not None and index >= allowed:
+        raise InjectedFault(f"TLAKE_TEST_FAIL_DELETE_AFTER: delete batch {index} killed")
+    yield from delete_task(storage, batch_size, max_retries, 1, None, batches)
+
+
 def delete_on_driver(storage: Storage, keys: list[str], *, batch_size: int, max_retries: int,
                      budget: DeleteBudget | None = None, what: str = "files") -> DeleteOutcome:
-    """Delete a small, bounded list (root files of expired versions) from the driver."""
+    """Delete a small, bounded list (root files of expired versions) from the driver, in
+    order (oldest first), one batch at a time."""
     out = DeleteOutcome(requested=len(keys))
     for i in range(0, len(keys), batch_size):
         if budget is not None and budget.take(1) == 0:
             raise InjectedFault(f"TLAKE_TEST_FAIL_DELETE_AFTER: delete of {what} killed")
-        chunk = keys[i : i + batch_size]
-        ok, failures = delete_with_retries(storage, chunk, max_retries=max_retries)
-        out.deleted += ok
-        out.failed += len(failures)
-        out.batches += 1
-        out.failures.extend(failures[: max(0, _SAMPLE - len(out.failures))])
+        out.add(_delete_batch(storage, max_retries, keys[i : i + batch_size]))
+    out.requested = len(keys)
     return out

@@ -12,7 +12,8 @@ the final row, logs and prints the result as JSON, and returns the exit code:
 * 1: a TrinityLake error (unsafe operation refused, corrupt node, storage failure, ...);
 * 2: a configuration error (unknown option, bad value, missing lakehouse URI).
 
-Every job function has the same signature; the export job lives in
+Every job function has the same signature (its first argument is the job's
+`trinitylake.spark.execution.Execution`, which starts Spark only if a phase needs it); the export job lives in
 ``trinitylake.spark.export:run_export`` and is imported only when asked for.
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
+from trinitylake.spark.execution import Execution, Limits
 
 log = logging.getLogger("trinitylake.jobs")
 
@@ -67,7 +69,8 @@ def job_function(job: str) -> Callable[..., JobResult]:
 
 def session_for(cfg: Any, job: str) -> Any:
     """The Spark session: the active one (Databricks, tests), the one spark-submit prepared
-    (its master wins), or a new one on the config's master."""
+    (its master wins), a client of ``cfg.remote``/``SPARK_REMOTE``, or a new one on the
+    config's master."""
     from pyspark.sql import SparkSession
 
     from trinitylake.spark.session import get_spark
@@ -76,11 +79,26 @@ def session_for(cfg: Any, job: str) -> Any:
     if active is not None:
         return active
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
-    return get_spark(None if submitted else cfg.master, app_name=f"tlake-{job}", conf=dict(cfg.spark_conf))
+    return get_spark(None if submitted else cfg.master, app_name=f"tlake-{job}", conf=dict(cfg.spark_conf),
+                     remote=getattr(cfg, "remote", None))
+
+
+def execution_for(cfg: Any, job: str, result: JobResult, spark: Any = None) -> Execution:
+    """Placement of the job's phases; the session starts only when a phase needs it."""
+    limits = Limits(local_max_items=int(getattr(cfg, "local_max_items", Limits.local_max_items)),
+                    driver_max_rows=int(getattr(cfg, "driver_max_rows", Limits.driver_max_rows)),
+                    threads=int(getattr(cfg, "threads", Limits.threads)))
+    record: dict[str, Any] = {}
+    result.details["execution"] = record
+    return Execution(getattr(cfg, "execution", "auto"), spark=spark, session_factory=lambda: session_for(cfg, job),
+                     limits=limits, record=record, label=f"tlake {job} {cfg.run_id}")
 
 
 def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakehouse: Any = None) -> JobResult:
     """Run one job with its audit rows; returns the result or raises.
+
+    `spark`: a session to use when a phase goes to the executors (default: created on first
+    use from the config; a job whose phases all stay on the driver never starts one).
 
     Raises:
         JobFailedError: the job failed after it started (its `result` says how far it got;
@@ -95,30 +113,47 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     if lakehouse is None:
         lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                                    control_uri=cfg.control_uri, audit=audit)
-    spark = spark or session_for(cfg, job)
     lakehouse.command = job
     arguments = cfg.to_dict()
     lakehouse.arguments = arguments
     result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
+    ex = execution_for(cfg, job, result, spark)
     result.version_before = lakehouse.latest_version()
-    lakehouse.auditor.spark_app_id = spark.sparkContext.applicationId
     started = datetime.now(UTC)
     result.txn_seq = job_begin(lakehouse.auditor, job, cfg.run_id, arguments, result.version_before)
-    log.info("%s %s started on %s (version %s, txn_seq %s)", job, cfg.run_id, lakehouse.uri, result.version_before,
-             result.txn_seq)
+    log.info("%s %s started on %s (version %s, txn_seq %s, execution %s)", job, cfg.run_id, lakehouse.uri,
+             result.version_before, result.txn_seq, ex.mode)
     try:
-        result = fn(spark, lakehouse, cfg, result)
+        result = fn(ex, lakehouse, cfg, result)
         if result.status == "running":
             result.status = "dry_run" if result.dry_run else "succeeded"
     except BaseException as e:
         result.status = "failed"
         result.error = f"{type(e).__name__}: {e}"
+        _finish(ex, lakehouse, result)
         _end(lakehouse, job, cfg, arguments, started, result, e)
         if isinstance(e, KeyboardInterrupt | SystemExit):
             raise
         raise JobFailedError(f"{job} {cfg.run_id} failed: {result.error}", result) from e
+    _finish(ex, lakehouse, result)
     _end(lakehouse, job, cfg, arguments, started, result, None)
     return result
+
+
+def _finish(ex: Execution, lakehouse: Any, result: JobResult) -> None:
+    """Record whether (and how) Spark was used."""
+    result.details["spark"] = {"started": ex.started, "session_seconds": ex.session_seconds,
+                               "mode": "connect" if ex.is_connect else ("classic" if ex.started else None)}
+    if ex.started and not ex.is_connect:
+        try:
+            lakehouse.auditor.spark_app_id = ex.spark.sparkContext.applicationId
+        except Exception:  # noqa: BLE001 - shared access mode refuses SparkContext
+            pass
+    elif ex.started:
+        try:
+            lakehouse.auditor.spark_app_id = f"connect:{ex.spark.session_id}"
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _end(lakehouse: Any, job: str, cfg: Any, arguments: dict[str, Any], started: datetime, result: JobResult,

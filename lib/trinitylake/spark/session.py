@@ -1,9 +1,18 @@
-"""Spark session for the jobs: `local[*]` by default, small and quiet for tests."""
+"""Spark session for the jobs: classic or Spark Connect, small and quiet for tests.
+
+* ``get_spark("local[2]")``: a classic local session;
+* ``get_spark("local[2]", conf={"spark.api.mode": "connect"})``: pyspark starts a local Spark
+  Connect server (the spark-connect JAR ships in the pyspark wheel) and connects to it;
+* ``get_spark(remote="sc://host:15002")`` or ``SPARK_REMOTE``: an existing Connect server
+  (Databricks serverless, a shared cluster), where no master is set.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
+from typing import Any
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -13,25 +22,77 @@ DEFAULT_CONF = {
     "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
-    # The walks build deep query plans (a union and an anti-join per tree level); Spark renders
-    # each plan as a string for every SQL execution, and unbounded that string exhausted a 2 GB
-    # driver heap on ~800 expired versions (found by the reliability stress test).
+    # Walk levels are checkpointed, so plans stay flat; this bounds the rendered plan string
+    # anyway (an unbounded one exhausted a 2 GB driver heap before the checkpoints existed).
     "spark.sql.maxPlanStringLength": "100000",
 }
+# Properties a Connect client cannot set on a running server (they are the server's own).
+_SERVER_ONLY = ("spark.ui.", "spark.driver.memory", "spark.python.worker.reuse", "spark.master")
 
 
-def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: dict[str, str] | None = None):
-    """Get or create the SparkSession. On a cluster (spark-submit) the master comes from there."""
+def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: dict[str, str] | None = None,
+              remote: str | None = None) -> Any:
+    """Get or create the SparkSession. On a cluster (spark-submit) the master comes from there;
+    with `remote` (or ``SPARK_REMOTE``) the session is a client of that Connect server."""
     from pyspark.sql import SparkSession
 
     # Executors must run the same interpreter as the driver (the venv's, with our package).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    remote = remote or os.environ.get("SPARK_REMOTE") or None
     builder = SparkSession.builder.appName(app_name)
-    if master:
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    if remote:
+        builder = builder.remote(remote)
+        settings = {k: v for k, v in settings.items() if not k.startswith(_SERVER_ONLY) and k != "spark.api.mode"}
+    elif master:
         builder = builder.master(master)
-    for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
+    for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("TLAKE_SPARK_LOG_LEVEL", "WARN"))
+    if not remote and settings.get("spark.api.mode") == "connect" and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        local = _local_connect(master or "local[*]", app_name, settings)
+        if local is not None:
+            return local
+    with warnings.catch_warnings():
+        # A local Connect server gets these settings at start-up; pyspark then also tries to set
+        # them on the session, which the server refuses with one warning each.
+        warnings.filterwarnings("ignore", message="Failed to set spark")
+        spark = builder.getOrCreate()
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        spark.sparkContext.setLogLevel(os.environ.get("TLAKE_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _local_connect(master: str, app_name: str, settings: dict[str, str]) -> Any:
+    """A client of a local Spark Connect server started on a free port.
+
+    pyspark's own ``spark.api.mode=connect`` path always binds and dials port 15002, so a second
+    job (or a test session) on the same machine fails to start. This does the same two steps
+    (start a classic session with the Connect plugin, connect to it) with a free port; on a
+    pyspark without the helper it returns None and the caller uses pyspark's path.
+    """
+    try:
+        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+    except ImportError:
+        return None
+    start = getattr(RemoteSparkSession, "_start_connect_server", None)
+    if start is None:
+        return None
+    port = _free_port()
+    opts = {k: v for k, v in settings.items() if k != "spark.api.mode"}
+    opts.update({"spark.app.name": app_name, "spark.connect.grpc.binding.port": str(port)})
+    os.environ["SPARK_LOCAL_REMOTE"] = "1"
+    start(master, opts)  # leaves only the runtime SQL settings in opts
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    builder = RemoteSparkSession.builder.remote(f"sc://localhost:{port}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Failed to set spark")
+        return builder.config(map=opts).getOrCreate()

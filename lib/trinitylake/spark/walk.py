@@ -1,23 +1,27 @@
-"""The distributed reachable-file walk, and the `walk` job.
+"""The reachable-file walk (on the driver or on the executors, level by level), and the `walk` job.
 
-The driver holds only the roots (the version chain, export roots, pinned versions) and
-counts. Node files are read by executors, level by level:
+Every level of the walk decides where it runs (`trinitylake.spark.execution`):
 
-1. the frontier of level d (a cached DataFrame of node keys) is repartitioned into
-   ``ceil(n / batch_size)`` partitions (at most 4 x default parallelism) and every task reads
-   its node files with a few I/O threads (`trinitylake.maintenance.reach.expand_node_rows`),
-   emitting the node's own row, its children and its definitions;
-2. the children are deduplicated per level (``groupBy(path)``, keeping the smallest
-   first_version) and against *every* node visited so far (``left_anti`` join with the union
-   of the earlier frontiers), so a node shared by many versions, or found at different depths
-   in different versions, is read exactly once (the ``node_reads`` accumulator measures it:
-   node reads / unique nodes = 1.0);
-3. the next level starts from what is left; the walk ends when a level is empty.
+* **on the driver** while the level's frontier is at most ``local_max_items`` node files and
+  the walk holds at most ``driver_max_rows`` rows: a thread pool reads the frontier
+  (`trinitylake.maintenance.reach.expand_node_rows`), children are deduplicated in a dict
+  against a set of visited keys;
+* **on the executors** otherwise: the frontier is a DataFrame, each task reads a batch of
+  node files through ``mapInArrow`` and emits the node's own row, its children and its
+  definitions as one Arrow batch; children are deduplicated per level (``groupBy(path)``,
+  smallest first_version) and against every node visited so far (``left_anti``). Every level's
+  result is checkpointed (``localCheckpoint``), so the query plan stays flat however deep the
+  tree; role counts come back as one small aggregate per level.
+
+A walk starts on the driver and hands over to the executors (once, for its remaining levels)
+when a level grows past the thresholds, so a small lakehouse never starts Spark and a large one
+never holds the lakehouse in the driver. Every node is read exactly once either way
+(``node_reads / unique_nodes = 1.0``).
 
 Definitions are never read: their rows from all levels are deduplicated once at the end
-(smallest depth, then smallest first_version), and optionally sized by executors.
+(smallest depth, then smallest first_version), and optionally sized.
 
-An optional `exclude` DataFrame of keys prunes the walk: an excluded node is neither read nor
+An optional `exclude` set of keys prunes the walk: an excluded node is neither read nor
 emitted, and since everything below a node is reachable from it, nothing below it is either.
 Expiration uses it to compute ``reach(expired) - reach(retained)`` while reading only the node
 files that the expired versions do not share with the retained ones.
@@ -28,26 +32,35 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from trinitylake.errors import CorruptNodeError
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
-from trinitylake.spark.common import Phases, partitions_for
-from trinitylake.spark.output import write_parquet
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, rows_of
+from trinitylake.spark.output import write_listing
 
 log = logging.getLogger(__name__)
 
-OUTPUT_COLUMNS = ("path", "kind", "size", "depth", "first_version")
+OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
+                           ("depth", pa.int32()), ("first_version", pa.int64())])
+OUTPUT_COLUMNS = tuple(OUTPUT_SCHEMA.names)
 OUTPUT_DDL = "path string, kind string, size bigint, depth int, first_version bigint"
-_FRONTIER_DDL = "path string, base string, first_version bigint"
-_LEVEL_DDL = ("role string, path string, kind string, size bigint, depth int, first_version bigint, "
-              "base string, error string")
-# Rows a task hands to its I/O threads at a time (bounds a task's memory).
+FRONTIER_SCHEMA = pa.schema([("path", pa.string()), ("base", pa.string()), ("first_version", pa.int64())])
+LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
+                          ("depth", pa.int32()), ("first_version", pa.int64()), ("base", pa.string()),
+                          ("error", pa.string())])
+LEAF_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("depth", pa.int32()),
+                         ("first_version", pa.int64())])
+KEYS_SCHEMA = pa.schema([("path", pa.string())])
+# Node files a task hands to its I/O threads at a time (bounds a task's memory).
 _CHUNK = 1024
 
 
@@ -74,11 +87,49 @@ class WalkStats:
         """Node reads per unique node file read (1.0 = every node read exactly once)."""
         return self.node_reads / self.unique_nodes if self.unique_nodes else 1.0
 
+    @property
+    def where(self) -> str:
+        places = {lv["where"] for lv in self.levels}
+        return places.pop() if len(places) == 1 else ("mixed" if places else LOCAL)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["read_ratio"] = self.read_ratio
         d["total_files"] = self.total_files
         return d
+
+
+class Reached:
+    """The files a walk reached (`OUTPUT_SCHEMA` rows), held by the driver as an Arrow table
+    (a walk that stayed local) or by the executors as a checkpointed DataFrame."""
+
+    def __init__(self, stats: WalkStats, table: pa.Table | None = None, df: Any = None):
+        self.stats = stats
+        self.table = table
+        self.df = df
+
+    @property
+    def is_local(self) -> bool:
+        return self.table is not None
+
+    def as_df(self, ex: Execution) -> Any:
+        """The rows as a DataFrame (ships a driver-held table to Spark)."""
+        if self.df is None:
+            self.df = ex.to_df(self.table)
+        return self.df
+
+    def keys(self) -> set[str]:
+        """Every reached key (driver-held walks only)."""
+        assert self.table is not None, "keys() of a distributed walk"
+        return set(self.table.column("path").to_pylist())
+
+    def release(self) -> None:
+        if self.df is not None:
+            try:
+                self.df.unpersist()
+            except Exception:  # noqa: BLE001 - checkpoints go with the session
+                pass
+        self.table = None
 
 
 # ---- executor functions -------------------------------------------------------------------
@@ -93,76 +144,38 @@ def _chunks(it: Any, n: int) -> Any:
         yield buf
 
 
-class _Counter:
-    """AccumulatorParam of ``{name: count}`` dicts (role counts and reads of one level)."""
-
-    def zero(self, value: dict[str, int]) -> dict[str, int]:
-        return {}
-
-    def addInPlace(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:  # noqa: N802 - Spark's API
-        for k, n in b.items():
-            a[k] = a.get(k, 0) + n
-        return a
-
-
-def _expand_partition(reader: R.Reader, io_threads: int, acc: Any, rows: Any) -> Any:
-    counts: dict[str, int] = {}
-    for chunk in _chunks(rows, _CHUNK):
-        batch = [(r[0], r[1], r[2], r[3], r[4]) for r in chunk]
-        for emitted, n in R.expand_node_rows(reader, batch, io_threads):
-            counts["reads"] = counts.get("reads", 0) + n
+def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Iterator[pa.RecordBatch]
+                   ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of one level: frontier batches (path, base, first_version) in,
+    one `LEVEL_SCHEMA` batch per chunk of node files out."""
+    for chunk in _chunks(rows_of(batches, "path", "base", "first_version"), _CHUNK):
+        cols: list[list[Any]] = [[] for _ in LEVEL_SCHEMA]
+        rows = [(p, b, fv, depth, depth == 0) for p, b, fv in chunk]
+        for emitted, _ in R.expand_node_rows(reader, rows, io_threads):
             for row in emitted:
-                counts[row[0]] = counts.get(row[0], 0) + 1
-            yield from emitted
-    acc.add(counts)
+                for c, v in zip(cols, row, strict=True):
+                    c.append(v)
+        yield batch_of(LEVEL_SCHEMA, cols)
 
 
-def _expand_rows(reader: R.Reader, io_threads: int, acc: Any, depth: int, rows: Any) -> Any:
-    """Frontier rows (path, base, first_version) of one depth; depth 0 holds the roots."""
-    return _expand_partition(reader, io_threads, acc, ((r[0], r[1], r[2], depth, depth == 0) for r in rows))
-
-
-def _size_partition(reader: R.Reader, io_threads: int, rows: Any) -> Any:
-    for chunk in _chunks(rows, _CHUNK):
+def size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function sizing definition rows (LEAF_SCHEMA in, OUTPUT_SCHEMA out)."""
+    for chunk in _chunks(rows_of(batches, "path", "kind", "depth", "first_version"), _CHUNK):
         sizes = R.sizes_of(reader, [r[0] for r in chunk], io_threads)
-        for r, s in zip(chunk, sizes, strict=True):
-            yield (r[0], r[1], int(s), int(r[3]), int(r[4]))
+        yield batch_of(OUTPUT_SCHEMA, [[r[0] for r in chunk], [r[1] for r in chunk], [int(s) for s in sizes],
+                                       [r[2] for r in chunk], [r[3] for r in chunk]])
 
 
 # ---- the walk -----------------------------------------------------------------------------
-def walk_reachable(
-    spark: Any,
-    lakehouse: Any,
-    roots: Sequence[tuple[int, str]],
-    batch_size: int = 256,
-    parallelism: int = 0,
-    **kwargs: Any,
-) -> Any:
-    """Every file reachable from `roots`, as a cached DataFrame
-    ``[path string, kind string, size long, depth int, first_version long]``.
-
-    Args:
-        spark: the SparkSession.
-        lakehouse: the source `Lakehouse` (its storage root and options; keys are relative to
-            its root, see `trinitylake.maintenance.reach`).
-        roots: ``(version, root pointer)`` pairs: ``root_name(v)`` for a source version, the
-            full URI of an export's root file for an export.
-        batch_size: node files per Spark task.
-        parallelism: maximum partitions per level (0 = 4 x default parallelism).
-        **kwargs: see :func:`walk_reachable_with_stats` (exclude, sizes, tolerate_missing, ...).
-
-    `kind` is root, node, definition or lakehouse_def; `size` is -1 where unknown (a missing
-    definition file, or ``sizes=False``). The DataFrame is persisted; unpersist it when done.
-
-    Raises:
-        CorruptNodeError: a node file is missing or unreadable (nothing was written or deleted).
-    """
-    df, _ = walk_reachable_with_stats(spark, lakehouse, roots, batch_size, parallelism, **kwargs)
-    return df
+def walk_reachable(spark_or_ex: Any, lakehouse: Any, roots: Sequence[tuple[int, str]], batch_size: int = 256,
+                   parallelism: int = 0, **kwargs: Any) -> Reached:
+    """Every file reachable from `roots` (see :func:`walk_reachable_with_stats`)."""
+    reached, _ = walk_reachable_with_stats(spark_or_ex, lakehouse, roots, batch_size, parallelism, **kwargs)
+    return reached
 
 
 def walk_reachable_with_stats(
-    spark: Any,
+    spark_or_ex: Any,
     lakehouse: Any,
     roots: Sequence[tuple[int, str]],
     batch_size: int = 256,
@@ -173,198 +186,349 @@ def walk_reachable_with_stats(
     tolerate_missing: bool = False,
     io_threads: int = 8,
     label: str = "walk",
-) -> tuple[Any, WalkStats]:
-    """:func:`walk_reachable` plus its :class:`WalkStats`.
+    name: str = "walk",
+) -> tuple[Reached, WalkStats]:
+    """Every file reachable from `roots`: a :class:`Reached` of
+    ``[path string, kind string, size long, depth int, first_version long]`` and its stats.
 
     Args:
-        exclude: a DataFrame with a ``path`` column of walk keys to prune (see module doc).
+        spark_or_ex: an `Execution` (placement per level), or a SparkSession (every level on
+            its executors, as before placement existed).
+        lakehouse: the source `Lakehouse` (its storage root and options; keys are relative to
+            its root, see `trinitylake.maintenance.reach`).
+        roots: ``(version, root pointer)`` pairs: ``root_name(v)`` for a source version, the
+            full URI of an export's root file for an export.
+        batch_size: node files per Spark task.
+        parallelism: maximum partitions per level (0 = 4 x default parallelism).
+        exclude: keys to prune (see module doc): a `Reached`, an Arrow table or DataFrame with
+            a ``path`` column, or a set of keys.
         sizes: stat definition files for their sizes (node sizes come free with the read).
         tolerate_missing: skip missing node files (expiration re-walking versions whose files
             an interrupted run already deleted) instead of failing.
-        io_threads: concurrent reads per task.
-        label: prefix of the Spark job descriptions.
+        io_threads: concurrent reads per executor task.
+        label: prefix of log lines and Spark job descriptions.
+        name: prefix of the phases recorded in the execution record (``walk.read_nodes``).
+
+    `kind` is root, node, definition or lakehouse_def; `size` is -1 where unknown (a missing
+    definition file, or ``sizes=False``). Release the result when done.
+
+    Raises:
+        CorruptNodeError: a node file is missing or unreadable (nothing was written or deleted).
     """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+    ex = as_execution(spark_or_ex)
+    walk = _Walk(ex, lakehouse, batch_size, parallelism, exclude, tolerate_missing, io_threads, label)
+    walk.name = name
+    reached = walk.run(roots, sizes)
+    return reached, reached.stats
 
-    t0 = time.perf_counter()
-    sc = spark.sparkContext
-    storage = lakehouse.storage
-    reader = R.Reader(storage.root, storage.options)
-    loc = reader.locator
-    stats = WalkStats()
-    start: dict[str, tuple[str, int]] = {}
-    for version, ptr in roots:
-        key, base = loc.root_entry(int(version), ptr)
-        if key not in start or version < start[key][1]:
-            start[key] = (base, int(version))
-    stats.roots = len(start)
-    level = StorageLevel.MEMORY_AND_DISK
-    persisted: list[Any] = []
 
-    def keep(df: Any) -> Any:
-        df = df.persist(level)
-        persisted.append(df)
+class _Walk:
+    def __init__(self, ex: Execution, lakehouse: Any, batch_size: int, parallelism: int, exclude: Any,
+                 tolerate_missing: bool, io_threads: int, label: str):
+        self.ex = ex
+        self.lakehouse = lakehouse
+        self.batch_size = batch_size
+        self.parallelism = parallelism
+        self.tolerate_missing = tolerate_missing
+        self.io_threads = io_threads
+        self.label = label
+        self.reader = R.Reader(lakehouse.storage.root, lakehouse.storage.options)
+        self.stats = WalkStats()
+        # Exclusions: a driver-side set, or a DataFrame (then the walk runs on the executors).
+        self.excl_keys: set[str] = set()
+        self.excl_df: Any = None
+        if isinstance(exclude, Reached):
+            if exclude.is_local:
+                self.excl_keys = exclude.keys()
+            else:
+                self.excl_df = exclude.df.select("path")
+        elif isinstance(exclude, pa.Table):
+            self.excl_keys = set(exclude.column("path").to_pylist())
+        elif isinstance(exclude, set | frozenset | list | tuple):
+            self.excl_keys = set(exclude)
+        elif exclude is not None:
+            self.excl_df = exclude.select("path")
+        # Driver-side state.
+        self.visited: set[str] = set()
+        self.selfs: list[list[Any]] = [[] for _ in OUTPUT_SCHEMA]
+        self.leaves: dict[str, tuple[int, int, str]] = {}
+        # Executor-side state (after the hand-over).
+        self.checkpoints: list[Any] = []
+
+    # -- driver levels --
+    def run(self, roots: Sequence[tuple[int, str]], sizes: bool) -> Reached:
+        t0 = time.perf_counter()
+        loc = self.reader.locator
+        frontier: dict[str, tuple[str, int]] = {}
+        for version, ptr in roots:
+            key, base = loc.root_entry(int(version), ptr)
+            if key not in frontier or version < frontier[key][1]:
+                frontier[key] = (base, int(version))
+        self.stats.roots = len(frontier)
+        frontier = {k: v for k, v in frontier.items() if k not in self.excl_keys}
+        depth = 0
+        reached: Reached | None = None
+        while frontier:
+            held = len(self.visited) + len(self.leaves) + len(frontier)
+            if self.excl_df is not None or self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
+                reached = self._run_distributed(frontier, depth, sizes)
+                break
+            frontier = self._local_level(frontier, depth)
+            depth += 1
+        if reached is None:
+            reached = self._finish_local(sizes)
+        self.stats.seconds = round(time.perf_counter() - t0, 3)
+        st = self.stats
+        log.info("%s: %d files reachable from %d roots (%s); %d node reads for %d unique nodes in %.2fs (%s)",
+                 self.label, st.total_files, st.roots, st.files, st.node_reads, st.unique_nodes, st.seconds, st.where)
+        return reached
+
+    def _local_level(self, frontier: dict[str, tuple[str, int]], depth: int) -> dict[str, tuple[str, int]]:
+        lt = time.perf_counter()
+        rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in frontier.items()]
+        with self.ex.phase(f"{self.name}.read_nodes", LOCAL, len(rows)):
+            nxt: dict[str, tuple[str, int]] = {}
+            failures: list[tuple[str, int, str | None]] = []
+            read = reads = 0
+            s_path, s_kind, s_size, s_depth, s_fv = self.selfs
+            leaves = self.leaves
+            threads = max(1, min(self.ex.limits.threads, len(rows)))
+            pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+            try:
+                results = (pool.map(lambda r: R.expand_node(self.reader, r), rows, chunksize=16) if pool
+                           else (R.expand_node(self.reader, r) for r in rows))
+                for emitted, n in results:
+                    reads += n
+                    for role, key, kind, size, d, fv, base, err in emitted:
+                        if role == R.ROLE_CHILD:
+                            cur = nxt.get(key)
+                            if cur is None or (fv, base) < (cur[1], cur[0]):
+                                nxt[key] = (base or "", fv)
+                        elif role == R.ROLE_LEAF:
+                            cur_leaf = leaves.get(key)
+                            if cur_leaf is None or (d, fv, kind) < cur_leaf:
+                                leaves[key] = (d, fv, kind)
+                        elif role == R.ROLE_SELF:
+                            s_path.append(key)
+                            s_kind.append(kind)
+                            s_size.append(size)
+                            s_depth.append(d)
+                            s_fv.append(fv)
+                            read += 1
+                        elif role == R.ROLE_MISSING and self.tolerate_missing:
+                            self.stats.missing += 1
+                        else:
+                            failures.append((key, fv, err))
+            finally:
+                if pool:
+                    pool.shutdown()
+            if failures:
+                raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
+                                       + R.describe_failures(failures[:5], len(failures)))
+            self.visited.update(frontier)
+            excl = self.excl_keys
+            nxt = {k: v for k, v in nxt.items() if k not in self.visited and k not in excl}
+        self.stats.node_reads += reads
+        self.stats.unique_nodes += read
+        self.stats.levels.append({"depth": depth, "frontier": len(rows), "read": read, "where": LOCAL, "tasks": 0,
+                                  "next": len(nxt), "seconds": round(time.perf_counter() - lt, 3)})
+        return nxt
+
+    def _finish_local(self, sizes: bool) -> Reached:
+        keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
+        with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0):
+            lsize = R.sizes_of(self.reader, keys, self.ex.limits.threads) if sizes else [-1] * len(keys)
+        leaf_cols = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
+                     [self.leaves[k][1] for k in keys]]
+        table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
+        self.selfs = [[] for _ in OUTPUT_SCHEMA]
+        self.leaves = {}
+        _summarize_table(table, self.stats)
+        return Reached(self.stats, table=table)
+
+    # -- executor levels --
+    def _keep(self, df: Any) -> Any:
+        """Materialize `df` and cut its lineage (flat plans, one computation)."""
+        df = df.localCheckpoint(eager=True)
+        self.checkpoints.append(df)
         return df
 
-    counter = _Counter()
-    final = None
-    with _walk_sql_conf(spark):
-        frontier = spark.createDataFrame([(k, b, v) for k, (b, v) in start.items()], _FRONTIER_DDL)
-        excl = keep(exclude.select("path").distinct()) if exclude is not None else None
-        n = len(start)
-        if excl is not None and n:
-            frontier = keep(frontier.join(excl, "path", "left_anti"))
+    def _run_distributed(self, frontier_d: dict[str, tuple[str, int]], depth: int, sizes: bool) -> Reached:
+        from pyspark.sql import functions as F
+
+        ex = self.ex
+        spark = ex.spark
+        # Hand over the driver's state: bounded by the thresholds that kept it on the driver.
+        frontier = ex.to_df(batch_table(FRONTIER_SCHEMA, [list(frontier_d), [b for b, _ in frontier_d.values()],
+                                                          [fv for _, fv in frontier_d.values()]]))
+        visited = ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.visited)])) if self.visited else None
+        self_parts = [ex.to_df(batch_table(OUTPUT_SCHEMA, self.selfs))] if self.selfs[0] else []
+        leaf_keys = list(self.leaves)
+        leaf_parts = [ex.to_df(batch_table(LEAF_SCHEMA, [leaf_keys, [self.leaves[k][2] for k in leaf_keys],
+                                                         [self.leaves[k][0] for k in leaf_keys],
+                                                         [self.leaves[k][1] for k in leaf_keys]]))] if leaf_keys else []
+        if self.excl_keys:
+            self.excl_df = (ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.excl_keys)])) if self.excl_df is None
+                            else self.excl_df.unionByName(ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.excl_keys)]))))
+        excl = self._keep(self.excl_df.distinct()) if self.excl_df is not None else None
+        self.selfs, self.leaves, self.visited = [[] for _ in OUTPUT_SCHEMA], {}, set()
+        n = len(frontier_d)
+        if excl is not None:
+            frontier = self._keep(frontier.join(excl, "path", "left_anti"))
             n = frontier.count()
-        visited = None
-        self_parts: list[Any] = []
-        leaf_parts: list[Any] = []
-        depth = 0
-        leaf_rows = 0
+        final = None
         try:
             while n > 0:
-                # One Spark job per level: read the frontier (a Python stage), deduplicate the
-                # children per key and against every key visited so far (JVM stages), count what
-                # is left. Role counts come back in an accumulator.
                 lt = time.perf_counter()
-                parts = partitions_for(spark, n, batch_size, parallelism)
-                sc.setJobDescription(f"{label}: read {n} node files at depth {depth} ({parts} tasks)")
-                acc = sc.accumulator({}, counter)
-                src = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
-                rdd = src.rdd.mapPartitions(functools.partial(_expand_rows, reader, io_threads, acc, depth))
-                out = keep(spark.createDataFrame(rdd, _LEVEL_DDL, verifySchema=False))
-                keys = frontier.select("path")
-                visited = keys if visited is None else visited.union(keys)
-                nxt = (out.filter(F.col("role") == R.ROLE_CHILD)
-                       .groupBy("path")
-                       .agg(F.min(F.struct("first_version", "base")).alias("m"))
-                       .select("path", F.col("m.base").alias("base"), F.col("m.first_version").alias("first_version"))
-                       .join(visited, "path", "left_anti"))
-                if excl is not None:
-                    nxt = nxt.join(excl, "path", "left_anti")
-                nxt = keep(nxt)
-                n_next = nxt.count()
-                roles = dict(acc.value)
-                stats.node_reads += roles.get("reads", 0)
-                bad = roles.get(R.ROLE_ERROR, 0) + (0 if tolerate_missing else roles.get(R.ROLE_MISSING, 0))
+                parts = ex.partitions(n, self.batch_size, self.parallelism)
+                with ex.phase(f"{self.name}.read_nodes", DISTRIBUTED, n,
+                              f"{self.label}: read {n} node files at depth {depth} ({parts} tasks)"):
+                    fn = functools.partial(expand_batches, self.reader, self.io_threads, depth)
+                    out = self._keep(ex.map_arrow(frontier, fn, LEVEL_SCHEMA, parts))
+                    roles = {r["role"]: (int(r["n"]), int(r["read"] or 0)) for r in
+                             out.groupBy("role").agg(F.count("*").alias("n"),
+                                                     F.sum((F.col("size") >= 0).cast("int")).alias("read")).collect()}
+                    keys = frontier.select("path")
+                    visited = self._keep(keys if visited is None else visited.unionByName(keys))
+                    nxt = (out.filter(F.col("role") == R.ROLE_CHILD)
+                           .groupBy("path")
+                           .agg(F.min(F.struct("first_version", "base")).alias("m"))
+                           .select("path", F.col("m.base").alias("base"), F.col("m.first_version").alias("first_version"))
+                           .join(visited, "path", "left_anti"))
+                    if excl is not None:
+                        nxt = nxt.join(excl, "path", "left_anti")
+                    nxt = self._keep(nxt)
+                    n_next = nxt.count()
+                read_here = roles.get(R.ROLE_SELF, (0, 0))[0]
+                self.stats.node_reads += read_here + roles.get(R.ROLE_ERROR, (0, 0))[1]
+                bad = roles.get(R.ROLE_ERROR, (0, 0))[0] + (0 if self.tolerate_missing
+                                                            else roles.get(R.ROLE_MISSING, (0, 0))[0])
                 if bad:
-                    bad_roles = [R.ROLE_ERROR] + ([] if tolerate_missing else [R.ROLE_MISSING])
+                    bad_roles = [R.ROLE_ERROR] + ([] if self.tolerate_missing else [R.ROLE_MISSING])
                     sample = (out.filter(F.col("role").isin(bad_roles)).select("path", "first_version", "error")
                               .limit(5).collect())
-                    raise CorruptNodeError(f"cannot read node files at depth {depth} of {lakehouse.uri}: "
+                    raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
                                            + R.describe_failures([tuple(r) for r in sample], bad))
-                stats.missing += roles.get(R.ROLE_MISSING, 0)
-                leaf_rows += roles.get(R.ROLE_LEAF, 0)
+                self.stats.missing += roles.get(R.ROLE_MISSING, (0, 0))[0]
                 self_parts.append(out.filter(F.col("role") == R.ROLE_SELF).select(*OUTPUT_COLUMNS))
-                leaf_parts.append(out.filter(F.col("role") == R.ROLE_LEAF).select("path", "kind", "depth",
-                                                                                 "first_version"))
+                leaf_parts.append(out.filter(F.col("role") == R.ROLE_LEAF).select(*LEAF_SCHEMA.names))
                 frontier = nxt
-                read_here = roles.get(R.ROLE_SELF, 0)
-                stats.unique_nodes += read_here
-                stats.levels.append({"depth": depth, "frontier": n, "read": read_here, "tasks": parts,
-                                     "next": n_next, "seconds": round(time.perf_counter() - lt, 3)})
-                log.info("%s: depth %d read %d node files in %d tasks, %d new children", label, depth, read_here,
-                         parts, n_next)
+                self.stats.unique_nodes += read_here
+                self.stats.levels.append({"depth": depth, "frontier": n, "read": read_here, "where": DISTRIBUTED,
+                                          "tasks": parts, "next": n_next,
+                                          "seconds": round(time.perf_counter() - lt, 3)})
+                log.info("%s: depth %d read %d node files in %d tasks, %d new children", self.label, depth,
+                         read_here, parts, n_next)
                 n = n_next
                 depth += 1
-            sc.setJobDescription(f"{label}: collect the reachable definitions")
-            selfs = _union(spark, self_parts, OUTPUT_DDL)
-            leaves = _union(spark, leaf_parts, "path string, kind string, depth int, first_version bigint")
-            # Smallest depth, then smallest first_version; never a file read as a node, or excluded.
-            best = F.min(F.struct("depth", "first_version", "kind")).alias("m")
-            leaves = (leaves.groupBy("path").agg(best)
-                      .select("path", F.col("m.kind").alias("kind"), F.lit(-1).cast("long").alias("size"),
-                              F.col("m.depth").alias("depth"), F.col("m.first_version").alias("first_version")))
-            if visited is not None:
-                leaves = leaves.join(visited, "path", "left_anti")
-            if excl is not None:
-                leaves = leaves.join(excl, "path", "left_anti")
-            if sizes and leaf_rows:
-                # The leaf rows emitted (before deduplication) bound the number of definitions.
-                parts = partitions_for(spark, leaf_rows, max(batch_size, 256), parallelism)
-                src = leaves.repartition(parts) if parts > 1 else leaves.coalesce(1)
-                sized = src.rdd.mapPartitions(functools.partial(_size_partition, reader, io_threads))
-                leaves = spark.createDataFrame(sized, OUTPUT_DDL, verifySchema=False)
-            final = selfs.unionByName(leaves).persist(level)
-            sc.setJobDescription(f"{label}: summarize")
-            outside = F.col("path").contains("://")
-            summary = final.groupBy("kind").agg(F.count("*").alias("n"),
-                                                F.sum(F.when(F.col("size") >= 0, F.col("size"))).alias("b"),
-                                                F.sum(outside.cast("int")).alias("o"))
-            for r in summary.collect():
-                stats.files[r["kind"]] = int(r["n"])
-                stats.bytes[r["kind"]] = int(r["b"] or 0)
-                stats.outside += int(r["o"] or 0)
-        except BaseException:
-            if final is not None:
-                final.unpersist()
-            raise
+            final = self._finish_distributed(self_parts, leaf_parts, visited, excl, sizes)
         finally:
-            sc.setJobDescription(None)
-            for df in persisted:
-                df.unpersist()
-    stats.seconds = round(time.perf_counter() - t0, 3)
-    log.info("%s: %d files reachable from %d roots (%s); %d node reads for %d unique nodes in %.2fs",
-             label, stats.total_files, stats.roots, stats.files, stats.node_reads, stats.unique_nodes, stats.seconds)
-    return final, stats
+            for df in self.checkpoints:
+                if df is not final:
+                    try:
+                        df.unpersist()
+                    except Exception:  # noqa: BLE001
+                        pass
+        _summarize_df(final, self.stats)
+        return Reached(self.stats, df=final)
 
+    def _finish_distributed(self, self_parts: list[Any], leaf_parts: list[Any], visited: Any, excl: Any,
+                            sizes: bool) -> Any:
+        from pyspark.sql import functions as F
 
-@contextmanager
-def _walk_sql_conf(spark: Any) -> Any:
-    """Adaptive execution off while walking: every level is one small query whose partitions
-    the walk sizes itself, and AQE would split each into several jobs with re-planning in
-    between (measured: a third of a level's time on small lakehouses). Restored afterwards."""
-    key = "spark.sql.adaptive.enabled"
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, "false")
-    try:
-        yield
-    finally:
-        if old is None:
-            spark.conf.unset(key)
+        ex = self.ex
+        empty_self = ex.to_df(OUTPUT_SCHEMA.empty_table())
+        selfs = functools.reduce(lambda a, b: a.unionByName(b), self_parts, empty_self)
+        if not leaf_parts:
+            return self._keep(selfs)
+        leaves = functools.reduce(lambda a, b: a.unionByName(b), leaf_parts)
+        best = F.min(F.struct("depth", "first_version", "kind")).alias("m")
+        leaves = (leaves.groupBy("path").agg(best)
+                  .select("path", F.col("m.kind").alias("kind"), F.col("m.depth").alias("depth"),
+                          F.col("m.first_version").alias("first_version")))
+        if visited is not None:
+            leaves = leaves.join(visited, "path", "left_anti")
+        if excl is not None:
+            leaves = leaves.join(excl, "path", "left_anti")
+        leaves = self._keep(leaves)
+        n = leaves.count()
+        if sizes and n:
+            parts = ex.partitions(n, max(self.batch_size, 1024), self.parallelism)
+            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n):
+                sized = ex.map_arrow(leaves, functools.partial(size_batches, self.reader, self.io_threads),
+                                     OUTPUT_SCHEMA, parts)
         else:
-            spark.conf.set(key, old)
+            sized = leaves.select("path", "kind", F.lit(-1).cast("long").alias("size"), "depth", "first_version")
+        return self._keep(selfs.unionByName(sized))
 
 
-def _union(spark: Any, parts: list[Any], ddl: str) -> Any:
-    if not parts:
-        return spark.createDataFrame([], ddl)
-    return functools.reduce(lambda a, b: a.unionByName(b), parts)
+def batch_table(schema: pa.Schema, cols: list[list[Any]]) -> pa.Table:
+    return pa.Table.from_batches([batch_of(schema, cols)])
+
+
+def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
+    stats.files, stats.bytes, stats.outside = {}, {}, 0
+    if table.num_rows == 0:
+        return
+    sized = pa.table({"kind": table.column("kind"), "size": pc.max_element_wise(table.column("size"), 0),
+                      "outside": pc.match_substring(table.column("path"), "://").cast(pa.int64())})
+    agg = sized.group_by("kind").aggregate([("size", "count"), ("size", "sum"), ("outside", "sum")])
+    for kind, n, b, o in zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum", "outside_sum")),
+                             strict=True):
+        stats.files[kind] = int(n)
+        stats.bytes[kind] = int(b or 0)
+        stats.outside += int(o or 0)
+
+
+def _summarize_df(df: Any, stats: WalkStats) -> None:
+    from pyspark.sql import functions as F
+
+    outside = F.col("path").contains("://")
+    summary = df.groupBy("kind").agg(F.count("*").alias("n"),
+                                     F.sum(F.when(F.col("size") >= 0, F.col("size"))).alias("b"),
+                                     F.sum(outside.cast("int")).alias("o"))
+    stats.files, stats.bytes, stats.outside = {}, {}, 0
+    for r in summary.collect():
+        stats.files[r["kind"]] = int(r["n"])
+        stats.bytes[r["kind"]] = int(r["b"] or 0)
+        stats.outside += int(r["o"] or 0)
 
 
 # ---- the job ------------------------------------------------------------------------------
-def run_walk(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
+def run_walk(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
     """The walk job: list every file reachable from the configured versions (default: every
     retained version, export and pinned version) into Parquet at ``cfg.output``."""
-    phase = Phases(spark, result)
-    with phase("plan", "choose the roots"):
-        versions = None if cfg.versions == "retained" else list(cfg.versions)
-        inp = R.walk_input(lakehouse, versions)
+    t0 = time.perf_counter()
+    versions = None if cfg.versions == "retained" else list(cfg.versions)
+    inp = R.walk_input(lakehouse, versions)
+    result.seconds["plan"] = round(time.perf_counter() - t0, 3)
     result.counts["versions"] = len(inp.retained_versions)
     result.counts["exports"] = len(inp.export_roots)
     result.counts["pinned_versions"] = len(inp.pinned_versions)
     result.details["warnings"] = inp.warnings
-    with phase("walk", "walk the reachable files"):
-        df, st = walk_reachable_with_stats(spark, lakehouse, inp.roots, cfg.batch_size, cfg.parallelism,
-                                           label=f"tlake walk {result.run_id}")
+    t0 = time.perf_counter()
+    reached, st = walk_reachable_with_stats(ex, lakehouse, inp.roots, cfg.batch_size, cfg.parallelism,
+                                            label=f"tlake walk {result.run_id}")
+    result.seconds["walk"] = round(time.perf_counter() - t0, 3)
     try:
-        with phase("write", "write the listing"):
-            out = write_parquet(df, cfg.output, lakehouse.storage.options, rows=st.total_files)
+        t0 = time.perf_counter()
+        out = write_listing(ex, reached.table if reached.is_local else reached.df, cfg.output,
+                            lakehouse.storage.options, rows=st.total_files)
+        result.seconds["write"] = round(time.perf_counter() - t0, 3)
         result.output_location = out
-        _fill_walk_counts(result, st)
+        fill_walk_counts(result, st)
         summary = {"run_id": result.run_id, "lakehouse": lakehouse.uri, "output": out,
                    "versions": inp.retained_versions, "exports": inp.export_roots,
                    "pinned_versions": inp.pinned_versions, "stats": st.to_dict()}
-        plan_storage = lakehouse.storage
-        result.plan_location = write_json(plan_storage, f"{run_dir('walk', result.run_id)}/_summary.json", summary)
+        result.plan_location = write_json(lakehouse.storage, f"{run_dir('walk', result.run_id)}/_summary.json", summary)
     finally:
-        df.unpersist()
+        reached.release()
     log.info("walk %s: %d reachable files (%s), %d bytes; listing at %s", result.run_id, st.total_files,
              ", ".join(f"{k} {v}" for k, v in sorted(st.files.items())), sum(st.bytes.values()), out)
     return result
 
 
-def _fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable") -> None:
+def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable") -> None:
     result.counts[prefix] = st.total_files
     for k, v in st.files.items():
         result.counts[f"{prefix}_{k}"] = v
@@ -374,4 +538,7 @@ def _fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable
     result.counts["node_reads"] = result.counts.get("node_reads", 0) + st.node_reads
     result.counts["unique_nodes"] = result.counts.get("unique_nodes", 0) + st.unique_nodes
     result.details[f"{prefix}_walk"] = {"levels": st.levels, "read_ratio": st.read_ratio, "roots": st.roots,
-                                        "missing": st.missing, "seconds": st.seconds}
+                                        "missing": st.missing, "seconds": st.seconds, "where": st.where}
+
+
+_fill_walk_counts = fill_walk_counts  # the name the other jobs imported before

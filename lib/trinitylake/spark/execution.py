@@ -1,0 +1,301 @@
+"""Where each phase of a job runs: on the driver (a thread pool, no Spark job) or on the
+executors (``DataFrame.mapInArrow``), decided per phase by its size.
+
+Spark costs seconds before the first task runs (session start 6-8 s, first job ~4 s, ~30 ms per
+Python task on our machines), so a phase of a few thousand files is done sooner by the
+driver's own threads, and a job whose every phase is small never starts Spark at all: the
+session is created lazily, on the first phase that goes to the executors.
+
+Modes (job option ``execution``):
+
+* ``local``: every phase on the driver, whatever its size;
+* ``distributed``: every phase that has items on the executors;
+* ``auto`` (default): a phase goes to the executors when its item count exceeds the phase's
+  threshold (``local_max_items``, measured crossover in BENCHMARKS.md); a driver phase never
+  holds more than ``driver_max_rows`` rows (a walk that grows past it hands the rest of its
+  levels to the executors), so the driver's memory stays bounded however big the lakehouse.
+
+Executor work goes only through the DataFrame API (``createDataFrame(arrow_table)``,
+``mapInArrow``, aggregates, ``toArrow``): no SparkContext, RDD or accumulator, so the same code
+runs in classic mode, under Spark Connect (``spark.api.mode=connect``, ``--remote sc://...``),
+Databricks serverless and Unity Catalog standard access mode. Every function shipped to
+executors takes and yields Arrow record batches; the very same function runs on the driver in
+local mode (:meth:`Execution.map_local`), so both sides share one implementation.
+
+Each phase's placement is recorded in ``result.details["execution"]``: where it ran, how many
+items, how long.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+log = logging.getLogger("trinitylake.spark")
+
+MODES = ("auto", "local", "distributed")
+LOCAL = "local"
+DISTRIBUTED = "distributed"
+
+#: A function over Arrow record batches, as ``mapInArrow`` calls it.
+BatchFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+# Python tasks cost ~30 ms each here; more tasks than this per core only add overhead.
+PARTITIONS_PER_CORE = 4
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size thresholds of ``auto`` (items of one phase) and the driver's memory bound."""
+
+    #: A phase with at most this many items (node files of a walk level, listed prefixes x
+    #: files, candidates to delete, files to copy) runs on the driver.
+    local_max_items: int = 200_000
+    #: Rows a driver-local phase may hold at once (walk output, listing, candidates).
+    driver_max_rows: int = 2_000_000
+    #: Threads of a driver-local phase, and I/O threads inside one executor task.
+    threads: int = 16
+
+
+# Progress listeners: called with a phase's description when it starts (the CLI shows it).
+_progress: list[Callable[[str], None]] = []
+
+
+def add_progress_listener(fn: Callable[[str], None]) -> Callable[[], None]:
+    """Register `fn(description)` for phase starts; returns a function that removes it."""
+    _progress.append(fn)
+    return lambda: _progress.remove(fn) if fn in _progress else None
+
+
+def notify(what: str) -> None:
+    for fn in list(_progress):
+        fn(what)
+
+
+class Execution:
+    """Per-job placement of phases, and the job's (lazily started) Spark session.
+
+    Args:
+        mode: ``auto``, ``local`` or ``distributed``.
+        spark: an existing session (tests, Databricks, spark-submit), else ...
+        session_factory: ... a function that creates one, called on first use.
+        limits: the thresholds of ``auto``.
+        record: a dict to record phases into (``result.details["execution"]``).
+    """
+
+    def __init__(self, mode: str = "auto", *, spark: Any = None, session_factory: Callable[[], Any] | None = None,
+                 limits: Limits | None = None, record: dict[str, Any] | None = None, label: str = "tlake"):
+        if mode not in MODES:
+            raise ValueError(f"execution mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.mode = mode
+        self._spark = spark
+        self._factory = session_factory
+        self.limits = limits or Limits()
+        self.record = record if record is not None else {}
+        self.label = label
+        self.session_seconds = 0.0
+        self._parallelism: int | None = None
+
+    # ---- the session ---------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self._spark is not None
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            if self._factory is None:
+                raise RuntimeError("this phase needs Spark, but no session or session factory was given")
+            notify("starting Spark")
+            t0 = time.perf_counter()
+            self._spark = self._factory()
+            self.session_seconds = round(time.perf_counter() - t0, 3)
+            log.info("Spark session started in %.1fs (%s)", self.session_seconds, describe_session(self._spark))
+        return self._spark
+
+    @property
+    def is_connect(self) -> bool:
+        return self.started and is_connect_session(self._spark)
+
+    def default_parallelism(self) -> int:
+        """Cores Spark offers (without SparkContext, which Spark Connect does not have)."""
+        if self._parallelism is None:
+            self._parallelism = session_parallelism(self.spark)
+        return self._parallelism
+
+    def partitions(self, n: int, per_task: int, cap: int = 0) -> int:
+        """Partitions for `n` items handled `per_task` per task: ``ceil(n / per_task)``, capped at
+        `cap` when given, else at 4 x the default parallelism, but at least one per core while
+        items last (a phase on the executors should use every core)."""
+        if n <= 0:
+            return 1
+        cores = self.default_parallelism()
+        cap = cap if cap and cap > 0 else PARTITIONS_PER_CORE * cores
+        return max(1, min(max(math.ceil(n / max(1, per_task)), min(n, cores)), cap))
+
+    # ---- placement -----------------------------------------------------------------------
+    def distributed(self, items: int, limit: int | None = None) -> bool:
+        """Whether a phase of `items` items runs on the executors."""
+        if self.mode == LOCAL:
+            return False
+        if self.mode == DISTRIBUTED:
+            return items > 0
+        return items > (self.limits.local_max_items if limit is None else limit)
+
+    def fits_driver(self, rows: int) -> bool:
+        """Whether a driver-local phase may hold `rows` rows (always in ``local`` mode)."""
+        return self.mode == LOCAL or rows <= self.limits.driver_max_rows
+
+    @contextmanager
+    def phase(self, name: str, where: str, items: int, what: str | None = None) -> Iterator[dict[str, Any]]:
+        """Record one phase: where it ran, its items and seconds (summed over repeats)."""
+        notify(what or name)
+        t0 = time.perf_counter()
+        entry = self.record.setdefault(name, {"where": where, "items": 0, "seconds": 0.0})
+        if entry["where"] != where:
+            entry["where"] = "mixed"
+        entry["items"] += int(items)
+        if where == DISTRIBUTED:
+            self.describe(f"{what or name} ({items} items)")
+        try:
+            yield entry
+        finally:
+            entry["seconds"] = round(entry["seconds"] + time.perf_counter() - t0, 3)
+            if where == DISTRIBUTED:
+                self.describe(None)
+
+    def describe(self, what: str | None) -> None:
+        """Label the session's next Spark jobs (classic mode only; Connect has job tags)."""
+        if not self.started:
+            return
+        try:
+            if self.is_connect:
+                return
+            self._spark.sparkContext.setJobDescription(f"{self.label}: {what}" if what else None)
+        except Exception:  # noqa: BLE001 - labels are cosmetic
+            pass
+
+    # ---- running Arrow functions ---------------------------------------------------------
+    def to_df(self, table: pa.Table, partitions: int = 0) -> Any:
+        """A DataFrame of a driver-held Arrow table (bounded by the phase thresholds)."""
+        df = self.spark.createDataFrame(table, schema=ddl(table.schema))
+        if partitions > 1:
+            df = df.repartition(partitions)
+        return df
+
+    def map_arrow(self, source: Any, fn: BatchFn, schema: pa.Schema, partitions: int) -> Any:
+        """Run `fn` over `source` (a DataFrame, or an Arrow table shipped to the executors) in
+        `partitions` tasks; returns the (lazy) DataFrame of what it yields."""
+        df = self.to_df(source) if isinstance(source, pa.Table) else source
+        df = df.repartition(partitions) if partitions > 1 else df.coalesce(1)
+        return df.mapInArrow(fn, ddl(schema))
+
+    def map_local(self, table: pa.Table, fn: BatchFn, schema: pa.Schema, chunk: int,
+                  threads: int | None = None) -> pa.Table:
+        """Run `fn` on the driver over `table` in slices of `chunk` rows, a thread per slice."""
+        slices = [table.slice(i, chunk) for i in range(0, table.num_rows, max(1, chunk))]
+        if not slices:
+            return schema.empty_table()
+
+        def one(t: pa.Table) -> list[pa.RecordBatch]:
+            return list(fn(iter(t.to_batches())))
+
+        threads = max(1, min(threads or self.limits.threads, len(slices)))
+        if threads == 1:
+            parts = [one(s) for s in slices]
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                parts = list(pool.map(one, slices))
+        batches = [b for part in parts for b in part if b.num_rows]
+        return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+
+
+# ---- sessions --------------------------------------------------------------------------------
+def is_connect_session(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no RDDs)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def describe_session(spark: Any) -> str:
+    try:
+        return f"{'connect' if is_connect_session(spark) else 'classic'}, Spark {spark.version}"
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def session_parallelism(spark: Any) -> int:
+    """Default parallelism without SparkContext: ``spark.default.parallelism`` when set, else the
+    cores of a ``local[N]`` master, else the shuffle partitions (a cluster's usual sizing)."""
+    conf = spark.conf
+    v = _conf(conf, "spark.default.parallelism")
+    if v and v.isdigit():
+        return max(1, int(v))
+    master = _conf(conf, "spark.master") or ""
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
+    if m:
+        return max(1, os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
+    if master.strip() == "local":
+        return 1
+    if not is_connect_session(spark):
+        try:
+            return max(1, int(spark.sparkContext.defaultParallelism))
+        except Exception:  # noqa: BLE001 - e.g. shared access mode refuses SparkContext
+            pass
+    v = _conf(conf, "spark.sql.shuffle.partitions")
+    return max(1, int(v)) if v and v.isdigit() else 8
+
+
+def _conf(conf: Any, key: str) -> str | None:
+    try:
+        v = conf.get(key, None)
+    except Exception:  # noqa: BLE001 - Connect raises for unknown keys on some servers
+        return None
+    return None if v is None else str(v)
+
+
+# ---- Arrow helpers -----------------------------------------------------------------------------
+_DDL_TYPES = {
+    pa.string(): "string",
+    pa.large_string(): "string",
+    pa.int64(): "bigint",
+    pa.int32(): "int",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+}
+
+
+def ddl(schema: pa.Schema) -> str:
+    """Spark DDL of a flat Arrow schema (the return type of ``mapInArrow``)."""
+    return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in schema)
+
+
+def batch_of(schema: pa.Schema, columns: dict[str, list[Any]] | Iterable[list[Any]]) -> pa.RecordBatch:
+    """One record batch of `schema` from column lists (by name or in order)."""
+    cols = [columns[f.name] for f in schema] if isinstance(columns, dict) else list(columns)
+    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)],
+                                      schema=schema)
+
+
+def rows_of(batches: Iterable[pa.RecordBatch], *names: str) -> Iterator[tuple[Any, ...]]:
+    """Rows (tuples of the named columns) of record batches, batch by batch."""
+    for b in batches:
+        cols = [b.column(b.schema.get_field_index(n)).to_pylist() for n in names]
+        yield from zip(*cols, strict=True)
+
+
+def as_execution(spark_or_ex: Any) -> Execution:
+    """An `Execution` as given, or one that puts every phase on the executors of `spark` (a
+    SparkSession passed by callers that predate placement: tests, notebooks)."""
+    if isinstance(spark_or_ex, Execution):
+        return spark_or_ex
+    return Execution(DISTRIBUTED, spark=spark_or_ex)
