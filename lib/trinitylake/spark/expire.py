@@ -1,6 +1,7 @@
 """The `expire` job: expire old versions, commit first, then delete what only they reached.
 
-Phases (each labelled in the Spark UI and timed in the result):
+Phases (each timed into ``result.seconds``; where a phase ran is recorded in
+``result.details["execution"]``):
 
 1. **plan** (driver): the latest lakehouse definition gives the policy (overridden by the
    job's flags) and ``oldest_retained_version``; root files below it that still exist are
@@ -20,9 +21,16 @@ Phases (each labelled in the Spark UI and timed in the result):
    export pinned an expiring version meanwhile).
 6. **walk_new**: versions committed since the plan (including this commit) and exports
    recorded since are walked with R as `exclude`; their files leave C.
-7. **delete**: C's files in *descending depth* order, one level at a time, on the executors
-   in bulk batches with retries; the root files of the expired versions **last**, from the
+7. **delete**: C's files in *descending depth* order, one level at a time, in bulk batches with
+   retries (`trinitylake.spark.delete.delete_keys`: the driver's threads for a small level,
+   the executors for a big one); the root files of the expired versions **last**, from the
    driver, oldest first.
+
+**Placement.** Each walk decides per level where it runs (`trinitylake.spark.walk`). When both
+the retained and the expired walk stayed on the driver, C is an Arrow table and its filtering
+(format-owned paths, files still present), grouping and the anti-join with the new versions'
+files are pyarrow compute on the driver: a lakehouse whose walks are small never starts Spark.
+Otherwise C is a DataFrame and the same steps are Spark aggregates and joins.
 
 **Crash safety.** After the commit, the expired versions are recorded in the definition, so
 a re-run sees their remaining root files as leftovers and walks them again. Deleting deepest
@@ -37,8 +45,14 @@ started while a deeper one still has failures.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from trinitylake.config import effective_retention
 from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError, VersionNotFoundError
@@ -49,13 +63,16 @@ from trinitylake.maintenance import reach as R
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.maintenance.retention import RetentionPolicy, plan_expiration
-from trinitylake.spark.common import DeleteBudget, Phases, crash_point
+from trinitylake.spark.common import DeleteBudget, crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
-from trinitylake.spark.output import write_parquet
-from trinitylake.spark.walk import _fill_walk_counts, walk_reachable_with_stats
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, notify
+from trinitylake.spark.output import write_listing
+from trinitylake.spark.walk import Reached, fill_walk_counts, walk_reachable_with_stats
 
 log = logging.getLogger(__name__)
 
+#: Format-owned paths (relative to the root): only these are ever deleted. Java regexes
+#: (``rlike``) and RE2 (``pc.match_substring_regex``) read them the same.
 OWNED_SQL_PATTERNS = (ROOT_RE.pattern, LAKEHOUSE_DEF_RE.pattern, OWNED_HASHED_RE.pattern)
 
 
@@ -96,11 +113,198 @@ class RootTimes:
 
 
 def _owned(col: Any) -> Any:
+    """Spark column: the path is format-owned."""
     cond = None
     for p in OWNED_SQL_PATTERNS:
         c = col.rlike(p)
         cond = c if cond is None else (cond | c)
     return cond
+
+
+def _owned_mask(paths: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Arrow mask: the path is format-owned (the same patterns as :func:`_owned`)."""
+    mask = None
+    for p in OWNED_SQL_PATTERNS:
+        m = pc.match_substring_regex(paths, p)
+        mask = m if mask is None else pc.or_(mask, m)
+    return pc.fill_null(mask, False)
+
+
+def _count_true(mask: Any) -> int:
+    return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
+
+
+@contextmanager
+def _timed(result: JobResult, name: str, what: str) -> Iterator[None]:
+    """Time one phase of the run into ``result.seconds`` (summed over repeats)."""
+    notify(what)
+    t0 = time.perf_counter()
+    log.info("expire %s: phase %s started", result.run_id, name)
+    try:
+        yield
+    finally:
+        dt = time.perf_counter() - t0
+        result.seconds[name] = round(result.seconds.get(name, 0.0) + dt, 3)
+        log.info("expire %s: phase %s took %.2fs", result.run_id, name, dt)
+
+
+# ---- the candidates, held by the driver or by the executors -------------------------------------
+class _Candidates:
+    """C = reach(expired) - reach(retained): its bookkeeping and its per-level deletes."""
+
+    #: files per kind (format-owned and present), paths not format-owned, already deleted.
+    by_kind: dict[str, tuple[int, int]]
+    not_owned: int
+    already_gone: int
+
+    @property
+    def files(self) -> int:
+        return sum(n for n, _ in self.by_kind.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(b for _, b in self.by_kind.values())
+
+    def write(self, ex: Execution, uri: str, options: Any) -> str:
+        raise NotImplementedError
+
+    def drop_reached(self, ex: Execution, extra: Reached) -> None:
+        raise NotImplementedError
+
+    def count(self) -> int:
+        raise NotImplementedError
+
+    def levels(self) -> dict[int, int]:
+        """Non-root candidates per depth."""
+        raise NotImplementedError
+
+    def level(self, depth: int) -> Any:
+        """The non-root candidates at `depth` (what `delete_keys` takes)."""
+        raise NotImplementedError
+
+    def root_paths(self) -> set[str]:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        pass
+
+
+class _LocalCandidates(_Candidates):
+    """C as an Arrow table on the driver (both walks stayed local): pyarrow compute."""
+
+    def __init__(self, ex: Execution, reached: pa.Table):
+        with ex.phase("expire.candidates", LOCAL, reached.num_rows, "filter the candidates"):
+            owned = _owned_mask(reached.column("path"))
+            present = pc.greater_equal(reached.column("size"), 0)
+            self.not_owned = reached.num_rows - _count_true(owned)
+            keep = pc.and_(owned, present)
+            self.already_gone = _count_true(pc.and_(owned, pc.invert(present)))
+            self.table = reached.filter(keep)
+            agg = self.table.group_by("kind").aggregate([("size", "count"), ("size", "sum")])
+            self.by_kind = {k: (int(n), int(b or 0)) for k, n, b in
+                            zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum")), strict=True)}
+
+    def write(self, ex: Execution, uri: str, options: Any) -> str:
+        return write_listing(ex, self.table, uri, options, rows=self.table.num_rows)
+
+    def drop_reached(self, ex: Execution, extra: Reached) -> None:
+        if not extra.is_local:
+            # The new versions reached more than the driver holds: continue on the executors.
+            raise _GoDistributed
+        gone = pc.is_in(self.table.column("path"), value_set=extra.table.column("path"))
+        self.table = self.table.filter(pc.invert(gone))
+
+    def count(self) -> int:
+        return self.table.num_rows
+
+    def _non_roots(self) -> pa.Table:
+        return self.table.filter(pc.not_equal(self.table.column("kind"), R.KIND_ROOT))
+
+    def levels(self) -> dict[int, int]:
+        agg = self._non_roots().group_by("depth").aggregate([("path", "count")])
+        return {int(d): int(n) for d, n in zip(agg.column("depth").to_pylist(), agg.column("path_count").to_pylist(),
+                                               strict=True)}
+
+    def level(self, depth: int) -> pa.Table:
+        t = self._non_roots()
+        return t.filter(pc.equal(t.column("depth"), depth)).select(["path"])
+
+    def root_paths(self) -> set[str]:
+        t = self.table
+        return set(t.filter(pc.equal(t.column("kind"), R.KIND_ROOT)).column("path").to_pylist())
+
+    def to_distributed(self, ex: Execution) -> _DistributedCandidates:
+        c = _DistributedCandidates.__new__(_DistributedCandidates)
+        c.by_kind, c.not_owned, c.already_gone = self.by_kind, self.not_owned, self.already_gone
+        c.df = ex.to_df(self.table)
+        c.persisted = []
+        return c
+
+
+class _GoDistributed(Exception):
+    """Local candidates meet a distributed walk: hand C to the executors."""
+
+
+class _DistributedCandidates(_Candidates):
+    """C as a DataFrame (a walk ran on the executors): Spark aggregates and joins."""
+
+    def __init__(self, ex: Execution, reached: Reached):
+        from pyspark.sql import functions as F
+
+        cand_df = reached.as_df(ex)
+        owned = _owned(F.col("path"))
+        present = F.col("size") >= 0
+        self.persisted: list[Any] = []
+        self.by_kind = {}
+        self.not_owned = self.already_gone = 0
+        with ex.phase("expire.candidates", DISTRIBUTED, reached.stats.total_files, "filter the candidates"):
+            groups = cand_df.groupBy("kind", owned.alias("owned"), present.alias("present")).agg(
+                F.count("*").alias("n"), F.sum("size").alias("b"))
+            for r in groups.collect():
+                if not r["owned"]:
+                    self.not_owned += int(r["n"])
+                elif not r["present"]:
+                    self.already_gone += int(r["n"])
+                else:
+                    self.by_kind[r["kind"]] = (int(r["n"]), int(r["b"] or 0))
+        self.df = cand_df.filter(owned & present)
+
+    def write(self, ex: Execution, uri: str, options: Any) -> str:
+        return write_listing(ex, self.df, uri, options, rows=self.files)
+
+    def drop_reached(self, ex: Execution, extra: Reached) -> None:
+        self.df = self.df.join(extra.as_df(ex).select("path"), "path", "left_anti")
+
+    def count(self) -> int:
+        self.df = self.df.persist()
+        self.persisted.append(self.df)
+        return int(self.df.count())
+
+    def _non_roots(self) -> Any:
+        from pyspark.sql import functions as F
+
+        return self.df.filter(F.col("kind") != R.KIND_ROOT)
+
+    def levels(self) -> dict[int, int]:
+        return {int(r["depth"]): int(r["n"]) for r in
+                self._non_roots().groupBy("depth").count().withColumnRenamed("count", "n").collect()}
+
+    def level(self, depth: int) -> Any:
+        from pyspark.sql import functions as F
+
+        return self._non_roots().filter(F.col("depth") == depth).select("path")
+
+    def root_paths(self) -> set[str]:
+        from pyspark.sql import functions as F
+
+        return {r["path"] for r in self.df.filter(F.col("kind") == R.KIND_ROOT).select("path").collect()}
+
+    def release(self) -> None:
+        for df in self.persisted:
+            try:
+                df.unpersist()
+            except Exception:  # noqa: BLE001 - cached data goes with the session
+                pass
 
 
 def compact_control_table(lakehouse: Any, result: JobResult) -> None:
@@ -120,17 +324,18 @@ def compact_control_table(lakehouse: Any, result: JobResult) -> None:
         result.details["control_compaction"] = f"failed: {type(e).__name__}: {e}"
 
 
-def run_expire(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
-    from pyspark.sql import functions as F
-
-    phase = Phases(spark, result)
+def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
+    """The expire job (see the module doc). `ex`: the job's `Execution` (a SparkSession is
+    taken as one that runs every phase on its executors)."""
+    ex = as_execution(ex)
     lh = lakehouse
     storage = lh.storage
     rdir = run_dir("expire", result.run_id)
     now = int(cfg.reference_time)
     result.dry_run = bool(cfg.dry_run)
+    label = f"tlake expire {result.run_id}"
 
-    with phase("plan", "plan the expiration"):
+    with _timed(result, "plan", "plan the expiration"):
         latest = lh.latest_version()
         d = lh.load_root(latest).lakehouse_def
         listed = sorted({v for v in lh._listed_versions() if v <= latest} | {latest})
@@ -141,7 +346,7 @@ def run_expire(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobRe
                                             definition_min_versions=d.minimum_versions_to_keep or None)
         policy = RetentionPolicy.from_definition(d, max_version_age_ms=max_age, min_versions_to_keep=keep,
                                                  clock_skew_margin_ms=int(cfg.clock_skew_margin))
-        times = RootTimes(lh)
+        times = RootTimes(lh, threads=ex.limits.threads)
         plan = plan_expiration(live, times, policy, now)
         new_oldest = plan.oldest_retained
         expired = leftover + list(plan.expired)
@@ -164,57 +369,51 @@ def run_expire(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobRe
         result.counts.update({"candidates": 0, "deleted": 0, "failed": 0})
         result.plan_location = write_json(storage, f"{rdir}/plan.json", doc)
         if not result.dry_run and cfg.compact_control_table:
-            with phase("compact_control", "compact the control table"):
+            with _timed(result, "compact_control", "compact the control table"):
                 compact_control_table(lh, result)
         return result
 
-    with phase("walk_retained", "walk the retained versions"):
+    with _timed(result, "walk_retained", "walk the retained versions"):
         inp = R.walk_input(lh, latest=latest, min_version=new_oldest)
         try:
-            retained_df, rst = walk_reachable_with_stats(spark, lh, inp.roots, label=f"tlake expire {result.run_id}: retained",
-                                                         sizes=False)
+            retained, rst = walk_reachable_with_stats(ex, lh, inp.roots, label=f"{label}: retained", sizes=False,
+                                                      name="walk_retained")
         except CorruptNodeError as e:
             raise UnsafeOperationError(f"the files of the retained versions cannot be computed, so nothing was "
                                        f"committed or deleted: {e}") from e
-    _fill_walk_counts(result, rst)
-    persisted = [retained_df]
+    fill_walk_counts(result, rst)
+    held: list[Any] = [retained]
     try:
-        with phase("walk_expired", "walk the expired versions"):
+        with _timed(result, "walk_expired", "walk the expired versions"):
             try:
-                cand_df, cst = walk_reachable_with_stats(
-                    spark, lh, [(v, root_name(v)) for v in expired], exclude=retained_df, sizes=True,
-                    tolerate_missing=True, label=f"tlake expire {result.run_id}: expired")
+                expired_reach, cst = walk_reachable_with_stats(
+                    ex, lh, [(v, root_name(v)) for v in expired], exclude=retained, sizes=True,
+                    tolerate_missing=True, label=f"{label}: expired", name="walk_expired")
             except CorruptNodeError as e:
                 raise UnsafeOperationError(f"the files of the expired versions cannot be enumerated, so nothing was "
                                            f"committed or deleted: {e}") from e
-            persisted.append(cand_df)
-        result.details["expired_walk"] = {"levels": cst.levels, "missing": cst.missing, "read_ratio": cst.read_ratio}
-        owned = _owned(F.col("path"))
-        present = F.col("size") >= 0
-        cands = cand_df.filter(owned & present)
-        with phase("write_plan", "write the plan"):
-            by_kind: dict[str, tuple[int, int]] = {}
-            not_owned = already_gone = 0
-            groups = cand_df.groupBy("kind", owned.alias("owned"), present.alias("present")).agg(
-                F.count("*").alias("n"), F.sum("size").alias("b"))
-            for r in groups.collect():
-                if not r["owned"]:
-                    not_owned += int(r["n"])
-                elif not r["present"]:
-                    already_gone += int(r["n"])
-                else:
-                    by_kind[r["kind"]] = (int(r["n"]), int(r["b"] or 0))
-            n_cands = sum(n for n, _ in by_kind.values())
-            bytes_cands = sum(b for _, b in by_kind.values())
-            cand_uri = write_parquet(cands, storage.uri(f"{rdir}/candidates"), storage.options, rows=n_cands)
+            held.append(expired_reach)
+        result.details["expired_walk"] = {"levels": cst.levels, "missing": cst.missing, "read_ratio": cst.read_ratio,
+                                          "where": cst.where}
+        with _timed(result, "write_plan", "write the plan"):
+            cands: _Candidates
+            if retained.is_local and expired_reach.is_local:
+                cands = _LocalCandidates(ex, expired_reach.table)
+            else:
+                cands = _DistributedCandidates(ex, expired_reach)
+            held.append(cands)
+            n_cands, bytes_cands = cands.files, cands.bytes
+            cand_uri = cands.write(ex, storage.uri(f"{rdir}/candidates"), storage.options)
             doc["candidates"] = {"files": n_cands, "bytes": bytes_cands, "location": cand_uri,
-                                 "by_kind": {k: {"files": n, "bytes": b} for k, (n, b) in by_kind.items()},
-                                 "not_format_owned_kept": not_owned, "already_deleted": already_gone}
+                                 "by_kind": {k: {"files": n, "bytes": b} for k, (n, b) in cands.by_kind.items()},
+                                 "not_format_owned_kept": cands.not_owned, "already_deleted": cands.already_gone}
             doc["retained_walk"] = {"roots": rst.roots, "files": rst.files, "exports": inp.export_roots,
                                     "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
             result.plan_location = write_json(storage, f"{rdir}/plan.json", doc)
-        result.counts.update({"candidates": n_cands, "skipped_not_owned": not_owned, "already_deleted": already_gone})
-        for k, (n, b) in by_kind.items():
+        result.details["candidates_where"] = LOCAL if isinstance(cands, _LocalCandidates) else DISTRIBUTED
+        result.counts.update({"candidates": n_cands, "skipped_not_owned": cands.not_owned,
+                              "already_deleted": cands.already_gone})
+        for k, (n, b) in cands.by_kind.items():
             result.counts[f"candidates_{k}"] = n
             result.bytes[f"candidates_{k}"] = b
         result.bytes["candidates"] = bytes_cands
@@ -224,37 +423,41 @@ def run_expire(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobRe
                      result.run_id, len(expired), n_cands, bytes_cands, result.plan_location)
             return result
 
-        with phase("commit", "commit the new oldest retained version"):
+        with _timed(result, "commit", "commit the new oldest retained version"):
             if plan.expired:
                 committed = _commit(lh, new_oldest, result)
                 result.version_after = committed
                 result.details["commit_version"] = committed
             crash_point("expire_after_commit")
 
-        with phase("walk_new", "walk versions committed since the plan"):
+        with _timed(result, "walk_new", "walk versions committed since the plan"):
             latest2 = lh.latest_version()
             inp2 = R.walk_input(lh, latest=latest2, min_version=new_oldest)
             seen = set(inp.roots)
             new_roots = [r for r in inp2.roots if r not in seen]
             if new_roots:
                 try:
-                    extra_df, xst = walk_reachable_with_stats(spark, lh, new_roots, exclude=retained_df, sizes=False,
-                                                              label=f"tlake expire {result.run_id}: new versions")
+                    extra, _ = walk_reachable_with_stats(ex, lh, new_roots, exclude=retained, sizes=False,
+                                                         label=f"{label}: new versions", name="walk_new")
                 except CorruptNodeError as e:
                     raise UnsafeOperationError(f"versions committed since the plan cannot be walked; nothing was "
                                                f"deleted (the expiration is committed; re-run to delete): {e}") from e
-                persisted.append(extra_df)
-                cands = cands.join(extra_df.select("path"), "path", "left_anti")
+                held.append(extra)
+                try:
+                    cands.drop_reached(ex, extra)
+                except _GoDistributed:
+                    assert isinstance(cands, _LocalCandidates)
+                    cands = cands.to_distributed(ex)
+                    held.append(cands)
+                    cands.drop_reached(ex, extra)
                 result.counts["new_roots_walked"] = len(new_roots)
-        cands = cands.persist()
-        persisted.append(cands)
-        n_final = cands.count()
+            n_final = cands.count()
         if n_final != n_cands:
             log.info("expire %s: %d candidates are reachable from versions committed since the plan; kept",
                      result.run_id, n_cands - n_final)
 
-        with phase("delete", "delete the expired files"):
-            out = _delete_levels(spark, lh, cands, expired, cfg, result)
+        with _timed(result, "delete", "delete the expired files"):
+            out = _delete_levels(ex, lh, cands, expired, cfg, result)
         result.counts["deleted"] = out.deleted
         result.counts["failed"] = out.failed
         result.counts["delete_batches"] = out.batches
@@ -262,10 +465,10 @@ def run_expire(spark: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobRe
             result.bytes["deleted"] = bytes_cands
         write_json(storage, f"{rdir}/result.json", result.to_dict())
     finally:
-        for df in persisted:
-            df.unpersist()
+        for h in held:
+            h.release()
     if cfg.compact_control_table:
-        with phase("compact_control", "compact the control table"):
+        with _timed(result, "compact_control", "compact the control table"):
             compact_control_table(lh, result)
     log.info("expire %s: expired %d versions (oldest retained now %d), deleted %d files (%d failed)", result.run_id,
              len(expired), new_oldest, result.counts["deleted"], result.counts["failed"])
@@ -290,20 +493,15 @@ def _commit(lh: Any, new_oldest: int, result: JobResult) -> int:
     return version
 
 
-def _delete_levels(spark: Any, lh: Any, cands: Any, expired: list[int], cfg: Any, result: JobResult) -> DeleteOutcome:
+def _delete_levels(ex: Execution, lh: Any, cands: _Candidates, expired: list[int], cfg: Any,
+                   result: JobResult) -> DeleteOutcome:
     """Delete non-root candidates deepest level first, then the expired roots, oldest first."""
-    from pyspark.sql import functions as F
-
     budget = DeleteBudget.from_env()
     total = DeleteOutcome()
-    non_roots = cands.filter(F.col("kind") != R.KIND_ROOT)
-    levels = {int(r["depth"]): int(r["n"]) for r in non_roots.groupBy("depth").count().withColumnRenamed("count", "n")
-              .collect()}
+    levels = cands.levels()
     for depth in sorted(levels, reverse=True):
-        spark.sparkContext.setJobDescription(f"tlake expire {result.run_id}: delete {levels[depth]} files at depth {depth}")
-        out = delete_keys(spark, lh.storage, non_roots.filter(F.col("depth") == depth), levels[depth],
-                          batch_size=cfg.delete_batch_size, max_retries=cfg.max_retries, budget=budget,
-                          what=f"files at depth {depth}")
+        out = delete_keys(ex, lh.storage, cands.level(depth), levels[depth], batch_size=cfg.delete_batch_size,
+                          max_retries=cfg.max_retries, budget=budget, what=f"files at depth {depth}")
         total.add(out)
         if out.failed:
             raise StorageError(
@@ -312,7 +510,7 @@ def _delete_levels(spark: Any, lh: Any, cands: Any, expired: list[int], cfg: Any
                 "re-run finds and deletes them"
             )
     crash_point("expire_before_roots")
-    present = {r["path"] for r in cands.filter(F.col("kind") == R.KIND_ROOT).select("path").collect()}
+    present = cands.root_paths()
     roots = [root_name(v) for v in sorted(expired) if root_name(v) in present]
     out = delete_on_driver(lh.storage, roots, batch_size=cfg.delete_batch_size, max_retries=cfg.max_retries,
                            budget=budget, what="expired root files")
