@@ -14,7 +14,7 @@ from trinitylake.control import ControlTable
 from trinitylake.errors import CorruptNodeError
 from trinitylake.maintenance import reach as R
 from trinitylake.spark import runner
-from trinitylake.spark.common import partitions_for
+from trinitylake.spark.execution import Execution, Limits
 from trinitylake.spark.output import read_parquet_table
 from trinitylake.spark.walk import OUTPUT_DDL, walk_reachable, walk_reachable_with_stats
 
@@ -33,26 +33,31 @@ def walked_lakehouse(tmp_path_factory):
     return lh
 
 
+def _expected_rows(ref):
+    return sorted((r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values())
+
+
 def test_distributed_walk_equals_the_reference_walk(spark, walked_lakehouse):
     lh = walked_lakehouse
     inp = R.walk_input(lh)
     assert inp.export_roots, "the export root is part of the default walk"
     ref = R.reference_walk(lh, inp.roots, sizes=True)
-    df, st = walk_reachable_with_stats(spark, lh, inp.roots, batch_size=4)
+    reached, st = walk_reachable_with_stats(spark, lh, inp.roots, batch_size=4)
+    df = reached.df
+    assert not reached.is_local and st.where == "distributed"
     try:
-        expected = spark.createDataFrame(
-            [(r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values()], OUTPUT_DDL)
+        expected = spark.createDataFrame(_expected_rows(ref), OUTPUT_DDL)
         assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
         # Every node file (shared by many versions, at different depths) was read once.
         assert st.node_reads == st.unique_nodes == ref.node_reads
         assert st.read_ratio == 1.0
         assert st.files == {k: len(ref.paths(k)) for k in R.KINDS if ref.paths(k)}
         assert len(st.levels) >= 3
-        # Batches: ceil(n / batch_size) tasks per level, never more than 4 x default parallelism.
-        cap = 4 * spark.sparkContext.defaultParallelism
+        # Batches: ceil(n / batch_size) tasks per level (at least one per core while nodes
+        # last), never more than 4 x default parallelism (local[2] -> 8).
         for level in st.levels:
-            assert level["tasks"] == partitions_for(spark, level["frontier"], 4) <= cap
-        assert max(level["tasks"] for level in st.levels) == cap, "the biggest level hits the cap"
+            assert level["tasks"] == max(min(-(-level["frontier"] // 4), 8), min(level["frontier"], 2))
+        assert max(level["tasks"] for level in st.levels) == 8, "the biggest level hits the cap"
         # The source files of the minimal export are reachable; the export's root is outside.
         roots = {r["path"] for r in df.filter("kind = 'root'").collect()}
         assert inp.export_roots["e1"] in roots
@@ -63,13 +68,59 @@ def test_distributed_walk_equals_the_reference_walk(spark, walked_lakehouse):
         assert {r["path"] for r in df.filter("kind in ('node', 'root')").collect()} - {inp.export_roots["e1"]} == nodes
         assert defs <= inside
     finally:
-        df.unpersist()
+        reached.release()
+
+
+def test_local_walk_equals_the_reference_walk_without_starting_spark(walked_lakehouse):
+    lh = walked_lakehouse
+    inp = R.walk_input(lh)
+    ref = R.reference_walk(lh, inp.roots, sizes=True)
+    ex = Execution("local", session_factory=lambda: pytest.fail("a local walk must not start Spark"))
+    reached, st = walk_reachable_with_stats(ex, lh, inp.roots)
+    assert reached.is_local and st.where == "local" and not ex.started
+    got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+    assert got == _expected_rows(ref)
+    assert st.node_reads == st.unique_nodes == ref.node_reads
+    assert st.files == {k: len(ref.paths(k)) for k in R.KINDS if ref.paths(k)}
+    assert ex.record["walk.read_nodes"]["where"] == "local"
+
+
+def test_a_walk_that_outgrows_the_driver_hands_over_to_the_executors(spark, walked_lakehouse):
+    """auto: levels start on the driver; once a level is bigger than local_max_items the rest
+    of the walk runs on the executors, and the result is the same."""
+    lh = walked_lakehouse
+    roots = [R.walk_input(lh).roots[-1]]  # one root: one node at depth 0, several below it
+    ref = R.reference_walk(lh, roots, sizes=True)
+    ex = Execution("auto", spark=spark, limits=Limits(local_max_items=1))
+    reached, st = walk_reachable_with_stats(ex, lh, roots, batch_size=4)
+    try:
+        wheres = [lv["where"] for lv in st.levels]
+        assert wheres[0] == "local" and "distributed" in wheres, wheres
+        assert wheres == sorted(wheres, key=lambda w: w == "distributed"), "one hand-over, never back"
+        got = sorted(tuple(r) for r in reached.df.select("path", "kind", "size", "depth", "first_version").collect())
+        assert got == _expected_rows(ref)
+        assert st.node_reads == st.unique_nodes == ref.node_reads
+    finally:
+        reached.release()
+
+
+def test_driver_row_bound_moves_the_walk_to_the_executors(spark, walked_lakehouse):
+    lh = walked_lakehouse
+    inp = R.walk_input(lh)
+    ex = Execution("auto", spark=spark, limits=Limits(driver_max_rows=len(inp.roots) + 5))
+    reached, st = walk_reachable_with_stats(ex, lh, inp.roots, batch_size=4)
+    try:
+        assert not reached.is_local
+        assert st.total_files == len(R.reference_walk(lh, inp.roots).rows)
+    finally:
+        reached.release()
 
 
 def test_walk_job_writes_the_listing_summary_and_audit_rows(spark, walked_lakehouse, capsys):
     lh = walked_lakehouse
     uri = lh.uri
-    code = runner.main("walk", ["--lakehouse", uri, "--batch-size", "8", "--run-id", "walk-test-1"], spark=spark)
+    code = runner.main("walk", ["--lakehouse", uri, "--batch-size", "8", "--run-id", "walk-test-1",
+                                "--execution", "distributed"], spark=spark)
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["status"] == "succeeded" and result["run_id"] == "walk-test-1"
@@ -95,8 +146,10 @@ def test_a_corrupt_node_fails_the_walk_clearly(spark, make_lakehouse):
         f.write(b"ARROW1 but not really")
     with pytest.raises(CorruptNodeError, match=victim.rsplit("-", 1)[-1]):
         walk_reachable(spark, lh, inp.roots)
-    code = runner.main("walk", ["--lakehouse", lh.uri, "--run-id", "walk-corrupt"], spark=spark)
-    assert code == 1
+    for mode in ("local", "distributed"):
+        code = runner.main("walk", ["--lakehouse", lh.uri, "--run-id", "walk-corrupt", "--execution", mode],
+                           spark=spark)
+        assert code == 1
     assert not os.path.exists(lh.storage.root[len("file://"):] + "/_maintenance/walk/walk-corrupt")
 
 

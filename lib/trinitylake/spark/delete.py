@@ -28,7 +28,7 @@ import pyarrow as pa
 from trinitylake.errors import StorageError
 from trinitylake.maintenance.deletion import delete_with_retries
 from trinitylake.spark.common import DeleteBudget, InjectedFault
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, as_execution
 from trinitylake.storage import Storage
 
 log = logging.getLogger(__name__)

@@ -105,6 +105,7 @@ class Execution:
         self.label = label
         self.session_seconds = 0.0
         self._parallelism: int | None = None
+        self._tag: str | None = None
 
     # ---- the session ---------------------------------------------------------------------
     @property
@@ -175,15 +176,19 @@ class Execution:
                 self.describe(None)
 
     def describe(self, what: str | None) -> None:
-        """Label the session's next Spark jobs (classic mode only; Connect has job tags)."""
+        """Tag the session's next Spark jobs with the phase (``SparkSession.addTag``: the
+        DataFrame-API way, in classic mode and under Spark Connect alike)."""
         if not self.started:
             return
         try:
-            if self.is_connect:
-                return
-            self._spark.sparkContext.setJobDescription(f"{self.label}: {what}" if what else None)
-        except Exception:  # noqa: BLE001 - labels are cosmetic
-            pass
+            if self._tag:
+                self._spark.removeTag(self._tag)
+                self._tag = None
+            if what:
+                self._tag = re.sub(r"[^A-Za-z0-9_.:-]+", "_", f"{self.label}: {what}")[:200]
+                self._spark.addTag(self._tag)
+        except Exception:  # noqa: BLE001 - tags are cosmetic
+            self._tag = None
 
     # ---- running Arrow functions ---------------------------------------------------------
     def to_df(self, table: pa.Table, partitions: int = 0) -> Any:
@@ -246,13 +251,16 @@ def session_parallelism(spark: Any) -> int:
         return max(1, os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
     if master.strip() == "local":
         return 1
-    if not is_connect_session(spark):
-        try:
-            return max(1, int(spark.sparkContext.defaultParallelism))
-        except Exception:  # noqa: BLE001 - e.g. shared access mode refuses SparkContext
-            pass
-    v = _conf(conf, "spark.sql.shuffle.partitions")
-    return max(1, int(v)) if v and v.isdigit() else 8
+    # A cluster: the partitions of a range without an explicit count are Spark's default
+    # parallelism (one tiny job; works without SparkContext).
+    try:
+        from pyspark.sql import functions as F
+
+        row = spark.range(0, 1 << 16).select(F.max(F.spark_partition_id()).alias("p")).collect()[0]
+        return max(1, int(row["p"]) + 1)
+    except Exception:  # noqa: BLE001
+        v = _conf(conf, "spark.sql.shuffle.partitions")
+        return max(1, int(v)) if v and v.isdigit() else 8
 
 
 def _conf(conf: Any, key: str) -> str | None:

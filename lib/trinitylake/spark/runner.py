@@ -144,16 +144,14 @@ def _finish(ex: Execution, lakehouse: Any, result: JobResult) -> None:
     """Record whether (and how) Spark was used."""
     result.details["spark"] = {"started": ex.started, "session_seconds": ex.session_seconds,
                                "mode": "connect" if ex.is_connect else ("classic" if ex.started else None)}
-    if ex.started and not ex.is_connect:
+    if ex.started:
         try:
-            lakehouse.auditor.spark_app_id = ex.spark.sparkContext.applicationId
-        except Exception:  # noqa: BLE001 - shared access mode refuses SparkContext
-            pass
-    elif ex.started:
-        try:
-            lakehouse.auditor.spark_app_id = f"connect:{ex.spark.session_id}"
-        except Exception:  # noqa: BLE001
-            pass
+            app = ex.spark.conf.get("spark.app.id", None)
+        except Exception:  # noqa: BLE001 - some servers refuse to show it
+            app = None
+        if not app and ex.is_connect:
+            app = f"connect:{ex.spark.session_id}"
+        lakehouse.auditor.spark_app_id = app
 
 
 def _end(lakehouse: Any, job: str, cfg: Any, arguments: dict[str, Any], started: datetime, result: JobResult,

@@ -42,6 +42,11 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
     remote = remote or os.environ.get("SPARK_REMOTE") or None
     builder = SparkSession.builder.appName(app_name)
     settings = {**DEFAULT_CONF, **(conf or {})}
+    if not any("log4j" in settings.get(k, "") for k in ("spark.driver.extraJavaOptions",)):
+        # Spark's console noise down to warnings (and no "default log4j profile" banner); the
+        # JVM reads it at start, which is the only moment without SparkContext.setLogLevel.
+        settings["spark.driver.extraJavaOptions"] = (
+            settings.get("spark.driver.extraJavaOptions", "") + f" -Dlog4j2.configurationFile={_log4j_file()}").strip()
     if remote:
         builder = builder.remote(remote)
         settings = {k: v for k, v in settings.items() if not k.startswith(_SERVER_ONLY) and k != "spark.api.mode"}
@@ -58,8 +63,6 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
         # them on the session, which the server refuses with one warning each.
         warnings.filterwarnings("ignore", message="Failed to set spark")
         spark = builder.getOrCreate()
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
-        spark.sparkContext.setLogLevel(os.environ.get("TLAKE_SPARK_LOG_LEVEL", "WARN"))
     return spark
 
 
@@ -96,3 +99,18 @@ def _local_connect(master: str, app_name: str, settings: dict[str, str]) -> Any:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Failed to set spark")
         return builder.config(map=opts).getOrCreate()
+
+
+def _log4j_file() -> str:
+    """The log4j2 configuration shipped with the package (level from ``TLAKE_SPARK_LOG_LEVEL``)."""
+    from pathlib import Path
+
+    level = os.environ.get("TLAKE_SPARK_LOG_LEVEL", "WARN").upper()
+    shipped = Path(__file__).with_name("log4j2.properties")
+    if level == "WARN":
+        return str(shipped)
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"tlake-log4j2-{level}.properties"
+    path.write_text(shipped.read_text().replace("= warn", f"= {level.lower()}"))
+    return str(path)

@@ -357,7 +357,6 @@ class _Walk:
         from pyspark.sql import functions as F
 
         ex = self.ex
-        spark = ex.spark
         # Hand over the driver's state: bounded by the thresholds that kept it on the driver.
         frontier = ex.to_df(batch_table(FRONTIER_SCHEMA, [list(frontier_d), [b for b, _ in frontier_d.values()],
                                                           [fv for _, fv in frontier_d.values()]]))
