@@ -30,7 +30,8 @@ Result schema (``bench/results/<name>.json``)
   ``bench/results/<name>[-<id>].png``. Keys: ``x`` (column), ``ys`` (list of columns),
   optional ``id`` (file suffix when there are several plots), ``group`` (column whose values
   split each y into separate lines, e.g. ``"backend"``), ``logx``/``logy`` (bool),
-  ``title``, ``xlabel``, ``ylabel``, ``kind`` (``"line"`` default, or ``"bar"``).
+  ``title``, ``xlabel``, ``ylabel``, ``kind`` (``"line"`` default, or ``"bar"``), ``where``
+  (dict column -> value: plot only the rows that match, e.g. ``{"job": "walk"}``).
 - ``machine`` (dict, added): ``cpu_count``, ``python``, ``platform``, ``date`` (UTC ISO),
   ``git`` (short commit, ``+dirty`` when the tree has changes).
 - ``seconds`` (number, optional): wall time of the benchmark.

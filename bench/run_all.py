@@ -120,9 +120,11 @@ def render_plots(doc: dict[str, Any]) -> list[Path]:
         print("matplotlib is not installed: no plots")
         return []
     out = []
-    rows = doc.get("rows") or []
+    all_rows = doc.get("rows") or []
     for i, spec in enumerate(specs):
         x, ys, group = spec["x"], spec.get("ys") or [], spec.get("group")
+        where = spec.get("where") or {}  # only the rows whose columns have these values
+        rows = [r for r in all_rows if all(r.get(k) == v for k, v in where.items())]
         fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
         groups: dict[Any, list[dict[str, Any]]] = {}
         for r in rows:
