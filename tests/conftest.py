@@ -24,6 +24,40 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def connect_spark():
+    """A Spark Connect client session, served by a local Connect server in its own process:
+    the jobs run as they do on Databricks serverless or a shared cluster (no SparkContext)."""
+    import secrets
+    import socket
+    import subprocess
+
+    from trinitylake.spark.session import get_spark
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    env = {**os.environ, "SPARK_CONNECT_AUTHENTICATE_TOKEN": token, "PYSPARK_PYTHON": sys.executable}
+    env.pop("SPARK_REMOTE", None)
+    server = subprocess.Popen([sys.executable, "-m", "tests.connect_server", str(port)], cwd=ROOT, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        if line.strip() != "ready":
+            pytest.fail(f"the Spark Connect test server did not start (exit code {server.poll()})")
+        os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+        session = get_spark(remote=f"sc://localhost:{port}")
+        yield session
+        session.stop()
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
 @pytest.fixture
 def lakehouse_uri(tmp_path):
     return str(tmp_path / "lh")

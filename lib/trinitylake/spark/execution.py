@@ -128,6 +128,13 @@ class Execution:
     def is_connect(self) -> bool:
         return self.started and is_connect_session(self._spark)
 
+    @property
+    def F(self) -> Any:  # noqa: N802 - reads like the usual `functions as F`
+        """``pyspark.sql.functions`` of this session's kind: Spark Connect's functions build
+        Connect columns, the classic ones JVM columns. pyspark picks by an environment switch,
+        which is wrong in a process that holds both kinds of session (the tests do)."""
+        return functions_for(self.spark)
+
     def default_parallelism(self) -> int:
         """Cores Spark offers (without SparkContext, which Spark Connect does not have)."""
         if self._parallelism is None:
@@ -231,6 +238,17 @@ def is_connect_session(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def functions_for(spark: Any) -> Any:
+    """The ``functions`` module matching `spark` (see :attr:`Execution.F`)."""
+    if is_connect_session(spark):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
+
+
 def describe_session(spark: Any) -> str:
     try:
         return f"{'connect' if is_connect_session(spark) else 'classic'}, Spark {spark.version}"
@@ -254,8 +272,7 @@ def session_parallelism(spark: Any) -> int:
     # A cluster: the partitions of a range without an explicit count are Spark's default
     # parallelism (one tiny job; works without SparkContext).
     try:
-        from pyspark.sql import functions as F
-
+        F = functions_for(spark)  # noqa: N806
         row = spark.range(0, 1 << 16).select(F.max(F.spark_partition_id()).alias("p")).collect()[0]
         return max(1, int(row["p"]) + 1)
     except Exception:  # noqa: BLE001

@@ -48,7 +48,10 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
         settings["spark.driver.extraJavaOptions"] = (
             settings.get("spark.driver.extraJavaOptions", "") + f" -Dlog4j2.configurationFile={_log4j_file()}").strip()
     if remote:
-        builder = builder.remote(remote)
+        # The Connect builder itself: it works beside a classic session in the same process.
+        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+        builder = RemoteSparkSession.builder.appName(app_name).remote(remote)
         settings = {k: v for k, v in settings.items() if not k.startswith(_SERVER_ONLY) and k != "spark.api.mode"}
     elif master:
         builder = builder.master(master)

@@ -44,7 +44,15 @@ from trinitylake.errors import CorruptNodeError
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, rows_of
+from trinitylake.spark.execution import (
+    DISTRIBUTED,
+    LOCAL,
+    Execution,
+    as_execution,
+    batch_of,
+    functions_for,
+    rows_of,
+)
 from trinitylake.spark.output import write_listing
 
 log = logging.getLogger(__name__)
@@ -354,9 +362,8 @@ class _Walk:
         return df
 
     def _run_distributed(self, frontier_d: dict[str, tuple[str, int]], depth: int, sizes: bool) -> Reached:
-        from pyspark.sql import functions as F
-
         ex = self.ex
+        F = ex.F  # noqa: N806
         # Hand over the driver's state: bounded by the thresholds that kept it on the driver.
         frontier = ex.to_df(batch_table(FRONTIER_SCHEMA, [list(frontier_d), [b for b, _ in frontier_d.values()],
                                                           [fv for _, fv in frontier_d.values()]]))
@@ -433,9 +440,8 @@ class _Walk:
 
     def _finish_distributed(self, self_parts: list[Any], leaf_parts: list[Any], visited: Any, excl: Any,
                             sizes: bool) -> Any:
-        from pyspark.sql import functions as F
-
         ex = self.ex
+        F = ex.F  # noqa: N806
         empty_self = ex.to_df(OUTPUT_SCHEMA.empty_table())
         selfs = functools.reduce(lambda a, b: a.unionByName(b), self_parts, empty_self)
         if not leaf_parts:
@@ -480,7 +486,7 @@ def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
 
 
 def _summarize_df(df: Any, stats: WalkStats) -> None:
-    from pyspark.sql import functions as F
+    F = functions_for(df.sparkSession)  # noqa: N806
 
     outside = F.col("path").contains("://")
     summary = df.groupBy("kind").agg(F.count("*").alias("n"),

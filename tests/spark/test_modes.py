@@ -1,0 +1,107 @@
+"""Every job in every place it can run: on the driver only (`execution=local`, no Spark
+session), on the executors of a classic session, and on a Spark Connect server (no
+SparkContext, as on Databricks serverless or a shared cluster). Each mode runs on its own
+copy of one lakehouse; they must agree with each other and with the reference walk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from tests.maintenance.helpers import build_history
+from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant, reach
+from trinitylake.format.paths import root_name
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.maintenance import reach as R
+from trinitylake.spark.runner import run_job
+
+pytestmark = pytest.mark.spark
+
+MODES = ("local", "classic", "connect")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    base = tmp_path_factory.mktemp("modes")
+    lh = Lakehouse.create(str(base / "lh"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=5, ops=40)
+    time.sleep(TTL_MS / 1000 + 0.2)
+    return str(base / "lh")
+
+
+def _copy(source: str, tmp_path, mode: str) -> Lakehouse:
+    dst = str(tmp_path / mode / "lh")
+    shutil.copytree(source, dst, copy_function=shutil.copy2)
+    return Lakehouse.open(dst, audit=False)
+
+
+def _run(request, mode: str, job: str, lh: Lakehouse, **overrides):
+    execution = "local" if mode == "local" else "distributed"
+    spark = None
+    if mode != "local":
+        spark = request.getfixturevalue("connect_spark" if mode == "connect" else "spark")
+    cfg = job_config(job, lh.uri, execution=execution, **overrides)
+    result = run_job(job, cfg, spark=spark, audit=False)
+    assert result.details["spark"]["started"] == (mode != "local"), result.details["spark"]
+    if mode != "local":
+        assert result.details["spark"]["mode"] == ("connect" if mode == "connect" else "classic")
+    assert all(p["where"] == execution for p in result.details["execution"].values()), result.details["execution"]
+    return result
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_walk_in_every_mode_equals_the_reference(request, source, tmp_path, mode):
+    lh = _copy(source, tmp_path, mode)
+    inp = R.walk_input(lh)
+    ref = R.reference_walk(lh, inp.roots)
+    res = _run(request, mode, "walk", lh)
+    assert res.counts["reachable"] == len(ref.rows)
+    assert res.counts["node_reads"] == res.counts["unique_nodes"] == ref.node_reads
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_orphans_in_every_mode_delete_exactly_the_orphans(request, source, tmp_path, mode):
+    lh = _copy(source, tmp_path, mode)
+    names = orphan_names()
+    planted = plant(lh.storage, {n: (3600.0 if k != "young" else None) for k, n in names.items()})
+    live = set(reach(lh, R.walk_input(lh).retained_versions).rows)
+    before = owned_files(lh.storage)
+    res = _run(request, mode, "orphans", lh)
+    after = owned_files(lh.storage)
+    assert before - after == {planted[names[k]] for k in ("node", "def", "ldef")}
+    assert live <= after
+    assert res.counts["deleted"] == 3 and res.counts["failed"] == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_expire_in_every_mode_deletes_what_only_expired_versions_reach(request, source, tmp_path, mode):
+    lh = _copy(source, tmp_path, mode)
+    versions = R.walk_input(lh).retained_versions
+    keep = versions[-3:]
+    expected = set(reach(lh, versions).rows) - set(reach(lh, keep).rows)
+    before = owned_files(lh.storage)
+    res = _run(request, mode, "expire", lh, min_versions_to_keep=3, max_version_age=0, clock_skew_margin=0,
+               compact_control_table=False)
+    after = owned_files(lh.storage)
+    assert before - after == expected
+    assert set(reach(lh, R.walk_input(lh).retained_versions).rows) <= after
+    assert res.counts["deleted"] == len(expected)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_full_export_in_every_mode_copies_the_same_tree(request, source, tmp_path, mode):
+    lh = _copy(source, tmp_path, mode)
+    version = lh.latest_version()
+    target = str(tmp_path / mode / "export")
+    _run(request, mode, "export", lh, name="e1", target=target, mode="full")
+    files = {os.path.relpath(os.path.join(d, f), target) for d, _, fs in os.walk(target) for f in fs}
+    exported = Lakehouse.open(target, audit=False)
+    assert exported.latest_version() == version
+    walked = R.reference_walk(exported, [(version, root_name(version))])
+    assert all("://" not in k for k in walked.rows), "a full export references no source file"
+    data = {f for f in files if not f.startswith("_export/") and f != "_latest_hint.txt"}
+    assert data == set(walked.rows)
+    assert set(reach(lh, [version]).rows) == set(walked.rows), "the same relative tree as the source"
