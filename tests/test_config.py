@@ -52,7 +52,8 @@ def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
 
 
 def test_every_job_has_the_common_options_first():
-    common = ["lakehouse", "master", "control_uri", "storage_options", "spark_conf", "reference_time", "run_id"]
+    common = ["lakehouse", "master", "control_uri", "storage_options", "spark_conf", "remote", "execution",
+              "local_max_items", "driver_max_rows", "threads", "reference_time", "run_id"]
     for job in JOBS:
         assert list(JOB_OPTIONS[job])[: len(common)] == common
         assert "log_level" in JOB_OPTIONS[job]
@@ -479,6 +480,11 @@ def test_flags_round_trip():
         "--storage-option", "anon=false",
         "--spark-conf", "spark.sql.shuffle.partitions=4",
         "--spark-conf", "spark.jars.packages=a,b",
+        "--remote", "sc://spark.example:15002",
+        "--execution", "distributed",
+        "--local-max-items", "5000",
+        "--driver-max-rows", "100000",
+        "--threads", "4",
         "--reference-time", "2026-11-22T03:00:00+00:00",
         "--run-id", "orphans-2026-11-22",
         "--log-level", "debug",
@@ -500,6 +506,11 @@ def test_flags_round_trip():
             "anon": False,
         },
         "spark_conf": {"spark.sql.shuffle.partitions": "4", "spark.jars.packages": "a,b"},
+        "remote": "sc://spark.example:15002",
+        "execution": "distributed",
+        "local_max_items": 5000,
+        "driver_max_rows": 100000,
+        "threads": 4,
         "reference_time": parse_timestamp("2026-11-22T03:00:00Z"),
         "run_id": "orphans-2026-11-22",
         "log_level": "DEBUG",
