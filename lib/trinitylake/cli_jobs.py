@@ -8,8 +8,10 @@ to the job's own argument parser (`trinitylake.config.job_argparser`), so the CL
     tlake --lakehouse /data/lh expire --dry-run --max-version-age 14d
     tlake --lakehouse s3://bucket/lh orphans --older-than 5d --json
 
-The job runs on a local Spark session (``--master``, default ``local[*]``) while a spinner
-shows its phase; a summary table (or ``--json``: the result's ``to_dict()``) follows.
+Each phase runs on the driver when it is small and on Spark executors when it is big
+(``--execution auto|local|distributed``); Spark (``--master``, default ``local[*]``, or a
+Connect server: ``--remote sc://host:port``, ``--spark-conf spark.api.mode=connect``) starts
+only when a phase needs it. A spinner shows the phase; a summary table (or ``--json``: the result's ``to_dict()``) follows.
 Exit codes: 0 ok, 1 job error, 2 configuration error.
 """
 
@@ -57,7 +59,7 @@ def _job_command(job: str) -> click.Command:
         epilog=_epilog(job),
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )
-    @click.option("--master", default="local[*]", show_default=True, help="Spark master of the local session")
+    @click.option("--master", default="local[*]", show_default=True, help="Spark master, when a phase goes to Spark")
     @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
     @click.pass_context
     def command(click_ctx: click.Context, master: str, as_json: bool) -> None:
@@ -89,7 +91,7 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
         sys.exit(2)
     result: JobResult | None = None
     error: BaseException | None = None
-    with err_console.status(f"tlake {job}: starting Spark ({master})", spinner="dots") as status:
+    with err_console.status(f"tlake {job} {cfg.run_id}: starting", spinner="dots") as status:
         remove = add_progress_listener(lambda what: status.update(f"tlake {job} {cfg.run_id}: {what}"))
         try:
             result = run_job(job, cfg, audit=ctx.audit)
