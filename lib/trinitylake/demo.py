@@ -95,6 +95,10 @@ def plant_orphans(root: Path, young: bool) -> list[Path]:
     return out
 
 
+def a_master(args: list[str]) -> str:
+    return args[args.index("--master") + 1] if "--master" in args else "local[*]"
+
+
 def run_job(job: str, args: list[str]) -> int:
     """Run one job in this process (the Spark session is shared) and print its summary."""
     from rich.table import Table
@@ -103,7 +107,7 @@ def run_job(job: str, args: list[str]) -> int:
     from trinitylake.errors import TrinityLakeError
     from trinitylake.spark.runner import run_job as run
 
-    shown = " ".join(a for a in args if not a.startswith("/") and a not in ("--lakehouse", "--master", "local[*]"))
+    shown = " ".join(a for a in args if not a.startswith("/") and a not in ("--lakehouse", "--master", a_master(args)))
     console.rule(f"[bold]tlake {job} {shown}")
     t0 = time.time()
     try:
@@ -122,6 +126,11 @@ def run_job(job: str, args: list[str]) -> int:
         if k in result.bytes:
             t.add_row(f"bytes {k}", f"{result.bytes[k]:,}")
     t.add_row("seconds per phase", ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    places = sorted({p["where"] for p in result.details.get("execution", {}).values()})
+    spark = result.details.get("spark", {})
+    t.add_row("ran on", ("driver" if places == ["local"] else "Spark executors" if places == ["distributed"]
+                         else "driver and Spark executors") + (f" (Spark {spark['mode']})" if spark.get("started") else
+                                                               ", Spark not started"))
     if result.plan_location:
         t.add_row("plan", result.plan_location)
     console.print(t)
@@ -154,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--lakehouse", str(lh_dir), "--master", a.master]
     rc = 0
     rc |= run_job("walk", common)
+    # The same walk forced onto Spark executors: the answer must not depend on where it ran.
+    rc |= run_job("walk", [*common, "--execution", "distributed"])
     rc |= run_job("expire", [*common, "--dry-run", "--clock-skew-margin", "1s"])
     rc |= run_job("expire", [*common, "--clock-skew-margin", "1s"])
     young = plant_orphans(lh_dir, young=True)
