@@ -5,8 +5,10 @@
     tlake --lakehouse SRC export list [--json]
     tlake --lakehouse SRC export drop NAME
 
-The export itself is the Spark job of `trinitylake.spark.export`, run through the shared job
-runner (audit rows, a local Spark session, ``--master`` to change it). The target's storage
+The export itself is the job of `trinitylake.spark.export`, run through the shared job runner
+(audit rows; ``--execution auto`` keeps a small export on the driver's threads without starting
+Spark, ``distributed`` sends every phase to a Spark session: ``--master``, ``--spark-conf``,
+e.g. ``spark.api.mode=connect``). The target's storage
 options are the lakehouse's when the scheme is the same, else the environment's
 (``TLAKE_S3_ENDPOINT_URL``, ``AWS_*``). ``drop`` and ``list`` only touch the lakehouse definition.
 Registered by `trinitylake.cli` when this module exists.
@@ -56,7 +58,11 @@ def register(cli: click.Group) -> None:
     @click.option("--partial", "mode", flag_value="partial", help="copy the nodes down to --depth (and their definitions)")
     @click.option("--minimal", "mode", flag_value="minimal", help="copy the root node only")
     @click.option("--depth", type=int, default=None, help="deepest node level copied by --partial (root = 0); implies --partial")
-    @click.option("--batch-size", type=int, default=None, help="files per Spark task")
+    @click.option("--batch-size", type=int, default=None, help="files per plan part (and Spark task)")
+    @click.option("--execution", type=click.Choice(["auto", "local", "distributed"]), default=None,
+                  help="where phases run: auto (by size; small exports never start Spark), local (driver threads), "
+                       "distributed (Spark executors)")
+    @click.option("--threads", type=int, default=None, help="driver threads, and I/O threads per Spark task")
     @click.option("--no-verify", is_flag=True, help="check sizes only, not checksums")
     @click.option("--master", default=None, help="Spark master (default local[*])")
     @click.option("--conf", "conf_path", default=None, help="YAML job configuration (e.g. conf/export.yaml)")
@@ -64,8 +70,8 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="print the job result as JSON")
     @click.pass_context
     @handle_errors
-    def export(click_ctx, name, target, version, as_of, mode, depth, batch_size, no_verify, master, conf_path,
-               spark_conf, as_json):
+    def export(click_ctx, name, target, version, as_of, mode, depth, batch_size, execution, threads, no_verify, master,
+               conf_path, spark_conf, as_json):
         """Export a version to its own root URI (full, partial or minimal), or manage exports."""
         if click_ctx.invoked_subcommand is not None:
             return
@@ -91,6 +97,8 @@ def register(cli: click.Group) -> None:
             "mode": mode,
             "depth": depth,
             "batch_size": batch_size,
+            "execution": execution,
+            "threads": threads,
             "verify_checksum": False if no_verify else None,
             "master": master,
             "spark_conf": _kv(spark_conf, "--spark-conf") or None,

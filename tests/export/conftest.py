@@ -93,14 +93,21 @@ def export_cfg(lh, target: str, name: str, **kw):
 
 
 @pytest.fixture
-def run(spark):
-    """run(lh, target, name, **cfg overrides) -> JobResult, through the Spark job."""
+def run(request):
+    """run(lh, target, name, execution="local"|"distributed"|"auto", **cfg overrides) -> JobResult.
+
+    ``local`` (the default here) never starts Spark; ``distributed`` runs every phase on the
+    executors of the shared test session (started on first use)."""
+    from trinitylake.spark.execution import Execution
     from trinitylake.spark.export import run_export
 
-    def go(lh, target, name, *, target_storage_options=None, fail_after_batches=None, **kw):
+    def go(lh, target, name, *, target_storage_options=None, fail_after_batches=None, execution="local", **kw):
         cfg = export_cfg(lh, target, name, **kw)
         result = JobResult(job="export", run_id=cfg.run_id, lakehouse=lh.uri)
-        return run_export(spark, lh, cfg, result, target_storage_options=target_storage_options,
+        record: dict = {}
+        result.details["execution"] = record
+        ex = Execution(execution, session_factory=lambda: request.getfixturevalue("spark"), record=record)
+        return run_export(ex, lh, cfg, result, target_storage_options=target_storage_options,
                           fail_after_batches=fail_after_batches)
 
     return go

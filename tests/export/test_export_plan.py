@@ -112,40 +112,75 @@ def test_spec_validation():
 
 
 def test_plan_part_round_trip():
-    rows = [X.PlanRow("a/b.arrow", "file:///src/a/b.arrow", X.KIND_NODE, 2, X.ACTION_REWRITE, 10, "0" * 32, 3),
-            X.PlanRow("c.binpb", "file:///src/c.binpb", X.KIND_ODF, 1, X.ACTION_COPY, 5, "1" * 32, 0, True)]
+    rows = [X.PlanRow("a/b.arrow", "file:///src/a/b.arrow", X.KIND_NODE, 2, X.ACTION_REWRITE, 10, "0" * 32, 3,
+                      b"0123456789"),
+            X.PlanRow("c.binpb", "file:///src/c.binpb", X.KIND_ODF, 1, X.ACTION_COPY)]
     assert X.read_plan_part(X.plan_part_bytes(rows)) == rows
+    assert X.part_summary("p", rows) == {"name": "p", "rows": 2, "bytes": 10, "unsized": 1, "rewritten": 1,
+                                         "external": 3}
 
 
-def test_verify_file_and_copy_one(tmp_path):
-    src = Storage(str(tmp_path / "src"))
+class _CountingStorage(Storage):
+    """Counts read attempts per path (a counter at the storage's I/O seam)."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.reads: dict[str, int] = {}
+
+    def _io(self, op, path, fn, *args):
+        if op == "read":
+            self.reads[path] = self.reads.get(path, 0) + 1
+        return fn(*args)
+
+
+def test_plan_file_reads_nothing_and_copy_one_reads_the_source_once(tmp_path):
+    src = _CountingStorage(str(tmp_path / "src"))
     tgt = Storage(str(tmp_path / "tgt"))
-    src.write("0000/0000/0000/00000001-a.binpb", b"hello")
+    path = "0000/0000/0000/00000001-a.binpb"
+    src.write(path, b"hello")
     spec = _spec("full", source=src.root, target=tgt.root)
-    row = X.plan_file(src, "0000/0000/0000/00000001-a.binpb", X.KIND_ODF, 0)
-    assert (row.size, row.md5) == (5, X.md5_hex(b"hello"))
-    assert X.verify_file(tgt, row.target, row.size, row.md5) == X.MISSING
+    row = X.plan_file(src, path, X.KIND_ODF, 0)
+    assert (row.size, row.md5, row.data) == (-1, "", None) and src.reads == {}  # planned without a read
+    assert X.verify_file(tgt, row.target, 5, X.md5_hex(b"hello")) == X.MISSING
 
-    st = X.copy_one(row, src, tgt, spec, check_first=False)
-    assert (st.copied, st.verified, st.skipped) == (1, 1, 0)
-    assert X.verify_file(tgt, row.target, row.size, row.md5) == X.OK
-    st = X.copy_one(row, src, tgt, spec, check_first=False)  # exclusive create finds it: skipped
-    assert (st.copied, st.skipped, st.verified) == (0, 1, 1)
-    st = X.copy_one(row, src, tgt, spec, check_first=True)
-    assert (st.copied, st.skipped) == (0, 1)
+    st, done = X.copy_one(row, src, tgt, spec)
+    assert (st.copied, st.verified, st.skipped, st.source_reads) == (1, 1, 0, 1) and src.reads == {path: 1}
+    assert done == (5, X.md5_hex(b"hello")) and tgt.read(path) == b"hello"
+    st, done = X.copy_one(row, src, tgt, spec)  # the exclusive create finds it: verified, skipped
+    assert (st.copied, st.skipped, st.verified) == (0, 1, 1) and done == (5, X.md5_hex(b"hello"))
+    st, done = X.copy_one(row, src, tgt, spec, recorded=done)  # a manifest: no source read at all
+    assert (st.copied, st.skipped, st.source_reads) == (0, 1, 0) and src.reads == {path: 2}
 
     tgt.write(row.target, b"HELLO")  # same size, other bytes: a conflict, never overwritten
-    assert X.verify_file(tgt, row.target, row.size, row.md5) == X.MISMATCH
-    assert X.verify_file(tgt, row.target, row.size, row.md5, checksum=False) == X.OK
-    st = X.copy_one(row, src, tgt, spec, check_first=True)
-    assert st.conflicts and st.copied == 0 and tgt.read(row.target) == b"HELLO"
+    assert X.verify_file(tgt, row.target, 5, X.md5_hex(b"hello")) == X.MISMATCH
+    assert X.verify_file(tgt, row.target, 5, X.md5_hex(b"hello"), checksum=False) == X.OK
+    st, done = X.copy_one(row, src, tgt, spec)
+    assert st.conflicts and st.copied == 0 and done is None and tgt.read(row.target) == b"HELLO"
+    st, _ = X.copy_one(row, src, tgt, spec, recorded=(5, X.md5_hex(b"hello")))
+    assert st.conflicts and tgt.read(row.target) == b"HELLO"
 
-    src.write("0000/0000/0000/00000001-a.binpb", b"changed!")  # a source that changed after planning
-    tgt.delete([row.target])
-    st = X.copy_one(row, src, tgt, spec, check_first=True)
-    assert st.errors and not tgt.exists(row.target)
-    src.delete(["0000/0000/0000/00000001-a.binpb"])
-    assert X.copy_one(row, src, tgt, spec).missing_sources == [row.source]
+    # A node comes with its bytes in the plan: copied without reading the source.
+    node = X.PlanRow("n.arrow", src.uri("n.arrow"), X.KIND_NODE, 1, X.ACTION_REWRITE, 3, X.md5_hex(b"abc"), 0, b"abc")
+    st, done = X.copy_one(node, src, tgt, spec)
+    assert (st.copied, st.rewritten, st.source_reads) == (1, 1, 0) and tgt.read("n.arrow") == b"abc"
+    bad = X.PlanRow("m.arrow", src.uri("m.arrow"), X.KIND_NODE, 1, X.ACTION_COPY, 3, "0" * 32, 0, b"abc")
+    st, _ = X.copy_one(bad, src, tgt, spec)
+    assert st.errors and not tgt.exists("m.arrow")  # bytes that do not match their plan row
+    src.delete([path])
+    tgt.delete([path])
+    assert X.copy_one(row, src, tgt, spec)[0].missing_sources == [row.source]
+
+
+def test_result_manifest_round_trip(tmp_path):
+    tgt = Storage(str(tmp_path / "tgt"))
+    files = {"a/b.binpb": (5, "0" * 32), "c.arrow": (7, "1" * 32)}
+    path = X.manifest_path("_export/e", "part-00003.parquet")
+    assert path == "_export/e/copied/part-00003.json"
+    assert X.read_manifest(tgt, path) is None
+    tgt.write(path, X.manifest_bytes("part-00003.parquet", files))
+    assert X.read_manifest(tgt, path) == files
+    tgt.write(path, b"{not json")
+    assert X.read_manifest(tgt, path) is None
 
 
 def test_locations_that_overlap_are_refused():

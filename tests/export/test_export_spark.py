@@ -152,13 +152,14 @@ def test_incremental_export_to_the_same_target_copies_only_new_files(run, make_l
     assert lh.latest_version() == before and r3.details["recorded"] is False
 
 
-def test_killed_export_resumes_without_recopying_verified_files(run, make_lakehouse, tmp_path):
+@pytest.mark.parametrize("resume_on", ["local", "distributed"])
+def test_killed_export_resumes_without_recopying_verified_files(run, make_lakehouse, tmp_path, resume_on):
     lh = make_lakehouse()
     v = populate(lh)
     target = str(tmp_path / "killed")
 
     with pytest.raises(InjectedFailure):
-        run(lh, target, "k1", batch_size=4, fail_after_batches=2)
+        run(lh, target, "k1", batch_size=4, fail_after_batches=2, execution="distributed")
 
     tgt = Storage(target)
     assert root_files(tgt) == []  # not visible: the root is written last
@@ -172,12 +173,15 @@ def test_killed_export_resumes_without_recopying_verified_files(run, make_lakeho
     assert len(present) == parts[0]["rows"] + parts[1]["rows"] + parts[2]["rows"] // 2 > 0
     stamps = {p: os.stat(os.path.join(target, p)).st_mtime_ns for p in present}
 
-    r = run(lh, target, "k1", batch_size=4)  # same options, no version given: resumes v
+    r = run(lh, target, "k1", batch_size=4, execution=resume_on)  # same options, no version given: resumes v
 
     assert r.details["resumed"] is True and r.details["version"] == v
     assert r.counts["skipped"] == len(present)
     assert r.counts["copied"] == r.counts["planned"] - len(present)
     assert r.counts["verified"] == r.counts["planned"]
+    # Only the missing files were read from the source: the nodes come with the plan, the
+    # definition files of the two finished parts were verified at the target from their manifests.
+    assert r.counts["source_reads"] <= r.counts["copied"] + parts[2]["rows"] // 2
     assert all(os.stat(os.path.join(target, p)).st_mtime_ns == t for p, t in stamps.items())  # not rewritten
     assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
     assert lh.definition().exported_snapshots["k1"].endswith(root_name(v))

@@ -41,13 +41,13 @@ import json
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trinitylake.errors import AlreadyExistsError, UnsafeOperationError, ValidationError
+from trinitylake.errors import AlreadyExistsError, TrinityLakeError, UnsafeOperationError, ValidationError
 from trinitylake.format import definitions as D
 from trinitylake.format import keys as K
 from trinitylake.format.node import Message, Node, deserialize, serialize
@@ -70,11 +70,11 @@ PLAN_SCHEMA = pa.schema(
         pa.field("source", pa.utf8(), nullable=False),  # absolute URI of the source file
         pa.field("kind", pa.utf8(), nullable=False),  # root | def | node | odf
         pa.field("depth", pa.int32(), nullable=False),  # node depth (ODFs: the referencing node's)
-        pa.field("action", pa.utf8(), nullable=False),  # copy (verbatim) | rewrite (pointers changed)
-        pa.field("size", pa.int64(), nullable=False),  # bytes at the target
-        pa.field("md5", pa.utf8(), nullable=False),  # hex MD5 of the bytes at the target
+        pa.field("action", pa.utf8(), nullable=False),  # copy (verbatim) | rewrite (pointers/records change)
+        pa.field("size", pa.int64(), nullable=False),  # bytes at the target; -1: unknown until copied
+        pa.field("md5", pa.utf8(), nullable=False),  # hex MD5 of the bytes at the target; "": unknown until copied
         pa.field("external", pa.int32(), nullable=False),  # pointers in this file to files outside the export
-        pa.field("present", pa.bool_(), nullable=False),  # already at the target, verified, at plan time
+        pa.field("data", pa.binary(), nullable=True),  # node files: their exported bytes (read once, at plan time)
     ]
 )
 PLAN_COLUMNS = tuple(PLAN_SCHEMA.names)
@@ -292,19 +292,23 @@ def exported_definition_bytes(data: bytes, where: str) -> bytes:
 # ---- plan rows -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlanRow:
+    """One planned file. `size`/`md5` are known for node files (read at plan time to find their
+    children; `data` then holds their exported bytes, so the copy never reads them again) and
+    unknown (-1, "") for definition files, which are read once, by the copy."""
+
     target: str
     source: str
     kind: str
     depth: int
     action: str
-    size: int
-    md5: str
+    size: int = -1
+    md5: str = ""
     external: int = 0
-    present: bool = False
+    data: bytes | None = None
 
     def as_tuple(self) -> tuple:
         return (self.target, self.source, self.kind, self.depth, self.action, self.size, self.md5, self.external,
-                self.present)
+                self.data)
 
     @classmethod
     def from_tuple(cls, t: tuple | list) -> PlanRow:
@@ -312,37 +316,39 @@ class PlanRow:
 
 
 def plan_node(source: Storage, path: str, depth: int, spec: ExportSpec) -> tuple[PlanRow, NodeRefs]:
-    """Read one node of the source and plan it: its row, and what it references."""
+    """Read one node of the source and plan it: its row (with its exported bytes) and what it references."""
     data = source.read(path)
+    return plan_node_bytes(source, path, depth, spec, data)
+
+
+def plan_node_bytes(source: Storage, path: str, depth: int, spec: ExportSpec, data: bytes
+                    ) -> tuple[PlanRow, NodeRefs]:
     out, refs, changed = exported_node_bytes(data, depth, spec, source, source.uri(path))
     kind = KIND_ROOT if depth == 0 else KIND_NODE
-    row = PlanRow(path, source.uri(path), kind, depth, ACTION_REWRITE if changed else ACTION_COPY, len(out), md5_hex(out),
-                  refs.external)
+    row = PlanRow(path, source.uri(path), kind, depth, ACTION_REWRITE if changed else ACTION_COPY, len(out),
+                  md5_hex(out), refs.external, bytes(out))
     return row, refs
 
 
 def plan_file(source: Storage, path: str, kind: str, depth: int) -> PlanRow:
-    """Read one definition file of the source and plan it."""
-    data = source.read(path)
-    action = ACTION_COPY
-    if kind == KIND_DEF:
-        out = exported_definition_bytes(data, source.uri(path))
-        action = ACTION_REWRITE if out is not data else ACTION_COPY
-    else:
-        out = data
-    return PlanRow(path, source.uri(path), kind, depth, action, len(out), md5_hex(out))
+    """Plan one definition file without reading it (the copy reads it once, hashing as it writes).
+    The lakehouse definition is planned as a rewrite: the copy clears the source's export records."""
+    return PlanRow(path, source.uri(path), kind, depth, ACTION_REWRITE if kind == KIND_DEF else ACTION_COPY)
 
 
-def export_bytes(row: PlanRow, source: Storage, spec: ExportSpec) -> bytes:
-    """The bytes a planned file has at the target, recomputed from the source."""
+def export_bytes(row: PlanRow, source: Storage, spec: ExportSpec) -> tuple[bytes, bool]:
+    """The bytes a planned file has at the target, and whether they differ from the source's:
+    a node's from the plan, a definition file's read (once) from the source."""
+    if row.data is not None:
+        return row.data, row.action == ACTION_REWRITE
     data = source.read(row.target)
-    if row.action == ACTION_COPY:
-        return data
-    if row.kind in (KIND_ROOT, KIND_NODE):
-        return exported_node_bytes(data, row.depth, spec, source, row.source)[0]
+    if row.kind in (KIND_ROOT, KIND_NODE):  # a plan without bytes (not written by this module)
+        out = exported_node_bytes(data, row.depth, spec, source, row.source)[0]
+        return out, out is not data
     if row.kind == KIND_DEF:
-        return exported_definition_bytes(data, row.source)
-    return data
+        out = exported_definition_bytes(data, row.source)
+        return out, out is not data
+    return data, False
 
 
 # ---- plan files ------------------------------------------------------------------------------------
@@ -350,22 +356,56 @@ def plan_part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
-def plan_part_bytes(rows: Iterable[PlanRow]) -> bytes:
+def plan_table(rows: Iterable[PlanRow]) -> pa.Table:
     cols: list[list] = [[] for _ in PLAN_COLUMNS]
     for r in rows:
         for i, v in enumerate(r.as_tuple()):
             cols[i].append(v)
-    table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, PLAN_SCHEMA, strict=True)],
-                                 schema=PLAN_SCHEMA)
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, PLAN_SCHEMA, strict=True)],
+                                schema=PLAN_SCHEMA)
+
+
+def table_bytes(table: pa.Table) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()
 
 
+def plan_part_bytes(rows: Iterable[PlanRow]) -> bytes:
+    return table_bytes(plan_table(rows))
+
+
 def read_plan_part(data: bytes) -> list[PlanRow]:
     table = pq.read_table(pa.BufferReader(data))
-    cols = [table.column(n).to_pylist() for n in PLAN_COLUMNS]
+    cols = [table.column(n).to_pylist() if n in table.column_names else [None] * table.num_rows
+            for n in PLAN_COLUMNS]
     return [PlanRow(*vals) for vals in zip(*cols, strict=True)]
+
+
+def part_summary(name: str, rows: list[PlanRow]) -> dict[str, Any]:
+    """What the plan index (``_plan.json``) records of one part."""
+    return {"name": name, "rows": len(rows), "bytes": sum(max(0, r.size) for r in rows),
+            "unsized": sum(r.size < 0 for r in rows), "rewritten": sum(r.action == ACTION_REWRITE for r in rows),
+            "external": sum(r.external for r in rows)}
+
+
+def manifest_path(export_dir: str, part: str) -> str:
+    """The result manifest of a copied plan part: what was verified at the target (size, MD5)."""
+    return f"{export_dir}/copied/{part.removesuffix('.parquet')}.json"
+
+
+def manifest_bytes(part: str, files: dict[str, tuple[int, str]]) -> bytes:
+    return json_bytes({"format": FORMAT_TAG, "part": part, "files": {k: list(v) for k, v in sorted(files.items())}})
+
+
+def read_manifest(storage: Storage, path: str) -> dict[str, tuple[int, str]] | None:
+    obj = read_json(storage, path)
+    if obj is None or obj.get("format") != FORMAT_TAG or not isinstance(obj.get("files"), dict):
+        return None
+    try:
+        return {k: (int(v[0]), str(v[1])) for k, v in obj["files"].items()}
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def json_bytes(obj: dict[str, Any]) -> bytes:
@@ -421,6 +461,22 @@ def verify_file(storage: Storage, path: str, size: int, md5: str, checksum: bool
     return OK if len(data) == size and md5_hex(data) == md5 else MISMATCH
 
 
+def verify_written(storage: Storage, path: str, size: int, md5: str, checksum: bool = True) -> str:
+    """Verification right after this process created `path` from bytes whose MD5 it computed.
+
+    S3: a HEAD request: the size, and (with `checksum`) the ETag of the single-part PUT, which is
+    the MD5 of what the store received. Elsewhere: a stat for the size; the checksum is the MD5
+    of the very bytes handed to the exclusive create (computed while copying), since re-reading a
+    file just written locally only reads our own page cache back (see the job's module doc).
+    """
+    if storage.scheme == "s3":
+        return verify_file(storage, path, size, md5, checksum)
+    try:
+        return OK if storage.info(path).size == size else MISMATCH
+    except FileNotFoundError:
+        return MISSING
+
+
 @dataclass
 class CopyStats:
     """What copying one batch (plan part) did. Failures are data, not exceptions, so that the
@@ -434,6 +490,7 @@ class CopyStats:
     verified: int = 0
     verified_bytes: int = 0
     rewritten: int = 0
+    source_reads: int = 0
     seconds_verify: float = 0.0
     conflicts: list[str] = field(default_factory=list)
     missing_sources: list[str] = field(default_factory=list)
@@ -441,11 +498,15 @@ class CopyStats:
 
     def add(self, other: CopyStats) -> None:
         for k in ("rows", "copied", "copied_bytes", "skipped", "skipped_bytes", "verified", "verified_bytes",
-                  "rewritten"):
+                  "rewritten", "source_reads"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.seconds_verify += other.seconds_verify
         for k in ("conflicts", "missing_sources", "errors"):
             getattr(self, k).extend(getattr(other, k)[: max(0, 20 - len(getattr(self, k)))])
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.conflicts or self.missing_sources or self.errors)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -455,38 +516,47 @@ class CopyStats:
         return cls(**d)
 
 
-def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *, checksum: bool = True,
-             check_first: bool = True) -> CopyStats:
-    """Copy one planned file unless the target already holds it (verified), then verify it.
+def _skip(st: CopyStats, size: int) -> CopyStats:
+    st.skipped, st.skipped_bytes, st.verified, st.verified_bytes = 1, size, 1, size
+    return st
 
-    `check_first` looks at the target before reading the source (the cheap path of a resumed
-    run, which re-verifies every file); without it (the run that just made the plan) files the
-    plan found present and verified are skipped, and the exclusive create itself finds files
-    that appeared since.
+
+def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *, checksum: bool = True,
+             recorded: tuple[int, str] | None = None) -> tuple[CopyStats, tuple[int, str] | None]:
+    """Copy one planned file, reading its source at most once; returns what happened and, when
+    the target holds the file verified, its (size, MD5) for the part's result manifest.
+
+    `recorded` is the (size, MD5) an earlier run's manifest holds for this file: the target is
+    then verified against it without reading the source (a resumed run). Otherwise the source is
+    read once (node files come with their bytes in the plan and are not read at all), rewritten
+    if planned, hashed, and created exclusively at the target; a file that is already there is
+    kept when it holds exactly these bytes (an earlier run or an earlier export of the same
+    lakehouse wrote it) and reported as a conflict otherwise. Nothing is ever overwritten.
     """
     st = CopyStats(rows=1)
-    if row.present and not check_first:  # verified moments ago, when the plan was made
-        st.skipped, st.skipped_bytes, st.verified, st.verified_bytes = 1, row.size, 1, row.size
-        return st
-    if check_first:
+    if recorded is not None:
         t = time.perf_counter()
-        state = verify_file(target, row.target, row.size, row.md5, checksum)
+        state = verify_file(target, row.target, recorded[0], recorded[1], checksum)
         st.seconds_verify += time.perf_counter() - t
         if state == OK:
-            st.skipped, st.skipped_bytes, st.verified, st.verified_bytes = 1, row.size, 1, row.size
-            return st
+            return _skip(st, recorded[0]), recorded
         if state == MISMATCH:
             st.conflicts.append(f"{target.uri(row.target)} exists with other content than {row.source}")
-            return st
+            return st, None
     try:
-        data = export_bytes(row, source, spec)
+        st.source_reads += row.data is None
+        data, changed = export_bytes(row, source, spec)
     except FileNotFoundError:
         st.missing_sources.append(row.source)
-        return st
-    if len(data) != row.size or md5_hex(data) != row.md5:
-        st.errors.append(f"{row.source} changed since the plan was made (size {len(data)} vs {row.size}); "
-                         f"source files are immutable, so it is corrupt or was replaced")
-        return st
+        return st, None
+    except TrinityLakeError as e:
+        st.errors.append(f"{type(e).__name__}: {e}")
+        return st, None
+    size, md5 = len(data), md5_hex(data)
+    if (row.size >= 0 and size != row.size) or (row.md5 and md5 != row.md5):
+        st.errors.append(f"{row.source}: the bytes to write do not match the plan (size {size} vs {row.size}); "
+                         f"the plan is corrupt")
+        return st, None
     try:
         if data:
             target.create_exclusive(row.target, data)
@@ -495,30 +565,28 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
         created = True
     except FileExistsError:
         created = False
+    except Exception as e:  # noqa: BLE001 - reported as data; the driver raises a typed error
+        st.errors.append(f"StorageError: cannot create {target.uri(row.target)}: {type(e).__name__}: {e}")
+        return st, None
     t = time.perf_counter()
-    state = verify_file(target, row.target, row.size, row.md5, checksum)
+    try:
+        state = (verify_written if created else verify_file)(target, row.target, size, md5, checksum)
+    except Exception as e:  # noqa: BLE001
+        st.errors.append(f"StorageError: cannot verify {target.uri(row.target)}: {type(e).__name__}: {e}")
+        return st, None
     st.seconds_verify += time.perf_counter() - t
     if state != OK:
         if created:
-            st.errors.append(f"{target.uri(row.target)} failed verification after the copy ({state})")
+            st.errors.append(f"StorageError: {target.uri(row.target)} failed verification after the copy ({state})")
         else:
             st.conflicts.append(f"{target.uri(row.target)} exists with other content than {row.source}")
-        return st
-    st.verified, st.verified_bytes = 1, row.size
-    if created:
-        st.copied, st.copied_bytes = 1, row.size
-        st.rewritten += row.action == ACTION_REWRITE
-    else:
-        st.skipped, st.skipped_bytes = 1, row.size
-    return st
-
-
-def check_present(row: PlanRow, target: Storage, checksum: bool = True) -> tuple[PlanRow, str]:
-    """Plan-time look at the target: (row with `present` set, state)."""
-    state = verify_file(target, row.target, row.size, row.md5, checksum)
-    if state == OK:
-        return replace(row, present=True), state
-    return row, state
+        return st, None
+    if not created:
+        return _skip(st, size), (size, md5)
+    st.verified, st.verified_bytes = 1, size
+    st.copied, st.copied_bytes = 1, size
+    st.rewritten += bool(changed)
+    return st, (size, md5)
 
 
 # ---- targets -----------------------------------------------------------------------------------

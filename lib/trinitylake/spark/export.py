@@ -1,41 +1,68 @@
-"""Snapshot export as a Spark job: plan on executors, persist the plan, copy in verified batches.
+"""Snapshot export as a job: each phase on the driver (threads) or the executors (``mapInArrow``).
 
-Phases (each timed into ``JobResult.seconds``):
+Phases (each timed into ``JobResult.seconds``; placement recorded in ``details["execution"]``):
 
 1. **validate** (driver, nothing written): the name, the target URI (not inside the source,
    nor containing it), the version (``VersionNotFoundError`` when expired), a name clash
    (``AlreadyExistsError``) and the target (empty, or holding only exports of this lakehouse).
 2. **plan**: ``<target>/_export/<name>/export.json`` records what is exported; the tree is
-   walked level by level, each level's nodes read on executors in batches (a node read also
-   plans the definition files it references). Every planned file gets its bytes as the
-   target will hold them (rewritten when pointers change), size and MD5. Rows are
-   deduplicated, cut into batches of ``batch_size`` and written as ``plan/part-NNNNN.parquet``
-   by the executors; ``plan/_plan.json`` (the index) marks the plan complete. The plan is
-   persisted before anything is copied.
-3. **copy**: one Spark task per plan part. A file already at the target with the planned size
-   and MD5 is skipped; otherwise the source is read (and rewritten), checked against the plan,
-   created exclusively at the target and verified. Failures come back as data, and the driver
-   raises a typed error naming the files. Every root file stays unwritten until all copies
-   succeeded: a killed export is invisible, and re-running it reuses the persisted plan and
-   copies only what is missing.
-4. **verify**: time spent verifying, summed over the tasks (it happens inline, per file).
+   walked level by level. Node files are read (they must be, to find their children): their
+   rows carry their exported bytes (rewritten when pointers change), size and MD5, so the copy
+   never reads them again. Definition files are *not* read: their rows only say what to copy
+   (source, target, kind, depth, action). Rows are deduplicated by target path, cut into parts
+   and written as ``plan/part-NNNNN.parquet``; ``plan/_plan.json`` (the index) marks the plan
+   complete. The plan is persisted before anything is copied. Each level runs on the driver
+   while it is small (`Execution.distributed`) and the driver holds few enough rows
+   (`Execution.fits_driver`); past that, the remaining levels and the part writing run on the
+   executors and the driver holds only the index of parts.
+3. **copy**: per plan part, every file's source is read **once** (nodes: not at all), rewritten
+   if planned, hashed (MD5) and created exclusively at the target, then verified. A part whose
+   files are all verified gets a result manifest ``copied/part-NNNNN.json`` (target path, size,
+   MD5). A re-run verifies the files of manifested parts at the target without reading the
+   source; files of unmanifested parts are copied again, and one already at the target is kept
+   when it holds exactly the computed bytes (an interrupted run or an earlier export of this
+   lakehouse wrote it) and reported as a conflict otherwise: nothing is ever overwritten.
+   Failures come back as data, and the driver raises a typed error naming the files. The copy
+   runs on the driver's threads or in executor tasks (parts shipped as a DataFrame of names).
+4. **verify**: time spent verifying, summed over the files (it happens inline, per file).
+   *What is verified*: on S3 a HEAD request after each PUT compares the size and the ETag (the
+   MD5 of what the store received) with the MD5 computed while copying. On local storage a stat
+   compares the size, and the checksum is that of the bytes handed to the exclusive create:
+   re-reading a file just written would only read our own page cache back, at the price of a
+   second read of every file. Files found already present (re-runs, incremental exports) are
+   read back and compared in full (or by ETag).
 5. **commit**: the exported root ``root_name(V)`` is created last (exclusive), the target's
    ``_latest_hint.txt`` raised to V, and the export recorded in the source's definition by a
    normal commit: ``exported_snapshots[name]`` = full URI of the exported root, plus
    ``exported_snapshot_pins[name]`` = V when the export still references source files (partial
    and minimal exports that did not reach the bottom of the tree).
+
+Every root file stays unwritten until all copies succeeded: a killed export is invisible, and
+re-running it (same options, no version) reuses the persisted plan and copies only what is
+missing. No SparkContext or RDD is used: the same code runs in classic mode and under Spark
+Connect, and a small export never starts Spark at all.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
+import itertools
+import json
 import logging
 import math
+import os
+import random
+import re
+import stat
 import time
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
+
+import pyarrow as pa
 
 from trinitylake.errors import (
     AlreadyExistsError,
@@ -48,124 +75,281 @@ from trinitylake.errors import (
 )
 from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance.results import JobResult
-from trinitylake.storage import Storage, parse_uri
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, rows_of
+from trinitylake.storage import FileInfo, Storage, parse_uri
+from trinitylake.storage.storage import RETRY_ATTEMPTS, is_transient
 
 log = logging.getLogger(__name__)
 
-#: Concurrent requests per task when either side is an object store (I/O bound).
-REMOTE_THREADS = 16
+#: Plan part size on the driver: parts are the unit of resume there, not of parallelism (the
+#: driver's threads copy files of several parts at once), and every part costs two small files.
+LOCAL_PART_ROWS = 1024
+#: Parts copied at once by a driver-local copy (their files share the driver's thread pool).
+LOCAL_PARTS_IN_FLIGHT = 4
+#: Node files read per chunk inside one executor task (bounds a task's memory).
+_CHUNK = 256
+#: Read buffer of the local copy (most lakehouse files are a few KiB: one read).
+_READ_BUF = 1 << 20
+#: A tree deeper than this is corrupt (a cycle of node pointers); the walk stops.
+MAX_DEPTH = 256
+
+LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("target", pa.string()), ("kind", pa.string()),
+                          ("depth", pa.int32()), ("action", pa.string()), ("size", pa.int64()), ("md5", pa.string()),
+                          ("external", pa.int32()), ("data", pa.binary()), ("error", pa.string())])
+FRONTIER_SCHEMA = pa.schema([("target", pa.string()), ("depth", pa.int32())])
+PARTS_SCHEMA = pa.schema([("idx", pa.int64()), ("name", pa.string())])
+SUMMARY_SCHEMA = pa.schema([("name", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+                            ("unsized", pa.int64()), ("rewritten", pa.int64()), ("external", pa.int64())])
+STATS_SCHEMA = pa.schema([("name", pa.string()), ("stats", pa.string())])
+ROLE_NODE, ROLE_CHILD, ROLE_ODF, ROLE_MISSING, ROLE_ERROR = "node", "child", "odf", "missing", "error"
+
+_DDL = {pa.string(): "string", pa.int64(): "bigint", pa.int32(): "int", pa.binary(): "binary", pa.bool_(): "boolean"}
 
 
-# ---- executor side ---------------------------------------------------------------------------
-def _pool_map(fn, items: list, remote: bool) -> list:
-    if not remote or len(items) < 2:
-        return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=min(REMOTE_THREADS, len(items))) as pool:
-        return list(pool.map(fn, items))
-
-
-def _guarded(fn, *args) -> tuple[str, Any]:
-    """Run a plan step; failures become ("missing"|"error", message) records."""
-    try:
-        return "ok", fn(*args)
-    except FileNotFoundError as e:
-        return "missing", str(e)
-    except TrinityLakeError as e:
-        return "error", f"{type(e).__name__}: {e}"
-
-
-def _expand(items: Iterable[tuple[str, str, int]], source: Storage, spec: X.ExportSpec, remote: bool,
-            budget: int) -> Iterator[tuple]:
-    """Plan one batch of the tree: nodes (with the definition files they reference) and files.
-
-    The task keeps descending below its nodes while it has read fewer than `budget` files, so
-    a small tree is planned by one wave of tasks; deeper nodes go back to the driver for the
-    next wave. Yields ("row", plan tuple), ("child", (kind, path, depth)), ("missing", msg),
-    ("error", msg) and, last, ("count", rows yielded).
-    """
-    items = list(items)
-    queue = [i for i in items if i[0] == X.KIND_NODE]
-    files = [i for i in items if i[0] != X.KIND_NODE]
-    odfs: dict[str, int] = {}
-    n_rows = 0
-    used = 0
-    first = True
-    while queue and (first or used < budget):
-        if first:
-            take, queue = queue, []
-            first = False
-        else:
-            step = max(1, min(len(queue), budget - used, REMOTE_THREADS if remote else budget))
-            take, queue = queue[:step], queue[step:]
-        for status, val in _pool_map(lambda i: _guarded(X.plan_node, source, i[1], i[2], spec), take, remote):
-            if status != "ok":
-                yield status, val
-                continue
-            row, refs = val
-            n_rows += 1
-            used += 1 + len(refs.odfs)
-            yield "row", row.as_tuple()
-            queue.extend((X.KIND_NODE, c, row.depth + 1) for c in refs.children)
-            for p in refs.odfs:
-                odfs.setdefault(p, row.depth)
-    for child in queue:
-        yield "child", child
-    files.extend((X.KIND_ODF, p, d) for p, d in odfs.items())
-    for status, val in _pool_map(lambda i: _guarded(X.plan_file, source, i[1], i[0], i[2]), files, remote):
-        if status != "ok":
-            yield status, val
-        else:
-            n_rows += 1
-            yield "row", val.as_tuple()
-    yield "count", n_rows
-
-
-def _write_part(index: int, rows: Iterable[tuple[str, tuple]], target: Storage, plan_dir: str, check_target: bool,
-                checksum: bool, remote: bool) -> Iterator[dict[str, Any]]:
-    """Write one plan part (after looking at the target when it was not empty)."""
-    plan_rows = sorted((X.PlanRow.from_tuple(r) for _, r in rows), key=lambda r: r.target)
-    if not plan_rows:
-        return
-    conflicts: list[str] = []
-    if check_target:
-        checked = _pool_map(lambda r: X.check_present(r, target, checksum), plan_rows, remote)
-        plan_rows = [r for r, _ in checked]
-        conflicts = [f"{target.uri(r.target)} exists with other content than {r.source}"
-                     for r, s in checked if s == X.MISMATCH]
-    name = X.plan_part_name(index)
-    target.write(f"{plan_dir}/{name}", X.plan_part_bytes(plan_rows))
-    present = [r for r in plan_rows if r.present]
-    yield {
-        "name": name,
-        "rows": len(plan_rows),
-        "bytes": sum(r.size for r in plan_rows),
-        "present": len(present),
-        "present_bytes": sum(r.size for r in present),
-        "rewritten": sum(r.action == X.ACTION_REWRITE for r in plan_rows),
-        "external": sum(r.external for r in plan_rows),
-        "conflicts": conflicts[:20],
-        "n_conflicts": len(conflicts),
-    }
+def _ddl(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {_DDL[f.type]}" for f in schema)
 
 
 class InjectedFailure(RuntimeError):
     """Raised by the fault-injection hook of the tests (a simulated crash mid-copy)."""
 
 
-def _copy_parts(items: Iterable[tuple[int, str]], source: Storage, target: Storage, spec: X.ExportSpec, plan_dir: str,
-                checksum: bool, check_first: bool, remote: bool, fail_midway: bool = False) -> Iterator[dict[str, Any]]:
-    """Copy the files of some plan parts; yields one CopyStats dict per part."""
-    for _, name in items:
-        rows = [r for r in X.read_plan_part(target.read(f"{plan_dir}/{name}")) if r.kind != X.KIND_ROOT]
-        if fail_midway:
-            rows = rows[: len(rows) // 2]
-        stats = X.CopyStats()
-        for s in _pool_map(lambda r: X.copy_one(r, source, target, spec, checksum=checksum, check_first=check_first),
-                           rows, remote):
-            stats.add(s)
-        if fail_midway:
-            raise InjectedFailure(f"injected failure in plan part {name} after {stats.rows} files")
-        yield stats.to_dict()
+# ---- per-file I/O -------------------------------------------------------------------------------
+_CLEAN_REL = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9._=-]*/)*[A-Za-z0-9_-][A-Za-z0-9._=-]*")
+
+
+def _fast(storage: Storage) -> Storage:
+    """`storage`, or for local storage a `_LocalFiles` view of it (lean per-file I/O)."""
+    if storage.scheme != "file" or isinstance(storage, _LocalFiles):
+        return storage
+    return _LocalFiles(storage)  # type: ignore[return-value]
+
+
+def _read_fd(fp: str) -> bytes:
+    fd = os.open(fp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, _READ_BUF)
+            if not b:
+                break
+            chunks.append(b)
+            if len(b) < _READ_BUF:  # a short read of a regular file is its end
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _stat_fd(fp: str, path: str) -> FileInfo:
+    st = os.stat(fp)
+    if not stat.S_ISREG(st.st_mode):
+        raise FileNotFoundError(fp)
+    return FileInfo(path, st.st_size, st.st_mtime)
+
+
+class _LocalFiles:
+    """Per-file I/O of a local `Storage` with as few system calls as possible (they are slow in
+    our sandboxes: the copy of a small file is all system calls). Paths are joined directly for
+    clean relative names (``Storage._fs_path`` parses and checks the whole URI, ~0.2 ms a call);
+    reads are ``open, read, close``; an exclusive create writes a temporary file (named like the
+    storage's own, so listings skip it) and hard-links it into place, as `Storage.create_exclusive`
+    does. Every attempt still goes through the storage's `_io` seam and retry policy (typed
+    errors, fault injection); everything else is delegated to the storage."""
+
+    def __init__(self, storage: Storage):
+        self._st = storage
+        self.scheme = storage.scheme
+        self.root = storage.root
+        self._base = parse_uri(storage.root).fs_path.rstrip("/")
+        self._tmp_prefix = uuid.uuid4().hex[:16]
+        self._counter = itertools.count()
+        self._dirs: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._st, name)
+
+    def _fp(self, path: str) -> str:
+        return f"{self._base}/{path}" if _CLEAN_REL.fullmatch(path) else self._st._fs_path(path)
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self._st._retrying("read", path, _read_fd, self._fp(path))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
+
+    def info(self, path: str) -> FileInfo:
+        try:
+            return self._st._retrying("info", path, _stat_fd, self._fp(path), path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
+
+    def _create_once(self, fp: str, data: bytes, path: str) -> None:
+        tmp = f"{fp}.tmp-{self._tmp_prefix}{next(self._counter):016x}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(tmp, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(fp), exist_ok=True)
+            fd = os.open(tmp, flags, 0o644)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, fp)
+            except FileExistsError:
+                raise FileExistsError(f"already exists: {self._st.uri(path)}") from None
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        if not data:
+            raise ValueError(f"refusing to create empty file {self._st.uri(path)} exclusively")
+        fp = self._fp(path)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._st._io("create_exclusive", path, self._create_once, fp, data, path)
+                return
+            except FileExistsError:
+                if attempt > 1 and self._st._holds(path, data):
+                    return  # an earlier attempt of ours took effect before it failed
+                raise
+            except OSError as e:
+                if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+                    self._st.create_exclusive(path, data)  # no hard links here: the storage's fallback
+                    return
+                if attempt < RETRY_ATTEMPTS and is_transient(e):
+                    time.sleep(min(0.05 * 2 ** (attempt - 1), 2.0) * (0.5 + random.random()))
+                    continue
+                raise StorageError(f"storage create_exclusive of {self._st.uri(path)} failed: "
+                                   f"{type(e).__name__}: {e}") from e
+
+
+def _pool_map(threads: int) -> tuple[Callable[[Callable, list], list], Callable[[], None]]:
+    """A map over a thread pool (sequential for one thread) and its shutdown."""
+    if threads <= 1:
+        return (lambda fn, items: [fn(i) for i in items]), (lambda: None)
+    pool = ThreadPoolExecutor(max_workers=threads)
+    return (lambda fn, items: list(pool.map(fn, items)) if len(items) > 1 else [fn(i) for i in items]), pool.shutdown
+
+
+def _chunks(it: Iterable[Any], n: int) -> Iterator[list[Any]]:
+    buf: list[Any] = []
+    for x in it:
+        buf.append(x)
+        if len(buf) >= n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+# ---- plan: one level of nodes ------------------------------------------------------------------
+def _expand(source: Storage, spec: X.ExportSpec, pmap, items: list[tuple[str, int]]) -> list[tuple]:
+    """Read and plan node files ``(path, depth)``: `LEVEL_SCHEMA` tuples (the node's row, its
+    children to copy, the definition files it references, or what went wrong)."""
+
+    def one(item: tuple[str, int]) -> list[tuple]:
+        path, depth = item
+        try:
+            row, refs = X.plan_node(source, path, depth, spec)
+        except FileNotFoundError as e:
+            return [(ROLE_MISSING, path, X.KIND_NODE, depth, "", -1, "", 0, None, str(e))]
+        except TrinityLakeError as e:
+            return [(ROLE_ERROR, path, X.KIND_NODE, depth, "", -1, "", 0, None, f"{type(e).__name__}: {e}")]
+        out = [(ROLE_NODE, row.target, row.kind, row.depth, row.action, row.size, row.md5, row.external, row.data,
+                None)]
+        out += [(ROLE_CHILD, c, X.KIND_NODE, depth + 1, "", -1, "", 0, None, None) for c in refs.children]
+        out += [(ROLE_ODF, p, X.KIND_ODF, depth, X.ACTION_COPY, -1, "", 0, None, None) for p in refs.odfs]
+        return out
+
+    return [t for part in pmap(one, items) for t in part]
+
+
+def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
+                   ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of one plan level: frontier (target, depth) in, `LEVEL_SCHEMA` out."""
+    src = _fast(source)
+    pmap, close = _pool_map(io_threads)
+    try:
+        for chunk in _chunks(rows_of(batches, "target", "depth"), _CHUNK):
+            out = _expand(src, spec, pmap, chunk)
+            yield batch_of(LEVEL_SCHEMA, list(zip(*out, strict=True)) if out else [[] for _ in LEVEL_SCHEMA])
+    finally:
+        close()
+
+
+def _failure(missing: list[str], errors: list[str], what: str, version: int) -> None:
+    _raise_failures(missing, errors, [], what, version)
+
+
+# ---- plan: parts ------------------------------------------------------------------------------
+def _write_part(target: Storage, plan_dir: str, name: str, rows: list[X.PlanRow]) -> dict[str, Any]:
+    target.write(f"{plan_dir}/{name}", X.plan_part_bytes(rows))
+    return X.part_summary(name, rows)
+
+
+def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function writing one plan part per partition (rows sorted by target)."""
+    from pyspark import TaskContext
+
+    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    if not tables:
+        return
+    table = pa.concat_tables(tables)
+    rows = X.read_plan_part(X.table_bytes(table.select(list(X.PLAN_COLUMNS))))
+    rows.sort(key=lambda r: r.target)
+    ctx = TaskContext.get()
+    name = X.plan_part_name(ctx.partitionId()) if ctx is not None else f"part-{uuid.uuid4().hex}.parquet"
+    s = _write_part(target, plan_dir, name, rows)
+    yield batch_of(SUMMARY_SCHEMA, [[s[f.name]] for f in SUMMARY_SCHEMA])
+
+
+# ---- copy --------------------------------------------------------------------------------------
+def _copy_part(name: str, source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
+               resumed: bool, pmap, fail_midway: bool = False) -> X.CopyStats:
+    """Copy the files of one plan part; write its result manifest when all are verified."""
+    rows = X.read_plan_part(target.read(f"{export_dir}/plan/{name}"))
+    mpath = X.manifest_path(export_dir, name)
+    recorded = (X.read_manifest(target, mpath) if resumed else None) or {}
+    if fail_midway:
+        rows = rows[: len(rows) // 2]
+    results = pmap(lambda r: X.copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target)),
+                   rows)
+    stats = X.CopyStats()
+    files: dict[str, tuple[int, str]] = {}
+    for r, (st, done) in zip(rows, results, strict=True):
+        stats.add(st)
+        if done is not None:
+            files[r.target] = done
+    if fail_midway:
+        raise InjectedFailure(f"injected failure in plan part {name} after {stats.rows} files")
+    if not stats.failed and files != recorded:
+        target.write(mpath, X.manifest_bytes(name, files))
+    return stats
+
+
+def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
+                  resumed: bool, io_threads: int, fail_midway: bool, batches: Iterator[pa.RecordBatch]
+                  ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of the copy: plan part names in, one stats row per part out."""
+    src, tgt = _fast(source), _fast(target)
+    pmap, close = _pool_map(io_threads)
+    try:
+        for (name,) in rows_of(batches, "name"):
+            st = _copy_part(name, src, tgt, spec, export_dir, checksum, resumed, pmap, fail_midway)
+            yield batch_of(STATS_SCHEMA, [[name], [json.dumps(st.to_dict())]])
+    finally:
+        close()
 
 
 # ---- driver side -------------------------------------------------------------------------------
@@ -175,11 +359,6 @@ def _target_storage(lakehouse, target_uri: str, options: dict | None) -> Storage
     if parse_uri(target_uri).scheme == lakehouse.storage.scheme:
         return lakehouse.storage.for_uri(target_uri)
     return Storage(target_uri)
-
-
-def _slices(n: int, batch: int, parallelism: int) -> int:
-    """Tasks for n items: batches of `batch`, but at least one task per core while items last."""
-    return max(1, min(n, max(math.ceil(n / batch), parallelism)))
 
 
 def _raise_failures(missing: list[str], errors: list[str], conflicts: list[str], what: str, version: int) -> None:
@@ -219,12 +398,13 @@ def _cleanup(target: Storage, export_dir: str) -> None:
         log.warning("could not remove %s: %s", target.uri(export_dir), e)
 
 
-def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_options: dict | None = None,
+def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage_options: dict | None = None,
                fail_after_batches: int | None = None) -> JobResult:
     """Export one version of `lakehouse` to ``cfg.target`` under ``cfg.name`` (see the module doc).
 
     Args:
-        spark: the SparkSession.
+        spark_or_ex: the job's `Execution` (placement per phase; Spark starts only when a phase
+            goes to the executors), or a SparkSession (every phase on its executors).
         lakehouse: the source `Lakehouse`.
         cfg: an export `JobConfig` (name, target, version, as_of, mode, depth, batch_size,
             verify_checksum, run_id).
@@ -243,15 +423,15 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
             planned names.
         VersionNotFoundError: the version is expired or does not exist (or expired during the export).
     """
+    ex = as_execution(spark_or_ex)
     t_start = time.perf_counter()
-    sc = spark.sparkContext
     source: Storage = lakehouse.storage
     batch = int(getattr(cfg, "batch_size", 64) or 64)
     checksum = bool(getattr(cfg, "verify_checksum", True))
     run_id = getattr(cfg, "run_id", None) or result.run_id
 
     # ---- validate (nothing written) ----------------------------------------------------------
-    with _Phase(result, "validate"):
+    with _Phase(result, "validate"), ex.phase("export.validate", LOCAL, 1, "validating the export"):
         name = X.validate_name(cfg.name)
         mode = str(getattr(cfg, "mode", "full") or "full")
         if mode not in X.MODES:
@@ -291,9 +471,9 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
         except FileNotFoundError:
             raise VersionNotFoundError(f"version {ref.version} is expired or missing: its root file "
                                        f"{source.uri(ref.path)} is gone") from None
-        root_bytes, root_refs, root_changed = X.exported_node_bytes(root_data, 0, spec, source, source.uri(ref.path))
-        root_md5 = X.md5_hex(root_bytes)
-        root_state = X.verify_file(target, spec.root_path, len(root_bytes), root_md5, True) if not state.empty else X.MISSING
+        root_row, root_refs = X.plan_node_bytes(source, ref.path, 0, spec, root_data)
+        root_state = (X.verify_file(target, spec.root_path, root_row.size, root_row.md5, True) if not state.empty
+                      else X.MISSING)
         if root_state == X.MISMATCH:
             raise AlreadyExistsError(
                 f"the target already holds a different root file for version {spec.version} "
@@ -307,6 +487,7 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
     plan_dir = f"{export_dir}/plan"
     result.plan_location = target.uri(export_dir)
     remote = source.scheme != "file" or target.scheme != "file"
+    io_threads = max(1, int(ex.limits.threads))
 
     # ---- plan ----------------------------------------------------------------------------
     with _Phase(result, "plan"):
@@ -320,66 +501,59 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
                          X.json_bytes({**spec.describe(), "status": "planning", "run_id": run_id,
                                        "started_at": datetime.now(UTC).isoformat()}))
             try:
-                index = _build_plan(sc, source, target, spec, ref, root_refs, plan_dir, batch=batch,
-                                    check_target=not state.empty, checksum=checksum, remote=remote)
+                index = _Planner(ex, source, target, spec, plan_dir, batch, io_threads).run(ref, root_refs)
             except BaseException:
                 if created_here:
                     _cleanup(target, export_dir)
                 raise
-            index.update({"format": X.FORMAT_TAG, "root": {"path": spec.root_path, "size": len(root_bytes),
-                                                           "md5": root_md5, "external": root_refs.external,
-                                                           "action": X.ACTION_REWRITE if root_changed else X.ACTION_COPY}})
+            index.update({"format": X.FORMAT_TAG, "root": {"path": spec.root_path, "size": root_row.size,
+                                                           "md5": root_row.md5, "external": root_refs.external,
+                                                           "action": root_row.action}})
             target.write(f"{plan_dir}/_plan.json", X.json_bytes(index))
-        elif index["root"]["md5"] != root_md5:
+        elif index["root"]["md5"] != root_row.md5:
             raise StorageError(f"root file {source.uri(ref.path)} no longer matches the persisted plan of export "
                                f"{name!r}; the source was modified")
     parts = index["parts"]
     planned_files = sum(p["rows"] for p in parts) + 1
-    planned_bytes = sum(p["bytes"] for p in parts) + len(root_bytes)
     external = sum(p["external"] for p in parts) + root_refs.external
     result.counts.update({"planned": planned_files, "batches": len(parts),
-                          "rewritten_planned": sum(p["rewritten"] for p in parts) + int(root_changed),
+                          "rewritten_planned": sum(p["rewritten"] for p in parts) + int(root_row.action
+                                                                                       == X.ACTION_REWRITE),
+                          "unsized_planned": sum(p.get("unsized", 0) for p in parts),
                           "external_refs": external})
-    result.bytes["planned"] = planned_bytes
     result.details["resumed"] = resumed
-    log.info("export %r: plan %s with %d files, %d bytes in %d batches (%s)", name, target.uri(plan_dir),
-             planned_files, planned_bytes, len(parts), "resumed" if resumed else "new")
+    log.info("export %r: plan %s with %d files in %d parts (%s)", name, target.uri(plan_dir), planned_files,
+             len(parts), "resumed" if resumed else "new")
 
     # ---- copy ------------------------------------------------------------------------------
     with _Phase(result, "copy"):
-        copy = partial(_copy_parts, source=source, target=target, spec=spec, plan_dir=plan_dir, checksum=checksum,
-                       check_first=resumed, remote=remote)
-        items = list(enumerate(p["name"] for p in parts))
-        total = X.CopyStats()
-        if fail_after_batches is not None:
-            n = max(0, min(fail_after_batches, len(items)))
-            for s in _run_copy(sc, items[:n], copy):
-                total.add(X.CopyStats.from_dict(s))
-            try:
-                _run_copy(sc, items[n : n + 1], partial(copy, fail_midway=True))
-            except Exception as e:  # the executor's InjectedFailure arrives wrapped by Spark
-                raise InjectedFailure(f"injected failure after {n} plan parts") from e
-            raise InjectedFailure(f"injected failure after {n} plan parts")
-        for s in _run_copy(sc, items, copy):
-            total.add(X.CopyStats.from_dict(s))
+        n_files = planned_files - 1
+        where = DISTRIBUTED if ex.distributed(n_files) else LOCAL
+        copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,
+                                 checksum=checksum, resumed=resumed)
+        with ex.phase("export.copy", where, n_files, f"export {name}: copy {n_files} files ({len(parts)} parts)"):
+            names = [p["name"] for p in parts]
+            if where == LOCAL:
+                total = _copy_local(names, copy, source, target, io_threads, fail_after_batches)
+            else:
+                total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed, io_threads,
+                                          fail_after_batches)
         _raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {name!r}", spec.version)
-        expected = planned_files - 1
-        if total.rows != expected:
-            raise StorageError(f"export {name!r}: copied {total.rows} planned files, the plan holds {expected}")
+        if total.rows != n_files:
+            raise StorageError(f"export {name!r}: copied {total.rows} planned files, the plan holds {n_files}")
 
     # ---- commit: the root last, then the record in the source -----------------------------------
     with _Phase(result, "commit"):
         t = time.perf_counter()
-        root_row = X.PlanRow(spec.root_path, source.uri(ref.path), X.KIND_ROOT, 0,
-                             X.ACTION_REWRITE if root_changed else X.ACTION_COPY, len(root_bytes), root_md5,
-                             root_refs.external)
-        root_stats = X.copy_one(root_row, source, target, spec, checksum=True, check_first=True)
+        root_stats, _ = X.copy_one(root_row, source, target, spec, checksum=True)
         _raise_failures(root_stats.missing_sources, root_stats.errors, root_stats.conflicts, f"export {name!r}",
                         spec.version)
         total.add(root_stats)
         verify_root = time.perf_counter() - t
         X.update_hint(target, spec.version)
         pin = spec.version if (mode != "full" and external > 0) else None
+        planned_bytes = total.copied_bytes + total.skipped_bytes
+        result.bytes["planned"] = planned_bytes
         version_after = None
         if needs_record:
             txn = lakehouse.begin()
@@ -407,7 +581,7 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
                          "verified": total.verified_bytes})
     result.seconds["verify"] = round(total.seconds_verify + verify_root, 3)
     result.seconds["total"] = round(time.perf_counter() - t_start, 3)
-    result.details.update({"pinned_version": pin, "self_contained": external == 0,
+    result.details.update({"pinned_version": pin, "self_contained": external == 0, "remote": remote,
                            "recorded": needs_record, "recorded_in_version": version_after})
     result.status = "succeeded"
     log.info("export %r complete: %s", name, {**result.counts, **{f"bytes_{k}": v for k, v in result.bytes.items()}})
@@ -416,65 +590,257 @@ def run_export(spark, lakehouse, cfg, result: JobResult, *, target_storage_optio
 
 def _counts(total: X.CopyStats) -> dict[str, int]:
     return {"copied": total.copied, "skipped": total.skipped, "verified": total.verified,
-            "rewritten": total.rewritten}
+            "rewritten": total.rewritten, "source_reads": total.source_reads}
 
 
-def _run_copy(sc, items: list[tuple[int, str]], fn) -> list[dict[str, Any]]:
-    if not items:
-        return []
-    return sc.parallelize(items, len(items)).mapPartitions(fn).collect()
-
-
-def _build_plan(sc, source: Storage, target: Storage, spec: X.ExportSpec, ref, root_refs: X.NodeRefs, plan_dir: str, *,
-                batch: int, check_target: bool, checksum: bool, remote: bool) -> dict[str, Any]:
-    """Walk the exported part of the tree on executors (waves of budgeted descents), then
-    deduplicate the rows by target path and persist them as plan parts of about `batch` rows."""
-    from pyspark import StorageLevel
-
-    parallelism = sc.defaultParallelism
-    def_rel = X.local_path(source, ref.def_path) or ref.def_path
-    frontier: list[tuple[str, str, int]] = [(X.KIND_DEF, def_rel, 0)]
-    frontier += [(X.KIND_ODF, p, 0) for p in root_refs.odfs]
-    frontier += [(X.KIND_NODE, c, 1) for c in root_refs.children]
-    expand = partial(_expand, source=source, spec=spec, remote=remote, budget=batch)
-    waves = []
-    missing: list[str] = []
-    errors: list[str] = []
-    n_rows = 0
+def _copy_local(names: list[str], copy, source: Storage, target: Storage, threads: int,
+                fail_after: int | None) -> X.CopyStats:
+    """Copy on the driver: up to `LOCAL_PARTS_IN_FLIGHT` parts at once, their files on one thread pool."""
+    src, tgt = _fast(source), _fast(target)
+    total = X.CopyStats()
+    pmap, close = _pool_map(threads)
     try:
-        while frontier:
-            rdd = sc.parallelize(frontier, _slices(len(frontier), batch, parallelism)).mapPartitions(expand)
-            rdd.persist(StorageLevel.MEMORY_AND_DISK)
-            waves.append(rdd)
-            others = rdd.filter(lambda x: x[0] != "row").collect()
-            frontier = [x[1] for x in others if x[0] == "child"]
-            missing += [x[1] for x in others if x[0] == "missing"]
-            errors += [x[1] for x in others if x[0] == "error"]
-            n_rows += sum(x[1] for x in others if x[0] == "count")
-            log.info("export %r: plan wave %d done (%d rows so far); %d nodes left for the next wave", spec.name,
-                     len(waves), n_rows, len(frontier))
-            if missing or errors:
-                break
-        _raise_failures(missing, errors, [], f"planning export {spec.name!r}", spec.version)
-        rows = sc.union([r.filter(lambda x: x[0] == "row").map(lambda x: x[1]) for r in waves])
-        n_parts = max(1, math.ceil(n_rows / batch))
-        write = partial(_write_part, target=target, plan_dir=plan_dir, check_target=check_target,
-                        checksum=checksum, remote=remote)
-        # Deduplicate by target path (a definition file can be referenced twice, e.g. after a
-        # rollback) straight into the plan parts: one shuffle, hash-partitioned batches.
-        parts = (
-            rows.map(lambda t: (t[0], t))
-            .reduceByKey(lambda a, b: a if a[3] <= b[3] else b, numPartitions=n_parts)
-            .mapPartitionsWithIndex(write)
-            .collect()
-        )
+        if fail_after is not None:
+            n = max(0, min(fail_after, len(names)))
+            for nm in names[:n]:
+                total.add(copy(nm, source=src, target=tgt, pmap=pmap))
+            if n < len(names):
+                copy(names[n], source=src, target=tgt, pmap=pmap, fail_midway=True)
+            raise InjectedFailure(f"injected failure after {n} plan parts")
+        k = max(1, min(LOCAL_PARTS_IN_FLIGHT, len(names)))
+        if k == 1:
+            for nm in names:
+                total.add(copy(nm, source=src, target=tgt, pmap=pmap))
+        else:
+            with ThreadPoolExecutor(max_workers=k) as outer:
+                for st in outer.map(lambda nm: copy(nm, source=src, target=tgt, pmap=pmap), names):
+                    total.add(st)
     finally:
-        for r in waves:
-            r.unpersist()
-    parts.sort(key=lambda p: p["name"])
-    conflicts = [c for p in parts for c in p["conflicts"]]
-    if any(p["n_conflicts"] for p in parts):
-        _raise_failures([], [], conflicts or ["(unnamed)"], f"planning export {spec.name!r}", spec.version)
-    return {"parts": [{k: v for k, v in p.items() if k not in ("conflicts", "n_conflicts")} for p in parts],
-            "waves": len(waves), "files": sum(p["rows"] for p in parts) + 1,
-            "created_at": datetime.now(UTC).isoformat()}
+        close()
+    return total
+
+
+def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: Storage, spec: X.ExportSpec,
+                      export_dir: str, checksum: bool, resumed: bool, io_threads: int,
+                      fail_after: int | None) -> X.CopyStats:
+    """Copy on the executors: a DataFrame of part names, ``mapInArrow`` copies each part."""
+    total = X.CopyStats()
+
+    def run(chunk: list[str], fail_midway: bool = False) -> None:
+        if not chunk:
+            return
+        table = pa.table({"idx": pa.array(range(len(chunk)), pa.int64()), "name": pa.array(chunk, pa.string())})
+        fn = functools.partial(_copy_batches, source, target, spec, export_dir, checksum, resumed, io_threads,
+                               fail_midway)
+        parts = ex.partitions(len(chunk), 1)
+        df = ex.to_df(table).repartition(parts, "idx") if parts > 1 else ex.to_df(table).coalesce(1)
+        for r in df.mapInArrow(fn, _ddl(STATS_SCHEMA)).collect():
+            total.add(X.CopyStats.from_dict(json.loads(r["stats"])))
+
+    if fail_after is not None:
+        n = max(0, min(fail_after, len(names)))
+        run(names[:n])
+        try:
+            run(names[n : n + 1], fail_midway=True)
+        except Exception as e:  # the executor's InjectedFailure arrives wrapped by Spark
+            raise InjectedFailure(f"injected failure after {n} plan parts") from e
+        raise InjectedFailure(f"injected failure after {n} plan parts")
+    run(names)
+    return total
+
+
+class _Planner:
+    """Walks the exported part of the tree level by level (driver or executors per level) and
+    writes the plan parts; returns the plan index (parts, counts)."""
+
+    def __init__(self, ex: Execution, source: Storage, target: Storage, spec: X.ExportSpec, plan_dir: str,
+                 batch: int, io_threads: int):
+        self.ex, self.source, self.target, self.spec = ex, source, target, spec
+        self.plan_dir, self.batch, self.io_threads = plan_dir, batch, io_threads
+        self.levels: list[dict[str, Any]] = []
+        # Driver-side state.
+        self.nodes: dict[str, X.PlanRow] = {}
+        self.odfs: dict[str, int] = {}
+
+    def run(self, ref, root_refs: X.NodeRefs) -> dict[str, Any]:
+        def_rel = X.local_path(self.source, ref.def_path) or ref.def_path
+        self.def_row = X.plan_file(self.source, def_rel, X.KIND_DEF, 0)
+        for p in root_refs.odfs:
+            self.odfs.setdefault(p, 0)
+        frontier = dict.fromkeys(root_refs.children, 1)
+        depth = 1
+        while frontier:
+            held = len(self.nodes) + len(self.odfs) + len(frontier)
+            if self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
+                return self._run_distributed(frontier, depth)
+            frontier = self._local_level(frontier, depth)
+            depth += 1
+        return self._write_local()
+
+    def _check_depth(self, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise CorruptNodeError(f"planning export {self.spec.name!r}: the tree of version {self.spec.version} is "
+                                   f"deeper than {MAX_DEPTH} levels (a cycle of node pointers?)")
+
+    def _local_level(self, frontier: dict[str, int], depth: int) -> dict[str, int]:
+        self._check_depth(depth)
+        t = time.perf_counter()
+        items = list(frontier.items())
+        with self.ex.phase("export.plan_nodes", LOCAL, len(items),
+                           f"export {self.spec.name}: read {len(items)} nodes at depth {depth}"):
+            pmap, close = _pool_map(min(self.io_threads, len(items)))
+            try:
+                out = _expand(_fast(self.source), self.spec, pmap, items)
+            finally:
+                close()
+        nxt: dict[str, int] = {}
+        missing, errors = [], []
+        for role, tgt, kind, d, action, size, md5, external, data, err in out:
+            if role == ROLE_NODE:
+                self.nodes[tgt] = X.PlanRow(tgt, self.source.uri(tgt), kind, d, action, size, md5, external, data)
+            elif role == ROLE_CHILD:
+                if tgt not in self.nodes and tgt not in frontier:
+                    nxt.setdefault(tgt, d)
+            elif role == ROLE_ODF:
+                if d < self.odfs.get(tgt, d + 1):
+                    self.odfs[tgt] = d
+            elif role == ROLE_MISSING:
+                missing.append(err)
+            else:
+                errors.append(err)
+        if missing or errors:
+            _failure(missing, errors, f"planning export {self.spec.name!r}", self.spec.version)
+        self.levels.append({"depth": depth, "nodes": len(items), "where": LOCAL,
+                            "seconds": round(time.perf_counter() - t, 3)})
+        return nxt
+
+    def _rows(self) -> list[X.PlanRow]:
+        rows = {self.def_row.target: self.def_row}
+        for p, d in self.odfs.items():
+            rows.setdefault(p, X.plan_file(self.source, p, X.KIND_ODF, d))
+        for p, r in self.nodes.items():
+            rows[p] = r
+        return sorted(rows.values(), key=lambda r: r.target)
+
+    def _index(self, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+        summaries.sort(key=lambda p: p["name"])
+        return {"parts": summaries, "levels": self.levels, "files": sum(p["rows"] for p in summaries) + 1,
+                "created_at": datetime.now(UTC).isoformat()}
+
+    def _write_local(self) -> dict[str, Any]:
+        rows = self._rows()
+        self.nodes, self.odfs = {}, {}
+        per = max(self.batch, LOCAL_PART_ROWS)
+        chunks = [rows[i : i + per] for i in range(0, len(rows), per)]
+        with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
+            pmap, close = _pool_map(min(self.io_threads, len(chunks)))
+            try:
+                tgt = _fast(self.target)
+                summaries = pmap(lambda ic: _write_part(tgt, self.plan_dir, X.plan_part_name(ic[0]), ic[1]),
+                                 list(enumerate(chunks)))
+            finally:
+                close()
+        return self._index(summaries)
+
+    # -- executors --
+    def _run_distributed(self, frontier_d: dict[str, int], depth: int) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        ex, spec = self.ex, self.spec
+        spark = ex.spark
+        frontier = ex.to_df(pa.table({"target": pa.array(list(frontier_d), pa.string()),
+                                      "depth": pa.array(list(frontier_d.values()), pa.int32())}))
+        # Hand over the driver's rows (bounded by the thresholds that kept them there).
+        plan_parts = [spark.createDataFrame(X.plan_table(self._rows()), schema=_ddl(X.PLAN_SCHEMA))]
+        visited = set(self.nodes)
+        self.nodes, self.odfs = {}, {}
+        odf_parts = []
+        node_parts = []
+        checkpoints = []
+
+        def keep(df):
+            df = df.localCheckpoint(eager=True)
+            checkpoints.append(df)
+            return df
+
+        n = len(frontier_d)
+        try:
+            while n > 0:
+                self._check_depth(depth)
+                t = time.perf_counter()
+                parts = ex.partitions(n, self.batch)
+                with ex.phase("export.plan_nodes", DISTRIBUTED, n,
+                              f"export {spec.name}: read {n} nodes at depth {depth} ({parts} tasks)"):
+                    fn = functools.partial(_level_batches, self.source, spec, self.io_threads)
+                    df = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
+                    out = keep(df.mapInArrow(fn, _ddl(LEVEL_SCHEMA)))
+                    roles = {r["role"]: int(r["n"]) for r in out.groupBy("role").agg(F.count("*").alias("n")).collect()}
+                    bad = roles.get(ROLE_MISSING, 0) + roles.get(ROLE_ERROR, 0)
+                    if bad:
+                        sample = (out.filter(F.col("role").isin(ROLE_MISSING, ROLE_ERROR)).select("role", "error")
+                                  .limit(5).collect())
+                        _failure([r["error"] for r in sample if r["role"] == ROLE_MISSING],
+                                 [r["error"] for r in sample if r["role"] == ROLE_ERROR],
+                                 f"planning export {spec.name!r}", spec.version)
+                    node_parts.append(out.filter(F.col("role") == ROLE_NODE))
+                    odf_parts.append(out.filter(F.col("role") == ROLE_ODF))
+                    nxt = out.filter(F.col("role") == ROLE_CHILD).groupBy("target").agg(F.min("depth").alias("depth"))
+                    if visited:
+                        nxt = nxt.filter(~F.col("target").isin(list(visited)))
+                    frontier = keep(nxt)
+                    visited = set()
+                    n_next = frontier.count()
+                self.levels.append({"depth": depth, "nodes": n, "where": DISTRIBUTED, "tasks": parts,
+                                    "seconds": round(time.perf_counter() - t, 3)})
+                log.info("export %r: depth %d read %d nodes in %d tasks, %d children", spec.name, depth, n, parts,
+                         n_next)
+                n = n_next
+                depth += 1
+            return self._write_distributed(plan_parts, node_parts, odf_parts)
+        finally:
+            for c in checkpoints:
+                try:
+                    c.unpersist()
+                except Exception:  # noqa: BLE001 - checkpoints go with the session
+                    pass
+
+    def _write_distributed(self, plan_parts: list, node_parts: list, odf_parts: list) -> dict[str, Any]:
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+
+        ex, spec, source = self.ex, self.spec, self.source
+        cols = list(X.PLAN_COLUMNS)
+        root = source.root if source.root.endswith("/") else source.root + "/"
+        uri = F.concat(F.lit(root), F.col("target"))
+        nodes = [df.select("target", uri.alias("source"), "kind", "depth", "action", "size", "md5", "external", "data")
+                 for df in node_parts]
+        odfs = [df.select("target", "depth") for df in odf_parts]
+        if odfs:
+            o = reduce(lambda a, b: a.unionByName(b), odfs).groupBy("target").agg(F.min("depth").alias("depth"))
+            nodes.append(o.select("target", uri.alias("source"), F.lit(X.KIND_ODF).alias("kind"),
+                                  F.col("depth").cast("int").alias("depth"), F.lit(X.ACTION_COPY).alias("action"),
+                                  F.lit(-1).cast("bigint").alias("size"), F.lit("").alias("md5"),
+                                  F.lit(0).cast("int").alias("external"), F.lit(None).cast("binary").alias("data")))
+        allrows = reduce(lambda a, b: a.unionByName(b), [p.select(*cols) for p in plan_parts + nodes])
+        # One row per target: nodes win over the same path planned as a definition file (never
+        # the case in a valid tree), then the smallest depth.
+        pick = F.min(F.struct(F.when(F.col("kind") == X.KIND_ODF, 1).otherwise(0).alias("o"), "depth",
+                              *[c for c in cols if c not in ("target", "depth")]))
+        deduped = allrows.groupBy("target").agg(pick.alias("m")).select(
+            "target", *[F.col(f"m.{c}").alias(c) for c in cols if c != "target"]).select(*cols)
+        deduped = deduped.localCheckpoint(eager=True)
+        try:
+            n_rows = deduped.count()
+            n_parts = max(1, math.ceil(n_rows / self.batch))
+            with ex.phase("export.write_plan", DISTRIBUTED, n_rows,
+                          f"export {spec.name}: write the plan ({n_parts} parts)"):
+                fn = functools.partial(_part_batches, self.target, self.plan_dir)
+                summaries = [r.asDict() for r in deduped.repartition(n_parts, "target").sortWithinPartitions("target")
+                             .mapInArrow(fn, _ddl(SUMMARY_SCHEMA)).collect()]
+        finally:
+            try:
+                deduped.unpersist()
+            except Exception:  # noqa: BLE001
+                pass
+        return self._index([{k: int(v) if k != "name" else v for k, v in s.items()} for s in summaries])
