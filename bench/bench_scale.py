@@ -70,6 +70,7 @@ def _extra(p: Any) -> None:
     p.add_argument("--orphans-fraction", type=float, default=0.1, help="planted orphans / lakehouse files")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per measured process")
+    p.add_argument("--export-timeout", type=float, default=None, help="seconds per export process (default --timeout)")
     p.add_argument("--lakehouses", default=str(TMP_DIR / "scale"), help="cache of the generated lakehouses")
     p.add_argument(
         "--merge",
@@ -383,42 +384,6 @@ def measure_size(args: Any, cache: Path, tables: int, versions: int, env: dict[s
                     )
                 )
                 _log(rows[-1])
-        if "export" in jobs:
-            m = measure(["cp", "-r", str(lh), str(work / "cp-copy")], t_out, env)
-            rows.append(_peer_row(base, "export", "peer: cp -r (whole folder)", m["seconds"], files, nbytes, m=m))
-            _log(rows[-1])
-            shutil.rmtree(work / "cp-copy", ignore_errors=True)
-            has_modes = (
-                "--execution"
-                in subprocess.run([TLAKE, "export", "--help"], capture_output=True, text=True, env=env).stdout
-            )
-            for mode in [x.strip() for x in args.export_modes.split(",") if x.strip()]:
-                target = work / f"export-{mode}"
-                name = f"x{int(time.time() * 1000)}"
-                flags = ["--execution", mode] if has_modes else []
-                m = measure(
-                    [
-                        *common,
-                        "export",
-                        "--name",
-                        name,
-                        "--target",
-                        str(target),
-                        "--full",
-                        "--master",
-                        args.master,
-                        "--json",
-                        *flags,
-                    ],
-                    t_out,
-                    env,
-                )
-                doc = job_json(m["stdout"])
-                n_exp, b_exp = tree_size(target) if target.exists() else (0, 0)
-                tool = f"tlake {mode}" if has_modes else "tlake (Spark, before --execution)"
-                rows.append(_tlake_row(base, "export", tool, m, doc, n_exp, b_exp))
-                _log(rows[-1])
-                shutil.rmtree(target, ignore_errors=True)
         if "orphans" in jobs:
             n_orph = max(1000, int(files * args.orphans_fraction))
             for mode in [x.strip() for x in args.orphan_modes.split(",") if x.strip()]:
@@ -464,6 +429,42 @@ def measure_size(args: Any, cache: Path, tables: int, versions: int, env: dict[s
             )
             rows[-1]["planted"] = n_orph
             _log(rows[-1])
+        if "export" in jobs:
+            m = measure(["cp", "-r", str(lh), str(work / "cp-copy")], t_out, env)
+            rows.append(_peer_row(base, "export", "peer: cp -r (whole folder)", m["seconds"], files, nbytes, m=m))
+            _log(rows[-1])
+            shutil.rmtree(work / "cp-copy", ignore_errors=True)
+            has_modes = (
+                "--execution"
+                in subprocess.run([TLAKE, "export", "--help"], capture_output=True, text=True, env=env).stdout
+            )
+            for mode in [x.strip() for x in args.export_modes.split(",") if x.strip()]:
+                target = work / f"export-{mode}"
+                name = f"x{int(time.time() * 1000)}"
+                flags = ["--execution", mode] if has_modes else []
+                m = measure(
+                    [
+                        *common,
+                        "export",
+                        "--name",
+                        name,
+                        "--target",
+                        str(target),
+                        "--full",
+                        "--master",
+                        args.master,
+                        "--json",
+                        *flags,
+                    ],
+                    args.export_timeout or t_out,
+                    env,
+                )
+                doc = job_json(m["stdout"])
+                n_exp, b_exp = tree_size(target) if target.exists() else (0, 0)
+                tool = f"tlake {mode}" if has_modes else "tlake (Spark, before --execution)"
+                rows.append(_tlake_row(base, "export", tool, m, doc, n_exp, b_exp))
+                _log(rows[-1])
+                shutil.rmtree(target, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for r in rows:
@@ -587,15 +588,21 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", PY)  # Spark Connect's workers need the venv's pyarrow
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
-    rows: list[dict[str, Any]] = []
-    for tables, versions in ladder:
-        rows += measure_size(args, cache, tables, versions, env)  # lakehouses stay cached: minutes to rebuild
-
     name_file = RESULTS_DIR / (f"{NAME}.json" if args.scale == "small" else f"{NAME}_{args.scale}.json")
-    if args.merge and name_file.exists():
-        old = json.loads(name_file.read_text()).get("rows") or []
-        measured = {(r["tables"], r["versions"], r["job"], r["tool"]) for r in rows}
-        rows = [r for r in old if (r["tables"], r["versions"], r["job"], r["tool"]) not in measured] + rows
+    old = json.loads(name_file.read_text()).get("rows") or [] if args.merge and name_file.exists() else []
+    new: list[dict[str, Any]] = []
+    for tables, versions in ladder:  # the result is written after each size (a long ladder may be cut short)
+        new += measure_size(args, cache, tables, versions, env)  # lakehouses stay cached: minutes to rebuild
+        write_rows(args, old, new, ladder, time.perf_counter() - t_all)
+    return 0
+
+
+def write_rows(
+    args: Any, old: list[dict[str, Any]], new: list[dict[str, Any]], ladder: list[tuple[int, ...]], secs: float
+) -> None:
+    measured = {(r["tables"], r["versions"], r["job"], r["tool"]) for r in new}
+    rows = [dict(r) for r in old if (r["tables"], r["versions"], r["job"], r["tool"]) not in measured]
+    rows += [dict(r) for r in new]
     # One file count per lakehouse (each run adds a few job outputs): the smallest one seen.
     first: dict[tuple[int, int], int] = {}
     for r in rows:
@@ -603,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["files"] = first[(r["tables"], r["versions"])]
     rows.sort(key=lambda r: (r["files"], ["walk", "orphans", "export"].index(r["job"]), r["tool"]))
-    return report(args, rows, ladder, time.perf_counter() - t_all)
+    report(args, rows, sorted({(r["tables"], r["versions"]) for r in rows}), secs)
 
 
 def _best(rows: list[dict[str, Any]], files: int, job: str, tool: str) -> float | None:
@@ -611,6 +618,55 @@ def _best(rows: list[dict[str, Any]], files: int, job: str, tool: str) -> float 
         if r["files"] == files and r["job"] == job and r["tool"] == tool and r.get("ok"):
             return r["seconds"]
     return None
+
+
+def crossover_text(c: dict[str, Any]) -> str:
+    out = "Crossover of `--execution distributed` over `local` (walk). "
+    if c.get("level_local_s") and c.get("level_distributed_s"):
+        lo, di = c["level_local_s"], c["level_distributed_s"]
+        out += (
+            f"Per level (node files of one walk level, linear fits): on the driver {lo['fixed']:.2f} s + "
+            f"{lo['per_node_us']:.0f} µs per node file ({lo['levels']} levels measured); on the executors, Spark "
+            f"already up, {di['fixed']:.2f} s + {di['per_node_us']:.0f} µs per node file ({di['levels']} levels; each "
+            f"run's first level is left out: it costs {c.get('first_job_extra_s')} s more, the session's first job), "
+            f"after {c.get('session_start_s')} s of session start. "
+        )
+        if c.get("level_crossover_nodes") is not None:
+            out += (
+                f"Executors win per level above ~{c['level_crossover_nodes']:,} node files once Spark is up, and "
+                f"above ~{c.get('cold_crossover_nodes', 0):,} when that level must also start Spark. "
+            )
+        else:
+            out += (
+                "Executors never win per level on this machine: their cost per node file is not lower than the "
+                "driver's (2 cores, which the driver's threads already use). "
+            )
+    pairs = c.get("job_ratio_distributed_over_local") or []
+    if pairs:
+        out += "Whole walk, distributed / local wall seconds: " + ", ".join(f"{f:,} files {x}×" for f, x in pairs)
+        fit = c.get("job_ratio_fit")
+        if fit:
+            out += f" (log-log slope {fit['slope']}"
+            out += (
+                f", reaching 1 at ~{c['job_crossover_files']:,} files)."
+                if c.get("job_crossover_files")
+                else ": the ratio does not fall with size, no crossover in reach)."
+            )
+        else:
+            out += "."
+    return out
+
+
+def extrapolation_text(extrap: dict[str, Any], largest: int | None) -> str:
+    if not extrap:
+        return "No fit of seconds vs files (fewer than two sizes of 10k files or more)."
+    at = "at 1M files" + (" (extrapolated)" if largest and largest < 1_000_000 else " (fitted)")
+    return (
+        f"Largest lakehouse measured: {largest:,} files. Seconds ∝ files^slope, fitted over the sizes of 10k files "
+        f"or more, and the fitted seconds {at}: "
+        + "; ".join(f"{k}: slope {v['slope']}, {v['seconds_at_1M']:,} s" for k, v in extrap.items())
+        + "."
+    )
 
 
 def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]], secs: float) -> int:
@@ -674,8 +730,8 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         "`items`: reachable files (walk), orphans deleted (orphans), files copied (export).",
         "Peers: `tlwalk.py` and `peer_vacuum.py` from the acceptance peers (`TLAKE_PEERS_DIR`); the vacuum row's "
         "seconds are delta-rs's own `vacuum()` call inside its process (its files are planted first, untimed).",
-        f"Crossover of `--execution distributed` over `local` for the walk: {json.dumps(cross)}.",
-        f"Log-log fits of seconds vs files (sizes >= 10k files) and their value at 1M files: {json.dumps(extrap)}.",
+        crossover_text(cross),
+        extrapolation_text(extrap, largest),
         *phase_notes,
     ]
     failed = [
