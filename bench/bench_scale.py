@@ -29,6 +29,7 @@ single process of the tree). Per-phase seconds come from each job's own JSON res
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -73,10 +74,11 @@ def _extra(p: Any) -> None:
     p.add_argument("--export-timeout", type=float, default=None, help="seconds per export process (default --timeout)")
     p.add_argument("--lakehouses", default=str(TMP_DIR / "scale"), help="cache of the generated lakehouses")
     p.add_argument(
-        "--merge",
+        "--fresh",
         action="store_true",
-        help="keep the rows of sizes not measured this time from the existing result file",
+        help="drop the rows of the existing result file (default: keep those of the (size, job, tool) not re-measured)",
     )
+    p.add_argument("--merge", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old commands
 
 
 # ---- process measurement ------------------------------------------------------------------------
@@ -467,9 +469,11 @@ def measure_size(args: Any, cache: Path, tables: int, versions: int, env: dict[s
                 shutil.rmtree(target, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    date = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     for r in rows:
         r.setdefault("planted", None)
         r["generator_s"] = gen.get("seconds")
+        r["date"] = date
     return rows
 
 
@@ -588,8 +592,10 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", PY)  # Spark Connect's workers need the venv's pyarrow
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
-    name_file = RESULTS_DIR / (f"{NAME}.json" if args.scale == "small" else f"{NAME}_{args.scale}.json")
-    old = json.loads(name_file.read_text()).get("rows") or [] if args.merge and name_file.exists() else []
+    # One result file whatever the scale (--scale only picks the default ladder): rows of sizes not
+    # measured this time are kept, each with its own date, so the big sizes survive a small run.
+    name_file = RESULTS_DIR / f"{NAME}.json"
+    old = json.loads(name_file.read_text()).get("rows") or [] if not args.fresh and name_file.exists() else []
     new: list[dict[str, Any]] = []
     for tables, versions in ladder:  # the result is written after each size (a long ladder may be cut short)
         new += measure_size(args, cache, tables, versions, env)  # lakehouses stay cached: minutes to rebuild
@@ -754,19 +760,18 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         for job in ("walk", "orphans", "export")
         if any(r["job"] == job for r in rows)
     ]
-    write_result(
+    path = write_result(
         NAME,
         "Maintenance jobs at scale: walk, orphans, export per execution mode vs single-process peers",
         rows,
         ratios,
-        scale=args.scale,
-        description=__doc__.split("\n\n")[1] + " " + __doc__.split("\n\n")[2] + "\n\n" + __doc__.split("\n\n")[3],
+        scale="small",  # one file for every ladder (see main)
+        description="\n\n".join(__doc__.split("\n\n")[1:4]),
         params={
             "ladder": [list(x) for x in ladder],
             "master": args.master,
             "orphans_fraction": args.orphans_fraction,
-            "crossover": cross,
-            "extrapolation": extrap,
+            "last_run_scale": args.scale,
         },
         columns=[
             "files",
@@ -787,6 +792,9 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         plot=plots,
         seconds=secs,
     )
+    doc = json.loads(path.read_text())  # the analysis, machine-readable, next to the rows
+    doc["analysis"] = {"crossover": cross, "extrapolation": extrap}
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return 0  # failures are recorded in the result (rows with ok = no, and notes)
 
 
