@@ -1,0 +1,148 @@
+"""Export placement (driver threads vs Spark executors), single reads of source files, and resume
+after an injected failure copying only what is missing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from trinitylake.format.paths import is_root_name, root_name
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.maintenance.results import JobResult
+from trinitylake.spark.execution import Execution
+from trinitylake.spark.export import run_export
+from trinitylake.storage import Storage
+from trinitylake.storage.faults import FaultSpec, injected
+
+from .conftest import export_cfg, populate, reachable, root_files, state, target_files
+
+
+def _tree(path) -> dict[str, str]:
+    """Every file under `path` except the export's bookkeeping: relative path -> MD5."""
+    out = {}
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            rel = os.path.relpath(full, path)
+            if not rel.startswith("_export"):
+                with open(full, "rb") as fh:
+                    out[rel] = hashlib.md5(fh.read()).hexdigest()
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("mode", "depth"), [("full", None), ("partial", 1)])
+def test_local_and_distributed_exports_write_identical_trees(run, make_lakehouse, tmp_path, mode, depth):
+    lh = make_lakehouse()
+    v = populate(lh)
+    kw = {"mode": mode, "depth": depth} if depth is not None else {"mode": mode}
+
+    a = run(lh, str(tmp_path / "local"), "a", version=v, execution="local", **kw)
+    b = run(lh, str(tmp_path / "dist"), "b", version=v, execution="distributed", batch_size=4, **kw)
+
+    assert {p["where"] for k, p in a.details["execution"].items() if k != "export.validate"} == {"local"}
+    assert b.details["execution"]["export.copy"]["where"] == "distributed"
+    assert b.details["execution"]["export.plan_nodes"]["where"] == "distributed"
+    assert b.details["execution"]["export.write_plan"]["where"] == "distributed"
+    ta, tb = _tree(tmp_path / "local"), _tree(tmp_path / "dist")
+    assert ta == tb and len(ta) > 5
+    for k in ("planned", "copied", "verified", "rewritten", "external_refs", "source_reads"):
+        assert a.counts[k] == b.counts[k], k
+    assert a.bytes["copied"] == b.bytes["copied"]
+    assert state(Lakehouse.open(str(tmp_path / "dist"), audit=False).view()) == state(lh.view(version=v))
+
+
+def test_small_export_in_auto_mode_never_starts_spark(make_lakehouse, tmp_path):
+    from trinitylake.config import load_job_config
+    from trinitylake.spark.runner import run_job
+
+    lh = make_lakehouse()
+    populate(lh, namespaces=1, tables=3, alters=0, drops=0)
+    cfg = load_job_config("export", overrides={"lakehouse": lh.uri, "name": "auto1", "target": str(tmp_path / "t"),
+                                               "master": "no-such-master"}, env={})
+    r = run_job("export", cfg, audit=False)
+    assert r.status == "succeeded" and r.details["spark"]["started"] is False
+    assert {p["where"] for p in r.details["execution"].values()} == {"local"}
+    assert set(r.seconds) >= {"validate", "plan", "copy", "verify", "commit", "total"}
+
+
+def test_an_export_reads_each_source_file_once(make_lakehouse, tmp_path, monkeypatch):
+    from trinitylake.storage import storage as storage_mod
+    from trinitylake.storage.uri import parse_uri
+
+    lh = make_lakehouse()
+    v = populate(lh)
+    reach = {lh.storage.relative(u) for u in reachable(lh.storage, root_name(v))}
+    src_root = parse_uri(lh.storage.root).fs_path
+    reads: dict[str, int] = {}
+    original = storage_mod.Storage._io
+
+    def counting(self, op, path, fn, *args):
+        if op == "read" and args and isinstance(args[0], str) and args[0].startswith(src_root + "/"):
+            rel = args[0][len(src_root) + 1:]
+            reads[rel] = reads.get(rel, 0) + 1
+        return original(self, op, path, fn, *args)
+
+    monkeypatch.setattr(storage_mod.Storage, "_io", counting)
+
+    cfg = export_cfg(lh, str(tmp_path / "t"), "once", version=v)
+    r = run_export(Execution("local"), lh, cfg, JobResult("export", cfg.run_id, lh.uri))
+
+    assert r.counts["copied"] == len(reach)
+    # The root and the lakehouse definition are also read by validation (through the Lakehouse
+    # API: the latest version, the definition); every other file exactly once: node files when
+    # planned (the plan carries their exported bytes), definition files when copied.
+    others = {p for p in reach if not is_root_name(p) and not p.startswith("_lakehouse_def_")}
+    assert others and {p: reads.get(p, 0) for p in others} == dict.fromkeys(others, 1)
+    assert r.counts["source_reads"] == sum(1 for p in others if p.endswith(".binpb")) + 1  # + the definition
+
+
+def test_resume_after_an_injected_copy_failure_copies_only_what_is_missing(run, make_lakehouse, tmp_path):
+    lh = make_lakehouse()
+    v = populate(lh)
+    target = str(tmp_path / "t")
+    spec = FaultSpec(permanent_paths=r"-[^/]*\.binpb$", permanent_ops=("create_exclusive",), seed=1)
+
+    # Definition-file creates are refused: the nodes land, the export fails with a typed error
+    # and publishes nothing.
+    from trinitylake.errors import StorageError
+
+    with injected(spec), pytest.raises(StorageError, match="failed"):
+        run(lh, target, "r1", batch_size=4)
+    tgt = Storage(target)
+    assert root_files(tgt) == [] and "r1" not in lh.definition().exported_snapshots
+    before = {p: os.stat(os.path.join(target, p)).st_mtime_ns for p in target_files(tgt)}
+    assert before and all(p.endswith(".arrow") for p in before)
+
+    r = run(lh, target, "r1", batch_size=4)
+
+    assert r.details["resumed"] is True and r.details["version"] == v
+    reach = {lh.storage.relative(u) for u in reachable(lh.storage, root_name(v))}
+    assert r.counts["planned"] == len(reach)
+    assert r.counts["copied"] == len(reach) - len(before)  # only what was missing
+    assert r.counts["skipped"] == len(before)
+    assert all(os.stat(os.path.join(target, p)).st_mtime_ns == t for p, t in before.items())
+    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
+    # Every part is manifested now: a third run verifies at the target and reads no source file.
+    r3 = run(lh, target, "r1", batch_size=4)
+    assert r3.counts["copied"] == 0 and r3.counts["source_reads"] == 0 and r3.counts["skipped"] == len(reach)
+
+
+def test_local_crash_mid_part_is_invisible_and_resumable(run, make_lakehouse, tmp_path):
+    from trinitylake.spark.export import InjectedFailure
+
+    lh = make_lakehouse()
+    v = populate(lh)
+    target = str(tmp_path / "t")
+    with pytest.raises(InjectedFailure):
+        run(lh, target, "c1", fail_after_batches=0)
+    tgt = Storage(target)
+    half = target_files(tgt)
+    assert half and root_files(tgt) == [] and "c1" not in lh.definition().exported_snapshots
+    assert not any(f.path.startswith("_export/c1/copied/") for f in tgt.list("_export"))  # no part finished
+    r = run(lh, target, "c1")
+    assert r.details["resumed"] and r.counts["skipped"] == len(half)
+    assert r.counts["copied"] == r.counts["planned"] - len(half)
+    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
