@@ -24,13 +24,17 @@ Choices (see also ``docs`` in the job module):
   they would point at files that do not exist at the target), and so is ``txn_seq`` (a number
   of the source's control table; the target's audit log would read it as its own). ``txn_id``
   stays: it names the transaction that produced V, in any lakehouse.
-- **Checksums.** MD5 of the bytes as written at the target (S3 returns it as the ETag of a
-  single-part PUT, so a target on S3 is verified with a HEAD request).
+- **Checksums.** MD5 of the bytes as written at the target, computed while copying from the
+  one read of the source (S3 returns it as the ETag of a single-part PUT, so a target on S3 is
+  verified with a HEAD request; a local target by its size, see `verify_written`).
 - **Plan.** ``<target>/_export/<name>/`` holds ``export.json`` (what is being exported, from
   which lakehouse; written before anything else), ``plan/part-NNNNN.parquet`` (one row per file:
-  source URI, target path, kind, depth, action, size, md5, presence) and ``plan/_plan.json``
-  (the index of parts; its presence means the plan is complete). Reading the target ignores
-  ``_export/``: it is neither a root file nor a hash-prefixed format file.
+  target path, source URI, kind, depth, action; node files also carry their exported bytes, size
+  and MD5, because they are read anyway to find their children; definition files are not read
+  at plan time), ``plan/_plan.json`` (the index of parts; its presence means the plan is
+  complete) and ``copied/part-NNNNN.json`` (per finished part: the size and MD5 of every file
+  verified at the target, so a re-run verifies them there without reading the source). Reading
+  the target ignores ``_export/``: it is neither a root file nor a hash-prefixed format file.
 """
 
 from __future__ import annotations
