@@ -40,14 +40,16 @@ driver listed so far goes with them (bounded by that same limit), nothing is lis
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -80,6 +82,39 @@ PREFIX_SCHEMA = pa.schema([("prefix", pa.string())])
 _PREFIXES_PER_TASK = 4
 # Temporary names of in-flight local writes (`Storage` skips them when listing too).
 _TMP_MARK = ".tmp-"
+
+
+# Keys the fast local path resolves by concatenation: plain names, no ``.``/``..`` segment.
+_PLAIN_KEY_RE = re.compile(r"^(?!\.\.?(?:/|$))[A-Za-z0-9_=+-][A-Za-z0-9_.=+-]*(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.=+-]+)*$")
+
+
+class LocalDeleteStorage(Storage):
+    """A plain local `Storage` whose deletes resolve plain relative keys by concatenation
+    (`Storage._fs_path` parses a URI per key: a second per 100,000 orphans); any other key
+    goes through the parent. Retries and the fault-injection seam are the parent's."""
+
+    def _fs_path(self, path: str) -> str:
+        if _PLAIN_KEY_RE.match(path):
+            base = self._root_fp
+            return base + path if base.endswith("/") else f"{base}/{path}"
+        return super()._fs_path(path)
+
+    @property
+    def _root_fp(self) -> str:
+        fp = self.__dict__.get("_root_fp_cache")
+        if fp is None:
+            fp = self.__dict__["_root_fp_cache"] = parse_uri(self.root).fs_path
+        return fp
+
+    @classmethod
+    def of(cls, storage: Storage) -> Storage:
+        """`storage` itself unless it is a plain local `Storage` (subclasses, e.g. the tests'
+        fault-injecting one, keep their own behaviour)."""
+        if type(storage) is not Storage or storage.scheme != "file":
+            return storage
+        fast = cls.__new__(cls)
+        fast.__dict__.update(storage.__getstate__())
+        return fast
 
 
 # ---- listing one prefix --------------------------------------------------------------------
@@ -167,20 +202,21 @@ def mismatch_task(root_uri: str, export_dirs: list[str], batches: Iterator[pa.Re
 # ---- the listing ---------------------------------------------------------------------------
 @dataclass
 class Listing:
-    """The listed files: driver-held rows (`table`), plus the executors' part (`df`, None when
-    everything was listed on the driver)."""
+    """The listed files: driver-held rows (`table`), the executors' part (`df`, None when
+    everything was listed on the driver), and the prefixes not listed yet (`rest`)."""
 
     table: pa.Table
     df: Any = None
-    counts: dict[str, Any] | None = None
+    counts: dict[str, Any] = field(default_factory=dict)
+    rest: list[str] = field(default_factory=list)
 
     @property
     def is_local(self) -> bool:
-        return self.df is None
+        return self.df is None and not self.rest
 
 
-def _top_and_prefixes(storage: Storage, threads: int) -> tuple[list[tuple[str, int, float]], list[str],
-                                                                dict[str, Any], list[str]]:
+def _top_and_prefixes(storage: Storage, pool: ThreadPoolExecutor) -> tuple[list[tuple[str, int, float]], list[str],
+                                                                           dict[str, Any], list[str]]:
     """The root and second-level listing (driver): owned top-level files, prefixes, counts."""
     top_dirs, top_files = storage.list_dirs("")
     hash_dirs, skipped, owned_top, not_owned_top = O.split_top_level(
@@ -195,64 +231,73 @@ def _top_and_prefixes(storage: Storage, threads: int) -> tuple[list[tuple[str, i
         subs = [s for s in subdirs if O.is_hash_dir(s)] + [s for s in subdirs if not O.is_hash_dir(s)]
         return subs, len(files)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(hash_dirs) or 1))) as pool:
-        for subs, n_files in pool.map(second, hash_dirs):
-            prefixes.extend(subs)
-            not_owned_second += n_files
+    for subs, n_files in pool.map(second, hash_dirs):
+        prefixes.extend(subs)
+        not_owned_second += n_files
     counts = {"top_level_files": len(top_files), "skipped_folders": len(skipped), "hash_folders": len(hash_dirs),
-              "list_prefixes": len(prefixes), "not_owned": not_owned_top + not_owned_second}
+              "list_prefixes": len(prefixes), "list_tasks": 0, "not_owned": not_owned_top + not_owned_second}
     return owned_top, prefixes, counts, skipped
+
+
+def list_on_driver(ex: Execution, storage: Storage) -> Listing:
+    """The driver's part of the listing (never touches Spark): everything, or (``distributed``,
+    or a listing past the driver's bound) the root and the prefixes left in `Listing.rest`."""
+    threads = max(1, ex.limits.threads)
+    paths: list[str] = []
+    sizes: list[int] = []
+    mtimes: list[float] = []
+    rest: list[str] = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        owned_top, prefixes, counts, skipped = _top_and_prefixes(storage, pool)
+        counts["skipped"] = skipped[:50]
+        if ex.mode == DISTRIBUTED:
+            rest = prefixes
+        elif prefixes:
+            limit = ex.limits.driver_max_rows
+            check_after = max(1, len(prefixes) // 16)
+            chunk = threads * 8
+            with ex.phase("list.prefixes", LOCAL, len(prefixes), f"list {len(prefixes)} prefixes"):
+                for i in range(0, len(prefixes), chunk):
+                    for p, sz, mt in pool.map(functools.partial(list_prefix, storage), prefixes[i : i + chunk]):
+                        paths.extend(p)
+                        sizes.extend(sz)
+                        mtimes.extend(mt)
+                    done = min(len(prefixes), i + chunk)
+                    held = len(paths)
+                    if ex.fits_driver(held) and (ex.mode == LOCAL or done < check_after
+                                                 or held * len(prefixes) / done <= limit):
+                        continue
+                    rest = prefixes[done:]
+                    log.info("orphans: the listing holds %d rows after %d of %d prefixes; the executors list "
+                             "the other %d", held, done, len(prefixes), len(rest))
+                    break
+    top = pa.RecordBatch.from_arrays(
+        [pa.array([p for p, _, _ in owned_top], pa.string()), pa.array([int(s) for _, s, _ in owned_top], pa.int64()),
+         pa.array([float(m) for _, _, m in owned_top], pa.float64()), pa.array([True] * len(owned_top), pa.bool_())],
+        schema=LISTING_SCHEMA)
+    table = pa.Table.from_batches([top, listing_batch(paths, sizes, mtimes)])
+    return Listing(table, None, counts, rest)
+
+
+def list_rest_distributed(ex: Execution, storage: Storage, listing: Listing) -> Listing:
+    """List `listing.rest` on the executors; the driver's rows go with them (bounded)."""
+    rest = listing.rest
+    parts = ex.partitions(len(rest), _PREFIXES_PER_TASK)
+    counts = dict(listing.counts, list_tasks=parts, list_prefixes_distributed=len(rest))
+    with ex.phase("list.prefixes", DISTRIBUTED, len(rest), f"list {len(rest)} prefixes ({parts} tasks)"):
+        df = ex.map_arrow(pa.table({"prefix": pa.array(rest, pa.string())}),
+                          functools.partial(list_task, storage, max(1, ex.limits.threads)), LISTING_SCHEMA, parts)
+        if listing.table.num_rows:
+            df = df.unionByName(ex.to_df(listing.table))
+        # Materialized once: the candidates must come from one listing (no re-listing later).
+        df = df.localCheckpoint(eager=True)
+    return Listing(listing.table.slice(0, 0), df, counts, [])
 
 
 def list_lakehouse(ex: Execution, storage: Storage) -> Listing:
     """List the format-owned part of a lakehouse (see the module doc for where)."""
-    threads = max(1, ex.limits.threads)
-    owned_top, prefixes, counts, skipped = _top_and_prefixes(storage, threads)
-    top = pa.Table.from_batches([pa.RecordBatch.from_arrays(
-        [pa.array([p for p, _, _ in owned_top], pa.string()), pa.array([int(s) for _, s, _ in owned_top], pa.int64()),
-         pa.array([float(m) for _, _, m in owned_top], pa.float64()), pa.array([True] * len(owned_top), pa.bool_())],
-        schema=LISTING_SCHEMA)])
-    counts["skipped"] = skipped[:50]
-    batches: list[pa.RecordBatch] = [b for b in top.to_batches() if b.num_rows]
-    held = 0
-    rest: list[str] = []
-    if ex.mode == DISTRIBUTED:
-        rest = prefixes
-    else:
-        limit = ex.limits.driver_max_rows
-        check_after = max(1, len(prefixes) // 16)
-        chunk = threads * 8
-        done = 0
-        with ex.phase("list.prefixes", LOCAL, len(prefixes), f"list {len(prefixes)} prefixes"), \
-                ThreadPoolExecutor(max_workers=threads) as pool:
-            for i in range(0, len(prefixes), chunk):
-                for cols in pool.map(functools.partial(list_prefix, storage), prefixes[i : i + chunk]):
-                    if cols[0]:
-                        batches.append(listing_batch(*cols))
-                        held += len(cols[0])
-                done = min(len(prefixes), i + chunk)
-                if ex.fits_driver(held) and (ex.mode == LOCAL or done < check_after
-                                             or held * len(prefixes) / done <= limit):
-                    continue
-                rest = prefixes[done:]
-                log.info("orphans: the listing holds %d rows after %d of %d prefixes; the executors list the "
-                         "other %d", held, done, len(prefixes), len(rest))
-                break
-    table = pa.Table.from_batches(batches, schema=LISTING_SCHEMA)
-    counts["list_tasks"] = 0
-    if not rest:
-        return Listing(table, None, counts)
-    parts = ex.partitions(len(rest), _PREFIXES_PER_TASK)
-    counts["list_tasks"] = parts
-    counts["list_prefixes_distributed"] = len(rest)
-    with ex.phase("list.prefixes", DISTRIBUTED, len(rest), f"list {len(rest)} prefixes ({parts} tasks)"):
-        df = ex.map_arrow(pa.table({"prefix": pa.array(rest, pa.string())}),
-                          functools.partial(list_task, storage, threads), LISTING_SCHEMA, parts)
-        if table.num_rows:
-            df = df.unionByName(ex.to_df(table))
-        # Materialized once: the candidates must come from one listing (no re-listing later).
-        df = df.localCheckpoint(eager=True)
-    return Listing(table.slice(0, 0), df, counts)
+    listing = list_on_driver(ex, storage)
+    return list_rest_distributed(ex, storage, listing) if listing.rest else listing
 
 
 # ---- the job ---------------------------------------------------------------------------------
@@ -284,16 +329,53 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
                            "reference_time": format_timestamp(cutoff.reference_ms),
                            "cutoff": format_timestamp(cutoff.cutoff_ms), "prefix_mismatch": cfg.prefix_mismatch}
     result.details["cutoff"] = doc["cutoff"]
+
+    def walk() -> tuple[R.WalkInput, Any, Any, float]:
+        t0 = time.perf_counter()
+        inp = R.walk_input(lh, latest=latest)
+        try:
+            reached, rst = walk_reachable_with_stats(ex, lh, inp.roots, sizes=False, name="walk",
+                                                     label=f"tlake orphans {result.run_id}: walk")
+        except CorruptNodeError as e:
+            raise UnsafeOperationError(f"the referenced files cannot be computed, so nothing was deleted: {e}") from e
+        return inp, reached, rst, time.perf_counter() - t0
+
     cleanup: list[Any] = []
     reached = None
     try:
-        with phase("list", "list the lakehouse"):
-            listing = list_lakehouse(ex, storage)
+        # The walk's roots were fixed above (`latest`), so it may run while the driver lists:
+        # the walk reads nodes (Python) while the listing waits on the filesystem. Only the
+        # walk's thread may start Spark; the listing's executor part waits for it.
+        overlap = ex.mode != DISTRIBUTED
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orphans-walk") as bg:
+            walking = bg.submit(walk) if overlap else None
+            t0 = time.perf_counter()
+            try:
+                listing = list_on_driver(ex, storage)
+            finally:
+                t_list = time.perf_counter() - t0
+                if walking is not None:
+                    concurrent.futures.wait([walking])
+            if walking is None:
+                t1 = time.perf_counter()
+                listing = list_rest_distributed(ex, storage, listing) if listing.rest else listing
+                t_list += time.perf_counter() - t1
+                inp, reached, rst, t_walk = walk()
+            else:
+                inp, reached, rst, t_walk = walking.result()
+                if listing.rest:
+                    t1 = time.perf_counter()
+                    listing = list_rest_distributed(ex, storage, listing)
+                    t_list += time.perf_counter() - t1
+        result.details["list_walk_overlap"] = overlap
+        with phase("list", "count the listing"):
             if listing.df is not None:
                 cleanup.append(listing.df)
-            lcounts = listing.counts or {}
+            lcounts = listing.counts
             result.details["skipped_folders"] = lcounts.pop("skipped", [])
-            n_rows, n_owned, b_owned, n_old = _listing_counts(listing, cutoff.cutoff_s)
+            n_rows, n_owned, b_owned, n_old = _listing_counts(ex, listing, cutoff.cutoff_s)
+        result.seconds["list"] = round(result.seconds["list"] + t_list, 3)
+        result.seconds["walk"] = round(t_walk, 3)
         young = n_owned - n_old
         lcounts["not_owned"] += n_rows - n_owned
         result.counts["listed"] = n_owned + lcounts["not_owned"]
@@ -304,14 +386,6 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
         log.info("orphans %s: listed %d files (%d format-owned) under %d prefixes (%s)", result.run_id,
                  result.counts["listed"], n_owned, lcounts["list_prefixes"],
                  LOCAL if listing.is_local else DISTRIBUTED)
-
-        with phase("walk", "walk the retained versions"):
-            inp = R.walk_input(lh, latest=latest)
-            try:
-                reached, rst = walk_reachable_with_stats(ex, lh, inp.roots, sizes=False, name="walk",
-                                                         label=f"tlake orphans {result.run_id}: walk")
-            except CorruptNodeError as e:
-                raise UnsafeOperationError(f"the referenced files cannot be computed, so nothing was deleted: {e}") from e
         fill_walk_counts(result, rst)
         doc["walk"] = {"roots": rst.roots, "files": rst.files, "exports": inp.export_roots,
                        "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
@@ -336,14 +410,13 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
                 n_cands = cands.num_rows
                 b_cands = int(pc.sum(cands.column("size")).as_py() or 0) if n_cands else 0
             else:
-                from pyspark.sql import functions as F
-
+                F = ex.F
                 # Materialized once: the plan and the delete see the very same candidates.
                 cands = cands.localCheckpoint(eager=True)
                 cleanup.append(cands)
                 agg = cands.agg(F.count("*").alias("n"), F.sum("size").alias("b")).collect()[0]
                 n_cands, b_cands = int(agg["n"]), int(agg["b"] or 0)
-        reached.release()
+        listing = None
         result.counts.update({"candidates": n_cands, "too_young": young, "prefix_mismatch": n_clash})
         result.bytes["candidates"] = b_cands
         log.info("orphans %s: %d candidates (%d bytes); %d owned files too young; %d reachable", result.run_id,
@@ -360,7 +433,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
             return result
 
         with phase("delete", "delete the orphans"):
-            out = delete_keys(ex, storage, cands, n_cands, batch_size=cfg.delete_batch_size,
+            out = delete_keys(ex, LocalDeleteStorage.of(storage), cands, n_cands, batch_size=cfg.delete_batch_size,
                               max_retries=cfg.max_retries, budget=DeleteBudget.from_env(), what="orphan files")
         result.counts.update({"deleted": out.deleted, "failed": out.failed, "delete_batches": out.batches})
         if out.failed == 0:
@@ -381,7 +454,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
     return result
 
 
-def _listing_counts(listing: Listing, cutoff_s: float) -> tuple[int, int, int, int]:
+def _listing_counts(ex: Execution, listing: Listing, cutoff_s: float) -> tuple[int, int, int, int]:
     """(rows, owned rows, owned bytes, owned rows older than the cutoff)."""
     if listing.is_local:
         t = listing.table
@@ -392,12 +465,11 @@ def _listing_counts(listing: Listing, cutoff_s: float) -> tuple[int, int, int, i
         n_owned = int(pc.sum(owned.cast(pa.int64())).as_py() or 0)
         b_owned = int(pc.sum(pc.if_else(owned, t.column("size"), 0)).as_py() or 0)
         return t.num_rows, n_owned, b_owned, int(pc.sum(old.cast(pa.int64())).as_py() or 0)
-    from pyspark.sql import functions as F
-
+    F = ex.F
     df = listing.df
     agg = df.agg(F.count("*").alias("n"), F.sum(F.col("owned").cast("int")).alias("owned"),
                  F.sum(F.when(F.col("owned"), F.col("size"))).alias("b"),
-                 F.sum(_is_old_col(cutoff_s).cast("int")).alias("old")).collect()[0]
+                 F.sum(_is_old_col(F, cutoff_s).cast("int")).alias("old")).collect()[0]
     return int(agg["n"]), int(agg["owned"] or 0), int(agg["b"] or 0), int(agg["old"] or 0)
 
 
@@ -407,9 +479,7 @@ def _is_old(t: pa.Table, cutoff_s: float) -> Any:
     return pc.and_(t.column("owned"), pc.and_(pc.greater(m, 0.0), pc.less(m, cutoff_s)))
 
 
-def _is_old_col(cutoff_s: float) -> Any:
-    from pyspark.sql import functions as F
-
+def _is_old_col(F: Any, cutoff_s: float) -> Any:  # noqa: N803 - the session's functions module
     return F.col("owned") & (F.col("mtime") > 0) & (F.col("mtime") < F.lit(cutoff_s))
 
 
@@ -447,13 +517,12 @@ def _diff_local(listing: pa.Table, reached: pa.Table, cutoff_s: float, root_uri:
 def _diff_distributed(ex: Execution, listing: Listing, reached: Any, cutoff_s: float, root_uri: str,
                       export_dirs: list[str], outside: int) -> tuple[Any, int, list[tuple[str, str]], Any]:
     """Candidates by a ``left_anti`` join on the executors (a driver-held side is shipped)."""
-    from pyspark.sql import functions as F
-
+    F = ex.F
     n_list = listing.table.num_rows if listing.is_local else 0
     with ex.phase("diff.join", DISTRIBUTED, n_list + reached.stats.total_files, "find the orphans"):
         listed = listing.df if listing.df is not None else ex.to_df(listing.table)
         reach_df = reached.as_df(ex)
-        cands = (listed.filter(_is_old_col(cutoff_s)).join(reach_df.select("path"), "path", "left_anti")
+        cands = (listed.filter(_is_old_col(F, cutoff_s)).join(reach_df.select("path"), "path", "left_anti")
                  .select(*CANDIDATE_SCHEMA.names))
         if not outside:
             return cands, 0, [], lambda c: c
