@@ -155,3 +155,75 @@ def test_nothing_to_expire_is_audited_and_compacts_the_control_table(spark, tmp_
     rows = [r for r in ControlTable(uri + "/_control").records() if r.txn_id == "expire-audit-1"]
     assert [r.record_type for r in rows] == ["begin", "read"]
     assert rows[0].txn_seq == rows[1].txn_seq == res.txn_seq
+
+
+def _copy_lakehouse(src: str, dst: str) -> str:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_local_and_distributed_expire_delete_the_same_files_as_the_reference(spark, tmp_path):
+    """The same lakehouse (two byte-identical copies) expired with every phase on the driver
+    and with every phase on the executors: the same files go, exactly reach(expired) -
+    reach(retained) by the single-process reference walk, and nothing a retained version
+    reaches. The local run never starts Spark."""
+    lh = Lakehouse.create(str(tmp_path / "lh"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=34, ops=40)
+    latest = lh.latest_version()
+    time.sleep(TTL_MS / 1000 + 0.2)
+    keep_from = latest - 5
+    expired, must_go = _expected_expiry(lh, keep_from)
+    retained_reach = reach(lh, range(keep_from, latest + 1)).paths()
+    assert expired and must_go - {root_name(v) for v in expired}, "the history must leave exclusive files behind"
+    before = snapshot(lh, range(keep_from, latest + 1))
+    files = owned_files(lh.storage)
+
+    deleted = {}
+    for mode in ("local", "distributed"):
+        uri = _copy_lakehouse(lh.storage.root[len("file://"):], str(tmp_path / f"lh-{mode}"))
+        cfg = job_config("expire", uri, execution=mode, min_versions_to_keep=6, **EXPIRE)
+        # Local: no session handed in, so any use of Spark would start one (and show below).
+        res = run_job("expire", cfg, spark=None if mode == "local" else spark, audit=False)
+        assert res.status == "succeeded" and res.counts["failed"] == 0, res.error
+        assert res.counts["versions_expired"] == len(expired)
+        placement = res.details["execution"]
+        if mode == "local":
+            assert res.details["spark"]["started"] is False
+            assert res.details["candidates_where"] == "local"
+            assert {e["where"] for e in placement.values()} == {"local"}, placement
+        else:
+            assert res.details["candidates_where"] == "distributed"
+            assert placement["walk_retained.read_nodes"]["where"] == "distributed"
+            assert placement["walk_expired.read_nodes"]["where"] == "distributed"
+            assert placement["delete"]["where"] == "distributed"
+        for phase in ("plan", "walk_retained", "walk_expired", "write_plan", "commit", "walk_new", "delete"):
+            assert phase in res.seconds, (phase, res.seconds)
+        lh_m = Lakehouse.open(uri, audit=False)
+        after = owned_files(lh_m.storage)
+        deleted[mode] = files - after
+        assert after - files == {root_name(latest + 1), lh_m.load_root(latest + 1).def_path}
+        assert res.counts["deleted"] == len(must_go)
+        listed = set(read_parquet_table(res.output_location).column("path").to_pylist())
+        assert listed == must_go
+        assert snapshot(lh_m, range(keep_from, latest + 1)) == before
+        assert R.reference_walk(lh_m, [(v, root_name(v)) for v in range(keep_from, latest + 2)]).missing == []
+    assert deleted["local"] == deleted["distributed"] == must_go
+    assert not must_go & retained_reach, "nothing reachable from a retained version is deleted"
+
+
+def test_auto_expire_of_a_small_lakehouse_never_starts_spark(tmp_path):
+    lh = Lakehouse.create(str(tmp_path / "lh"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=3, ops=20)
+    latest = lh.latest_version()
+    time.sleep(TTL_MS / 1000 + 0.2)
+    expired, must_go = _expected_expiry(lh, latest - 2)
+    files = owned_files(lh.storage)
+    dry = run_job("expire", job_config("expire", lh.uri, dry_run=True, min_versions_to_keep=3, **EXPIRE), audit=False)
+    assert dry.status == "dry_run" and dry.details["spark"]["started"] is False
+    assert owned_files(lh.storage) == files and lh.latest_version() == latest
+    res = run_job("expire", job_config("expire", lh.uri, min_versions_to_keep=3, **EXPIRE), audit=False)
+    assert res.status == "succeeded" and res.details["spark"]["started"] is False
+    assert res.counts["versions_expired"] == len(expired) and res.counts["deleted"] == len(must_go)
+    assert files - owned_files(lh.storage) == must_go
