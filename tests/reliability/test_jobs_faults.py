@@ -87,7 +87,9 @@ def test_jobs_succeed_under_transient_faults(spark, make_lakehouse, faults, ledg
     def phase(job: str, **overrides):
         log = faults.on(spec)
         try:
-            result, seconds = run(spark, job, lh.uri, **overrides)
+            # On the executors: this test injects faults into their processes too (auto would
+            # keep a lakehouse this small on the driver).
+            result, seconds = run(spark, job, lh.uri, execution="distributed", **overrides)
         finally:
             faults.off()
         counted = faults.counted(log)
