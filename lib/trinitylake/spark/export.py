@@ -752,7 +752,6 @@ class _Planner:
                                       "depth": pa.array(list(frontier_d.values()), pa.int32())}))
         # Hand over the driver's rows (bounded by the thresholds that kept them there).
         plan_parts = [spark.createDataFrame(X.plan_table(self._rows()), schema=_ddl(X.PLAN_SCHEMA))]
-        visited = set(self.nodes)
         self.nodes, self.odfs = {}, {}
         odf_parts = []
         node_parts = []
@@ -784,11 +783,10 @@ class _Planner:
                                  f"planning export {spec.name!r}", spec.version)
                     node_parts.append(out.filter(F.col("role") == ROLE_NODE))
                     odf_parts.append(out.filter(F.col("role") == ROLE_ODF))
+                    # A tree: children of this level were never visited before (a cycle ends
+                    # at MAX_DEPTH); only duplicates within the level are merged.
                     nxt = out.filter(F.col("role") == ROLE_CHILD).groupBy("target").agg(F.min("depth").alias("depth"))
-                    if visited:
-                        nxt = nxt.filter(~F.col("target").isin(list(visited)))
                     frontier = keep(nxt)
-                    visited = set()
                     n_next = frontier.count()
                 self.levels.append({"depth": depth, "nodes": n, "where": DISTRIBUTED, "tasks": parts,
                                     "seconds": round(time.perf_counter() - t, 3)})
