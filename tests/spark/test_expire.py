@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+import pyarrow as pa
 import pytest
 
 from tests.maintenance.helpers import build_history, snapshot, write_minimal_export
@@ -181,9 +182,13 @@ def test_local_and_distributed_expire_delete_the_same_files_as_the_reference(spa
     files = owned_files(lh.storage)
 
     deleted = {}
-    for mode in ("local", "distributed"):
+    # "handover": auto with a tiny threshold, so the walks start on the driver and hand their
+    # deeper levels to the executors (candidates then live in DataFrames).
+    modes = {"local": {"execution": "local"}, "distributed": {"execution": "distributed"},
+             "handover": {"execution": "auto", "local_max_items": 6}}
+    for mode, opts in modes.items():
         uri = _copy_lakehouse(lh.storage.root[len("file://"):], str(tmp_path / f"lh-{mode}"))
-        cfg = job_config("expire", uri, execution=mode, min_versions_to_keep=6, **EXPIRE)
+        cfg = job_config("expire", uri, min_versions_to_keep=6, **opts, **EXPIRE)
         # Local: no session handed in, so any use of Spark would start one (and show below).
         res = run_job("expire", cfg, spark=None if mode == "local" else spark, audit=False)
         assert res.status == "succeeded" and res.counts["failed"] == 0, res.error
@@ -193,6 +198,10 @@ def test_local_and_distributed_expire_delete_the_same_files_as_the_reference(spa
             assert res.details["spark"]["started"] is False
             assert res.details["candidates_where"] == "local"
             assert {e["where"] for e in placement.values()} == {"local"}, placement
+        elif mode == "handover":
+            assert res.details["candidates_where"] == "distributed"
+            walks = {e["where"] for k, e in placement.items() if k.endswith(".read_nodes")}
+            assert walks - {"local"} and walks & {"local", "mixed"}, placement
         else:
             assert res.details["candidates_where"] == "distributed"
             assert placement["walk_retained.read_nodes"]["where"] == "distributed"
@@ -209,7 +218,7 @@ def test_local_and_distributed_expire_delete_the_same_files_as_the_reference(spa
         assert listed == must_go
         assert snapshot(lh_m, range(keep_from, latest + 1)) == before
         assert R.reference_walk(lh_m, [(v, root_name(v)) for v in range(keep_from, latest + 2)]).missing == []
-    assert deleted["local"] == deleted["distributed"] == must_go
+    assert deleted["local"] == deleted["distributed"] == deleted["handover"] == must_go
     assert not must_go & retained_reach, "nothing reachable from a retained version is deleted"
 
 
@@ -227,3 +236,28 @@ def test_auto_expire_of_a_small_lakehouse_never_starts_spark(tmp_path):
     assert res.status == "succeeded" and res.details["spark"]["started"] is False
     assert res.counts["versions_expired"] == len(expired) and res.counts["deleted"] == len(must_go)
     assert files - owned_files(lh.storage) == must_go
+
+
+def test_local_candidates_continue_on_the_executors_when_a_new_walk_went_distributed(spark):
+    from trinitylake.spark.execution import Execution
+    from trinitylake.spark.expire import _GoDistributed, _LocalCandidates
+    from trinitylake.spark.walk import OUTPUT_SCHEMA, Reached, WalkStats
+
+    rows = [("_" + "0" * 63 + "1.arrow", "root", 10, 0, 1),
+            ("0000/0000/0000/00000000-node-a.arrow", "node", 20, 1, 1),
+            ("0000/0000/0000/00000001-node-b.arrow", "node", 30, 2, 1),
+            ("0000/0000/0000/00000010-m-x.binpb", "definition", -1, 3, 1),
+            ("notes/readme.txt", "definition", 5, 3, 1)]
+    table = pa.Table.from_pylist([dict(zip(OUTPUT_SCHEMA.names, r, strict=True)) for r in rows], schema=OUTPUT_SCHEMA)
+    ex = Execution("auto", spark=spark)
+    c = _LocalCandidates(ex, table)
+    assert (c.files, c.bytes, c.not_owned, c.already_gone) == (3, 60, 1, 1)
+    assert c.levels() == {1: 1, 2: 1} and c.root_paths() == {rows[0][0]}
+    extra = Reached(WalkStats(), df=ex.to_df(table.slice(2, 1)))
+    with pytest.raises(_GoDistributed):
+        c.drop_reached(ex, extra)
+    d = c.to_distributed(ex)
+    d.drop_reached(ex, extra)
+    assert d.count() == 2 and d.levels() == {1: 1} and d.root_paths() == {rows[0][0]}
+    assert [r["path"] for r in d.level(1).collect()] == [rows[1][0]]
+    d.release()
