@@ -595,10 +595,11 @@ def main(argv: list[str] | None = None) -> int:
     # One result file whatever the scale (--scale only picks the default ladder): rows of sizes not
     # measured this time are kept, each with its own date, so the big sizes survive a small run.
     name_file = RESULTS_DIR / f"{NAME}.json"
-    old = json.loads(name_file.read_text()).get("rows") or [] if not args.fresh and name_file.exists() else []
     new: list[dict[str, Any]] = []
-    for tables, versions in ladder:  # the result is written after each size (a long ladder may be cut short)
+    for i, (tables, versions) in enumerate(ladder):  # the result is written after each size
         new += measure_size(args, cache, tables, versions, env)  # lakehouses stay cached: minutes to rebuild
+        keep_old = not (args.fresh and i == 0) and name_file.exists()  # read now: another run may have written
+        old = (json.loads(name_file.read_text()).get("rows") or []) if keep_old else []
         write_rows(args, old, new, ladder, time.perf_counter() - t_all)
     return 0
 
