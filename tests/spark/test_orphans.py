@@ -199,3 +199,7 @@ def test_the_fast_local_listing_and_delete_paths_match_storage(tmp_path):
     with pytest.raises(Exception):  # noqa: B017 - the parent's own error for '..'
         fast._fs_path("0000/../../x")
     assert fast.delete(keys) == [] and not any(s.exists(k) for k in keys)
+    # Missing files and folders count as deleted; what cannot be deleted is reported.
+    assert fast.delete([keys[0], "1111/1111/1111/11111111-gone.arrow"]) == []
+    failed = fast.delete([prefix])
+    assert [p for p, _ in failed] == [prefix] and os.path.isdir(os.path.join(str(tmp_path / "lh"), prefix))
