@@ -399,7 +399,8 @@ def manifest_path(export_dir: str, part: str) -> str:
 
 
 def manifest_bytes(part: str, files: dict[str, tuple[int, str]]) -> bytes:
-    return json_bytes({"format": FORMAT_TAG, "part": part, "files": {k: list(v) for k, v in sorted(files.items())}})
+    obj = {"format": FORMAT_TAG, "part": part, "files": {k: list(v) for k, v in sorted(files.items())}}
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def read_manifest(storage: Storage, path: str) -> dict[str, tuple[int, str]] | None:
@@ -501,12 +502,19 @@ class CopyStats:
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: CopyStats) -> None:
-        for k in ("rows", "copied", "copied_bytes", "skipped", "skipped_bytes", "verified", "verified_bytes",
-                  "rewritten", "source_reads"):
-            setattr(self, k, getattr(self, k) + getattr(other, k))
+        self.rows += other.rows
+        self.copied += other.copied
+        self.copied_bytes += other.copied_bytes
+        self.skipped += other.skipped
+        self.skipped_bytes += other.skipped_bytes
+        self.verified += other.verified
+        self.verified_bytes += other.verified_bytes
+        self.rewritten += other.rewritten
+        self.source_reads += other.source_reads
         self.seconds_verify += other.seconds_verify
-        for k in ("conflicts", "missing_sources", "errors"):
-            getattr(self, k).extend(getattr(other, k)[: max(0, 20 - len(getattr(self, k)))])
+        if other.conflicts or other.missing_sources or other.errors:
+            for k in ("conflicts", "missing_sources", "errors"):
+                getattr(self, k).extend(getattr(other, k)[: max(0, 20 - len(getattr(self, k)))])
 
     @property
     def failed(self) -> bool:

@@ -184,6 +184,24 @@ class _LocalFiles:
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
 
+    def ensure_dirs(self, paths: Iterable[str]) -> None:
+        """Create the parent directories of `paths` that this view has not seen yet, top down,
+        one ``mkdir`` each (a create into a missing directory would first fail, then retry)."""
+        todo = []
+        for p in paths:
+            d = p.rpartition("/")[0]
+            while d and d not in self._dirs:
+                todo.append(d)
+                self._dirs.add(d)
+                d = d.rpartition("/")[0]
+        for d in sorted(todo):  # parents sort before their children
+            try:
+                os.mkdir(self._fp(d))
+            except FileExistsError:
+                pass
+            except OSError:  # let the create find out (and report) what is wrong
+                pass
+
     def _create_once(self, fp: str, data: bytes, path: str) -> None:
         tmp = f"{fp}.tmp-{self._tmp_prefix}{next(self._counter):016x}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -323,6 +341,9 @@ def _copy_part(name: str, source: Storage, target: Storage, spec: X.ExportSpec, 
     recorded = (X.read_manifest(target, mpath) if resumed else None) or {}
     if fail_midway:
         rows = rows[: len(rows) // 2]
+    ensure_dirs = getattr(target, "ensure_dirs", None)
+    if ensure_dirs is not None:
+        ensure_dirs(r.target for r in rows if r.target not in recorded)
     results = pmap(lambda r: X.copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target)),
                    rows)
     stats = X.CopyStats()
