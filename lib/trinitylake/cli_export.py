@@ -34,6 +34,9 @@ def _summary(r: dict[str, Any]) -> str:
         f"{c.get('verified', 0)} verified, {c.get('rewritten', 0)} rewritten",
         f"  bytes: {b.get('planned', 0)} planned, {b.get('copied', 0)} copied, {b.get('skipped', 0)} already there",
         "  seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.items()),
+        "  ran on: " + (", ".join(f"{k.removeprefix('export.')} {v.get('where')}"
+                                  for k, v in (d.get("execution") or {}).items()) or "-")
+        + ("" if (d.get("spark") or {}).get("started") else " (Spark not started)"),
         f"  root: {d.get('root')}",
     ]
     if d.get("pinned_version") is not None:

@@ -146,3 +146,30 @@ def test_local_crash_mid_part_is_invisible_and_resumable(run, make_lakehouse, tm
     assert r.details["resumed"] and r.counts["skipped"] == len(half)
     assert r.counts["copied"] == r.counts["planned"] - len(half)
     assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
+
+
+@pytest.mark.slow  # starts a local Spark Connect server (~20-60 s on a loaded 2-core machine)
+@pytest.mark.spark
+def test_distributed_export_under_spark_connect_matches_a_local_one(make_lakehouse, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("grpc")
+    lh = make_lakehouse()
+    v = populate(lh, namespaces=1, tables=5, alters=1, drops=0)
+    tlake = os.path.join(os.path.dirname(sys.executable), "tlake")
+    base = [tlake, "--lakehouse", lh.uri, "--no-audit", "export", "--version", str(v), "--json"]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    local = subprocess.run([*base, "--name", "l", "--target", str(tmp_path / "l"), "--execution", "local"],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert local.returncode == 0, local.stderr[-2000:]
+    conn = subprocess.run([*base, "--name", "c", "--target", str(tmp_path / "c"), "--execution", "distributed",
+                           "--master", "local[2]", "--spark-conf", "spark.api.mode=connect",
+                           "--spark-conf", "spark.ui.enabled=false"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert conn.returncode == 0, conn.stderr[-2000:]
+    r = json.loads(conn.stdout[conn.stdout.index("{"):])
+    assert r["details"]["spark"]["mode"] == "connect"
+    assert {p["where"] for k, p in r["details"]["execution"].items() if k != "export.validate"} == {"distributed"}
+    assert _tree(tmp_path / "l") == _tree(tmp_path / "c")

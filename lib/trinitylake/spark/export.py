@@ -445,6 +445,7 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
         VersionNotFoundError: the version is expired or does not exist (or expired during the export).
     """
     ex = as_execution(spark_or_ex)
+    result.details.setdefault("execution", ex.record)
     t_start = time.perf_counter()
     source: Storage = lakehouse.storage
     batch = int(getattr(cfg, "batch_size", 64) or 64)
