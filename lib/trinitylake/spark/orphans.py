@@ -13,7 +13,10 @@ Phases (each placed on the driver or the executors, `trinitylake.spark.execution
    (``_control/``, ``_maintenance/``, table data, anything foreign) are never listed. Only
    format-owned names are candidates.
 3. **walk**: R = reach(every retained version, export root and pinned version). A walk that
-   fails refuses the run (`UnsafeOperationError`): nothing is deleted.
+   fails refuses the run (`UnsafeOperationError`): nothing is deleted. Its roots are fixed by
+   the check phase, so unless ``execution`` is ``distributed`` it runs in a thread while the
+   driver lists (node parsing overlaps the listing's filesystem waits); only the walk may
+   start Spark meanwhile, a listing handed over to the executors waits for it.
 4. **diff**: candidates = listed owned files older than the cutoff, minus R, on walk keys
    (relative paths inside the root): Arrow compute on the driver (``is_in``) when both sides
    are driver-held, else a ``left_anti`` join. References that name files of this lakehouse
@@ -23,7 +26,9 @@ Phases (each placed on the driver or the executors, `trinitylake.spark.execution
 5. **write_plan**: the plan and the candidates (path, size, mtime) are written under
    ``_maintenance/orphans/<run_id>/`` BEFORE anything is deleted; a dry run stops here.
 6. **delete**: the candidates are deleted in bulk batches with retries (driver threads or
-   executors, by their number; ``TLAKE_TEST_FAIL_DELETE_AFTER`` injects a crash).
+   executors, by their number; ``TLAKE_TEST_FAIL_DELETE_AFTER`` injects a crash). A plain
+   local storage deletes through `LocalDeleteStorage` (keys joined without URI parsing,
+   ``unlink`` relative to an open folder), keeping the storage's retries and fault seam.
 
 Crash safety and idempotence: the job changes nothing but deleting candidates, which were
 unreferenced and older than the floor when it listed them; a crash anywhere leaves a subset
