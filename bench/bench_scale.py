@@ -78,6 +78,7 @@ def _extra(p: Any) -> None:
         action="store_true",
         help="drop the rows of the existing result file (default: keep those of the (size, job, tool) not re-measured)",
     )
+    p.add_argument("--report-only", action="store_true", help="recompute the analysis of the stored rows only")
     p.add_argument("--merge", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old commands
 
 
@@ -563,6 +564,26 @@ def crossover(rows: list[dict[str, Any]]) -> dict[str, Any]:
             out["cold_crossover_nodes"] = max(0, round((fd[0] + first_extra + session - fl[0]) / (fl[1] - fd[1])))
         else:
             out["level_crossover_nodes"] = None  # executors never win per node on this machine
+    # Whole walk, linear in files over the big sizes (fixed costs dominate the small ones):
+    # seconds = fixed + per_file x files for each mode; executors win above the crossing, if any.
+    lin = {}
+    for tool in ("tlake local", "tlake distributed"):
+        pts = [(r["files"], r["seconds"]) for r in rows if r["job"] == "walk" and r["tool"] == tool and r.get("ok")]
+        big = [p for p in pts if p[0] >= 100_000]
+        use = big if len(big) >= 2 else pts
+        f = fit_linear([p[0] for p in use], [p[1] for p in use])
+        if f:
+            lin[tool] = {"fixed_s": round(f[0], 2), "per_file_us": round(f[1] * 1e6, 2), "sizes": len(use)}
+    if len(lin) == 2:
+        lo, di = lin["tlake local"], lin["tlake distributed"]
+        out["job_linear"] = {"local": lo, "distributed": di}
+        if lo["per_file_us"] > di["per_file_us"]:
+            out["job_linear"]["crossover_files"] = round(
+                (di["fixed_s"] - lo["fixed_s"]) / ((lo["per_file_us"] - di["per_file_us"]) / 1e6)
+            )
+        else:
+            out["job_linear"]["crossover_files"] = None
+            out["job_linear"]["limit_ratio"] = round(di["per_file_us"] / lo["per_file_us"], 2)
     by_size: dict[int, dict[str, float]] = {}
     for r in rows:
         if r["job"] == "walk" and r.get("ok"):
@@ -595,6 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     # One result file whatever the scale (--scale only picks the default ladder): rows of sizes not
     # measured this time are kept, each with its own date, so the big sizes survive a small run.
     name_file = RESULTS_DIR / f"{NAME}.json"
+    if args.report_only:
+        stored = json.loads(name_file.read_text())
+        write_rows(args, stored.get("rows") or [], [], ladder, stored.get("seconds") or 0.0)
+        return 0
     new: list[dict[str, Any]] = []
     for i, (tables, versions) in enumerate(ladder):  # the result is written after each size
         new += measure_size(args, cache, tables, versions, env)  # lakehouses stay cached: minutes to rebuild
@@ -648,6 +673,19 @@ def crossover_text(c: dict[str, Any]) -> str:
                 "Executors never win per level on this machine: their cost per node file is not lower than the "
                 "driver's (2 cores, which the driver's threads already use). "
             )
+    jl = c.get("job_linear")
+    if jl:
+        lo, di = jl["local"], jl["distributed"]
+        out += (
+            f"Whole walk, linear fits of wall seconds over the {lo['sizes']} biggest sizes: local {lo['fixed_s']} s + "
+            f"{lo['per_file_us']} µs per lakehouse file, distributed {di['fixed_s']} s + {di['per_file_us']} µs per "
+            "file: "
+        )
+        out += (
+            f"distributed wins above ~{jl['crossover_files']:,} files. "
+            if jl.get("crossover_files")
+            else f"distributed never catches up on this machine (the ratio tends to {jl.get('limit_ratio')}×). "
+        )
     pairs = c.get("job_ratio_distributed_over_local") or []
     if pairs:
         out += "Whole walk, distributed / local wall seconds: " + ", ".join(f"{f:,} files {x}×" for f, x in pairs)
@@ -655,7 +693,8 @@ def crossover_text(c: dict[str, Any]) -> str:
         if fit:
             out += f" (log-log slope {fit['slope']}"
             out += (
-                f", reaching 1 at ~{c['job_crossover_files']:,} files)."
+                f", which would reach 1 at ~{c['job_crossover_files']:,} files; a power law over sizes where fixed "
+                "costs dominate, so the linear model above is the better guide)."
                 if c.get("job_crossover_files")
                 else ": the ratio does not fall with size, no crossover in reach)."
             )
