@@ -73,6 +73,7 @@ from trinitylake.errors import (
     ValidationError,
     VersionNotFoundError,
 )
+from trinitylake.format.node import deserialize, serialize
 from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, rows_of
@@ -419,6 +420,18 @@ def _cleanup(target: Storage, export_dir: str) -> None:
         log.warning("could not remove %s: %s", target.uri(export_dir), e)
 
 
+def _warm_arrow() -> None:
+    """Let pyarrow import pandas now, in the background: its first ``pa.array`` imports pandas
+    when installed (0.4 s here, seconds on a loaded machine), which would otherwise happen
+    after the validation's and the node reads' I/O instead of during it."""
+    import sys
+    import threading
+
+    if "pandas" in sys.modules:
+        return
+    threading.Thread(target=lambda: pa.array([0], pa.int64()), name="export-warm-arrow", daemon=True).start()
+
+
 def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage_options: dict | None = None,
                fail_after_batches: int | None = None) -> JobResult:
     """Export one version of `lakehouse` to ``cfg.target`` under ``cfg.name`` (see the module doc).
@@ -445,6 +458,7 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
         VersionNotFoundError: the version is expired or does not exist (or expired during the export).
     """
     ex = as_execution(spark_or_ex)
+    _warm_arrow()
     result.details.setdefault("execution", ex.record)
     t_start = time.perf_counter()
     source: Storage = lakehouse.storage
@@ -493,14 +507,26 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
         except FileNotFoundError:
             raise VersionNotFoundError(f"version {ref.version} is expired or missing: its root file "
                                        f"{source.uri(ref.path)} is gone") from None
-        root_row, root_refs = X.plan_node_bytes(source, ref.path, 0, spec, root_data)
-        root_state = (X.verify_file(target, spec.root_path, root_row.size, root_row.md5, True) if not state.empty
-                      else X.MISSING)
-        if root_state == X.MISMATCH:
-            raise AlreadyExistsError(
-                f"the target already holds a different root file for version {spec.version} "
-                f"({target.uri(spec.root_path)}, from another export of that version); export to another location"
-            )
+        # Its pointers now (planning starts from them); its bytes (serialized, when rewritten)
+        # only when needed: pyarrow's first array conversion imports pandas (warmed meanwhile).
+        root_out, root_refs, root_changed = X.export_node(deserialize(root_data, None, source.uri(ref.path)), 0,
+                                                          spec, source)
+
+        def make_root_row() -> X.PlanRow:
+            data = serialize(root_out, spec.order) if root_changed else root_data
+            return X.PlanRow(ref.path, source.uri(ref.path), X.KIND_ROOT, 0,
+                             X.ACTION_REWRITE if root_changed else X.ACTION_COPY, len(data), X.md5_hex(data),
+                             root_refs.external, bytes(data))
+
+        root_row = None
+        if not state.empty:
+            root_row = make_root_row()
+            if X.verify_file(target, spec.root_path, root_row.size, root_row.md5, True) == X.MISMATCH:
+                raise AlreadyExistsError(
+                    f"the target already holds a different root file for version {spec.version} "
+                    f"({target.uri(spec.root_path)}, from another export of that version); export to another "
+                    f"location"
+                )
     result.details.update({"name": name, "version": spec.version, "mode": mode,
                            "depth": spec.depth if mode == "partial" else None,
                            "target": target.root, "root": spec.root_uri, "source_id": spec.source_id})
@@ -528,11 +554,12 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
                 if created_here:
                     _cleanup(target, export_dir)
                 raise
+            root_row = root_row or make_root_row()
             index.update({"format": X.FORMAT_TAG, "root": {"path": spec.root_path, "size": root_row.size,
                                                            "md5": root_row.md5, "external": root_refs.external,
                                                            "action": root_row.action}})
             target.write(f"{plan_dir}/_plan.json", X.json_bytes(index))
-        elif index["root"]["md5"] != root_row.md5:
+        elif index["root"]["md5"] != (root_row := root_row or make_root_row()).md5:
             raise StorageError(f"root file {source.uri(ref.path)} no longer matches the persisted plan of export "
                                f"{name!r}; the source was modified")
     parts = index["parts"]
@@ -766,10 +793,9 @@ class _Planner:
 
     # -- executors --
     def _run_distributed(self, frontier_d: dict[str, int], depth: int) -> dict[str, Any]:
-        from pyspark.sql import functions as F
-
         ex, spec = self.ex, self.spec
         spark = ex.spark
+        F = ex.F  # noqa: N806 - the functions of this session's kind (classic or Connect)
         frontier = ex.to_df(pa.table({"target": pa.array(list(frontier_d), pa.string()),
                                       "depth": pa.array(list(frontier_d.values()), pa.int32())}))
         # Hand over the driver's rows (bounded by the thresholds that kept them there).
@@ -827,9 +853,8 @@ class _Planner:
     def _write_distributed(self, plan_parts: list, node_parts: list, odf_parts: list) -> dict[str, Any]:
         from functools import reduce
 
-        from pyspark.sql import functions as F
-
         ex, spec, source = self.ex, self.spec, self.source
+        F = ex.F  # noqa: N806
         cols = list(X.PLAN_COLUMNS)
         root = source.root if source.root.endswith("/") else source.root + "/"
         uri = F.concat(F.lit(root), F.col("target"))
