@@ -262,8 +262,15 @@ class _Walk:
         self.leaves: dict[str, tuple[int, int, str]] = {}
         # Executor-side state (after the hand-over).
         self.checkpoints: list[Any] = []
+        self._threads: ThreadPoolExecutor | None = None
 
     # -- driver levels --
+    def _pool(self) -> ThreadPoolExecutor | None:
+        """One thread pool for every driver level (starting threads is slow here)."""
+        if self._threads is None and self.ex.limits.threads > 1:
+            self._threads = ThreadPoolExecutor(max_workers=self.ex.limits.threads)
+        return self._threads
+
     def run(self, roots: Sequence[tuple[int, str]], sizes: bool) -> Reached:
         t0 = time.perf_counter()
         loc = self.reader.locator
@@ -274,22 +281,30 @@ class _Walk:
                 frontier[key] = (base, int(version))
         self.stats.roots = len(frontier)
         frontier = {k: v for k, v in frontier.items() if k not in self.excl_keys}
-        depth = 0
-        reached: Reached | None = None
-        while frontier:
-            held = len(self.visited) + len(self.leaves) + len(frontier)
-            if self.excl_df is not None or self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
-                reached = self._run_distributed(frontier, depth, sizes)
-                break
-            frontier = self._local_level(frontier, depth)
-            depth += 1
-        if reached is None:
-            reached = self._finish_local(sizes)
+        try:
+            reached = self._levels(frontier, sizes)
+        finally:
+            if self._threads is not None:
+                self._threads.shutdown()
         self.stats.seconds = round(time.perf_counter() - t0, 3)
         st = self.stats
         log.info("%s: %d files reachable from %d roots (%s); %d node reads for %d unique nodes in %.2fs (%s)",
                  self.label, st.total_files, st.roots, st.files, st.node_reads, st.unique_nodes, st.seconds, st.where)
         return reached
+
+    def _levels(self, frontier: dict[str, tuple[str, int]], sizes: bool) -> Reached:
+        """Driver levels while they fit, then (at most once) the executors for the rest."""
+        depth = 0
+        while frontier:
+            held = len(self.visited) + len(self.leaves) + len(frontier)
+            if self.excl_df is not None or self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
+                if self._threads is not None:
+                    self._threads.shutdown()
+                    self._threads = None
+                return self._run_distributed(frontier, depth, sizes)
+            frontier = self._local_level(frontier, depth)
+            depth += 1
+        return self._finish_local(sizes)
 
     def _local_level(self, frontier: dict[str, tuple[str, int]], depth: int) -> dict[str, tuple[str, int]]:
         lt = time.perf_counter()
@@ -300,8 +315,7 @@ class _Walk:
             read = reads = 0
             s_path, s_kind, s_size, s_depth, s_fv = self.selfs
             leaves = self.leaves
-            threads = max(1, min(self.ex.limits.threads, len(rows)))
-            pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+            pool = self._pool() if len(rows) > 1 else None
             try:
                 results = (pool.map(lambda r: R.expand_node(self.reader, r), rows, chunksize=16) if pool
                            else (R.expand_node(self.reader, r) for r in rows))
@@ -328,8 +342,7 @@ class _Walk:
                         else:
                             failures.append((key, fv, err))
             finally:
-                if pool:
-                    pool.shutdown()
+                pass  # the pool is shared by every level; run() shuts it down
             if failures:
                 raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
                                        + R.describe_failures(failures[:5], len(failures)))
@@ -345,7 +358,11 @@ class _Walk:
     def _finish_local(self, sizes: bool) -> Reached:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
         with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0):
-            lsize = R.sizes_of(self.reader, keys, self.ex.limits.threads) if sizes else [-1] * len(keys)
+            pool = self._pool() if sizes and len(keys) > 1 else None
+            if pool is not None:
+                lsize = list(pool.map(self.reader.size, keys, chunksize=64))
+            else:
+                lsize = [self.reader.size(k) for k in keys] if sizes else [-1] * len(keys)
         leaf_cols = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
         table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
