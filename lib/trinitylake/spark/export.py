@@ -779,6 +779,9 @@ class _Planner:
     def _write_local(self) -> dict[str, Any]:
         rows = self._rows()
         self.nodes, self.odfs = {}, {}
+        if self.ex.distributed(len(rows)):  # the walk stayed on the driver, the plan is big enough
+            df = self.ex.spark.createDataFrame(X.plan_table(rows), schema=_ddl(X.PLAN_SCHEMA))
+            return self._write_distributed([df], [], [])
         per = max(self.batch, LOCAL_PART_ROWS)
         chunks = [rows[i : i + per] for i in range(0, len(rows), per)]
         with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
