@@ -237,6 +237,7 @@ class _LocalCandidates(_Candidates):
         c = _DistributedCandidates.__new__(_DistributedCandidates)
         c.by_kind, c.not_owned, c.already_gone = self.by_kind, self.not_owned, self.already_gone
         c.df = ex.to_df(self.table)
+        c.F = ex.F
         c.persisted = []
         return c
 
@@ -249,8 +250,7 @@ class _DistributedCandidates(_Candidates):
     """C as a DataFrame (a walk ran on the executors): Spark aggregates and joins."""
 
     def __init__(self, ex: Execution, reached: Reached):
-        from pyspark.sql import functions as F
-
+        self.F = F = ex.F  # the functions of the session's kind (classic or Connect)
         cand_df = reached.as_df(ex)
         owned = _owned(F.col("path"))
         present = F.col("size") >= 0
@@ -281,23 +281,17 @@ class _DistributedCandidates(_Candidates):
         return int(self.df.count())
 
     def _non_roots(self) -> Any:
-        from pyspark.sql import functions as F
-
-        return self.df.filter(F.col("kind") != R.KIND_ROOT)
+        return self.df.filter(self.F.col("kind") != R.KIND_ROOT)
 
     def levels(self) -> dict[int, int]:
         return {int(r["depth"]): int(r["n"]) for r in
                 self._non_roots().groupBy("depth").count().withColumnRenamed("count", "n").collect()}
 
     def level(self, depth: int) -> Any:
-        from pyspark.sql import functions as F
-
-        return self._non_roots().filter(F.col("depth") == depth).select("path")
+        return self._non_roots().filter(self.F.col("depth") == depth).select("path")
 
     def root_paths(self) -> set[str]:
-        from pyspark.sql import functions as F
-
-        return {r["path"] for r in self.df.filter(F.col("kind") == R.KIND_ROOT).select("path").collect()}
+        return {r["path"] for r in self.df.filter(self.F.col("kind") == R.KIND_ROOT).select("path").collect()}
 
     def release(self) -> None:
         for df in self.persisted:
