@@ -318,23 +318,10 @@ def compact_control_table(lakehouse: Any, result: JobResult) -> None:
         result.details["control_compaction"] = f"failed: {type(e).__name__}: {e}"
 
 
-def _warm_arrow() -> None:
-    """Let pyarrow import pandas now, in the background: its first ``pa.array`` of a list
-    imports pandas when installed (0.4-0.9 s here), which the walk's first Arrow conversion
-    would otherwise wait for; the plan phase's reads overlap it."""
-    import sys
-    import threading
-
-    if "pandas" in sys.modules:
-        return
-    threading.Thread(target=lambda: pa.array([0], pa.int64()), name="expire-warm-arrow", daemon=True).start()
-
-
 def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
     """The expire job (see the module doc). `ex`: the job's `Execution` (a SparkSession is
     taken as one that runs every phase on its executors)."""
     ex = as_execution(ex)
-    _warm_arrow()
     lh = lakehouse
     storage = lh.storage
     rdir = run_dir("expire", result.run_id)

@@ -420,18 +420,6 @@ def _cleanup(target: Storage, export_dir: str) -> None:
         log.warning("could not remove %s: %s", target.uri(export_dir), e)
 
 
-def _warm_arrow() -> None:
-    """Let pyarrow import pandas now, in the background: its first ``pa.array`` imports pandas
-    when installed (0.4 s here, seconds on a loaded machine), which would otherwise happen
-    after the validation's and the node reads' I/O instead of during it."""
-    import sys
-    import threading
-
-    if "pandas" in sys.modules:
-        return
-    threading.Thread(target=lambda: pa.array([0], pa.int64()), name="export-warm-arrow", daemon=True).start()
-
-
 def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage_options: dict | None = None,
                fail_after_batches: int | None = None) -> JobResult:
     """Export one version of `lakehouse` to ``cfg.target`` under ``cfg.name`` (see the module doc).
@@ -458,7 +446,6 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
         VersionNotFoundError: the version is expired or does not exist (or expired during the export).
     """
     ex = as_execution(spark_or_ex)
-    _warm_arrow()
     result.details.setdefault("execution", ex.record)
     t_start = time.perf_counter()
     source: Storage = lakehouse.storage

@@ -336,19 +336,6 @@ def list_lakehouse(ex: Execution, storage: Storage) -> Listing:
 
 
 # ---- the job ---------------------------------------------------------------------------------
-def _warm_arrow() -> None:
-    """Let pyarrow import pandas now, in the background: its first ``pa.array`` imports pandas
-    when installed (0.4 s here, seconds on a loaded machine), and the listing's and the
-    walk's first Arrow conversions would otherwise wait for it after their I/O instead of
-    during it."""
-    import sys
-    import threading
-
-    if "pandas" in sys.modules:
-        return
-    threading.Thread(target=lambda: pa.array([0], pa.int64()), name="orphans-warm-arrow", daemon=True).start()
-
-
 def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
     lh = lakehouse
     storage = lh.storage
@@ -390,7 +377,6 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
 
     cleanup: list[Any] = []
     reached = None
-    _warm_arrow()
     try:
         # The walk's roots were fixed above (`latest`), so it may run while the driver lists:
         # the walk reads nodes (Python) while the listing waits on the filesystem. Only the

@@ -30,7 +30,7 @@ from typing import Any
 
 from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
-from trinitylake.spark.execution import Execution, Limits
+from trinitylake.spark.execution import Execution, Limits, warm_arrow
 
 log = logging.getLogger("trinitylake.jobs")
 
@@ -110,6 +110,7 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     from trinitylake.lakehouse.audit import job_begin
 
     fn = job_function(job)
+    warm_arrow()
     if lakehouse is None:
         lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                                    control_uri=cfg.control_uri, audit=audit)
