@@ -130,6 +130,7 @@ def measure(
     jvm_hwm: dict[int, int] = {}
     rusage = None
     status = None
+    timed_out = False
     while True:
         pid, st, ru = os.wait4(p.pid, os.WNOHANG)
         if pid:
@@ -137,6 +138,7 @@ def measure(
             break
         if time.perf_counter() - t0 > timeout:
             p.kill()  # the tlake process only: its JVM exits with it
+            timed_out = True
             _, status, rusage = os.wait4(p.pid, 0)
             break
         driver_kb = max(driver_kb, _status_kb(p.pid, "VmHWM"))
@@ -160,6 +162,7 @@ def measure(
     return {
         "seconds": wall,
         "rc": p.returncode,
+        "timed_out": timed_out,
         "stdout": stdout,
         "stderr_tail": stderr[-3000:],
         "driver_mb": round(driver_kb / 1024, 1) if driver_kb else None,
@@ -298,7 +301,10 @@ def _tlake_row(
         "workers_mb": m["workers_mb"],
         "tree_max_mb": m["tree_max_mb"],
         "phases": _phases(doc),
-        "error": None if ok else (m["stderr_tail"][-600:] or (doc or {}).get("error")),
+        "error": None
+        if ok
+        else (f"timed out after {m['seconds']:.0f} s (killed); " if m.get("timed_out") else "")
+        + (m["stderr_tail"][-600:] or str((doc or {}).get("error"))),
     }
 
 
