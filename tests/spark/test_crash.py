@@ -1,8 +1,8 @@
 """A driver SIGKILLed at the worst moments of an expiration; a re-run finishes the job.
 
-Each case starts ``jobs/expire.py`` in its own process (its own Spark session, ~20 s here), so
-the module runs only with ``TLAKE_CRASH_TESTS=1``. The in-process equivalent (executors killed
-mid-delete) runs always: ``test_expire.py::test_an_expiration_killed_mid_delete_is_finished_by_a_rerun``.
+Each case starts ``jobs/expire.py`` in its own process. Its small lakehouse keeps every phase on
+the driver (no Spark JVM), so the cases are cheap and always run. The executor-side equivalent
+(executors killed mid-delete) is ``test_expire.py::test_an_expiration_killed_mid_delete_is_finished_by_a_rerun``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from trinitylake.lakehouse import Lakehouse
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("TLAKE_CRASH_TESTS") != "1", reason="set TLAKE_CRASH_TESTS=1 (starts Spark JVMs)"),
 ]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

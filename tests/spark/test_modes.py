@@ -49,7 +49,11 @@ def _run(request, where: str, job: str, lh: Lakehouse, **overrides):
     assert result.details["spark"]["started"] == (mode != "local"), result.details["spark"]
     if mode != "local":
         assert result.details["spark"]["mode"] == ("connect" if mode == "connect" else "classic")
-    assert all(p["where"] == execution for p in result.details["execution"].values()), result.details["execution"]
+    places = {p["where"] for p in result.details["execution"].values()}
+    # Distributed runs may keep O(1) steps on the driver (an export's validation); nothing of a
+    # local run may touch Spark.
+    assert places == {"local"} if mode == "local" else execution in places and places <= {"local", execution}, \
+        result.details["execution"]
     return result
 
 
