@@ -716,7 +716,15 @@ def extrapolation_text(extrap: dict[str, Any], largest: int | None) -> str:
     return (
         f"Largest lakehouse measured: {largest:,} files. Seconds ∝ files^slope, fitted over the sizes of 10k files "
         f"or more, and the fitted seconds {at}: "
-        + "; ".join(f"{k}: slope {v['slope']}, {v['seconds_at_1M']:,} s" for k, v in extrap.items())
+        + "; ".join(
+            f"{k}: slope {v['slope']}, {v['seconds_at_1M']:,} s"
+            + (
+                f" (extrapolated from {v['largest_ok_files']:,} files: its bigger runs failed or timed out)"
+                if v.get("largest_ok_files", 10**7) < 1_000_000 <= (largest or 0)
+                else ""
+            )
+            for k, v in extrap.items()
+        )
         + "."
     )
 
@@ -773,6 +781,7 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         fit = fit_loglog([p[0] for p in pts if p[0] >= 10_000], [p[1] for p in pts if p[0] >= 10_000])
         if fit:
             extrap[f"{job} / {tool}"] = {
+                "largest_ok_files": max(p[0] for p in pts),
                 "slope": round(fit[1], 3),
                 "seconds_at_1M": round(math.exp(fit[0]) * 1e6 ** fit[1], 1),
             }
