@@ -62,7 +62,7 @@ class Limits:
     #: files, candidates to delete, files to copy) runs on the driver.
     local_max_items: int = 200_000
     #: Rows a driver-local phase may hold at once (walk output, listing, candidates).
-    driver_max_rows: int = 2_000_000
+    driver_max_rows: int = 500_000
     #: Threads of a driver-local phase, and I/O threads inside one executor task.
     threads: int = 16
 
