@@ -489,6 +489,8 @@ class _Walk:
             with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n):
                 sized = ex.map_arrow(leaves, functools.partial(size_batches, self.reader, self.io_threads),
                                      OUTPUT_SCHEMA, parts)
+                # Materialized inside the phase, so its seconds are the stat work (lazy otherwise).
+                return self._keep(selfs.unionByName(sized))
         else:
             sized = leaves.select("path", "kind", F.lit(-1).cast("long").alias("size"), "depth", "first_version")
         return self._keep(selfs.unionByName(sized))
