@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -95,6 +96,12 @@ def node_references(node: Node, *, is_root: bool, where: str = "node") -> list[t
 
 
 # ---- keys --------------------------------------------------------------------------------
+# A relative path that is already clean: no empty, "." or ".." segment, no leading slash, no
+# colon (so never a URI). Pointers written by this library all look like this; matching them
+# skips the general normalization (the walk resolves one pointer per definition).
+_CLEAN_RELATIVE = re.compile(r"(?!\.{1,2}(?:/|$))[^/:]+(?:/(?!\.{1,2}(?:/|$))[^/:]+)*")
+
+
 def clean_relative(pointer: str) -> str:
     """Normalized relative path (duplicate slashes and ``.`` removed); ``..`` is refused."""
     if ".." in pointer.split("/"):
@@ -126,6 +133,8 @@ class Locator:
 
     def key(self, pointer: str, base: str) -> str:
         """Walk key of a stored `pointer` found in a file of the tree rooted at `base`."""
+        if base == self.root and _CLEAN_RELATIVE.fullmatch(pointer):
+            return pointer
         if is_absolute(pointer):
             return self.key_of_uri(pointer)
         if base == self.root:

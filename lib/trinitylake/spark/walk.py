@@ -266,7 +266,11 @@ class _Walk:
 
     # -- driver levels --
     def _pool(self) -> ThreadPoolExecutor | None:
-        """One thread pool for every driver level (starting threads is slow here)."""
+        """One thread pool for every driver level (starting threads is slow here). Only for
+        object stores, whose latency threads hide: on a local filesystem one thread walked a
+        21k-file lakehouse in 0.6 s and 16 threads in 1.5 s (GIL and syscall contention)."""
+        if self.lakehouse.storage.scheme == "file":
+            return None
         if self._threads is None and self.ex.limits.threads > 1:
             self._threads = ThreadPoolExecutor(max_workers=self.ex.limits.threads)
         return self._threads
