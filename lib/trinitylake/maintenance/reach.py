@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
 from trinitylake.format.node import Node, deserialize
 from trinitylake.format.paths import root_name, root_version
 from trinitylake.storage import Storage
-from trinitylake.storage.uri import is_absolute, join_uri, parse_uri
+from trinitylake.storage.uri import is_absolute, is_plain_relative, join_uri, parse_uri
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
@@ -96,12 +95,6 @@ def node_references(node: Node, *, is_root: bool, where: str = "node") -> list[t
 
 
 # ---- keys --------------------------------------------------------------------------------
-# A relative path that is already clean: no empty, "." or ".." segment, no leading slash, no
-# colon (so never a URI). Pointers written by this library all look like this; matching them
-# skips the general normalization (the walk resolves one pointer per definition).
-_CLEAN_RELATIVE = re.compile(r"(?!\.{1,2}(?:/|$))[^/:]+(?:/(?!\.{1,2}(?:/|$))[^/:]+)*")
-
-
 def clean_relative(pointer: str) -> str:
     """Normalized relative path (duplicate slashes and ``.`` removed); ``..`` is refused."""
     if ".." in pointer.split("/"):
@@ -133,7 +126,7 @@ class Locator:
 
     def key(self, pointer: str, base: str) -> str:
         """Walk key of a stored `pointer` found in a file of the tree rooted at `base`."""
-        if base == self.root and _CLEAN_RELATIVE.fullmatch(pointer):
+        if base == self.root and is_plain_relative(pointer):
             return pointer
         if is_absolute(pointer):
             return self.key_of_uri(pointer)
@@ -180,7 +173,7 @@ class Reader:
         self._foreign: dict[str, Storage] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage": self.storage, "locator": self.locator, "_foreign": {}}  # no cached local root
+        return {"storage": self.storage, "locator": self.locator, "_foreign": {}}
 
     def _storage_for(self, key: str) -> tuple[Storage, str]:
         if not is_absolute(key):
@@ -202,12 +195,10 @@ class Reader:
     def size(self, key: str) -> int:
         """Size in bytes, or -1 when the file is missing."""
         if self.storage.scheme == "file" and not is_absolute(key):
-            # Walk keys inside the root are clean relative paths (no '..', see clean_relative):
-            # a string join instead of a URI parse per file (a walk stats ~1M definitions at
-            # 1M files), still through the storage's retry and fault-injection seam.
-            local = self.__dict__.get("_local_root") or self._set_local_root()
+            # os.stat instead of fsspec's info (a walk stats ~1M definitions at 1M files), still
+            # through the storage's retry and fault-injection seam.
             try:
-                return int(self.storage._retrying("info", key, os.stat, f"{local}/{key}").st_size)
+                return int(self.storage._retrying("info", key, os.stat, self.storage._fs_path(key)).st_size)
             except FileNotFoundError:
                 return -1
         st, p = self._storage_for(key)
@@ -215,10 +206,6 @@ class Reader:
             return st.info(p).size
         except FileNotFoundError:
             return -1
-
-    def _set_local_root(self) -> str:
-        self._local_root = parse_uri(self.storage.root).fs_path.rstrip("/")
-        return self._local_root
 
     def exists(self, key: str) -> bool:
         st, p = self._storage_for(key)

@@ -323,6 +323,18 @@ def batch_of(schema: pa.Schema, columns: dict[str, list[Any]] | Iterable[list[An
                                       schema=schema)
 
 
+def chunks(it: Iterable[Any], n: int) -> Iterator[list[Any]]:
+    """Lists of up to `n` consecutive items of `it` (bounds what a task holds at once)."""
+    buf: list[Any] = []
+    for x in it:
+        buf.append(x)
+        if len(buf) >= n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
 def rows_of(batches: Iterable[pa.RecordBatch], *names: str) -> Iterator[tuple[Any, ...]]:
     """Rows (tuples of the named columns) of record batches, batch by batch."""
     for b in batches:

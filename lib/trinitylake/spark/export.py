@@ -53,7 +53,6 @@ import logging
 import math
 import os
 import random
-import re
 import stat
 import time
 import uuid
@@ -76,7 +75,7 @@ from trinitylake.errors import (
 from trinitylake.format.node import deserialize, serialize
 from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance.results import JobResult
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, rows_of
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, chunks, rows_of
 from trinitylake.storage import FileInfo, Storage, parse_uri
 from trinitylake.storage.storage import RETRY_ATTEMPTS, is_transient
 
@@ -116,7 +115,6 @@ class InjectedFailure(RuntimeError):
 
 
 # ---- per-file I/O -------------------------------------------------------------------------------
-_CLEAN_REL = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9._=-]*/)*[A-Za-z0-9_-][A-Za-z0-9._=-]*")
 
 
 def _fast(storage: Storage) -> Storage:
@@ -162,7 +160,6 @@ class _LocalFiles:
         self._st = storage
         self.scheme = storage.scheme
         self.root = storage.root
-        self._base = parse_uri(storage.root).fs_path.rstrip("/")
         self._tmp_prefix = uuid.uuid4().hex[:16]
         self._counter = itertools.count()
         self._dirs: set[str] = set()
@@ -171,7 +168,7 @@ class _LocalFiles:
         return getattr(self._st, name)
 
     def _fp(self, path: str) -> str:
-        return f"{self._base}/{path}" if _CLEAN_REL.fullmatch(path) else self._st._fs_path(path)
+        return self._st._fs_path(path)
 
     def read(self, path: str) -> bytes:
         try:
@@ -261,17 +258,6 @@ def _pool_map(threads: int) -> tuple[Callable[[Callable, list], list], Callable[
     return (lambda fn, items: list(pool.map(fn, items)) if len(items) > 1 else [fn(i) for i in items]), pool.shutdown
 
 
-def _chunks(it: Iterable[Any], n: int) -> Iterator[list[Any]]:
-    buf: list[Any] = []
-    for x in it:
-        buf.append(x)
-        if len(buf) >= n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
 # ---- plan: one level of nodes ------------------------------------------------------------------
 def _expand(source: Storage, spec: X.ExportSpec, pmap, items: list[tuple[str, int]]) -> list[tuple]:
     """Read and plan node files ``(path, depth)``: `LEVEL_SCHEMA` tuples (the node's row, its
@@ -300,7 +286,7 @@ def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches
     src = _fast(source)
     pmap, close = _pool_map(io_threads)
     try:
-        for chunk in _chunks(rows_of(batches, "target", "depth"), _CHUNK):
+        for chunk in chunks(rows_of(batches, "target", "depth"), _CHUNK):
             out = _expand(src, spec, pmap, chunk)
             yield batch_of(LEVEL_SCHEMA, list(zip(*out, strict=True)) if out else [[] for _ in LEVEL_SCHEMA])
     finally:

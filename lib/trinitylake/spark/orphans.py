@@ -49,7 +49,6 @@ import concurrent.futures
 import functools
 import logging
 import os
-import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -90,19 +89,11 @@ _TMP_MARK = ".tmp-"
 
 
 # Keys the fast local path resolves by concatenation: plain names, no ``.``/``..`` segment.
-_PLAIN_KEY_RE = re.compile(r"^(?!\.\.?(?:/|$))[A-Za-z0-9_=+-][A-Za-z0-9_.=+-]*(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.=+-]+)*$")
 
 
 class LocalDeleteStorage(Storage):
-    """A plain local `Storage` whose deletes resolve plain relative keys by concatenation
-    (`Storage._fs_path` parses a URI per key: a second per 100,000 orphans); any other key
-    goes through the parent. Retries and the fault-injection seam are the parent's."""
-
-    def _fs_path(self, path: str) -> str:
-        if _PLAIN_KEY_RE.match(path):
-            base = self._root_fp
-            return base + path if base.endswith("/") else f"{base}/{path}"
-        return super()._fs_path(path)
+    """A plain local `Storage` whose bulk delete unlinks relative to each open folder. Retries
+    and the fault-injection seam are the parent's."""
 
     def _delete_once(self, resolved: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """``unlink`` relative to an open folder (one path component to resolve per file, not
@@ -133,13 +124,6 @@ class LocalDeleteStorage(Storage):
             finally:
                 os.close(fd)
         return failures
-
-    @property
-    def _root_fp(self) -> str:
-        fp = self.__dict__.get("_root_fp_cache")
-        if fp is None:
-            fp = self.__dict__["_root_fp_cache"] = parse_uri(self.root).fs_path
-        return fp
 
     @classmethod
     def of(cls, storage: Storage) -> Storage:

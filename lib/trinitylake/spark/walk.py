@@ -50,6 +50,7 @@ from trinitylake.spark.execution import (
     Execution,
     as_execution,
     batch_of,
+    chunks,
     functions_for,
     rows_of,
 )
@@ -141,22 +142,11 @@ class Reached:
 
 
 # ---- executor functions -------------------------------------------------------------------
-def _chunks(it: Any, n: int) -> Any:
-    buf = []
-    for x in it:
-        buf.append(x)
-        if len(buf) >= n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
 def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of one level: frontier batches (path, base, first_version) in,
     one `LEVEL_SCHEMA` batch per chunk of node files out."""
-    for chunk in _chunks(rows_of(batches, "path", "base", "first_version"), _CHUNK):
+    for chunk in chunks(rows_of(batches, "path", "base", "first_version"), _CHUNK):
         cols: list[list[Any]] = [[] for _ in LEVEL_SCHEMA]
         rows = [(p, b, fv, depth, depth == 0) for p, b, fv in chunk]
         for emitted, _ in R.expand_node_rows(reader, rows, io_threads):
@@ -168,7 +158,7 @@ def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Itera
 
 def size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function sizing definition rows (LEAF_SCHEMA in, OUTPUT_SCHEMA out)."""
-    for chunk in _chunks(rows_of(batches, "path", "kind", "depth", "first_version"), _CHUNK):
+    for chunk in chunks(rows_of(batches, "path", "kind", "depth", "first_version"), _CHUNK):
         sizes = R.sizes_of(reader, [r[0] for r in chunk], io_threads)
         yield batch_of(OUTPUT_SCHEMA, [[r[0] for r in chunk], [r[1] for r in chunk], [int(s) for s in sizes],
                                        [r[2] for r in chunk], [r[3] for r in chunk]])

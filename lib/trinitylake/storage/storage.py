@@ -31,7 +31,7 @@ from typing import Any
 import fsspec
 
 from trinitylake.errors import StorageError, StoragePermissionError
-from trinitylake.storage.uri import ParsedURI, is_absolute, join_uri, parse_uri
+from trinitylake.storage.uri import ParsedURI, is_absolute, is_plain_relative, join_uri, parse_uri
 
 _MEMORY_LOCK = threading.Lock()
 _FS_LOCK = threading.Lock()
@@ -310,6 +310,12 @@ class Storage:
         return full[len(prefix) :] if full.startswith(prefix) else None
 
     def _fs_path(self, path: str) -> str:
+        if self.scheme == "file" and is_plain_relative(path):
+            # The common case (every key the format writes): a string join. parse_uri costs
+            # ~0.2 ms a call here, more than the I/O of a small file, and walks, deletes and
+            # copies resolve one path per file.
+            base = self._parsed.fs_path
+            return f"{base}{path}" if base.endswith("/") else f"{base}/{path}"
         if is_absolute(path):
             p = parse_uri(path)
             if p.scheme != self.scheme:

@@ -49,6 +49,16 @@ def _clean_segments(path: str, original: str) -> list[str]:
     return segs
 
 
+# A relative path that is already normal: segments of letters, digits and ``._=+-``, none empty,
+# ``.`` or ``..`` (the names the format writes). Joining one onto a root needs no parsing.
+_PLAIN_RELATIVE_RE = re.compile(r"(?!\.\.?(?:/|$))[A-Za-z0-9_=+-][A-Za-z0-9_.=+-]*(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.=+-]+)*")
+
+
+def is_plain_relative(path: str) -> bool:
+    """True when `path` is a relative path that normalization would leave unchanged."""
+    return _PLAIN_RELATIVE_RE.fullmatch(path) is not None
+
+
 def is_absolute(location: str) -> bool:
     """True for a URI with a scheme or an absolute local path; False for a relative path."""
     return bool(_SCHEME_RE.match(location) or _FILE_NO_AUTHORITY_RE.match(location)) or location.startswith("/")
