@@ -162,10 +162,9 @@ def delete_keys(
 
 def _budgeted_task(storage: Storage, batch_size: int, max_retries: int, allowed: int | None,
                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Fault injection: a shared budget of `allowed` batches across tasks cannot be counted
-    without shared state, so the driver hands every task the same global limit, and tasks
-    whose first key sorts at or beyond the `allowed`-th batch fail (deterministic enough for
-    the crash tests: some batches run, the job dies)."""
+    """Fault injection: one batch per task, and the tasks whose partition index is at or beyond
+    `allowed` fail (a shared budget across tasks would need shared state), so exactly `allowed`
+    batches run before the job dies."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()

@@ -16,11 +16,11 @@ Modes (job option ``execution``):
   levels to the executors), so the driver's memory stays bounded however big the lakehouse.
 
 Executor work goes only through the DataFrame API (``createDataFrame(arrow_table)``,
-``mapInArrow``, aggregates, ``toArrow``): no SparkContext, RDD or accumulator, so the same code
-runs in classic mode, under Spark Connect (``spark.api.mode=connect``, ``--remote sc://...``),
-Databricks serverless and Unity Catalog standard access mode. Every function shipped to
-executors takes and yields Arrow record batches; the very same function runs on the driver in
-local mode (:meth:`Execution.map_local`), so both sides share one implementation.
+``mapInArrow``, aggregates, ``localCheckpoint``, ``toArrow``): no SparkContext, RDD or
+accumulator, so the same code runs in classic mode, under Spark Connect
+(``spark.api.mode=connect``, ``--remote sc://...``), Databricks serverless and Unity Catalog
+standard access mode. Every function shipped to executors takes and yields Arrow record batches
+and wraps the same per-file library code the driver-side phases call directly.
 
 Each phase's placement is recorded in ``result.details["execution"]``: where it ran, how many
 items, how long.
@@ -34,7 +34,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -211,25 +210,6 @@ class Execution:
         df = self.to_df(source) if isinstance(source, pa.Table) else source
         df = df.repartition(partitions) if partitions > 1 else df.coalesce(1)
         return df.mapInArrow(fn, ddl(schema))
-
-    def map_local(self, table: pa.Table, fn: BatchFn, schema: pa.Schema, chunk: int,
-                  threads: int | None = None) -> pa.Table:
-        """Run `fn` on the driver over `table` in slices of `chunk` rows, a thread per slice."""
-        slices = [table.slice(i, chunk) for i in range(0, table.num_rows, max(1, chunk))]
-        if not slices:
-            return schema.empty_table()
-
-        def one(t: pa.Table) -> list[pa.RecordBatch]:
-            return list(fn(iter(t.to_batches())))
-
-        threads = max(1, min(threads or self.limits.threads, len(slices)))
-        if threads == 1:
-            parts = [one(s) for s in slices]
-        else:
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                parts = list(pool.map(one, slices))
-        batches = [b for part in parts for b in part if b.num_rows]
-        return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
 def warm_arrow() -> None:

@@ -585,5 +585,3 @@ def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable"
     result.details[f"{prefix}_walk"] = {"levels": st.levels, "read_ratio": st.read_ratio, "roots": st.roots,
                                         "missing": st.missing, "seconds": st.seconds, "where": st.where}
 
-
-_fill_walk_counts = fill_walk_counts  # the name the other jobs imported before
