@@ -45,6 +45,11 @@ class VersionNotFoundError(NotFoundError):
     """A version is expired, in the future, or otherwise not available."""
 
 
+class VersionExpiredError(VersionNotFoundError):
+    """A version is below the lakehouse's ``oldest_retained_version``: an expiration committed
+    it as expired (its files may be deleted at any moment), so nothing may reference it again."""
+
+
 class SnapshotNotFoundError(NotFoundError):
     """An exported snapshot name is unknown."""
 

@@ -25,7 +25,7 @@ from trinitylake.format import tree
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import HINT_FILE, is_root_name, lakehouse_def_name, parse_hint, root_name, root_version
 from trinitylake.lakehouse.audit import Auditor
-from trinitylake.lakehouse.roots import RootRef, root_system_rows
+from trinitylake.lakehouse.roots import RootRef, check_retained, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.storage import Storage, is_absolute, parse_uri
 
@@ -451,6 +451,10 @@ class Lakehouse:
         if to >= latest:
             raise ValidationError(f"can only roll back to an older version; {to} is not older than the latest {latest}")
         cur = self.load_root(latest)
+        # The floor is read from root `latest` and the new root is created exclusively as
+        # latest+1, so an expiration that commits a higher floor meanwhile makes this rollback
+        # fail as a conflict; its re-run then sees the floor and is refused.
+        check_retained(cur.lakehouse_def, to, f"rollback to version {to}")
         txn_id = str(uuid.uuid4())
         diff = self.diff(cur, target)
         seq = self.auditor.allocate_seq(txn_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trinitylake.errors import VersionExpiredError
 from trinitylake.format import keys as K
 from trinitylake.format.definitions import LakehouseDef
 from trinitylake.format.node import Node
@@ -65,3 +66,31 @@ def root_system_rows(
     if txn_seq is not None:
         rows[K.SYS_TXN_SEQ] = str(txn_seq)
     return rows
+
+
+def check_retained(d: LakehouseDef, version: int, what: str) -> None:
+    """Refuse to make anything reference `version` when the latest definition `d` says it is
+    expired. Expire commits ``oldest_retained_version`` *before* it deletes, so a root file
+    below the floor may still exist while its files are being deleted; a rollback, export pin
+    or any other new reference to it would point at files that are about to disappear.
+
+    Raises:
+        VersionExpiredError: `version` is below ``d.oldest_retained_version``.
+    """
+    floor = int(d.oldest_retained_version)
+    if version < floor:
+        raise VersionExpiredError(
+            f"{what}: version {version} is expired (the lakehouse retains versions {floor} and newer; "
+            f"oldest_retained_version = {floor}), so it can no longer be referenced"
+        )
+
+
+def check_new_pins(before: LakehouseDef, after: LakehouseDef) -> None:
+    """Refuse a definition change that adds or moves an export pin to an expired version.
+
+    Called on every commit attempt with the latest definition as `before`, so a pin recorded
+    while an expiration raised the floor is re-checked after the rebase.
+    """
+    for name, v in after.exported_snapshot_pins.items():
+        if before.exported_snapshot_pins.get(name) != v:
+            check_retained(after, int(v), f"export {name!r} pins version {v}")

@@ -33,7 +33,7 @@ from trinitylake.format import tree
 from trinitylake.format.node import Message, serialize
 from trinitylake.format.paths import namespace_def_path, root_name, table_def_path
 from trinitylake.lakehouse.lakehouse import ChangeSet, Lakehouse, _now_ms
-from trinitylake.lakehouse.roots import root_system_rows
+from trinitylake.lakehouse.roots import check_new_pins, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 
 MAX_COMMIT_ATTEMPTS = 32
@@ -246,6 +246,7 @@ class Transaction(LakehouseView):
                     d.CopyFrom(base.lakehouse_def)
                     for fn in self.def_mutations:
                         fn(d)
+                    check_new_pins(base.lakehouse_def, d)  # re-checked on every rebase
                     def_path = lh.write_definition(d)
                 writer = tree.TreeWriter(store, lh.tree_params(d))
                 new_root = writer.commit(base.node, msgs, keep_txn=self.id)

@@ -417,6 +417,7 @@ def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResul
                      result.run_id, len(expired), n_cands, bytes_cands, result.plan_location)
             return result
 
+        crash_point("expire_after_plan")
         with _timed(result, "commit", "commit the new oldest retained version"):
             if plan.expired:
                 committed = _commit(lh, new_oldest, result)
@@ -449,6 +450,9 @@ def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResul
         if n_final != n_cands:
             log.info("expire %s: %d candidates are reachable from versions committed since the plan; kept",
                      result.run_id, n_cands - n_final)
+        # From here on nothing new may reference the expired versions: rollbacks and export
+        # pins below the committed floor are refused (`lakehouse.roots.check_retained`).
+        crash_point("expire_before_delete")
 
         with _timed(result, "delete", "delete the expired files"):
             out = _delete_levels(ex, lh, cands, expired, cfg, result)
@@ -497,6 +501,7 @@ def _delete_levels(ex: Execution, lh: Any, cands: _Candidates, expired: list[int
         out = delete_keys(ex, lh.storage, cands.level(depth), levels[depth], batch_size=cfg.delete_batch_size,
                           max_retries=cfg.max_retries, budget=budget, what=f"files at depth {depth}")
         total.add(out)
+        crash_point("expire_mid_delete")  # after the deepest level, before the shallower ones
         if out.failed:
             raise StorageError(
                 f"{out.failed} of {levels[depth]} files at depth {depth} could not be deleted (e.g. "

@@ -1,0 +1,12 @@
+"""An independent oracle for the destructive jobs: a small TrinityLake reader written from the
+spec (docs/format/storage-layout.md, key-encoding.md, definitions/*.md and ../shared/FORMAT.md)
+with pyarrow and the protobuf messages only.
+
+It shares no code with the library's tree, walk or storage layers (no `node_references`,
+`Locator`, `Reader`, `expand_node`, `reference_walk`, `Storage` or `NodeStore`): a wrong rule
+about what counts as a reference would have to be made twice, independently, to go unnoticed.
+"""
+
+from tests.oracle.reader import Oracle, Snapshot
+
+__all__ = ["Oracle", "Snapshot"]

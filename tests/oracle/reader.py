@@ -1,0 +1,367 @@
+"""The oracle's reader (see the package doc). Everything here follows the spec's words:
+
+* **Roots** are ``_`` + the version as 64 bits, least significant bit first, + ``.arrow``
+  (storage-layout.md; the names come from `tests.format.oracle`, itself written from the spec).
+* **Node files** are Arrow IPC *files* with utf8 columns ``key, value, pnode, txn`` (missing
+  ``pnode``/``txn`` read as NULL). Rows before the first row whose key and value are both NULL
+  are system rows; then come exactly ``order`` key-table rows (row 0: key NULL, ``pnode`` = the
+  leftmost child; rows 1..k: sorted key, value, right child); every row after them is a
+  write-buffer message (``txn`` set; value NULL = delete). Later messages override earlier
+  ones, and a node's messages override everything below it (B-epsilon merge-on-read).
+* **Pointers** (``pnode``, values, ``lakehouse_def``) are paths relative to the root the node
+  belongs to, or full URIs (exports point into their source that way).
+* **What a root reaches**: the root file, its ``lakehouse_def`` file, every child node file,
+  and every value (the object definition files), in the key table and in the buffer messages
+  alike: a delete-shadowed set message still names a file the node file references.
+  ``previous_root`` and ``rollback_from_root`` name other versions' roots; they are history,
+  not content, and are not followed (a version's content is its own tree).
+* **Which roots are live** (our documented extension of the lakehouse definition, FORMAT.md §4
+  and §7, fields 100-105): every version from ``oldest_retained_version`` to the latest, the
+  root of every ``exported_snapshots`` entry, and every ``exported_snapshot_pins`` version.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from tests.format.oracle import root_name, root_version
+from trinitylake.format import definitions_pb2 as pb
+
+ROOT_FILE = re.compile(r"^_[01]{64}\.arrow$")
+#: Files the format owns (storage-layout.md): roots, lakehouse definitions, hash-prefixed files.
+OWNED = re.compile(r"^(_[01]{64}\.arrow|_lakehouse_def_.+\.binpb|[01]{4}/[01]{4}/[01]{4}/[01]{8}-.+\.(arrow|binpb))$")
+
+
+class OracleError(AssertionError):
+    """The oracle found the lakehouse unreadable: a test failure, never a library error."""
+
+
+# ---- files ---------------------------------------------------------------------------------------
+class LocalFiles:
+    """Plain local files; URIs are ``file:///abs/path`` or absolute paths."""
+
+    @staticmethod
+    def path(uri: str) -> str:
+        return uri[len("file://"):] if uri.startswith("file://") else uri
+
+    def read(self, uri: str) -> bytes:
+        with open(self.path(uri), "rb") as f:
+            return f.read()
+
+    def exists(self, uri: str) -> bool:
+        return os.path.isfile(self.path(uri))
+
+    def list(self, root: str) -> set[str]:
+        base = self.path(root).rstrip("/")
+        out = set()
+        for d, _, files in os.walk(base):
+            for name in files:
+                out.add(os.path.relpath(os.path.join(d, name), base).replace(os.sep, "/"))
+        return out
+
+
+class BotoFiles:
+    """S3 through a boto3 client (the library itself uses s3fs)."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    @staticmethod
+    def _split(uri: str) -> tuple[str, str]:
+        assert uri.startswith("s3://"), uri
+        bucket, _, key = uri[5:].partition("/")
+        return bucket, key
+
+    def read(self, uri: str) -> bytes:
+        bucket, key = self._split(uri)
+        try:
+            return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            raise FileNotFoundError(uri) from None
+
+    def exists(self, uri: str) -> bool:
+        try:
+            self.read(uri)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def list(self, root: str) -> set[str]:
+        bucket, prefix = self._split(root.rstrip("/") + "/")
+        out = set()
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                out.add(obj["Key"][len(prefix):])
+        return out
+
+
+def files_for(uri: str, s3_client: Any = None) -> LocalFiles | BotoFiles:
+    if uri.startswith("s3://"):
+        if s3_client is None:
+            raise ValueError("an s3:// lakehouse needs the boto3 client of the test server")
+        return BotoFiles(s3_client)
+    return LocalFiles()
+
+
+# ---- node files ----------------------------------------------------------------------------------
+@dataclass
+class NodeFile:
+    system: dict[str, str]
+    entries: list[tuple[str, str]]  # key table: (key, value)
+    children: list[str]  # pnode pointers of the key table, leftmost first
+    messages: list[tuple[str, str | None]]  # write buffer, oldest first
+
+
+def _table(data: bytes, where: str) -> pa.Table:
+    try:
+        return ipc.open_file(pa.BufferReader(data)).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise OracleError(f"{where} is not an Arrow IPC file: {e}") from e
+
+
+def system_rows(data: bytes, where: str) -> dict[str, str]:
+    """The rows before the first NULL/NULL row (all rows' key/value in the Java layout)."""
+    t = _table(data, where)
+    out = {}
+    for k, v in zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True):
+        if k is None and v is None:
+            break
+        out[k] = v
+    return out
+
+
+def parse_node(data: bytes, order: int, where: str) -> NodeFile:
+    table = _table(data, where)
+    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    n = table.num_rows
+    key, value = cols["key"], cols["value"]
+    pnode = cols.get("pnode", [None] * n)
+    txn = cols.get("txn", [None] * n)
+    sep = next((i for i in range(n) if key[i] is None and value[i] is None), None)
+    if sep is None:  # the Java single-node layout: every non-system row is the key table
+        system = {}
+        entries = []
+        for k, v in zip(key, value, strict=True):
+            if k in ("created_at_millis", "lakehouse_def", "n_keys", "previous_root", "rollback_from_root"):
+                system[k] = v
+            else:
+                entries.append((k, v))
+        return NodeFile(system, entries, [], [])
+    system = {key[i]: value[i] for i in range(sep)}
+    end = sep + order
+    if end > n:
+        raise OracleError(f"{where}: key table needs {order} rows, the file has {n - sep} after the system rows")
+    entries, children = [], []
+    for i in range(sep, end):
+        if pnode[i] is not None:
+            children.append(pnode[i])
+        if i > sep and key[i] is not None:
+            entries.append((key[i], value[i]))
+    messages = []
+    for i in range(end, n):
+        if key[i] is None or txn[i] is None:
+            raise OracleError(f"{where}: buffer row {i} lacks a key or a txn")
+        messages.append((key[i], value[i]))
+    return NodeFile(system, entries, children, messages)
+
+
+HASHED_SUFFIX = re.compile(r"/[01]{4}/[01]{4}/[01]{4}/[01]{8}-[^/]+$")
+
+
+def base_of(pointer: str, base: str) -> str:
+    """The root that the pointers inside the file at `pointer` are relative to: `base` for a
+    relative pointer; for a full URI, the lakehouse root it lies under (every non-root file
+    sits at ``<root>/<hash-prefixed name>``, storage-layout.md)."""
+    if "://" not in pointer and not pointer.startswith("/"):
+        return base
+    m = HASHED_SUFFIX.search(pointer)
+    if m is None:
+        raise OracleError(f"full URI {pointer} is not a hash-prefixed file under a lakehouse root")
+    return pointer[: m.start()]
+
+
+# ---- the oracle ----------------------------------------------------------------------------------
+@dataclass
+class Snapshot:
+    """What a user sees: per retained version, export and pinned version, every key with the
+    bytes of the definition file it points to."""
+
+    versions: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    exports: dict[str, dict[str, bytes]] = field(default_factory=dict)
+
+    def diff(self, other: Snapshot) -> list[str]:
+        """What `other` lost or changed of this snapshot (versions/exports it still lists)."""
+        out = []
+        for label, mine, theirs in (("version", self.versions, other.versions), ("export", self.exports, other.exports)):
+            for name, keys in mine.items():
+                if name not in theirs:
+                    out.append(f"{label} {name} is gone")
+                elif theirs[name] != keys:
+                    changed = sorted(k for k in keys.keys() | theirs[name].keys() if keys.get(k) != theirs[name].get(k))
+                    out.append(f"{label} {name}: keys differ: {changed[:3]}")
+        return out
+
+
+class Oracle:
+    """Independent reads of one lakehouse (local files, or S3 through `s3_client`)."""
+
+    def __init__(self, uri: str, s3_client: Any = None):
+        self.root = uri.rstrip("/")
+        self.files = files_for(uri, s3_client)
+        self.s3_client = s3_client
+
+    # -- pointers
+    def resolve(self, pointer: str, base: str) -> str:
+        return pointer if "://" in pointer or pointer.startswith("/") else f"{base}/{pointer}"
+
+    def relative(self, uri: str) -> str | None:
+        """`uri` relative to this lakehouse's root, or None when it lies elsewhere."""
+        root = self.root
+        if uri.startswith("/") and root.startswith("file://"):
+            uri = "file://" + uri
+        return uri[len(root) + 1:] if uri.startswith(root + "/") else None
+
+    def _read(self, uri: str, what: str) -> bytes:
+        files = self.files if uri.startswith(self.root) or "://" not in uri else files_for(uri, self.s3_client)
+        try:
+            return files.read(uri)
+        except FileNotFoundError:
+            raise OracleError(f"{what} {uri} is missing") from None
+
+    def definition(self, uri: str) -> pb.LakehouseDef:
+        d = pb.LakehouseDef()
+        d.ParseFromString(self._read(uri, "lakehouse definition"))
+        return d
+
+    # -- versions
+    def listed_versions(self) -> list[int]:
+        return sorted(root_version(p) for p in self.files.list(self.root) if ROOT_FILE.match(p))
+
+    def latest(self) -> tuple[int, pb.LakehouseDef]:
+        vs = self.listed_versions()
+        if not vs:
+            raise OracleError(f"no root file under {self.root}")
+        root = self._root(f"{self.root}/{root_name(vs[-1])}")
+        return vs[-1], self.definition(self.resolve(root[0].system["lakehouse_def"], self.root))
+
+    def _root(self, uri: str) -> tuple[NodeFile, str]:
+        data = self._read(uri, "root node file")
+        # The order lives in the definition the root points to: system rows first.
+        system = system_rows(data, uri)
+        base = uri.rsplit("/", 1)[0]
+        d = self.definition(self.resolve(system["lakehouse_def"], base))
+        return parse_node(data, d.order, uri), base
+
+    def live_roots(self) -> dict[str, str]:
+        """label -> root URI of everything that must stay readable."""
+        latest, d = self.latest()
+        out = {f"v{v}": f"{self.root}/{root_name(v)}" for v in range(d.oldest_retained_version, latest + 1)}
+        for name, uri in d.exported_snapshots.items():
+            out[f"export:{name}"] = uri
+        for name, v in d.exported_snapshot_pins.items():
+            out[f"pin:{name}"] = f"{self.root}/{root_name(v)}"
+        return out
+
+    # -- reachability
+    def reach(self, roots: Iterable[str], *, tolerate_missing: bool = False) -> set[str]:
+        """Every file URI the given root URIs reach."""
+        seen: set[str] = set()
+        for root_uri in roots:
+            try:
+                node, base = self._root(root_uri)
+            except OracleError:
+                if tolerate_missing:
+                    continue
+                raise
+            d_uri = self.resolve(node.system["lakehouse_def"], base)
+            order = self.definition(d_uri).order
+            seen.update((root_uri, d_uri))
+            stack = [(node, base)]
+            while stack:
+                n, b = stack.pop()
+                for _, v in n.entries:
+                    seen.add(self.resolve(v, b))
+                for _, v in n.messages:
+                    if v is not None:
+                        seen.add(self.resolve(v, b))
+                for c in n.children:
+                    cu = self.resolve(c, b)
+                    if cu in seen:
+                        continue  # immutable files: a shared subtree is read once
+                    seen.add(cu)
+                    try:
+                        data = self._read(cu, "node file")
+                    except OracleError:
+                        if tolerate_missing:
+                            continue
+                        raise
+                    stack.append((parse_node(data, order, cu), base_of(c, b)))
+        return seen
+
+    def reach_relative(self, roots: Iterable[str], **kw: Any) -> set[str]:
+        """`reach` as paths relative to this root (files elsewhere left out)."""
+        return {r for u in self.reach(roots, **kw) if (r := self.relative(u)) is not None}
+
+    def live_files(self) -> set[str]:
+        return self.reach_relative(self.live_roots().values())
+
+    def version_files(self, versions: Iterable[int]) -> set[str]:
+        return self.reach_relative(f"{self.root}/{root_name(v)}" for v in versions)
+
+    def owned_files(self) -> set[str]:
+        return {p for p in self.files.list(self.root) if OWNED.match(p)}
+
+    # -- user-visible contents
+    def items(self, root_uri: str) -> dict[str, bytes]:
+        """Every key of the tree at `root_uri` with the bytes of its definition file."""
+        node, base = self._root(root_uri)
+        order = self.definition(self.resolve(node.system["lakehouse_def"], base)).order
+
+        def merged(n: NodeFile, b: str) -> dict[str, tuple[str, str]]:
+            out: dict[str, tuple[str, str]] = {}
+            for c in n.children:
+                cu = self.resolve(c, b)
+                out.update(merged(parse_node(self._read(cu, "node file"), order, cu), base_of(c, b)))
+            out.update((k, (v, b)) for k, v in n.entries)
+            for k, v in n.messages:  # newer than anything below, later rows newer still
+                if v is None:
+                    out.pop(k, None)
+                else:
+                    out[k] = (v, b)
+            return out
+
+        return {k: self._read(self.resolve(v, b), f"definition of key {k!r}")
+                for k, (v, b) in sorted(merged(node, base).items())}
+
+    def snapshot(self) -> Snapshot:
+        latest, d = self.latest()
+        s = Snapshot()
+        for v in range(d.oldest_retained_version, latest + 1):
+            s.versions[v] = self.items(f"{self.root}/{root_name(v)}")
+        for name, uri in d.exported_snapshots.items():
+            s.exports[name] = self.items(uri)
+        for name, v in d.exported_snapshot_pins.items():
+            s.versions.setdefault(v, self.items(f"{self.root}/{root_name(v)}"))
+        return s
+
+    def problems(self, before: Snapshot | None = None) -> list[str]:
+        """Everything wrong now: live roots that do not read, live files missing, and what a
+        snapshot taken `before` lost (only what is still live is compared)."""
+        out = []
+        try:
+            now = self.snapshot()
+            self.live_files()
+        except OracleError as e:
+            return [str(e)]
+        if before is not None:
+            still = Snapshot({v: k for v, k in before.versions.items() if v in now.versions},
+                             {n: k for n, k in before.exports.items() if n in now.exports})
+            out += still.diff(now)
+        return out
