@@ -13,9 +13,18 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trinitylake.errors import TrinityLakeError, ValidationError
+from trinitylake.redact import (
+    install_log_redaction,
+    redact_argv,
+    redact_text,
+    redact_value,
+    remember_environment,
+    warn_command_line_secrets,
+)
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -42,8 +51,10 @@ class Ctx:
 
             self._lh = Lakehouse.open(self.require_uri(), storage_options=self.storage_options or None,
                                       control_uri=self.control_uri, audit=self.audit)
-            self._lh.command = click.get_current_context().command_path.split(" ", 1)[-1]
-            self._lh.arguments = {"argv": sys.argv[1:]}
+            click_ctx = click.get_current_context()
+            self._lh.command = click_ctx.command_path.split(" ", 1)[-1]
+            argv = click_ctx.find_root().meta.get(_ARGV_KEY, sys.argv[1:])
+            self._lh.arguments = {"argv": redact_argv(argv)}
         return self._lh
 
 
@@ -65,10 +76,11 @@ def handle_errors(fn):
         try:
             return fn(*args, **kwargs)
         except TrinityLakeError as e:
-            err_console.print(f"[red]error[/red] ({type(e).__name__}): {e}", highlight=False, markup=True)
+            err_console.print(f"[red]error[/red] ({type(e).__name__}): {escape(redact_text(str(e)))}", highlight=False,
+                              markup=True)
             sys.exit(1)
         except FileNotFoundError as e:
-            err_console.print(f"[red]error[/red] (FileNotFoundError): {e}", highlight=False)
+            err_console.print(f"[red]error[/red] (FileNotFoundError): {escape(redact_text(str(e)))}", highlight=False)
             sys.exit(1)
 
     return wrapper
@@ -128,7 +140,19 @@ def _write(ctx: Ctx, op, describe: str):
 
 
 # ---- the group -------------------------------------------------------------------------
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_ARGV_KEY = "trinitylake.argv"
+
+
+class _Group(click.Group):
+    """Keeps the command line it parsed (the control table records it, redacted; the secrets
+    warning reads it), also when called from Python or a test runner rather than `sys.argv`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta.setdefault(_ARGV_KEY, list(args))
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--lakehouse", "lakehouse_uri", envvar="TLAKE_LAKEHOUSE", help="lakehouse root URI (or TLAKE_LAKEHOUSE)")
 @click.option("--storage-option", "storage_options", multiple=True, help="fsspec storage option key=value (e.g. endpoint_url=...)")
 @click.option("--control-uri", envvar="TLAKE_CONTROL_URI", default=None, help="control table location (default <lakehouse>/_control)")
@@ -140,7 +164,12 @@ def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_le
     if isinstance(click_ctx.obj, Ctx):  # re-entered by `tlake txn` replaying one operation
         return
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    click_ctx.obj = Ctx(lakehouse_uri, _kv(storage_options, "--storage-option"), control_uri, not no_audit)
+    install_log_redaction()
+    remember_environment()
+    warn_command_line_secrets(click_ctx.meta.get(_ARGV_KEY, ()))
+    options = _kv(storage_options, "--storage-option")
+    redact_value(options)  # arms the scrubbing of these credentials from any later message
+    click_ctx.obj = Ctx(lakehouse_uri, options, control_uri, not no_audit)
 
 
 @cli.command()

@@ -23,10 +23,12 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
+from trinitylake.redact import redact_text
 
 JOBS = ("walk", "expire", "orphans")
 _HELP = {
@@ -96,7 +98,7 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
     try:
         cfg = parse_job_args(job, job_argv(ctx, master, click_ctx.args))
     except ConfigError as e:
-        err_console.print(f"[red]error[/red] (ConfigError): {e}", highlight=False)
+        err_console.print(f"[red]error[/red] (ConfigError): {escape(redact_text(str(e)))}", highlight=False)
         sys.exit(2)
     result: JobResult | None = None
     error: BaseException | None = None
@@ -116,7 +118,7 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
         else:
             render_result(result)
     if error is not None:
-        err_console.print(f"[red]error[/red] ({type(error).__name__}): {error}", highlight=False)
+        err_console.print(f"[red]error[/red] ({type(error).__name__}): {escape(redact_text(str(error)))}", highlight=False)
         sys.exit(2 if isinstance(error, ConfigError) else 1)
 
 
@@ -136,7 +138,7 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
     t = Table(title=f"tlake {result.job} {result.run_id}: [{colour}]{result.status}[/{colour}]", title_justify="left")
     t.add_column("", style="bold")
     t.add_column("value", justify="right", overflow="fold")
-    t.add_row("lakehouse", result.lakehouse)
+    t.add_row("lakehouse", redact_text(result.lakehouse))
     versions = f"{result.version_before}" + (
         f" -> {result.version_after}" if result.version_after not in (None, result.version_before) else "")
     t.add_row("version", versions)
@@ -149,11 +151,11 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
     for k, v in result.seconds.items():
         t.add_row(f"seconds: {k}", f"{v:.2f}")
     if result.plan_location:
-        t.add_row("plan", result.plan_location)
+        t.add_row("plan", redact_text(result.plan_location))
     if result.output_location:
-        t.add_row("output", result.output_location)
+        t.add_row("output", redact_text(result.output_location))
     for w in result.details.get("warnings") or []:
-        t.add_row("warning", str(w))
+        t.add_row("warning", escape(redact_text(str(w))))
     if result.error:
-        t.add_row("error", result.error)
+        t.add_row("error", escape(redact_text(result.error)))
     console.print(t)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trinitylake.control.records import RECORD_TYPE_RANK, AuditRecord
+from trinitylake.redact import redact_text, redact_value
 
 _FINAL_TYPES = ("committed", "failed", "completed", "read", "recovered")
 _VERSION_TYPES = ("committed", "completed", "recovered")
@@ -144,7 +145,8 @@ def _merge_group(seq: int | None, rows: list[AuditRecord]) -> HistoryEntry:
                 e.changes.append(c)
         e.metrics.update(r.metrics)
         if r.arguments and not e.arguments:
-            e.arguments = dict(r.arguments)
+            # Rows written before redaction existed may hold credentials: never show them.
+            e.arguments = redact_value(dict(r.arguments))
         e.user = e.user or r.user
         e.host = e.host or r.host
         if e.parent_seq is None:
@@ -153,7 +155,7 @@ def _merge_group(seq: int | None, rows: list[AuditRecord]) -> HistoryEntry:
         if r.attempts is not None:
             e.attempts = r.attempts
         if r.record_type == "failed" and (r.error_class or r.error_message):
-            e.error = ": ".join(x for x in (r.error_class, r.error_message) if x)
+            e.error = redact_text(": ".join(x for x in (r.error_class, r.error_message) if x))
     if e.record_type != "failed":
         e.error = None  # a later success supersedes an earlier failed attempt
     if not e.command:

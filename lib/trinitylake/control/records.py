@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from trinitylake.errors import ValidationError
+from trinitylake.redact import redact_text, redact_value
 
 RECORD_TYPES = ("begin", "committed", "failed", "completed", "read", "recovered")
 
@@ -139,10 +140,13 @@ def records_to_arrow(records: list[AuditRecord], recorded_at: datetime | None = 
         cols["txn_seq"].append(r.txn_seq)
         cols["record_type"].append(r.record_type)
         cols["txn_id"].append(r.txn_id)
-        cols["command"].append(r.command)
-        cols["arguments"].append(json.dumps(r.arguments or {}, sort_keys=True, default=str))
-        for name in ("user", "host", "spark_app_id", "error_class", "error_message", "isolation"):
+        # Redacted here, where every row is built, whoever built the record: the control table
+        # is read widely (SQL, dashboards) and Delta keeps old files for time travel.
+        cols["command"].append(redact_text(r.command))
+        cols["arguments"].append(json.dumps(redact_value(r.arguments or {}), sort_keys=True, default=str))
+        for name in ("user", "host", "spark_app_id", "error_class", "isolation"):
             cols[name].append(getattr(r, name))
+        cols["error_message"].append(redact_text(r.error_message))
         for name in ("version_before", "version_after", "based_on_seq", "based_on_version", "parent_seq", "attempts"):
             v = getattr(r, name)
             cols[name].append(None if v is None else int(v))
@@ -150,7 +154,7 @@ def records_to_arrow(records: list[AuditRecord], recorded_at: datetime | None = 
         cols["ended_at"].append(_utc(r.ended_at))
         cols["recorded_at"].append(_utc(r.recorded_at) or now)
         cols["metrics"].append([(str(k), float(v)) for k, v in (r.metrics or {}).items()])
-        cols["changes"].append([str(c) for c in (r.changes or [])])
+        cols["changes"].append([redact_text(str(c)) for c in (r.changes or [])])
     return pa.Table.from_pydict(cols, schema=SCHEMA)
 
 

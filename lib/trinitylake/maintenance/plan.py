@@ -15,6 +15,7 @@ import json
 import time
 from typing import Any
 
+from trinitylake.redact import redact_value
 from trinitylake.storage import Storage
 
 MAINTENANCE_DIR = "_maintenance"
@@ -26,8 +27,10 @@ def run_dir(job: str, run_id: str) -> str:
 
 
 def write_json(storage: Storage, path: str, doc: dict[str, Any]) -> str:
-    """Write `doc` as indented JSON (replacing an earlier file of a re-run); returns its URI."""
-    storage.write(path, (json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n").encode())
+    """Write `doc` as indented JSON (replacing an earlier file of a re-run); returns its URI.
+
+    Credentials in `doc` (options a plan or result quotes) are redacted first."""
+    storage.write(path, (json.dumps(redact_value(doc), indent=2, sort_keys=True, default=str) + "\n").encode())
     return storage.uri(path)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trinitylake.redact import redact_value
+
 
 @dataclass
 class JobResult:
@@ -32,7 +34,9 @@ class JobResult:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready, with credentials redacted (it goes to logs, `--json`, XCom and
+        ``result.json``)."""
+        return redact_value(asdict(self))
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric map for the control table's `metrics` column."""

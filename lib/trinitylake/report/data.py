@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
 from trinitylake.format.paths import root_version
+from trinitylake.redact import redact_text, redact_value
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
@@ -240,7 +241,7 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
             else:
                 audit_state = "missing"
         except Exception as e:  # noqa: BLE001 - the page still shows the tree
-            audit_state = f"error: {type(e).__name__}: {e}"
+            audit_state = redact_text(f"error: {type(e).__name__}: {e}")
             log.warning("control table not read: %s", e)
     if audit_state != "ok":
         notes.append(
@@ -259,7 +260,7 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
             j = JobRun(
                 txn_seq=e.txn_seq, job=e.command, state=e.record_type, started_at=e.started_at, ended_at=e.ended_at,
                 version_before=e.version_before, version_after=e.version, metrics=dict(e.metrics),
-                arguments=dict(e.arguments), error=e.error, user=e.user, host=e.host,
+                arguments=redact_value(dict(e.arguments)), error=redact_text(e.error), user=e.user, host=e.host,
             )
             if e.version is not None:
                 j.commits.append(e.version)

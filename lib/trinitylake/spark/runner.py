@@ -30,6 +30,7 @@ from typing import Any
 
 from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
+from trinitylake.redact import install_log_redaction, redact_text, redact_value, warn_command_line_secrets
 from trinitylake.spark.execution import Execution, Limits, warm_arrow
 
 log = logging.getLogger("trinitylake.jobs")
@@ -115,7 +116,9 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
         lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                                    control_uri=cfg.control_uri, audit=audit)
     lakehouse.command = job
-    arguments = cfg.to_dict()
+    # Redacted once, up front: the rows, plans and results quote these options, and this also
+    # arms the scrubbing of the credential values from any later message (see trinitylake.redact).
+    arguments = redact_value(cfg.to_dict())
     lakehouse.arguments = arguments
     result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
     ex = execution_for(cfg, job, result, spark)
@@ -130,7 +133,7 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
             result.status = "dry_run" if result.dry_run else "succeeded"
     except BaseException as e:
         result.status = "failed"
-        result.error = f"{type(e).__name__}: {e}"
+        result.error = redact_text(f"{type(e).__name__}: {e}")
         _finish(ex, lakehouse, result)
         _end(lakehouse, job, cfg, arguments, started, result, e)
         if isinstance(e, KeyboardInterrupt | SystemExit):
@@ -182,6 +185,8 @@ def main(job: str, argv: Sequence[str] | None = None, *, spark: Any = None) -> i
         return EXIT_CONFIG
     logging.basicConfig(level=getattr(logging, cfg.log_level, logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    install_log_redaction()
+    warn_command_line_secrets(argv if argv is not None else sys.argv[1:])
     try:
         result = run_job(job, cfg, spark=spark)
     except JobFailedError as e:

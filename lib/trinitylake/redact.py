@@ -1,0 +1,326 @@
+"""One redaction rule for everything the process records or prints.
+
+Options and command lines reach the control table, the plan and result JSON under
+``_maintenance/``, logs, ``tlake show``, the HTML report, error messages and the job results
+handed to Airflow. Each of those passes its data through this module first, so a credential
+given as a storage option, a Spark property, an environment-derived option or inside a URI
+never leaves the process in clear text.
+
+Two kinds of rule, both keeping what an operator needs (option names, endpoints, regions,
+buckets, paths):
+
+* **by key**: the value of an option whose name says it is a credential (secret, password,
+  token, credential, access/secret/account key, session token, SAS, signature, client secret,
+  connection string, authorization, and Spark/Hadoop keys such as
+  ``spark.hadoop.fs.s3a.secret.key`` or ``fs.azure.account.key.<account>...``) is replaced by
+  :data:`REDACTED`. A name ending in a word that names a *setting about* a credential
+  (``...credentials.provider``, ``...auth.type``, ``...token.endpoint``, ``..._file``) is kept.
+* **by value shape**: ``scheme://user:password@host`` keeps the user, drops the password;
+  ``key=value`` / ``"key": "value"`` pairs inside free text follow the key rule; AWS access
+  key ids, bearer tokens, JWTs and PEM private keys are replaced wherever they appear.
+
+A value once seen under a credential key (or in a credential-named environment variable) is
+also remembered and scrubbed from any later text, e.g. a storage library's error message that
+quotes it without its key. Databricks secret references (``{{secrets/scope/key}}``) are
+references, not secrets, and are kept.
+
+This module imports nothing from the package: every layer may use it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+REDACTED = "<redacted>"
+
+# Words (after splitting a key on separators and camelCase) that make a key a credential.
+_SECRET_WORDS = frozenset({
+    "secret", "secrets", "password", "passwd", "pwd", "passphrase", "token", "tokens", "credential",
+    "credentials", "sas", "sig", "signature", "apikey", "authorization", "cookie", "privatekey",
+    "secretkey", "accesskey", "accountkey", "sastoken", "clientsecret", "connectionstring",
+})
+# Sub-strings that make a single word a credential (``awssecretaccesskey``, ``dbpassword``).
+_SECRET_PARTS = ("secret", "password", "passwd", "token", "credential")
+# A key whose LAST word is one of these names a setting about a credential, not the credential.
+_SAFE_LAST = frozenset({
+    "provider", "providers", "type", "class", "classes", "impl", "binding", "algorithm", "file", "path", "dir",
+    "location", "endpoint", "url", "uri", "region", "enabled", "enable", "expiry", "expiration", "ttl",
+    "timeout", "interval", "size", "bits", "length", "name", "scope", "renewal", "version", "mode", "format",
+    "count", "retries", "header", "headers",
+})
+_DATABRICKS_REF = re.compile(r"^\{\{\s*secrets/[^}]+\}\}$")
+_MIN_REMEMBERED = 8  # shorter values are too likely to occur by chance in paths and names
+
+_known: set[str] = set()
+_known_re: re.Pattern[str] | None = None
+_lock = threading.Lock()
+
+
+def _words(key: str) -> list[str]:
+    key = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key)
+    return [w for w in re.split(r"[^a-z0-9]+", key.lower()) if w]
+
+
+def is_secret_key(key: Any) -> bool:
+    """True if an option named `key` holds a credential.
+
+    Example:
+        >>> [is_secret_key(k) for k in ("secret", "spark.hadoop.fs.s3a.secret.key", "fs.s3a.access.key",
+        ...  "endpoint_url", "fs.s3a.aws.credentials.provider", "region_name", "sas_token")]
+        [True, True, True, False, False, False, True]
+    """
+    if not isinstance(key, str) or not key:
+        return False
+    words = _words(key)
+    if not words:
+        return False
+    if words[-1] in _SAFE_LAST:
+        return False
+    if words[-1] == "auth" or ("connection" in words and "string" in words):
+        return True
+    for i, w in enumerate(words):
+        if w in _SECRET_WORDS or any(p in w for p in _SECRET_PARTS):
+            return True
+        if w == "key" or (w.endswith("key") and len(w) > 3):
+            # a bare `key` (s3fs's access key id), `access.key`, `account.key`, `private.key`,
+            # `encryption.key` ... and `*_key_id`; not `keystore`-like or `partition_key`.
+            prev = words[i - 1] if i else ""
+            if i == len(words) - 1 or prev in ("access", "account", "private", "secret", "api", "encryption", "shared"):
+                return True
+            if words[-1] == "id" or not words[i + 1].isalpha():  # `*_key_id`, `key.<account>...`
+                return True
+    return False
+
+
+def remember(value: Any) -> None:
+    """Scrub `value` from every later text (a credential seen under its key)."""
+    global _known_re
+    if not isinstance(value, str) or len(value) < _MIN_REMEMBERED or value in _known or _DATABRICKS_REF.match(value):
+        return
+    with _lock:
+        _known.add(value)
+        _known_re = re.compile("|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True)))
+
+
+def remember_environment(env: Mapping[str, str] | None = None) -> None:
+    """Remember the values of credential-named environment variables (``AWS_SECRET_ACCESS_KEY``,
+    ``AZURE_CLIENT_SECRET``, ...): storage libraries read them and may quote them in errors."""
+    for k, v in (os.environ if env is None else env).items():
+        if is_secret_key(k):
+            remember(v)
+
+
+def _redact_secret_value(value: Any) -> Any:
+    if value is None or isinstance(value, bool) or value == "":
+        return value  # whether an option is set is useful and reveals nothing
+    if isinstance(value, str):
+        if _DATABRICKS_REF.match(value.strip()):
+            return value
+        remember(value)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            remember(v)
+    return REDACTED
+
+
+# ---- free text ------------------------------------------------------------------------------
+_URI_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s/:@\"']*):(?P<pw>[^\s/@\"']+)@")
+_KV_QUOTED = re.compile(
+    r"(?P<kq>[\"']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*[=:]\s*)(?P<vq>[\"'])(?P<val>(?:\\.|(?!(?P=vq)).)*)(?P=vq)")
+_KV_PLAIN = re.compile(r"(?P<key>[A-Za-z_][\w.\-]*)(?P<sep>\s*=\s*|:\s+|:(?=[^/\s]))(?P<val>[^\s,;&\"'})\]]+)")
+_SHAPES = [
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\beyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]+"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S),
+]
+_BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}")
+
+
+def _kv_quoted(m: re.Match[str]) -> str:
+    if not is_secret_key(m.group("key")) or _redact_secret_value(m.group("val")) == m.group("val"):
+        return m.group(0)
+    return f"{m.group('kq')}{m.group('key')}{m.group('kq')}{m.group('sep')}{m.group('vq')}{REDACTED}{m.group('vq')}"
+
+
+def _kv_plain(m: re.Match[str]) -> str:
+    if not is_secret_key(m.group("key")) or m.group("val") == REDACTED:
+        return m.group(0)
+    if _redact_secret_value(m.group("val")) == m.group("val"):
+        return m.group(0)
+    return f"{m.group('key')}{m.group('sep')}{REDACTED}"
+
+
+def redact_text(text: Any) -> Any:
+    """`text` with credentials replaced (URI passwords, ``key=value`` pairs with a credential
+    key, credential-shaped values, remembered secrets). Non-strings are returned as they are.
+
+    Example:
+        >>> redact_text("s3://me:hunter2secret@host/b --storage-option secret=abc endpoint_url=http://x")
+        's3://me:<redacted>@host/b --storage-option secret=<redacted> endpoint_url=http://x'
+    """
+    if not isinstance(text, str) or not text:
+        return text
+    out = _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", text)
+    out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
+    if "=" in out or ":" in out:
+        out = _KV_QUOTED.sub(_kv_quoted, out)
+        out = _KV_PLAIN.sub(_kv_plain, out)
+    for shape in _SHAPES:
+        out = shape.sub(REDACTED, out)
+    pattern = _known_re
+    if pattern is not None:
+        out = pattern.sub(REDACTED, out)
+    return out
+
+
+# ---- structures -----------------------------------------------------------------------------
+def redact_argv(argv: Iterable[Any]) -> list[Any]:
+    """A command line with credentials replaced: ``--storage-option secret=X``,
+    ``--spark-conf spark.hadoop.fs.s3a.secret.key=X``, ``--password X``, ``--token=X``, JSON
+    option maps and URIs with passwords. Option names stay.
+
+    Example:
+        >>> redact_argv(["--storage-option", "secret=abc", "--password", "pw", "--token=t", "walk"])
+        ['--storage-option', 'secret=<redacted>', '--password', '<redacted>', '--token=<redacted>', 'walk']
+    """
+    out: list[Any] = []
+    secret_flag = False
+    for tok in argv:
+        if not isinstance(tok, str):
+            out.append(redact_value(tok))
+            secret_flag = False
+            continue
+        if secret_flag and not tok.startswith("--"):
+            out.append(_redact_secret_value(tok))
+            secret_flag = False
+            continue
+        secret_flag = False
+        if tok.startswith("-") and not tok.startswith("---"):
+            flag, eq, val = tok.partition("=")
+            name = flag.lstrip("-")
+            if is_secret_key(name):
+                if eq:
+                    out.append(f"{flag}={_redact_secret_value(val)}")
+                else:
+                    out.append(tok)
+                    secret_flag = True
+                continue
+            out.append(f"{flag}={_redact_pair_or_text(val)}" if eq else tok)
+            continue
+        out.append(_redact_pair_or_text(tok))
+    return out
+
+
+def _redact_pair_or_text(tok: str) -> str:
+    text = tok.strip()
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            return redact_text(tok)
+        return json.dumps(redact_value(obj)) if isinstance(obj, dict) else redact_text(tok)
+    key, eq, val = tok.partition("=")
+    if eq and key and re.fullmatch(r"[A-Za-z_][\w.\-]*", key.strip()):
+        if is_secret_key(key.strip()):
+            return f"{key}={_redact_secret_value(val)}"
+        return f"{key}={redact_text(val)}"
+    return redact_text(tok)
+
+
+def redact_value(value: Any, key: Any = None) -> Any:
+    """A copy of `value` (dicts, lists, strings, numbers) with credentials replaced: values
+    under credential keys become :data:`REDACTED`, lists of strings are treated as command
+    lines, other strings go through :func:`redact_text`.
+
+    Example:
+        >>> redact_value({"storage_options": {"secret": "abc", "endpoint_url": "http://h:9000"},
+        ...               "spark_conf": {"spark.hadoop.fs.s3a.secret.key": "k", "spark.master": "local"}})
+        {'storage_options': {'secret': '<redacted>', 'endpoint_url': 'http://h:9000'}, 'spark_conf': {'spark.hadoop.fs.s3a.secret.key': '<redacted>', 'spark.master': 'local'}}
+    """
+    if key is not None and is_secret_key(key):
+        return _redact_secret_value(value)
+    if isinstance(value, Mapping):
+        return {k: redact_value(v, k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        if all(isinstance(v, str) for v in value):
+            red = redact_argv(value)
+            return red if isinstance(value, list) else tuple(red)
+        items = [redact_value(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def secret_options(argv: Sequence[str]) -> list[str]:
+    """Names of the credential options given in `argv` (for the command-line warning)."""
+    found: list[str] = []
+    flag_next = False
+    for tok in argv:
+        if flag_next and not tok.startswith("--"):
+            flag_next = False
+            continue
+        flag_next = False
+        if tok.startswith("-"):
+            flag, eq, val = tok.partition("=")
+            if is_secret_key(flag.lstrip("-")):
+                found.append(flag)
+                flag_next = not eq
+                continue
+            tok = val if eq else ""
+        if redact_argv([tok]) != [tok]:
+            key = tok.partition("=")[0] if "=" in tok and not tok.lstrip().startswith("{") else tok.split("//")[0] + "//…"
+            found.append(key)
+    return found
+
+
+_warned = False
+
+
+def warn_command_line_secrets(argv: Sequence[str], stream: Any = None) -> bool:
+    """Warn once per process (on stderr) that credentials were given on the command line,
+    where `ps`, shell history and a scheduler's logs show them. Returns True if it warned."""
+    global _warned
+    import sys
+
+    names = secret_options([str(a) for a in argv])
+    if not names or _warned:
+        return False
+    _warned = True
+    print(f"WARNING: credentials passed on the command line ({', '.join(dict.fromkeys(names))}) are visible in "
+          "`ps` and shell history; they are redacted from everything tlake writes, but prefer environment "
+          "variables, instance roles, Spark's credential providers or Databricks secrets (README: 'Where "
+          "credentials come from').", file=stream or sys.stderr)
+    return True
+
+
+# ---- logging ------------------------------------------------------------------------------
+class RedactingFilter(logging.Filter):
+    """A handler filter that redacts each record's message and traceback before it is
+    formatted (a handler filter sees the records of every logger that propagates to it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string must not lose the record
+            msg = str(record.msg)
+        record.msg, record.args = redact_text(msg), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_text("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
+        return True
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> None:
+    """Add a :class:`RedactingFilter` to every handler of `logger` (default: the root logger)."""
+    for h in (logger or logging.getLogger()).handlers:
+        if not any(isinstance(f, RedactingFilter) for f in h.filters):
+            h.addFilter(RedactingFilter())
