@@ -407,7 +407,8 @@ def _register_optional() -> None:
     """Commands that live in their own modules (control table, jobs, report)."""
     import importlib
 
-    for mod in ("trinitylake.cli_show", "trinitylake.cli_jobs", "trinitylake.cli_export", "trinitylake.cli_report"):
+    for mod in ("trinitylake.cli_show", "trinitylake.cli_jobs", "trinitylake.cli_export", "trinitylake.cli_report",
+                "trinitylake.cli_control"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:
