@@ -82,8 +82,8 @@ def test_unknown_fields_survive_round_trip():
 def test_table_and_view_defs_round_trip():
     col = D.pb.Column(id=1, name="id", type=D.pb.INT8, nullable=False, properties={"c": "d"})
     nested = D.pb.Column(id=2, name="s", type=D.pb.STRUCT, struct_fields=[D.pb.Column(id=3, name="x", type=D.pb.VARCHAR)])
-    t = D.TableDef(id="t", schema=D.pb.Schema(columns=[col, nested]), primary_keys=[1], table_type=D.pb.EXTERNAL,
-                   table_format=D.pb.ICEBERG, format_properties={"metadata_location": "s3://b/m.json"}, properties={"k": "v"})
+    t = D.TableDef(id="t", schema=D.pb.Schema(columns=[col, nested]), primary_keys=[1], table_type="EXTERNAL",
+                   table_format="ICEBERG", format_properties={"metadata_location": "s3://b/m.json"}, properties={"k": "v"})
     assert D.loads(D.TableDef, D.dumps(t), "m") == t
     v = D.ViewDef(id="v", schema_binding=True, substrait_read_rel=b"\x00\x01",
                   referenced_object_full_names=[D.pb.FullName(namespace_name="ns", name="t")])

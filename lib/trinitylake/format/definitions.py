@@ -6,6 +6,7 @@ import uuid
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from trinitylake.errors import CorruptDefinitionError
 from trinitylake.format import definitions_pb2 as pb
@@ -25,6 +26,12 @@ TransactionDef = pb.TransactionDef
 IsolationLevel = pb.IsolationLevel
 
 M = TypeVar("M", bound=Message)
+
+# TableDef.table_type / table_format are strings in the spec and in Java. This project wrote
+# them as enums (wire type 0) before; these were the enum numbers.
+TABLE_TYPES = ("MANAGED", "EXTERNAL", "FEDERATED")
+TABLE_FORMATS = ("ICEBERG",)
+_LEGACY_ENUMS = {7: ("table_type", TABLE_TYPES), 8: ("table_format", TABLE_FORMATS)}
 
 
 def new_lakehouse_def(
@@ -77,4 +84,33 @@ def loads(cls: type[M], data: bytes, where: str) -> M:
         msg.ParseFromString(data)
     except (DecodeError, ValueError, RuntimeError) as e:
         raise CorruptDefinitionError(f"definition file {where} is not a valid {cls.__name__}: {e}") from None
+    if cls is pb.TableDef:
+        _upgrade_legacy_table_def(msg, where)  # type: ignore[arg-type]
     return msg
+
+
+def _upgrade_legacy_table_def(msg: pb.TableDef, where: str) -> None:
+    """Fill the string fields 7/8 from an enum-typed (varint) value written by an earlier
+    version of this project; protobuf keeps a field with an unexpected wire type as unknown.
+
+    The varint copies are then dropped, so an altered definition is written with the strings
+    only (a reader must never see field 7 or 8 twice with two wire types)."""
+    legacy = [(f.field_number, f.data) for f in UnknownFieldSet(msg) if f.field_number in _LEGACY_ENUMS and f.wire_type == 0]
+    for number, value in legacy:
+        name, values = _LEGACY_ENUMS[number]
+        if not 0 <= value < len(values):
+            raise CorruptDefinitionError(f"definition file {where}: legacy {name} enum value {value} is unknown "
+                                         f"(known: {', '.join(f'{i}={v}' for i, v in enumerate(values))})")
+        setattr(msg, name, values[value])
+    if legacy:
+        msg.DiscardUnknownFields()
+
+
+def table_type_name(d: pb.TableDef) -> str:
+    """The table type, upper case; an empty field is the spec's default MANAGED."""
+    return (d.table_type or "MANAGED").upper()
+
+
+def table_format_name(d: pb.TableDef) -> str:
+    """The table format, upper case; an empty field means ICEBERG, the only format."""
+    return (d.table_format or "ICEBERG").upper()

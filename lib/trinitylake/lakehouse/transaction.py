@@ -152,14 +152,14 @@ class Transaction(LakehouseView):
         if self._get(tkey) is not None:
             raise AlreadyExistsError(f"table {ns}.{table} already exists")
         ttype = (table_type or ("external" if metadata_location else "managed")).upper()
-        if ttype not in D.pb.TableType.keys():
+        if ttype not in D.TABLE_TYPES:
             raise ValidationError(f"table type must be managed, external or federated, got {table_type!r}")
         fmt = dict(format_properties or {})
         if metadata_location:
             fmt["metadata_location"] = metadata_location
         if ttype == "EXTERNAL" and not fmt.get("metadata_location"):
             raise ValidationError(f"external Iceberg table {ns}.{table} needs a metadata_location")
-        d = D.TableDef(id=str(uuid.uuid4()), table_type=D.pb.TableType.Value(ttype), table_format=D.pb.ICEBERG,
+        d = D.TableDef(id=str(uuid.uuid4()), table_type=ttype, table_format="ICEBERG",
                        format_properties=fmt, properties=properties or {})
         self.writes[tkey] = self._write_def(table_def_path(ns, table), d)
         self.ops.append(f"create table {ns}.{table}")
