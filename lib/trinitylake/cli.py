@@ -54,7 +54,7 @@ class Ctx:
             click_ctx = click.get_current_context()
             self._lh.command = click_ctx.command_path.split(" ", 1)[-1]
             argv = click_ctx.find_root().meta.get(_ARGV_KEY, sys.argv[1:])
-            self._lh.arguments = {"argv": redact_argv(argv)}
+            self._lh.arguments = {"argv": redact_argv(argv, learn=True)}
         return self._lh
 
 
@@ -166,9 +166,12 @@ def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_le
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_redaction()
     remember_environment()
-    warn_command_line_secrets(click_ctx.meta.get(_ARGV_KEY, ()))
+    argv = click_ctx.meta.get(_ARGV_KEY, ())
+    warn_command_line_secrets(argv)
     options = _kv(storage_options, "--storage-option")
-    redact_value(options)  # arms the scrubbing of these credentials from any later message
+    # Arms the scrubbing of these credentials from any later message (see trinitylake.redact).
+    redact_argv(argv, learn=True)
+    redact_value(options, learn=True)
     click_ctx.obj = Ctx(lakehouse_uri, options, control_uri, not no_audit)
 
 

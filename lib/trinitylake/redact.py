@@ -117,14 +117,17 @@ def remember_environment(env: Mapping[str, str] | None = None) -> None:
             remember(v)
 
 
-def _redact_secret_value(value: Any) -> Any:
+def _redact_secret_value(value: Any, learn: bool = False) -> Any:
+    """REDACTED for a credential's value. `learn`: remember it (options and command lines; not
+    free text, where a credential-looking key may be a false positive such as S3's ``Key``)."""
     if value is None or isinstance(value, bool) or value == "":
         return value  # whether an option is set is useful and reveals nothing
     if isinstance(value, str):
         if _DATABRICKS_REF.match(value.strip()):
             return value
-        remember(value)
-    elif isinstance(value, Mapping):
+        if learn:
+            remember(value)
+    elif isinstance(value, Mapping) and learn:
         for v in value.values():
             remember(v)
     return REDACTED
@@ -144,7 +147,7 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}")
 
 
 def _kv_quoted(m: re.Match[str]) -> str:
-    if not is_secret_key(m.group("key")) or _redact_secret_value(m.group("val")) == m.group("val"):
+    if not is_secret_key(m.group("key")) or _redact_secret_value(m.group("val"), learn=False) == m.group("val"):
         return m.group(0)
     return f"{m.group('kq')}{m.group('key')}{m.group('kq')}{m.group('sep')}{m.group('vq')}{REDACTED}{m.group('vq')}"
 
@@ -152,9 +155,27 @@ def _kv_quoted(m: re.Match[str]) -> str:
 def _kv_plain(m: re.Match[str]) -> str:
     if not is_secret_key(m.group("key")) or m.group("val") == REDACTED:
         return m.group(0)
-    if _redact_secret_value(m.group("val")) == m.group("val"):
+    if _redact_secret_value(m.group("val"), learn=False) == m.group("val"):
         return m.group(0)
     return f"{m.group('key')}{m.group('sep')}{REDACTED}"
+
+
+def _scan(pattern: re.Pattern[str], replace: Any, text: str) -> str:
+    """Like ``pattern.sub(replace, text)``, but a match left unchanged gives back everything
+    after its key, so ``note: secret=X`` (key ``note``, value ``secret=X``) is looked at again
+    from ``secret``."""
+    out: list[str] = []
+    pos = 0
+    while (m := pattern.search(text, pos)) is not None:
+        new = replace(m)
+        if new != m.group(0):
+            out.append(text[pos:m.start()] + new)
+            pos = m.end()
+        else:
+            out.append(text[pos:m.end("key")])
+            pos = m.end("key")
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def redact_text(text: Any) -> Any:
@@ -170,8 +191,8 @@ def redact_text(text: Any) -> Any:
     out = _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", text)
     out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
     if "=" in out or ":" in out:
-        out = _KV_QUOTED.sub(_kv_quoted, out)
-        out = _KV_PLAIN.sub(_kv_plain, out)
+        out = _scan(_KV_QUOTED, _kv_quoted, out)
+        out = _scan(_KV_PLAIN, _kv_plain, out)
     for shape in _SHAPES:
         out = shape.sub(REDACTED, out)
     pattern = _known_re
@@ -181,10 +202,11 @@ def redact_text(text: Any) -> Any:
 
 
 # ---- structures -----------------------------------------------------------------------------
-def redact_argv(argv: Iterable[Any]) -> list[Any]:
+def redact_argv(argv: Iterable[Any], learn: bool = False) -> list[Any]:
     """A command line with credentials replaced: ``--storage-option secret=X``,
     ``--spark-conf spark.hadoop.fs.s3a.secret.key=X``, ``--password X``, ``--token=X``, JSON
-    option maps and URIs with passwords. Option names stay.
+    option maps and URIs with passwords. Option names stay. `learn`: also remember the
+    credential values (see :func:`remember`), for a command line this process was given.
 
     Example:
         >>> redact_argv(["--storage-option", "secret=abc", "--password", "pw", "--token=t", "walk"])
@@ -194,11 +216,11 @@ def redact_argv(argv: Iterable[Any]) -> list[Any]:
     secret_flag = False
     for tok in argv:
         if not isinstance(tok, str):
-            out.append(redact_value(tok))
+            out.append(redact_value(tok, learn=learn))
             secret_flag = False
             continue
         if secret_flag and not tok.startswith("--"):
-            out.append(_redact_secret_value(tok))
+            out.append(_redact_secret_value(tok, learn))
             secret_flag = False
             continue
         secret_flag = False
@@ -207,37 +229,39 @@ def redact_argv(argv: Iterable[Any]) -> list[Any]:
             name = flag.lstrip("-")
             if is_secret_key(name):
                 if eq:
-                    out.append(f"{flag}={_redact_secret_value(val)}")
+                    out.append(f"{flag}={_redact_secret_value(val, learn)}")
                 else:
                     out.append(tok)
                     secret_flag = True
                 continue
-            out.append(f"{flag}={_redact_pair_or_text(val)}" if eq else tok)
+            out.append(f"{flag}={_redact_pair_or_text(val, learn)}" if eq else tok)
             continue
-        out.append(_redact_pair_or_text(tok))
+        out.append(_redact_pair_or_text(tok, learn))
     return out
 
 
-def _redact_pair_or_text(tok: str) -> str:
+def _redact_pair_or_text(tok: str, learn: bool) -> str:
     text = tok.strip()
     if text.startswith("{"):
         try:
             obj = json.loads(text)
         except json.JSONDecodeError:
             return redact_text(tok)
-        return json.dumps(redact_value(obj)) if isinstance(obj, dict) else redact_text(tok)
+        return json.dumps(redact_value(obj, learn=learn)) if isinstance(obj, dict) else redact_text(tok)
     key, eq, val = tok.partition("=")
     if eq and key and re.fullmatch(r"[A-Za-z_][\w.\-]*", key.strip()):
         if is_secret_key(key.strip()):
-            return f"{key}={_redact_secret_value(val)}"
+            return f"{key}={_redact_secret_value(val, learn)}"
         return f"{key}={redact_text(val)}"
     return redact_text(tok)
 
 
-def redact_value(value: Any, key: Any = None) -> Any:
+def redact_value(value: Any, key: Any = None, *, learn: bool = False) -> Any:
     """A copy of `value` (dicts, lists, strings, numbers) with credentials replaced: values
     under credential keys become :data:`REDACTED`, lists of strings are treated as command
-    lines, other strings go through :func:`redact_text`.
+    lines, other strings go through :func:`redact_text`. `learn`: also remember the credential
+    values (for the options this process was given; not for documents it merely writes, where
+    a key such as ``key`` may name something else).
 
     Example:
         >>> redact_value({"storage_options": {"secret": "abc", "endpoint_url": "http://h:9000"},
@@ -245,14 +269,14 @@ def redact_value(value: Any, key: Any = None) -> Any:
         {'storage_options': {'secret': '<redacted>', 'endpoint_url': 'http://h:9000'}, 'spark_conf': {'spark.hadoop.fs.s3a.secret.key': '<redacted>', 'spark.master': 'local'}}
     """
     if key is not None and is_secret_key(key):
-        return _redact_secret_value(value)
+        return _redact_secret_value(value, learn)
     if isinstance(value, Mapping):
-        return {k: redact_value(v, k) for k, v in value.items()}
+        return {k: redact_value(v, k, learn=learn) for k, v in value.items()}
     if isinstance(value, list | tuple):
         if all(isinstance(v, str) for v in value):
-            red = redact_argv(value)
+            red = redact_argv(value, learn)
             return red if isinstance(value, list) else tuple(red)
-        items = [redact_value(v) for v in value]
+        items = [redact_value(v, learn=learn) for v in value]
         return items if isinstance(value, list) else tuple(items)
     if isinstance(value, str):
         return redact_text(value)
@@ -275,9 +299,13 @@ def secret_options(argv: Sequence[str]) -> list[str]:
                 flag_next = not eq
                 continue
             tok = val if eq else ""
-        if redact_argv([tok]) != [tok]:
-            key = tok.partition("=")[0] if "=" in tok and not tok.lstrip().startswith("{") else tok.split("//")[0] + "//…"
-            found.append(key)
+        if tok and redact_argv([tok]) != [tok]:
+            if tok.lstrip().startswith("{"):
+                found.append("a JSON option map")
+            elif "=" in tok and is_secret_key(tok.partition("=")[0].strip()):
+                found.append(tok.partition("=")[0].strip())
+            else:
+                found.append("a URI with a password")
     return found
 
 

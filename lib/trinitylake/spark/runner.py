@@ -118,7 +118,7 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     lakehouse.command = job
     # Redacted once, up front: the rows, plans and results quote these options, and this also
     # arms the scrubbing of the credential values from any later message (see trinitylake.redact).
-    arguments = redact_value(cfg.to_dict())
+    arguments = redact_value(cfg.to_dict(), learn=True)
     lakehouse.arguments = arguments
     result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
     ex = execution_for(cfg, job, result, spark)
