@@ -27,6 +27,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CATEGORIES = ("crash", "faults", "stress", "fuzz", "security")
+#: The oracle-checked suite (tests/oracle): recorded in its own results-oracle-<scale>.json.
+ORACLE = "oracle"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Scale:
     stress_commits: int  # per writer
     fuzz_examples: int  # per fuzz target
     job_fault_rate: float  # transient fault rate inside the Spark jobs
+    property_examples: int = 200  # Hypothesis examples of the oracle-checked maintenance histories
+    property_steps: int = 20  # steps per example
 
     @property
     def crash_trials(self) -> int:
@@ -53,10 +57,10 @@ class Scale:
 SCALES = {
     "ci": Scale("ci", crash_trials_per_point=6, crash_timer_trials=18, crash_s3_trials=4, fault_commits=40,
                 fault_commits_s3=12, permanent_fault_commits=30, stress_writers=4, stress_commits=25,
-                fuzz_examples=150, job_fault_rate=0.05),
+                fuzz_examples=150, job_fault_rate=0.05, property_examples=200, property_steps=20),
     "full": Scale("full", crash_trials_per_point=30, crash_timer_trials=80, crash_s3_trials=20, fault_commits=300,
                   fault_commits_s3=60, permanent_fault_commits=200, stress_writers=8, stress_commits=100,
-                  fuzz_examples=2000, job_fault_rate=0.1),
+                  fuzz_examples=2000, job_fault_rate=0.1, property_examples=300, property_steps=25),
 }
 
 
@@ -90,15 +94,15 @@ class Ledger:
 
     def add(self, category: str, test: str, *, trials: int = 0, faults: int = 0, inputs: int = 0,
             data_lost: int = 0, seconds: float = 0.0, **details: Any) -> None:
-        assert category in CATEGORIES, category
+        assert category in CATEGORIES or category == ORACLE, category
         self.entries.append({"category": category, "test": test, "trials": int(trials), "faults": int(faults),
                              "inputs": int(inputs), "data_lost": int(data_lost), "seconds": round(seconds, 2),
                              "details": details})
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         cats: dict[str, dict[str, Any]] = defaultdict(lambda: {"trials": 0, "faults": 0, "inputs": 0, "data_lost": 0,
                                                                 "seconds": 0.0, "tests": 0})
-        for e in self.entries:
+        for e in self.entries if entries is None else entries:
             c = cats[e["category"]]
             for k in ("trials", "faults", "inputs", "data_lost"):
                 c[k] += e[k]
@@ -124,11 +128,35 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _OUTCOMES[report.outcome] = _OUTCOMES.get(report.outcome, 0) + 1
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not _LEDGER.entries:
+def _write_oracle(session: pytest.Session, name: str, record: bool) -> None:
+    """The oracle-checked suite's figures: ``results-oracle-<scale>.json`` (its own file, so that
+    it can be re-run and recorded without re-running the other categories)."""
+    entries = [e for e in _LEDGER.entries if e["category"] == ORACLE]
+    if not entries:
         return
+    doc = {"scale": name, "scale_parameters": SCALES[name].__dict__,
+           "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
+           "outcomes": dict(_OUTCOMES), **_LEDGER.summary(entries), "tests": entries}
+    targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-oracle-{name}.json")]
+    if record and _OUTCOMES.get("failed", 0) == 0:
+        targets.append(os.path.join(HERE, f"results-oracle-{name}.json"))
+    for target in targets:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     name = _scale_name(session.config)
-    ran = {e["category"] for e in _LEDGER.entries}
+    record = (session.config.getoption("--reliability-record", default=False)
+              or os.environ.get("TLAKE_RELIABILITY_RECORD") == "1" or name == "full")
+    _write_oracle(session, name, record)
+    entries = [e for e in _LEDGER.entries if e["category"] != ORACLE]
+    if not entries:
+        return
+    ran = {e["category"] for e in entries}
     doc = {
         "scale": name,
         "scale_parameters": SCALES[name].__dict__,
@@ -136,14 +164,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "wall_seconds": round(time.time() - _LEDGER.started, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
         "outcomes": dict(_OUTCOMES),
-        **_LEDGER.summary(),
-        "tests": _LEDGER.entries,
+        **_LEDGER.summary(entries),
+        "tests": entries,
     }
     complete = ran >= set(CATEGORIES) and _OUTCOMES.get("failed", 0) == 0
     doc["complete"] = complete
     targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-{name}.json")]
-    record = (session.config.getoption("--reliability-record", default=False)
-              or os.environ.get("TLAKE_RELIABILITY_RECORD") == "1" or name == "full")
     if complete and record:
         targets.append(os.path.join(HERE, f"results-{name}.json"))
     for target in targets:

@@ -446,15 +446,16 @@ class Lakehouse:
         transaction id, so conflict checks and `show` see what it changed.
         """
         started = datetime.now(UTC)
-        target = self.load_root(to)
         latest = self.latest_version()
-        if to >= latest:
-            raise ValidationError(f"can only roll back to an older version; {to} is not older than the latest {latest}")
         cur = self.load_root(latest)
         # The floor is read from root `latest` and the new root is created exclusively as
         # latest+1, so an expiration that commits a higher floor meanwhile makes this rollback
-        # fail as a conflict; its re-run then sees the floor and is refused.
+        # fail as a conflict; its re-run then sees the floor and is refused. Checked before the
+        # target is read: an expired root may still exist (expire deletes roots last).
         check_retained(cur.lakehouse_def, to, f"rollback to version {to}")
+        target = self.load_root(to)
+        if to >= latest:
+            raise ValidationError(f"can only roll back to an older version; {to} is not older than the latest {latest}")
         txn_id = str(uuid.uuid4())
         diff = self.diff(cur, target)
         seq = self.auditor.allocate_seq(txn_id)

@@ -29,6 +29,20 @@ from trinitylake.spark.runner import JobFailedError
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POINTS = ["expire_after_plan", "expire_after_commit", "expire_before_delete", "expire_mid_delete"]
 KEEP = 4
+RAN: list[tuple[str, str, int, int]] = []  # (what, point, files deleted, files the oracle checked)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures(ledger):
+    t0 = time.perf_counter()
+    yield
+    by: dict[str, list[tuple[str, int, int]]] = {}
+    for what, point, deleted, checked in RAN:
+        by.setdefault(what, []).append((point, deleted, checked))
+    for what, runs in sorted(by.items()):
+        ledger.add("oracle", what, trials=len(runs), seconds=(time.perf_counter() - t0) / max(1, len(by)),
+                   points=sorted({p for p, _, _ in runs}), files_deleted=sum(d for _, d, _ in runs),
+                   files_checked=sum(c for _, _, c in runs))
 
 
 def _lakehouse(tmp_path, seed: int = 7) -> Lakehouse:
@@ -50,7 +64,12 @@ def _check(o: Oracle, before_owned: set[str], before_snap, expired_files: set[st
     deleted = before_owned - o.owned_files()
     live = o.live_files()
     assert not deleted & live, f"deleted files a retained version reaches: {sorted(deleted & live)[:3]}"
+    _check.last = (len(deleted), len(live))  # type: ignore[attr-defined]
     return deleted
+
+
+def _ran(what: str, point: str) -> None:
+    RAN.append((what, point, *_check.last))  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -76,6 +95,7 @@ def test_a_rollback_to_an_expiring_version_is_kept_or_refused(tmp_path, monkeypa
         assert isinstance(got[0], VersionExpiredError) and f"version {target} is expired" in str(got[0])
         assert latest == res.details["commit_version"], "the refused rollback committed nothing"
         assert deleted == expired_files - o.live_files()
+    _ran("expire paused at a phase boundary; a rollback to an expiring version lands", point)
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -109,6 +129,7 @@ def test_an_export_pinning_an_expiring_version_stops_expire_or_is_refused(tmp_pa
         assert isinstance(got[0], VersionExpiredError) and f"pins version {pin}" in str(got[0])
         assert "e1" not in d.exported_snapshots and "e1" not in d.exported_snapshot_pins
         assert deleted == expired_files - o.live_files()
+    _ran("expire paused at a phase boundary; an export pins an expiring version", point)
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -137,6 +158,7 @@ def test_commits_and_a_long_transaction_landing_mid_expire_survive(tmp_path, mon
     latest = Lakehouse.open(lh.uri, audit=False).view()
     assert "late" in latest.list_namespaces() and "mid" in latest.list_tables(ns)
     assert latest.load_table(ns, "mid").properties["at"] == point
+    _ran("expire paused at a phase boundary; commits and a long transaction land", point)
 
 
 def test_rollback_after_a_kill_at_expire_after_commit_is_refused_and_a_rerun_finishes(tmp_path):
@@ -167,3 +189,4 @@ def test_rollback_after_a_kill_at_expire_after_commit_is_refused_and_a_rerun_fin
     deleted = _check(o, owned, snap, expired_files)
     assert deleted == expired_files - o.live_files()
     assert not {root_name(v) for v in expired} & o.owned_files()
+    _ran("expire SIGKILLed after its commit; rollback below the floor refused (tlake CLI); re-run", "expire_after_commit")
