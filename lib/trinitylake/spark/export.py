@@ -45,18 +45,13 @@ Connect, and a small export never starts Spark at all.
 
 from __future__ import annotations
 
-import errno
 import functools
-import itertools
 import json
 import logging
 import math
-import os
-import random
-import stat
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -76,8 +71,8 @@ from trinitylake.format.node import deserialize, serialize
 from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, chunks, rows_of
-from trinitylake.storage import FileInfo, Storage, parse_uri
-from trinitylake.storage.storage import RETRY_ATTEMPTS, is_transient
+from trinitylake.storage import Storage, parse_uri
+from trinitylake.storage.local_files import LocalFiles
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +83,6 @@ LOCAL_PART_ROWS = 1024
 LOCAL_PARTS_IN_FLIGHT = 4
 #: Node files read per chunk inside one executor task (bounds a task's memory).
 _CHUNK = 256
-#: Read buffer of the local copy (most lakehouse files are a few KiB: one read).
-_READ_BUF = 1 << 20
 #: A tree deeper than this is corrupt (a cycle of node pointers); the walk stops.
 MAX_DEPTH = 256
 
@@ -112,142 +105,6 @@ def _ddl(schema: pa.Schema) -> str:
 
 class InjectedFailure(RuntimeError):
     """Raised by the fault-injection hook of the tests (a simulated crash mid-copy)."""
-
-
-# ---- per-file I/O -------------------------------------------------------------------------------
-
-
-def _fast(storage: Storage) -> Storage:
-    """`storage`, or for local storage a `_LocalFiles` view of it (lean per-file I/O)."""
-    if storage.scheme != "file" or isinstance(storage, _LocalFiles):
-        return storage
-    return _LocalFiles(storage)  # type: ignore[return-value]
-
-
-def _read_fd(fp: str) -> bytes:
-    fd = os.open(fp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        chunks = []
-        while True:
-            b = os.read(fd, _READ_BUF)
-            if not b:
-                break
-            chunks.append(b)
-            if len(b) < _READ_BUF:  # a short read of a regular file is its end
-                break
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _stat_fd(fp: str, path: str) -> FileInfo:
-    st = os.stat(fp)
-    if not stat.S_ISREG(st.st_mode):
-        raise FileNotFoundError(fp)
-    return FileInfo(path, st.st_size, st.st_mtime)
-
-
-class _LocalFiles:
-    """Per-file I/O of a local `Storage` with as few system calls as possible (they are slow in
-    our sandboxes: the copy of a small file is all system calls). Paths are joined directly for
-    clean relative names (``Storage._fs_path`` parses and checks the whole URI, ~0.2 ms a call);
-    reads are ``open, read, close``; an exclusive create writes a temporary file (named like the
-    storage's own, so listings skip it) and hard-links it into place, as `Storage.create_exclusive`
-    does. Every attempt still goes through the storage's `_io` seam and retry policy (typed
-    errors, fault injection); everything else is delegated to the storage."""
-
-    def __init__(self, storage: Storage):
-        self._st = storage
-        self.scheme = storage.scheme
-        self.root = storage.root
-        self._tmp_prefix = uuid.uuid4().hex[:16]
-        self._counter = itertools.count()
-        self._dirs: set[str] = set()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._st, name)
-
-    def _fp(self, path: str) -> str:
-        return self._st._fs_path(path)
-
-    def read(self, path: str) -> bytes:
-        try:
-            return self._st._retrying("read", path, _read_fd, self._fp(path))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
-
-    def info(self, path: str) -> FileInfo:
-        try:
-            return self._st._retrying("info", path, _stat_fd, self._fp(path), path)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
-
-    def ensure_dirs(self, paths: Iterable[str]) -> None:
-        """Create the parent directories of `paths` that this view has not seen yet, top down,
-        one ``mkdir`` each (a create into a missing directory would first fail, then retry)."""
-        todo = []
-        for p in paths:
-            d = p.rpartition("/")[0]
-            while d and d not in self._dirs:
-                todo.append(d)
-                self._dirs.add(d)
-                d = d.rpartition("/")[0]
-        for d in sorted(todo):  # parents sort before their children
-            try:
-                os.mkdir(self._fp(d))
-            except FileExistsError:
-                pass
-            except OSError:  # let the create find out (and report) what is wrong
-                pass
-
-    def _create_once(self, fp: str, data: bytes, path: str) -> None:
-        tmp = f"{fp}.tmp-{self._tmp_prefix}{next(self._counter):016x}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(tmp, flags, 0o644)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(fp), exist_ok=True)
-            fd = os.open(tmp, flags, 0o644)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp, fp)
-            except FileExistsError:
-                raise FileExistsError(f"already exists: {self._st.uri(path)}") from None
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-
-    def create_exclusive(self, path: str, data: bytes) -> None:
-        if not data:
-            raise ValueError(f"refusing to create empty file {self._st.uri(path)} exclusively")
-        fp = self._fp(path)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                self._st._io("create_exclusive", path, self._create_once, fp, data, path)
-                return
-            except FileExistsError:
-                if attempt > 1 and self._st._holds(path, data):
-                    return  # an earlier attempt of ours took effect before it failed
-                raise
-            except OSError as e:
-                if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
-                    self._st.create_exclusive(path, data)  # no hard links here: the storage's fallback
-                    return
-                if attempt < RETRY_ATTEMPTS and is_transient(e):
-                    time.sleep(min(0.05 * 2 ** (attempt - 1), 2.0) * (0.5 + random.random()))
-                    continue
-                raise StorageError(f"storage create_exclusive of {self._st.uri(path)} failed: "
-                                   f"{type(e).__name__}: {e}") from e
 
 
 def _pool_map(threads: int) -> tuple[Callable[[Callable, list], list], Callable[[], None]]:
@@ -283,7 +140,7 @@ def _expand(source: Storage, spec: X.ExportSpec, pmap, items: list[tuple[str, in
 def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of one plan level: frontier (target, depth) in, `LEVEL_SCHEMA` out."""
-    src = _fast(source)
+    src = LocalFiles.of(source)
     pmap, close = _pool_map(io_threads)
     try:
         for chunk in chunks(rows_of(batches, "target", "depth"), _CHUNK):
@@ -350,7 +207,7 @@ def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_d
                   resumed: bool, io_threads: int, fail_midway: bool, batches: Iterator[pa.RecordBatch]
                   ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of the copy: plan part names in, one stats row per part out."""
-    src, tgt = _fast(source), _fast(target)
+    src, tgt = LocalFiles.of(source), LocalFiles.of(target)
     pmap, close = _pool_map(io_threads)
     try:
         for (name,) in rows_of(batches, "name"):
@@ -622,7 +479,7 @@ def _counts(total: X.CopyStats) -> dict[str, int]:
 def _copy_local(names: list[str], copy, source: Storage, target: Storage, threads: int,
                 fail_after: int | None) -> X.CopyStats:
     """Copy on the driver: up to `LOCAL_PARTS_IN_FLIGHT` parts at once, their files on one thread pool."""
-    src, tgt = _fast(source), _fast(target)
+    src, tgt = LocalFiles.of(source), LocalFiles.of(target)
     total = X.CopyStats()
     pmap, close = _pool_map(threads)
     try:
@@ -716,7 +573,7 @@ class _Planner:
                            f"export {self.spec.name}: read {len(items)} nodes at depth {depth}"):
             pmap, close = _pool_map(min(self.io_threads, len(items)))
             try:
-                out = _expand(_fast(self.source), self.spec, pmap, items)
+                out = _expand(LocalFiles.of(self.source), self.spec, pmap, items)
             finally:
                 close()
         nxt: dict[str, int] = {}
@@ -764,7 +621,7 @@ class _Planner:
         with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
             pmap, close = _pool_map(min(self.io_threads, len(chunks)))
             try:
-                tgt = _fast(self.target)
+                tgt = LocalFiles.of(self.target)
                 summaries = pmap(lambda ic: _write_part(tgt, self.plan_dir, X.plan_part_name(ic[0]), ic[1]),
                                  list(enumerate(chunks)))
             finally:
