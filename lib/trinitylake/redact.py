@@ -146,14 +146,26 @@ _SHAPES = [
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}")
 
 
+def _is_secret_label(key: str, sep: str) -> bool:
+    """`key` before `sep` in free text names a credential. After a colon the LAST word must
+    say so (``password: x``, ``Authorization: x``), not any word: ``SignatureDoesNotMatch: The
+    request...`` is an error code followed by prose."""
+    if not is_secret_key(key):
+        return False
+    if "=" in sep:
+        return True
+    last = _words(key)[-1]
+    return last in _SECRET_WORDS or last == "key" or any(p in last for p in _SECRET_PARTS)
+
+
 def _kv_quoted(m: re.Match[str]) -> str:
-    if not is_secret_key(m.group("key")) or _redact_secret_value(m.group("val"), learn=False) == m.group("val"):
+    if not _is_secret_label(m.group("key"), m.group("sep")) or _redact_secret_value(m.group("val"), learn=False) == m.group("val"):
         return m.group(0)
     return f"{m.group('kq')}{m.group('key')}{m.group('kq')}{m.group('sep')}{m.group('vq')}{REDACTED}{m.group('vq')}"
 
 
 def _kv_plain(m: re.Match[str]) -> str:
-    if not is_secret_key(m.group("key")) or m.group("val") == REDACTED:
+    if not _is_secret_label(m.group("key"), m.group("sep")) or m.group("val") == REDACTED:
         return m.group(0)
     if _redact_secret_value(m.group("val"), learn=False) == m.group("val"):
         return m.group(0)
