@@ -6,7 +6,6 @@ import functools
 import json
 import logging
 import os
-import shlex
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +37,10 @@ class Ctx:
         self.control_uri = control_uri
         self.audit = audit
         self.txn = None  # set by `tlake txn` while it replays operations
+        self.dtxn_id: str | None = None  # global --txn: a distributed transaction to stage into
+        # When this command was asked for: a distributed transaction's lease is checked
+        # against it, so the process's own start-up does not eat a short TTL.
+        self.started_ms = int(datetime.now(UTC).timestamp() * 1000)
         self._lh = None
 
     def require_uri(self) -> str:
@@ -109,6 +112,10 @@ def time_travel(fn):
 def _view(ctx: Ctx, version, as_of, snapshot):
     if ctx.txn is not None:
         return ctx.txn
+    if ctx.dtxn_id is not None:
+        from trinitylake.cli_txn import distributed_view
+
+        return distributed_view(ctx)
     return ctx.lakehouse().view(version=version, as_of=parse_time(as_of) if as_of else None, snapshot=snapshot)
 
 
@@ -130,6 +137,11 @@ def _write(ctx: Ctx, op, describe: str):
     """Run `op(txn)` in the enclosing `tlake txn`, or in its own single-operation transaction."""
     if ctx.txn is not None:
         op(ctx.txn)
+        return None
+    if ctx.dtxn_id is not None:
+        from trinitylake.cli_txn import stage_into
+
+        stage_into(ctx, op, describe)
         return None
     lh = ctx.lakehouse()
     txn = lh.begin()
@@ -158,8 +170,9 @@ class _Group(click.Group):
 @click.option("--control-uri", envvar="TLAKE_CONTROL_URI", default=None, help="control table location (default <lakehouse>/_control)")
 @click.option("--no-audit", is_flag=True, help="do not write the control table (tests, offline copies)")
 @click.option("--log-level", default=os.environ.get("TLAKE_LOG_LEVEL", "WARNING"), show_default=True)
+@click.option("--txn", "txn_id", default=None, help="stage namespace/table writes into distributed transaction ID (tlake txn begin --distributed)")
 @click.pass_context
-def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_level):
+def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_level, txn_id):
     """TrinityLake lakehouse tool: format operations, time travel, maintenance jobs."""
     if isinstance(click_ctx.obj, Ctx):  # re-entered by `tlake txn` replaying one operation
         return
@@ -173,6 +186,7 @@ def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_le
     redact_argv(argv, learn=True)
     redact_value(options, learn=True)
     click_ctx.obj = Ctx(lakehouse_uri, options, control_uri, not no_audit)
+    click_ctx.obj.dtxn_id = txn_id
 
 
 @cli.command()
@@ -343,45 +357,6 @@ def versions(ctx: Ctx, as_json):
 
 
 @cli.command()
-@click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None)
-@click.option("--file", "ops_file", type=click.File("r"), default="-", help="operations, one per line (default stdin)")
-@click.pass_context
-@handle_errors
-def txn(click_ctx, isolation, ops_file):
-    """Run several operations (one per line, same verbs as the CLI) as ONE transaction.
-
-    Example input:  namespace create sales / table create sales.orders / table drop sales.old
-    """
-    ctx: Ctx = click_ctx.obj
-    lh = ctx.lakehouse()
-    t = lh.begin(isolation=isolation)
-    ctx.txn = t
-    n = 0
-    for lineno, line in enumerate(ops_file, 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            args = shlex.split(line)
-        except ValueError as e:  # e.g. "No closing quotation": one clear line, not a traceback
-            raise ValidationError(f"line {lineno}: cannot parse {line!r} ({e}); nothing was committed") from None
-        if args[:1] not in (["namespace"], ["table"]) or len(args) < 2 or args[1] not in ("create", "drop", "alter"):
-            raise ValidationError(f"line {lineno}: only namespace/table create|drop|alter are allowed in a transaction: {line!r}")
-        try:
-            cli.main(args=args, prog_name="tlake", obj=ctx, standalone_mode=False)
-        except click.ClickException as e:
-            raise ValidationError(f"line {lineno}: {e.format_message()}") from None
-        except SystemExit as e:
-            if e.code:
-                raise ValidationError(f"line {lineno} failed: {line!r}; nothing was committed") from None
-        n += 1
-    ctx.txn = None
-    lh.command = "txn"
-    version = t.commit(command="txn", arguments={"ops": t.ops, "isolation": t.isolation})
-    click.echo(f"committed {n} operations as version {version}" if version is not None else "nothing to commit")
-
-
-@cli.command()
 @click.option("--to", "to_version", type=int, required=True, help="version whose content becomes the new latest")
 @click.pass_obj
 @handle_errors
@@ -410,7 +385,7 @@ def _register_optional() -> None:
     """Commands that live in their own modules (control table, jobs, report)."""
     import importlib
 
-    for mod in ("trinitylake.cli_show", "trinitylake.cli_jobs", "trinitylake.cli_export", "trinitylake.cli_report",
+    for mod in ("trinitylake.cli_txn", "trinitylake.cli_show", "trinitylake.cli_jobs", "trinitylake.cli_export", "trinitylake.cli_report",
                 "trinitylake.cli_control"):
         try:
             m = importlib.import_module(mod)

@@ -73,6 +73,23 @@ def view_def_path(ns: str, view: str) -> str:
     return hashed_path(f"view-{ns}-{view}-{uuid.uuid4()}.binpb")
 
 
+TXN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def txn_def_path(txn_id: str, state: int = 0) -> str:
+    """Hash-prefixed TransactionDef file of a distributed transaction.
+
+    State 0 is ``txn-<id>.binpb``, the Java reference's name. Java overwrites that file on every
+    change; we create one file per state instead, ``txn-<id>.<n>.binpb`` (ids never contain a
+    dot, so no id's state-0 name is another id's state-n name).
+    """
+    if not TXN_ID_RE.match(txn_id or ""):
+        raise ValidationError(f"transaction id must be 1-128 characters of A-Z a-z 0-9 _ - (not starting with - or _), got {txn_id!r}")
+    if state < 0:
+        raise ValidationError(f"transaction state number must be non-negative, got {state}")
+    return hashed_path(f"txn-{txn_id}.binpb" if state == 0 else f"txn-{txn_id}.{state}.binpb")
+
+
 _HASHED_TAIL_RE = re.compile(r"/[01]{4}/[01]{4}/[01]{4}/[01]{8}-[^/]+$")
 
 

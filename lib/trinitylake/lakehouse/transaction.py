@@ -33,7 +33,7 @@ from trinitylake.format import tree
 from trinitylake.format.node import Message, serialize
 from trinitylake.format.paths import namespace_def_path, root_name, table_def_path
 from trinitylake.lakehouse.lakehouse import ChangeSet, Lakehouse, _now_ms
-from trinitylake.lakehouse.roots import check_new_pins, root_system_rows
+from trinitylake.lakehouse.roots import RootRef, check_new_pins, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 
 MAX_COMMIT_ATTEMPTS = 32
@@ -49,11 +49,14 @@ def _crash_point(name: str) -> None:
 class Transaction(LakehouseView):
     """A unit of work that commits as one new version, or not at all."""
 
-    def __init__(self, lakehouse: Lakehouse, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None):
+    def __init__(self, lakehouse: Lakehouse, isolation: str | None = None, txn_id: str | None = None,
+                 ttl_millis: int | None = None, root: RootRef | None = None):
         # A control location that cannot take audit rows is refused before anything is
         # written (definition files are written as operations are staged).
         lakehouse.auditor.ensure()
-        root = lakehouse.load_root(lakehouse.latest_version())
+        # `root`: a distributed transaction stages on its running root, and commits on the
+        # root it began at (see `trinitylake.lakehouse.distributed`).
+        root = root or lakehouse.load_root(lakehouse.latest_version())
         super().__init__(lakehouse, root)
         d = root.lakehouse_def
         self.id = txn_id or str(uuid.uuid4())
@@ -71,6 +74,7 @@ class Transaction(LakehouseView):
         self.dropped_namespace_keys: set[str] = set()  # even when re-created later in this txn
         self.def_mutations: list[Callable[[D.LakehouseDef], None]] = []
         self.ops: list[str] = []
+        self.staged_files: list[str] = []  # definition files this object wrote (cleanup on failure)
         self.attempts = 0
         self.closed = False
         self.committed_version: int | None = None
@@ -100,6 +104,7 @@ class Transaction(LakehouseView):
 
     def _write_def(self, path: str, msg) -> str:
         self.lakehouse.storage.create_exclusive(path, D.dumps(msg))
+        self.staged_files.append(path)
         return path
 
     def create_namespace(self, ns: str, properties: dict[str, str] | None = None) -> None:
@@ -294,6 +299,10 @@ class Transaction(LakehouseView):
         latest = lh.latest_version()
         for u in range(failed_base + 1, latest + 1):
             cs = lh.change_set(u)
+            if cs.txn_id == self.id:
+                # A distributed transaction whose commit was run twice (a retry after a crash,
+                # or two processes): its writes are already in version u.
+                raise TransactionClosedError(f"transaction {self.id} is already committed as version {u}")
             reason = self._conflict(cs)
             if reason:
                 raise TransactionConflictError(

@@ -1,0 +1,162 @@
+"""`tlake txn`: multi-operation transactions, local (stdin) or distributed (by id).
+
+* ``tlake txn [--file F]``: operations, one per line, as ONE local transaction.
+* ``tlake txn begin --distributed``: begin a distributed transaction; its id is the last
+  stdout line, so scripts and orchestrators can pass it on (``id=$(tlake txn begin
+  --distributed | tail -1)``).
+* ``tlake --txn ID namespace create ...`` (and every namespace/table write verb, from any
+  process): stage into it; read verbs with ``--txn`` show its state.
+* ``tlake txn commit ID`` / ``tlake txn abort ID`` / ``tlake txn list`` / ``tlake txn show ID``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+from rich.table import Table
+
+from trinitylake.cli import Ctx, console, emit, handle_errors
+from trinitylake.errors import ValidationError
+
+
+def stage_into(ctx: Ctx, op, describe: str) -> None:
+    """Stage one CLI write verb into the distributed transaction named by ``--txn``."""
+    from trinitylake.lakehouse.distributed import DistributedTransaction
+
+    dt = DistributedTransaction.load(ctx.lakehouse(), ctx.dtxn_id)
+    state = dt.stage(op, requested_at_millis=ctx.started_ms)
+    click.echo(f"staged: {describe} (transaction {dt.id}, state {state})")
+
+
+def distributed_view(ctx: Ctx):
+    from trinitylake.lakehouse.distributed import DistributedTransaction
+
+    return DistributedTransaction.load(ctx.lakehouse(), ctx.dtxn_id).view()
+
+
+def register(cli: click.Group) -> None:
+    @cli.group(invoke_without_command=True)
+    @click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None)
+    @click.option("--file", "ops_file", type=click.File("r"), default="-", help="operations, one per line (default stdin)")
+    @click.pass_context
+    @handle_errors
+    def txn(click_ctx, isolation, ops_file):
+        """Run several operations (one per line, same verbs as the CLI) as ONE transaction;
+        or manage distributed transactions (begin, commit, abort, list, show).
+
+        Example input:  namespace create sales / table create sales.orders / table drop sales.old
+        """
+        if click_ctx.invoked_subcommand is not None:
+            return
+        ctx: Ctx = click_ctx.obj
+        if ctx.dtxn_id is not None:
+            raise ValidationError("--txn stages single commands into a distributed transaction; "
+                                  "`tlake txn` with operations on stdin runs its own local transaction")
+        _run_local(cli, ctx, isolation, ops_file)
+
+    @txn.command("begin")
+    @click.option("--distributed", is_flag=True, help="a transaction other processes can stage into (required)")
+    @click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None)
+    @click.option("--ttl", default=None, help="time to live (e.g. 30m; at most the lakehouse's txn TTL)")
+    @click.option("--id", "txn_id", default=None, help="transaction id (default: a new UUID)")
+    @click.pass_obj
+    @handle_errors
+    def txn_begin(ctx: Ctx, distributed, isolation, ttl, txn_id):
+        """Begin a distributed transaction; prints its id as the last line."""
+        from trinitylake.lakehouse.distributed import DistributedTransaction
+
+        if not distributed:
+            raise click.UsageError("only distributed transactions begin by id: pass --distributed "
+                                   "(a local transaction is `tlake txn` with operations on stdin)")
+        from trinitylake.util import parse_duration_ms
+
+        dt = DistributedTransaction.begin(ctx.lakehouse(), isolation=isolation, txn_id=txn_id,
+                                          ttl_millis=parse_duration_ms(ttl) if ttl else None)
+        click.echo(f"began distributed transaction; stage with: tlake --txn {dt.id} ..., "
+                   f"then tlake txn commit {dt.id} (tlake txn show {dt.id} for its state)")
+        click.echo(dt.id)
+
+    @txn.command("commit")
+    @click.argument("txn_id")
+    @click.pass_obj
+    @handle_errors
+    def txn_commit(ctx: Ctx, txn_id):
+        """Commit a distributed transaction as one new version."""
+        from trinitylake.lakehouse.distributed import DistributedTransaction
+
+        version = DistributedTransaction.load(ctx.lakehouse(), txn_id).commit(requested_at_millis=ctx.started_ms)
+        click.echo(f"committed transaction {txn_id} as version {version}" if version is not None
+                   else f"transaction {txn_id} staged nothing; nothing to commit")
+
+    @txn.command("abort")
+    @click.argument("txn_id")
+    @click.pass_obj
+    @handle_errors
+    def txn_abort(ctx: Ctx, txn_id):
+        """Abort a distributed transaction and delete what it staged."""
+        from trinitylake.lakehouse.distributed import DistributedTransaction
+
+        left = DistributedTransaction.load(ctx.lakehouse(), txn_id).abort()
+        click.echo(f"aborted transaction {txn_id}" + (f"; {len(left)} files left for the orphan job" if left else ""))
+
+    @txn.command("list")
+    @click.option("--all", "include_closed", is_flag=True, help="also committed, aborted and expired ones")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_obj
+    @handle_errors
+    def txn_list(ctx: Ctx, include_closed, as_json):
+        """List live distributed transactions."""
+        from trinitylake.lakehouse.distributed import list_transactions
+
+        rows = list_transactions(ctx.lakehouse(), include_closed=include_closed)
+
+        def render(rows):
+            t = Table("id", "state", "begin version", "staged", "expires at (ms)", "isolation")
+            for r in rows:
+                t.add_row(r["id"], r["state"] + (" (expired)" if r["expired"] else ""), str(r["begin_version"]),
+                          str(r["staged"]), str(r["expire_at_millis"]), r["isolation"])
+            console.print(t)
+
+        emit(rows, as_json, render)
+
+    @txn.command("show")
+    @click.argument("txn_id")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_obj
+    @handle_errors
+    def txn_show(ctx: Ctx, txn_id, as_json):
+        """State of one distributed transaction."""
+        from trinitylake.cli import _print_kv
+        from trinitylake.lakehouse.distributed import DistributedTransaction
+
+        emit(DistributedTransaction.load(ctx.lakehouse(), txn_id).info(), as_json, _print_kv)
+
+
+def _run_local(cli: click.Group, ctx: Ctx, isolation, ops_file) -> None:
+    lh = ctx.lakehouse()
+    t = lh.begin(isolation=isolation)
+    ctx.txn = t
+    n = 0
+    for lineno, line in enumerate(ops_file, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            args = shlex.split(line)
+        except ValueError as e:  # e.g. "No closing quotation": one clear line, not a traceback
+            raise ValidationError(f"line {lineno}: cannot parse {line!r} ({e}); nothing was committed") from None
+        if args[:1] not in (["namespace"], ["table"]) or len(args) < 2 or args[1] not in ("create", "drop", "alter"):
+            raise ValidationError(f"line {lineno}: only namespace/table create|drop|alter are allowed in a transaction: {line!r}")
+        try:
+            cli.main(args=args, prog_name="tlake", obj=ctx, standalone_mode=False)
+        except click.ClickException as e:
+            raise ValidationError(f"line {lineno}: {e.format_message()}") from None
+        except SystemExit as e:
+            if e.code:
+                raise ValidationError(f"line {lineno} failed: {line!r}; nothing was committed") from None
+        n += 1
+    ctx.txn = None
+    lh.command = "txn"
+    version = t.commit(command="txn", arguments={"ops": t.ops, "isolation": t.isolation})
+    click.echo(f"committed {n} operations as version {version}" if version is not None else "nothing to commit")
