@@ -50,6 +50,7 @@ from typing import Any, ClassVar, NoReturn
 import yaml
 
 from trinitylake.errors import ConfigError, InvalidURIError, UnsafeOperationError
+from trinitylake.redact import redact_text, redact_value
 from trinitylake.storage.uri import normalize_uri
 
 __all__ = [
@@ -300,7 +301,7 @@ def _parse_spark_conf(value: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, val in _split_pairs(value):
         if isinstance(val, Mapping | list | tuple) or val is None:
-            raise ValueError(f"Spark property {key!r} needs a scalar value, got {val!r}")
+            raise ValueError(f"Spark property {key!r} needs a scalar value, got {redact_value(val, key)!r}")
         out[key] = ("true" if val else "false") if isinstance(val, bool) else str(val)
     return out
 
@@ -316,7 +317,7 @@ def _json_safe_value(val: Any, key: str) -> Any:
         return {str(k): _json_safe_value(v, f"{key}.{k}") for k, v in val.items()}
     if isinstance(val, list | tuple):
         return [_json_safe_value(v, key) for v in val]
-    raise ValueError(f"value of {key!r} is not JSON-like: {val!r}")
+    raise ValueError(f"value of {key!r} is not JSON-like: {redact_value(val, key)!r}")
 
 
 def _parse_uri(value: Any) -> str:
@@ -763,7 +764,7 @@ def _parse_or_raise(job: str, opt: Option, raw: Any, label: Callable[[str], str]
     try:
         return opt.parse(raw)
     except ValueError as e:
-        raise ConfigError(f"{label(opt.name)}: bad value for {job} option {opt.name!r}: {e}") from None
+        raise ConfigError(redact_text(f"{label(opt.name)}: bad value for {job} option {opt.name!r}: {e}")) from None
 
 
 def _resolve(job: str, merged: dict[str, Any], sources: dict[str, str], where: str, now_ms: int) -> None:

@@ -117,10 +117,14 @@ def remember_environment(env: Mapping[str, str] | None = None) -> None:
             remember(v)
 
 
+# Values that stand for a value in usage text ("expected KEY=VALUE"), not a value.
+_PLACEHOLDERS = frozenset({"VALUE", "VAL", "V", "...", "…", "<value>", REDACTED})
+
+
 def _redact_secret_value(value: Any, learn: bool = False) -> Any:
     """REDACTED for a credential's value. `learn`: remember it (options and command lines; not
     free text, where a credential-looking key may be a false positive such as S3's ``Key``)."""
-    if value is None or isinstance(value, bool) or value == "":
+    if value is None or isinstance(value, bool) or value == "" or (isinstance(value, str) and value in _PLACEHOLDERS):
         return value  # whether an option is set is useful and reveals nothing
     if isinstance(value, str):
         if _DATABRICKS_REF.match(value.strip()):
@@ -137,6 +141,7 @@ def _redact_secret_value(value: Any, learn: bool = False) -> Any:
 _URI_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s/:@\"']*):(?P<pw>[^\s/@\"']+)@")
 _KV_QUOTED = re.compile(
     r"(?P<kq>[\"']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*[=:]\s*)(?P<vq>[\"'])(?P<val>(?:\\.|(?!(?P=vq)).)*)(?P=vq)")
+_KV_OBJECT = re.compile(r"(?P<kq>[\"'])(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*:\s*)(?P<val>\{[^{}]*\})")
 _KV_PLAIN = re.compile(r"(?P<key>[A-Za-z_][\w.\-]*)(?P<sep>\s*=\s*|:\s+|:(?=[^/\s]))(?P<val>[^\s,;&\"'})\]]+)")
 _SHAPES = [
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
@@ -162,6 +167,12 @@ def _kv_quoted(m: re.Match[str]) -> str:
     if not _is_secret_label(m.group("key"), m.group("sep")) or _redact_secret_value(m.group("val"), learn=False) == m.group("val"):
         return m.group(0)
     return f"{m.group('kq')}{m.group('key')}{m.group('kq')}{m.group('sep')}{m.group('vq')}{REDACTED}{m.group('vq')}"
+
+
+def _kv_object(m: re.Match[str]) -> str:
+    if not _is_secret_label(m.group("key"), m.group("sep")):
+        return m.group(0)
+    return f"{m.group('kq')}{m.group('key')}{m.group('kq')}{m.group('sep')}{REDACTED}"
 
 
 def _kv_plain(m: re.Match[str]) -> str:
@@ -203,6 +214,7 @@ def redact_text(text: Any) -> Any:
     out = _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", text)
     out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
     if "=" in out or ":" in out:
+        out = _scan(_KV_OBJECT, _kv_object, out)
         out = _scan(_KV_QUOTED, _kv_quoted, out)
         out = _scan(_KV_PLAIN, _kv_plain, out)
     for shape in _SHAPES:

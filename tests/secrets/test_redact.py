@@ -110,6 +110,7 @@ def test_command_lines():
     "boom: secret={s}", "boom: {{'secret': '{s}', 'endpoint_url': 'http://h'}}", 'boom {{"token": "{s}"}}',
     "Authorization: Bearer {s}", "AccountKey={s};EndpointSuffix=core.windows.net", "https://a.blob.core.windows.net/c?sv=1&sig={s}&se=2",
     "X-Amz-Credential={s}/20260101/us-east-1", "password: {s}", "--storage-option secret={s}", "redis://:{s}@cache:6379",
+    "bad: got '{{\"spark.hadoop.fs.s3a.secret.key\": {{\"a\": \"{s}\"}}}}'", "note: token={s}",
 ])
 def test_free_text(template):
     s = unique("t")
@@ -125,8 +126,10 @@ def test_value_shapes_anywhere():
 
 
 def test_operator_text_is_untouched():
-    text = "walk of s3://bucket/lh/_maintenance: 12 files, region us-east-1, endpoint http://minio:9000 (version 3)"
-    assert redact_text(text) == text
+    for text in ("walk of s3://bucket/lh/_maintenance: 12 files, region us-east-1, endpoint http://minio:9000 (version 3)",
+                 "bad value for option 'storage_options': expected KEY=VALUE, got 'x'",
+                 "SignatureDoesNotMatch: The request signature we calculated does not match"):
+        assert redact_text(text) == text
 
 
 def test_redaction_is_idempotent():
