@@ -13,40 +13,67 @@ from trinitylake.cli import Ctx, emit, handle_errors, parse_time
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
+_STATE_STYLE = {"deleted": "magenta", "dry_run": "cyan", "failed": "red", "recovered": "yellow", "running": "blue",
+                "read": "dim"}
+_NAME_MAX = 28  # a metric name longer than this is cut, with an ellipsis saying so
+_METRICS_MAX = 12  # metrics shown per row; the rest are counted
+
+
+def ellipsize(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, the last one an ellipsis when anything was cut."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def metrics_text(metrics: dict[str, float]) -> str:
+    """`name=value` lines with readable units (KiB/MiB, s) and integer counts."""
+    from trinitylake.report.svg import fmt_metric
+
+    items = [(k, v) for k, v in sorted(metrics.items()) if not k.startswith("status_")]
+    lines = [f"{ellipsize(k, _NAME_MAX)}={fmt_metric(k, v)}" for k, v in items[:_METRICS_MAX]]
+    if len(items) > _METRICS_MAX:
+        lines.append(f"… {len(items) - _METRICS_MAX} more (--json)")
+    return "\n".join(lines)
+
 
 def _render(entries: list[dict]) -> None:
     t = Table("txn_seq", "state", "command", "time (UTC)", "version", "changes", "metrics", title="lakehouse history (newest first)")
     for e in entries:
-        metrics = ", ".join(f"{k}={int(v) if float(v).is_integer() else round(v, 3)}" for k, v in sorted(e["metrics"].items()) if not k.startswith("status_"))
+        metrics = metrics_text(e["metrics"])
+        state = e.get("state") or e["record_type"]
+        style = _STATE_STYLE.get(state)
         changes = "\n".join(e["changes"][:6]) + (f"\n… {len(e['changes']) - 6} more" if len(e["changes"]) > 6 else "")
         if e.get("error"):
             changes = (changes + "\n" if changes else "") + f"[red]{e['error'][:120]}[/red]"
         t.add_row(
             str(e["txn_seq"]),
-            e["record_type"],
+            f"[{style}]{state}[/{style}]" if style else state,
             e["command"],
             (e.get("ended_at") or e.get("started_at") or "")[:23],
             "" if e["version"] is None else str(e["version"]),
             changes,
-            metrics[:200],
+            metrics,
         )
     console.print(t)
 
 
 def register(cli: click.Group) -> None:
     @cli.command()
-    @click.option("--all", "include_reads", is_flag=True, help="include read-only runs (walks, dry runs)")
+    @click.option("--all", "include_reads", is_flag=True,
+                  help="include runs that changed nothing (walks, dry runs); --job lists them anyway")
     @click.option("--since", default=None, help="only entries at or after TIMESTAMP")
     @click.option("--namespace", default=None, help="only entries that changed this namespace or its tables")
     @click.option("--table", "table_name", default=None, help="only entries that changed NS.TABLE (or TABLE)")
-    @click.option("--job", default=None, help="only runs of this job/command (and the commits they made)")
+    @click.option("--job", default=None, help="every run of this job/command (dry runs included) and the commits they made")
     @click.option("--limit", type=int, default=None)
     @click.option("--version", "version", type=int, default=None, help="explain one version")
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_obj
     @handle_errors
     def show(ctx: Ctx, include_reads, since, namespace, table_name, job, limit, version, as_json):
-        """History of transactions and job runs, newest first, mapped to versions by txn_seq."""
+        """History of transactions and job runs, newest first, mapped to versions by txn_seq.
+
+        State: committed (made a version), deleted (removed files), dry_run, read (changed
+        nothing), failed, recovered (its version landed but its writer's row was lost), running."""
         from trinitylake.control import build_history, reconcile
 
         lh = ctx.lakehouse()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from trinitylake.control.records import RECORD_TYPE_RANK, AuditRecord
+from trinitylake.control.records import RECORD_TYPE_RANK, AuditRecord, run_state
 from trinitylake.redact import redact_text, redact_value
 
 _FINAL_TYPES = ("committed", "failed", "completed", "read", "recovered")
@@ -70,10 +70,18 @@ class HistoryEntry:
     attempts: int | None = None
 
     @property
+    def state(self) -> str:
+        """committed / deleted / dry_run / read / failed / recovered / running (see
+        :func:`trinitylake.control.records.run_state`)."""
+        rtype = self.record_type
+        if rtype == "completed" and self.version is None and not self.changes:
+            rtype = "read"
+        return run_state(rtype, self.metrics, self.arguments)
+
+    @property
     def read_only(self) -> bool:
-        return self.record_type == "read" or (
-            self.record_type == "completed" and self.version is None and not self.changes
-        )
+        """A run that changed nothing: a walk, a dry run (a run that deleted files is not)."""
+        return self.state in ("read", "dry_run")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (datetimes as ISO 8601 UTC strings)."""
@@ -84,6 +92,7 @@ class HistoryEntry:
         return {
             "txn_seq": self.txn_seq,
             "record_type": self.record_type,
+            "state": self.state,
             "command": self.command,
             "txn_id": self.txn_id,
             "started_at": ts(self.started_at),
@@ -91,7 +100,7 @@ class HistoryEntry:
             "version": self.version,
             "version_before": self.version_before,
             "changes": list(self.changes),
-            "metrics": {k: float(v) for k, v in self.metrics.items()},
+            "metrics": {k: _metric_value(k, v) for k, v in self.metrics.items()},
             "error": self.error,
             "arguments": _json_safe(self.arguments),
             "user": self.user,
@@ -101,6 +110,13 @@ class HistoryEntry:
             "isolation": self.isolation,
             "attempts": self.attempts,
         }
+
+
+def _metric_value(key: str, value: float) -> int | float:
+    """Counts and byte sizes as integers (the control table stores every metric as a double);
+    durations stay floats."""
+    v = float(value)
+    return int(v) if v.is_integer() and not key.startswith("seconds_") else v
 
 
 def _json_safe(v: Any) -> Any:
@@ -239,9 +255,9 @@ def build_history(
       rows, e.g. the ``begin`` of a writer that died after committing); unsequenced versions
       are placed as described in the module docstring.
     * A version's changes come from ``VersionInfo.changes`` (the tree diff) when non-empty.
-    * Read-only runs (``read``, or ``completed`` with no version and no changes) are hidden
-      unless `include_reads`; a ``completed`` job run that is the parent of other entries is
-      not read-only.
+    * Read-only runs (state ``read`` or ``dry_run``, see `HistoryEntry.state`) are hidden
+      unless `include_reads` or a `job` filter is given (a job's history lists every run of
+      it); a job run that is the parent of other entries is not read-only.
     * Filters: `namespace`/`table` (``"ns.table"`` or a bare table name) match the changes
       strings ``"<action> <kind> <ns>[.<table>]"``; `job` matches the command exactly or as
       its first words, and also selects transactions whose ``parent_seq`` is a matching run;
@@ -313,7 +329,7 @@ def build_history(
 
     out: list[HistoryEntry] = []
     for e in ordered:
-        if not include_reads and e.read_only and e.txn_seq not in parents:
+        if not include_reads and job is None and e.read_only and e.txn_seq not in parents:
             continue
         if job is not None and not (_matches_job(e.command, job) or e.parent_seq in job_seqs):
             continue

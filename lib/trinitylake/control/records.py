@@ -25,6 +25,9 @@ from trinitylake.redact import redact_text, redact_value
 
 RECORD_TYPES = ("begin", "committed", "failed", "completed", "read", "recovered")
 
+#: What a run did, as `show`, its JSON and the report name it (see :func:`run_state`).
+RUN_STATES = ("committed", "deleted", "dry_run", "read", "failed", "recovered", "running")
+
 # Order of rows within one txn_seq: lifecycle position first, then recorded_at. A
 # `recovered` row ranks below `committed`: when reconcile() ran while the writer was between
 # its tree commit and its audit append, the writer's own row must still be the final state.
@@ -208,3 +211,30 @@ def record_from_row(row: dict[str, Any]) -> AuditRecord:
     for k in ("started_at", "ended_at", "recorded_at"):
         kw[k] = _utc(kw.get(k))
     return AuditRecord(**kw)
+
+
+def run_state(record_type: str, metrics: dict[str, float] | None = None, arguments: dict[str, Any] | None = None) -> str:
+    """The operator's classification of a transaction or job run, from its final row.
+
+    The row's `record_type` says only whether a version was produced (``completed``) or not
+    (``read``), so a cleanup that deleted files read as ``read`` and a dry run looked like a
+    real one. The job's final row also carries ``status_<status>`` and ``files_deleted``
+    metrics, from which this derives (first match wins):
+
+    * ``failed``, ``recovered``, ``running``: as recorded;
+    * ``dry_run``: the run was a dry run (status metric, or ``dry_run`` in its arguments);
+    * ``deleted``: the run removed files (``files_deleted`` or ``files_deleted_roots`` > 0),
+      whether or not it also committed a version (an expire does both);
+    * ``committed``: it produced a version (``committed``/``completed``);
+    * ``read``: it changed nothing.
+    """
+    m = metrics or {}
+    if record_type in ("failed", "recovered", "running", "begin"):
+        return "running" if record_type == "begin" else record_type
+    if m.get("status_dry_run") or (arguments or {}).get("dry_run") is True:
+        return "dry_run"
+    if (m.get("files_deleted") or 0) > 0 or (m.get("files_deleted_roots") or 0) > 0:
+        return "deleted"
+    if record_type in ("committed", "completed"):
+        return "committed"
+    return "read"
