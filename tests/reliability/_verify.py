@@ -43,6 +43,7 @@ class Verifier:
     acks: list[Ack] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     versions_read: int = 0
+    floor_seen: int = 0
 
     def open(self) -> Lakehouse:
         return Lakehouse.open(self.uri, storage_options=self.options, audit=False)
@@ -64,9 +65,13 @@ class Verifier:
             found.append(f"cannot open the lakehouse: {type(e).__name__}: {e}")
             self.problems.extend(found)
             return found
-        oldest = listed[0] if listed else latest
         d = lh.load_root(latest).lakehouse_def
-        retained_floor = max(oldest, int(getattr(d, "oldest_retained_version", 0) or 0))
+        # The floor is what the lakehouse committed to keep, never the oldest root that happens
+        # to be left: an expire that deleted one retained root too many must be reported.
+        retained_floor = int(getattr(d, "oldest_retained_version", 0) or 0)
+        if retained_floor < self.floor_seen:
+            found.append(f"oldest_retained_version went down from {self.floor_seen} to {retained_floor}")
+        self.floor_seen = max(self.floor_seen, retained_floor)
         gaps = sorted(set(range(retained_floor, latest + 1)) - set(listed))
         if gaps:
             found.append(f"versions missing between {retained_floor} and {latest}: {gaps[:10]}")
@@ -121,7 +126,7 @@ class Verifier:
         found = []
         lh = self.open()
         d = lh.load_root(lh.latest_version()).lakehouse_def
-        floor = max(lh.oldest_version(), int(getattr(d, "oldest_retained_version", 0) or 0))
+        floor = int(getattr(d, "oldest_retained_version", 0) or 0)  # committed, not the oldest root left
         for a in self.acks:
             if a.version < floor:
                 continue
