@@ -287,6 +287,7 @@ class WalkInput:
     export_roots: dict[str, str] = field(default_factory=dict)
     pinned_versions: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    txn_running_roots: list[str] = field(default_factory=list)  # of live distributed transactions
 
 
 def walk_input(
@@ -368,6 +369,13 @@ def walk_input(
             raise UnsafeOperationError(
                 f"export {name!r} pins version {v}, whose root is missing, and the export has no readable root"
             )
+    # Live distributed transactions: their running roots reach the definitions they staged,
+    # which may be older than the orphan age floor (a lease renewed by every stage).
+    from trinitylake.lakehouse.distributed import live_running_roots
+
+    for begin_version, path in live_running_roots(lakehouse):
+        inp.roots.append((begin_version, path))
+        inp.txn_running_roots.append(path)
     for w in inp.warnings:
         log.warning(w)
     return inp
