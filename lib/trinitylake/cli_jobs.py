@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -122,8 +124,8 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
         sys.exit(2)
     result: JobResult | None = None
     error: BaseException | None = None
-    with err_console.status(f"tlake {job} {cfg.run_id}: starting", spinner="dots") as status:
-        remove = add_progress_listener(lambda what: status.update(f"tlake {job} {cfg.run_id}: {what}"))
+    with _progress_display(f"tlake {job} {cfg.run_id}") as status:
+        remove = add_progress_listener(status)
         try:
             result = run_job(job, cfg, audit=ctx.audit)
         except JobFailedError as e:
@@ -140,6 +142,25 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
     if error is not None:
         err_console.print(f"[red]error[/red] ({type(error).__name__}): {escape(redact_text(str(error)))}", highlight=False)
         sys.exit(2 if isinstance(error, ConfigError) else 1)
+
+
+@contextmanager
+def _progress_display(title: str) -> Iterator[Callable[[str], None]]:
+    """Progress with counts while a job runs; yields the function that shows a bare message.
+
+    On a terminal: rich bars (done/total, rate, elapsed) on stderr. Otherwise (Airflow, cron, a
+    pipe): one line per phase on stderr when it ends, so the output is a readable log."""
+    from trinitylake import progress
+
+    if err_console.is_terminal:
+        with progress.RichProgress(err_console, title) as bars:
+            yield bars.status
+        return
+    remove = progress.add_listener(progress.LogProgress(lambda line: print(f"{title}: {line}", file=sys.stderr)))
+    try:
+        yield lambda what: None
+    finally:
+        remove()
 
 
 def _human_bytes(n: int) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from trinitylake import progress
 from trinitylake.errors import StorageError
 from trinitylake.maintenance.deletion import delete_with_retries
 from trinitylake.spark.common import DeleteBudget, InjectedFault
@@ -83,11 +84,13 @@ def _delete_keys_here(storage: Storage, keys: list[str], batch_size: int, max_re
     fn = functools.partial(_delete_batch, storage, max_retries)
     if threads > 1 and len(chunks) > 1:
         with ThreadPoolExecutor(max_workers=min(threads, len(chunks))) as pool:
-            for o in pool.map(fn, chunks):
+            for c, o in zip(chunks, pool.map(fn, chunks), strict=True):
                 out.add(o)
+                progress.advance(len(c))
     else:
         for c in chunks:
             out.add(fn(c))
+            progress.advance(len(c))
     return out
 
 

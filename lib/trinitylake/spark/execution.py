@@ -40,6 +40,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from trinitylake import progress
+
 log = logging.getLogger("trinitylake.spark")
 
 MODES = ("auto", "local", "distributed")
@@ -167,6 +169,7 @@ class Execution:
     def phase(self, name: str, where: str, items: int, what: str | None = None) -> Iterator[dict[str, Any]]:
         """Record one phase: where it ran, its items and seconds (summed over repeats)."""
         notify(what or name)
+        shown = progress.start_phase(name, what or name, items, where)  # counts for the CLI and logs
         t0 = time.perf_counter()
         entry = self.record.setdefault(name, {"where": where, "items": 0, "seconds": 0.0})
         if entry["where"] != where:
@@ -174,9 +177,12 @@ class Execution:
         entry["items"] += int(items)
         if where == DISTRIBUTED:
             self.describe(f"{what or name} ({items} items)")
+        ok = False
         try:
             yield entry
+            ok = True
         finally:
+            progress.end_phase(shown, failed=not ok)
             entry["seconds"] = round(entry["seconds"] + time.perf_counter() - t0, 3)
             if where == DISTRIBUTED:
                 self.describe(None)

@@ -187,6 +187,9 @@ def main(job: str, argv: Sequence[str] | None = None, *, spark: Any = None) -> i
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     install_log_redaction()
     warn_command_line_secrets(argv if argv is not None else sys.argv[1:])
+    from trinitylake import progress
+
+    remove_progress = progress.add_listener(progress.LogProgress())  # one log line per phase, with counts
     try:
         result = run_job(job, cfg, spark=spark)
     except JobFailedError as e:
@@ -199,6 +202,8 @@ def main(job: str, argv: Sequence[str] | None = None, *, spark: Any = None) -> i
     except TrinityLakeError as e:
         log.error("%s %s failed: %s: %s", job, cfg.run_id, type(e).__name__, e)
         return EXIT_ERROR
+    finally:
+        remove_progress()
     log.info("%s %s %s: %s", job, result.run_id, result.status, json.dumps(result.counts, sort_keys=True))
     print(json.dumps(result.to_dict(), default=str))
     return EXIT_OK
