@@ -489,6 +489,13 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     _opt("run_id", "id", None, "Identifier of this run in the control table and output paths; null generates one.",
          nullable=True),
     _opt("log_level", "choice", "INFO", "Python log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    _opt("keep_runs", "int", 20,
+         "_maintenance/<job>/<run_id> folders of this job kept whatever their age (the newest N runs); older "
+         "ones go once past keep_runs_max_age. The running run, unfinished runs and the last failed run always stay.",
+         minimum=0),
+    _opt("keep_runs_max_age", "duration", "30d",
+         "Age past which a run's _maintenance folder is pruned, beyond the newest keep_runs (dry runs prune "
+         "nothing)."),
 )
 
 _JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {

@@ -139,9 +139,32 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
         if isinstance(e, KeyboardInterrupt | SystemExit):
             raise
         raise JobFailedError(f"{job} {cfg.run_id} failed: {result.error}", result) from e
+    if not result.dry_run:
+        _prune_bookkeeping(lakehouse, job, cfg, result)
     _finish(ex, lakehouse, result)
     _end(lakehouse, job, cfg, arguments, started, result, None)
     return result
+
+
+def _prune_bookkeeping(lakehouse: Any, job: str, cfg: Any, result: JobResult) -> None:
+    """The job's last step: prune old ``_maintenance/<job>/`` run folders
+    (`trinitylake.maintenance.bookkeeping`); a failure is a warning, never the job's outcome."""
+    from trinitylake.maintenance.bookkeeping import prune_runs, run_states
+
+    try:
+        states = None
+        control = lakehouse.auditor.control if lakehouse.auditor.enabled else None
+        if control is not None and control.exists():
+            states = run_states(control.records(), job)
+        ref = getattr(cfg, "reference_time", None)
+        out = prune_runs(lakehouse.storage, job, current_run_id=cfg.run_id, keep_runs=int(cfg.keep_runs),
+                         max_age_ms=int(cfg.keep_runs_max_age),
+                         now_ms=int(ref) if ref is not None else int(datetime.now(UTC).timestamp() * 1000),
+                         states=states)
+        result.details["bookkeeping"] = out.to_dict()
+    except Exception as e:  # noqa: BLE001 - bookkeeping never fails a job that did its work
+        log.warning("%s %s: could not prune _maintenance/%s: %s", job, cfg.run_id, job, redact_text(str(e)))
+        result.details["bookkeeping"] = {"error": redact_text(f"{type(e).__name__}: {e}")}
 
 
 def _finish(ex: Execution, lakehouse: Any, result: JobResult) -> None:
