@@ -125,7 +125,7 @@ def register(cli: click.Group) -> None:
         """List the exports recorded in the lakehouse definition."""
         from rich.table import Table
 
-        from trinitylake.maintenance.export_plan import list_exports
+        from trinitylake.maintenance.export_target import list_exports
 
         rows = list_exports(ctx.lakehouse().definition())
 
@@ -144,7 +144,7 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def export_drop(ctx: Ctx, name):
         """Forget an export: remove its record and its pin (the exported files are kept)."""
-        from trinitylake.maintenance.export_plan import drop_export
+        from trinitylake.maintenance.export_target import drop_export
 
         lh = ctx.lakehouse()
         loc = lh.definition().exported_snapshots.get(name)

@@ -9,7 +9,9 @@ from trinitylake.errors import AlreadyExistsError, SnapshotNotFoundError, Unsafe
 from trinitylake.format import keys as K
 from trinitylake.format.node import Message, Node, deserialize
 from trinitylake.format.paths import owning_root, root_name
+from trinitylake.maintenance import export_copy as XC
 from trinitylake.maintenance import export_plan as X
+from trinitylake.maintenance import export_target as XT
 from trinitylake.storage import Storage
 
 
@@ -141,34 +143,34 @@ def test_plan_file_reads_nothing_and_copy_one_reads_the_source_once(tmp_path):
     spec = _spec("full", source=src.root, target=tgt.root)
     row = X.plan_file(src, path, X.KIND_ODF, 0)
     assert (row.size, row.md5, row.data) == (-1, "", None) and src.reads == {}  # planned without a read
-    assert X.verify_file(tgt, row.target, 5, X.md5_hex(b"hello")) == X.MISSING
+    assert XC.verify_file(tgt, row.target, 5, X.md5_hex(b"hello")) == XC.MISSING
 
-    st, done = X.copy_one(row, src, tgt, spec)
+    st, done = XC.copy_one(row, src, tgt, spec)
     assert (st.copied, st.verified, st.skipped, st.source_reads) == (1, 1, 0, 1) and src.reads == {path: 1}
     assert done == (5, X.md5_hex(b"hello")) and tgt.read(path) == b"hello"
-    st, done = X.copy_one(row, src, tgt, spec)  # the exclusive create finds it: verified, skipped
+    st, done = XC.copy_one(row, src, tgt, spec)  # the exclusive create finds it: verified, skipped
     assert (st.copied, st.skipped, st.verified) == (0, 1, 1) and done == (5, X.md5_hex(b"hello"))
-    st, done = X.copy_one(row, src, tgt, spec, recorded=done)  # a manifest: no source read at all
+    st, done = XC.copy_one(row, src, tgt, spec, recorded=done)  # a manifest: no source read at all
     assert (st.copied, st.skipped, st.source_reads) == (0, 1, 0) and src.reads == {path: 2}
 
     tgt.write(row.target, b"HELLO")  # same size, other bytes: a conflict, never overwritten
-    assert X.verify_file(tgt, row.target, 5, X.md5_hex(b"hello")) == X.MISMATCH
-    assert X.verify_file(tgt, row.target, 5, X.md5_hex(b"hello"), checksum=False) == X.OK
-    st, done = X.copy_one(row, src, tgt, spec)
+    assert XC.verify_file(tgt, row.target, 5, X.md5_hex(b"hello")) == XC.MISMATCH
+    assert XC.verify_file(tgt, row.target, 5, X.md5_hex(b"hello"), checksum=False) == XC.OK
+    st, done = XC.copy_one(row, src, tgt, spec)
     assert st.conflicts and st.copied == 0 and done is None and tgt.read(row.target) == b"HELLO"
-    st, _ = X.copy_one(row, src, tgt, spec, recorded=(5, X.md5_hex(b"hello")))
+    st, _ = XC.copy_one(row, src, tgt, spec, recorded=(5, X.md5_hex(b"hello")))
     assert st.conflicts and tgt.read(row.target) == b"HELLO"
 
     # A node comes with its bytes in the plan: copied without reading the source.
     node = X.PlanRow("n.arrow", src.uri("n.arrow"), X.KIND_NODE, 1, X.ACTION_REWRITE, 3, X.md5_hex(b"abc"), 0, b"abc")
-    st, done = X.copy_one(node, src, tgt, spec)
+    st, done = XC.copy_one(node, src, tgt, spec)
     assert (st.copied, st.rewritten, st.source_reads) == (1, 1, 0) and tgt.read("n.arrow") == b"abc"
     bad = X.PlanRow("m.arrow", src.uri("m.arrow"), X.KIND_NODE, 1, X.ACTION_COPY, 3, "0" * 32, 0, b"abc")
-    st, _ = X.copy_one(bad, src, tgt, spec)
+    st, _ = XC.copy_one(bad, src, tgt, spec)
     assert st.errors and not tgt.exists("m.arrow")  # bytes that do not match their plan row
     src.delete([path])
     tgt.delete([path])
-    assert X.copy_one(row, src, tgt, spec)[0].missing_sources == [row.source]
+    assert XC.copy_one(row, src, tgt, spec)[0].missing_sources == [row.source]
 
 
 def test_result_manifest_round_trip(tmp_path):
@@ -184,56 +186,56 @@ def test_result_manifest_round_trip(tmp_path):
 
 
 def test_locations_that_overlap_are_refused():
-    X.check_locations("file:///data/lh", "file:///data/lh-export")  # a sibling with a common prefix is fine
-    X.check_locations("s3://b/lh", "file:///data/lh")
+    XT.check_locations("file:///data/lh", "file:///data/lh-export")  # a sibling with a common prefix is fine
+    XT.check_locations("s3://b/lh", "file:///data/lh")
     for target in ("file:///data/lh", "file:///data/lh/exports/x", "file:///data"):
         with pytest.raises(UnsafeOperationError):
-            X.check_locations("file:///data/lh", target)
+            XT.check_locations("file:///data/lh", target)
     with pytest.raises(UnsafeOperationError):
-        X.check_locations("s3://b/lh", "s3a://b/lh/x/")
+        XT.check_locations("s3://b/lh", "s3a://b/lh/x/")
 
 
 def test_inspect_target(tmp_path):
     tgt = Storage(str(tmp_path / "t"))
-    assert X.inspect_target(tgt, "id-1", "file:///src").empty
+    assert XT.inspect_target(tgt, "id-1", "file:///src").empty
     tgt.write("notes.txt", b"hi")
     with pytest.raises(ValidationError, match="not empty"):
-        X.inspect_target(tgt, "id-1", "file:///src")
+        XT.inspect_target(tgt, "id-1", "file:///src")
     tgt.write("_export/e/export.json", X.json_bytes({**_spec("full").describe(), "status": "planning"}))
-    state = X.inspect_target(tgt, "id-1", "file:///src")
+    state = XT.inspect_target(tgt, "id-1", "file:///src")
     assert not state.empty and set(state.exports) == {"e"}
     with pytest.raises(ValidationError, match="another lakehouse"):
-        X.inspect_target(tgt, "id-2", "file:///src")
+        XT.inspect_target(tgt, "id-2", "file:///src")
 
 
 def test_record_and_drop_mutations():
     from trinitylake.format.definitions import new_lakehouse_def
 
     d = new_lakehouse_def()
-    X.record_export("a", "file:///t/" + root_name(3), 3)(d)
-    X.record_export("b", "file:///u/" + root_name(4), None)(d)
+    XT.record_export("a", "file:///t/" + root_name(3), 3)(d)
+    XT.record_export("b", "file:///u/" + root_name(4), None)(d)
     assert dict(d.exported_snapshots) == {"a": "file:///t/" + root_name(3), "b": "file:///u/" + root_name(4)}
     assert dict(d.exported_snapshot_pins) == {"a": 3}
     with pytest.raises(AlreadyExistsError):
-        X.record_export("a", "file:///v/" + root_name(5), None)(d)
-    assert X.check_name_free(d, "a", "file:///t/" + root_name(3)) is False  # this very export: done
-    assert X.check_name_free(d, "c", "x") is True
+        XT.record_export("a", "file:///v/" + root_name(5), None)(d)
+    assert XT.check_name_free(d, "a", "file:///t/" + root_name(3)) is False  # this very export: done
+    assert XT.check_name_free(d, "c", "x") is True
     with pytest.raises(AlreadyExistsError):
-        X.check_name_free(d, "a", "file:///other/" + root_name(3))
-    assert [r["name"] for r in X.list_exports(d)] == ["a", "b"]
-    assert X.list_exports(d)[0]["pinned_version"] == 3 and X.list_exports(d)[1]["version"] == 4
-    X.drop_export("a")(d)
+        XT.check_name_free(d, "a", "file:///other/" + root_name(3))
+    assert [r["name"] for r in XT.list_exports(d)] == ["a", "b"]
+    assert XT.list_exports(d)[0]["pinned_version"] == 3 and XT.list_exports(d)[1]["version"] == 4
+    XT.drop_export("a")(d)
     assert "a" not in d.exported_snapshots and "a" not in d.exported_snapshot_pins
     with pytest.raises(SnapshotNotFoundError):
-        X.drop_export("a")(d)
+        XT.drop_export("a")(d)
 
 
 def test_export_names_stay_unique_under_a_commit_race(make_lakehouse):
     lh = make_lakehouse()
     t1 = lh.begin()
-    t1.mutate_definition(X.record_export("same", "file:///x/" + root_name(0), None), "export same")
+    t1.mutate_definition(XT.record_export("same", "file:///x/" + root_name(0), None), "export same")
     t2 = lh.begin()
-    t2.mutate_definition(X.record_export("same", "file:///y/" + root_name(0), None), "export same")
+    t2.mutate_definition(XT.record_export("same", "file:///y/" + root_name(0), None), "export same")
     t2.commit()
     with pytest.raises(AlreadyExistsError):
         t1.commit()  # re-applied on the latest definition, which has the name now

@@ -10,7 +10,7 @@ import pytest
 
 from trinitylake.format.paths import HINT_FILE, root_name
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.export_plan import drop_export
+from trinitylake.maintenance.export_target import drop_export
 from trinitylake.spark.export import InjectedFailure
 from trinitylake.storage import Storage
 

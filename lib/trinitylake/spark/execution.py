@@ -294,6 +294,7 @@ _DDL_TYPES = {
     pa.int32(): "int",
     pa.float64(): "double",
     pa.bool_(): "boolean",
+    pa.binary(): "binary",
 }
 
 

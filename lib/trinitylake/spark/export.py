@@ -48,137 +48,43 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
 
 import pyarrow as pa
 
 from trinitylake.errors import (
     AlreadyExistsError,
-    CorruptDefinitionError,
-    CorruptNodeError,
     StorageError,
-    TrinityLakeError,
     ValidationError,
     VersionNotFoundError,
 )
 from trinitylake.format.node import deserialize, serialize
+from trinitylake.maintenance import export_copy as XC
 from trinitylake.maintenance import export_plan as X
+from trinitylake.maintenance import export_target as XT
 from trinitylake.maintenance.results import JobResult
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, chunks, rows_of
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, ddl, rows_of
+from trinitylake.spark.export_planner import Planner, pool_map, raise_failures
 from trinitylake.storage import Storage, parse_uri
 from trinitylake.storage.local_files import LocalFiles
 
 log = logging.getLogger(__name__)
 
-#: Plan part size on the driver: parts are the unit of resume there, not of parallelism (the
-#: driver's threads copy files of several parts at once), and every part costs two small files.
-LOCAL_PART_ROWS = 1024
 #: Parts copied at once by a driver-local copy (their files share the driver's thread pool).
 LOCAL_PARTS_IN_FLIGHT = 4
-#: Node files read per chunk inside one executor task (bounds a task's memory).
-_CHUNK = 256
-#: A tree deeper than this is corrupt (a cycle of node pointers); the walk stops.
-MAX_DEPTH = 256
-
-LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("target", pa.string()), ("kind", pa.string()),
-                          ("depth", pa.int32()), ("action", pa.string()), ("size", pa.int64()), ("md5", pa.string()),
-                          ("external", pa.int32()), ("data", pa.binary()), ("error", pa.string())])
-FRONTIER_SCHEMA = pa.schema([("target", pa.string()), ("depth", pa.int32())])
-PARTS_SCHEMA = pa.schema([("idx", pa.int64()), ("name", pa.string())])
-SUMMARY_SCHEMA = pa.schema([("name", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
-                            ("unsized", pa.int64()), ("rewritten", pa.int64()), ("external", pa.int64())])
 STATS_SCHEMA = pa.schema([("name", pa.string()), ("stats", pa.string())])
-ROLE_NODE, ROLE_CHILD, ROLE_ODF, ROLE_MISSING, ROLE_ERROR = "node", "child", "odf", "missing", "error"
-
-_DDL = {pa.string(): "string", pa.int64(): "bigint", pa.int32(): "int", pa.binary(): "binary", pa.bool_(): "boolean"}
-
-
-def _ddl(schema: pa.Schema) -> str:
-    return ", ".join(f"{f.name} {_DDL[f.type]}" for f in schema)
 
 
 class InjectedFailure(RuntimeError):
     """Raised by the fault-injection hook of the tests (a simulated crash mid-copy)."""
 
 
-def _pool_map(threads: int) -> tuple[Callable[[Callable, list], list], Callable[[], None]]:
-    """A map over a thread pool (sequential for one thread) and its shutdown."""
-    if threads <= 1:
-        return (lambda fn, items: [fn(i) for i in items]), (lambda: None)
-    pool = ThreadPoolExecutor(max_workers=threads)
-    return (lambda fn, items: list(pool.map(fn, items)) if len(items) > 1 else [fn(i) for i in items]), pool.shutdown
-
-
-# ---- plan: one level of nodes ------------------------------------------------------------------
-def _expand(source: Storage, spec: X.ExportSpec, pmap, items: list[tuple[str, int]]) -> list[tuple]:
-    """Read and plan node files ``(path, depth)``: `LEVEL_SCHEMA` tuples (the node's row, its
-    children to copy, the definition files it references, or what went wrong)."""
-
-    def one(item: tuple[str, int]) -> list[tuple]:
-        path, depth = item
-        try:
-            row, refs = X.plan_node(source, path, depth, spec)
-        except FileNotFoundError as e:
-            return [(ROLE_MISSING, path, X.KIND_NODE, depth, "", -1, "", 0, None, str(e))]
-        except TrinityLakeError as e:
-            return [(ROLE_ERROR, path, X.KIND_NODE, depth, "", -1, "", 0, None, f"{type(e).__name__}: {e}")]
-        out = [(ROLE_NODE, row.target, row.kind, row.depth, row.action, row.size, row.md5, row.external, row.data,
-                None)]
-        out += [(ROLE_CHILD, c, X.KIND_NODE, depth + 1, "", -1, "", 0, None, None) for c in refs.children]
-        out += [(ROLE_ODF, p, X.KIND_ODF, depth, X.ACTION_COPY, -1, "", 0, None, None) for p in refs.odfs]
-        return out
-
-    return [t for part in pmap(one, items) for t in part]
-
-
-def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
-                   ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function of one plan level: frontier (target, depth) in, `LEVEL_SCHEMA` out."""
-    src = LocalFiles.of(source)
-    pmap, close = _pool_map(io_threads)
-    try:
-        for chunk in chunks(rows_of(batches, "target", "depth"), _CHUNK):
-            out = _expand(src, spec, pmap, chunk)
-            yield batch_of(LEVEL_SCHEMA, list(zip(*out, strict=True)) if out else [[] for _ in LEVEL_SCHEMA])
-    finally:
-        close()
-
-
-def _failure(missing: list[str], errors: list[str], what: str, version: int) -> None:
-    _raise_failures(missing, errors, [], what, version)
-
-
-# ---- plan: parts ------------------------------------------------------------------------------
-def _write_part(target: Storage, plan_dir: str, name: str, rows: list[X.PlanRow]) -> dict[str, Any]:
-    target.write(f"{plan_dir}/{name}", X.plan_part_bytes(rows))
-    return X.part_summary(name, rows)
-
-
-def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function writing one plan part per partition (rows sorted by target)."""
-    from pyspark import TaskContext
-
-    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-    if not tables:
-        return
-    table = pa.concat_tables(tables)
-    rows = X.read_plan_part(X.table_bytes(table.select(list(X.PLAN_COLUMNS))))
-    rows.sort(key=lambda r: r.target)
-    ctx = TaskContext.get()
-    name = X.plan_part_name(ctx.partitionId()) if ctx is not None else f"part-{uuid.uuid4().hex}.parquet"
-    s = _write_part(target, plan_dir, name, rows)
-    yield batch_of(SUMMARY_SCHEMA, [[s[f.name]] for f in SUMMARY_SCHEMA])
-
-
 # ---- copy --------------------------------------------------------------------------------------
 def _copy_part(name: str, source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
-               resumed: bool, pmap, fail_midway: bool = False) -> X.CopyStats:
+               resumed: bool, pmap, fail_midway: bool = False) -> XC.CopyStats:
     """Copy the files of one plan part; write its result manifest when all are verified."""
     rows = X.read_plan_part(target.read(f"{export_dir}/plan/{name}"))
     mpath = X.manifest_path(export_dir, name)
@@ -188,9 +94,9 @@ def _copy_part(name: str, source: Storage, target: Storage, spec: X.ExportSpec, 
     ensure_dirs = getattr(target, "ensure_dirs", None)
     if ensure_dirs is not None:
         ensure_dirs(r.target for r in rows if r.target not in recorded)
-    results = pmap(lambda r: X.copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target)),
+    results = pmap(lambda r: XC.copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target)),
                    rows)
-    stats = X.CopyStats()
+    stats = XC.CopyStats()
     files: dict[str, tuple[int, str]] = {}
     for r, (st, done) in zip(rows, results, strict=True):
         stats.add(st)
@@ -208,7 +114,7 @@ def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_d
                   ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of the copy: plan part names in, one stats row per part out."""
     src, tgt = LocalFiles.of(source), LocalFiles.of(target)
-    pmap, close = _pool_map(io_threads)
+    pmap, close = pool_map(io_threads)
     try:
         for (name,) in rows_of(batches, "name"):
             st = _copy_part(name, src, tgt, spec, export_dir, checksum, resumed, pmap, fail_midway)
@@ -224,24 +130,6 @@ def _target_storage(lakehouse, target_uri: str, options: dict | None) -> Storage
     if parse_uri(target_uri).scheme == lakehouse.storage.scheme:
         return lakehouse.storage.for_uri(target_uri)
     return Storage(target_uri)
-
-
-def _raise_failures(missing: list[str], errors: list[str], conflicts: list[str], what: str, version: int) -> None:
-    if conflicts:
-        raise AlreadyExistsError(
-            f"{what}: {len(conflicts)} file(s) already exist at the target with other content, e.g. {conflicts[0]}; "
-            f"another export wrote them. Export to an empty location"
-        )
-    if missing:
-        raise VersionNotFoundError(
-            f"{what}: {len(missing)} file(s) of version {version} are missing in the source (expired or deleted "
-            f"meanwhile?), e.g. {missing[0]}"
-        )
-    if errors:
-        first = errors[0]
-        cls = CorruptNodeError if first.startswith("CorruptNodeError") else (
-            CorruptDefinitionError if first.startswith("CorruptDefinitionError") else StorageError)
-        raise cls(f"{what}: {len(errors)} file(s) failed, e.g. {first}")
 
 
 class _Phase:
@@ -303,12 +191,12 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
         if mode not in X.MODES:
             raise ValidationError(f"export mode must be one of {', '.join(X.MODES)}, got {mode!r}")
         target_uri = parse_uri(cfg.target).uri
-        X.check_locations(source.root, target_uri)
+        XT.check_locations(source.root, target_uri)
         latest = lakehouse.latest_version()
         result.version_before = latest
         current_def = lakehouse.load_root(latest).lakehouse_def
         target = _target_storage(lakehouse, target_uri, target_storage_options)
-        state = X.inspect_target(target, current_def.id, source.root)
+        state = XT.inspect_target(target, current_def.id, source.root)
         recorded = state.exports.get(name)
         version, as_of = cfg.version, getattr(cfg, "as_of", None)
         depth = cfg.depth if mode == "partial" else None
@@ -324,7 +212,7 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
         ref = lakehouse.root_at(version=version, as_of=as_of)
         spec = X.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
                                  target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order)
-        needs_record = X.check_name_free(current_def, name, spec.root_uri)
+        needs_record = XT.check_name_free(current_def, name, spec.root_uri)
         if recorded is not None and not spec.same_export(recorded):
             raise ValidationError(
                 f"the target already holds an export named {name!r} of version {recorded.get('version')} "
@@ -351,7 +239,7 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
         root_row = None
         if not state.empty:
             root_row = make_root_row()
-            if X.verify_file(target, spec.root_path, root_row.size, root_row.md5, True) == X.MISMATCH:
+            if XC.verify_file(target, spec.root_path, root_row.size, root_row.md5, True) == XC.MISMATCH:
                 raise AlreadyExistsError(
                     f"the target already holds a different root file for version {spec.version} "
                     f"({target.uri(spec.root_path)}, from another export of that version); export to another "
@@ -383,7 +271,7 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
                          X.json_bytes({**spec.describe(), "status": "planning", "run_id": run_id,
                                        "started_at": datetime.now(UTC).isoformat()}))
             try:
-                index = _Planner(ex, source, target, spec, plan_dir, batch, io_threads).run(ref, root_refs)
+                index = Planner(ex, source, target, spec, plan_dir, batch, io_threads).run(ref, root_refs)
             except BaseException:
                 if created_here:
                     _cleanup(target, export_dir)
@@ -421,26 +309,26 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
             else:
                 total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed, io_threads,
                                           fail_after_batches)
-        _raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {name!r}", spec.version)
+        raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {name!r}", spec.version)
         if total.rows != n_files:
             raise StorageError(f"export {name!r}: copied {total.rows} planned files, the plan holds {n_files}")
 
     # ---- commit: the root last, then the record in the source -----------------------------------
     with _Phase(result, "commit"):
         t = time.perf_counter()
-        root_stats, _ = X.copy_one(root_row, source, target, spec, checksum=True)
-        _raise_failures(root_stats.missing_sources, root_stats.errors, root_stats.conflicts, f"export {name!r}",
+        root_stats, _ = XC.copy_one(root_row, source, target, spec, checksum=True)
+        raise_failures(root_stats.missing_sources, root_stats.errors, root_stats.conflicts, f"export {name!r}",
                         spec.version)
         total.add(root_stats)
         verify_root = time.perf_counter() - t
-        X.update_hint(target, spec.version)
+        XT.update_hint(target, spec.version)
         pin = spec.version if (mode != "full" and external > 0) else None
         planned_bytes = total.copied_bytes + total.skipped_bytes
         result.bytes["planned"] = planned_bytes
         version_after = None
         if needs_record:
             txn = lakehouse.begin()
-            txn.mutate_definition(X.record_export(name, spec.root_uri, pin),
+            txn.mutate_definition(XT.record_export(name, spec.root_uri, pin),
                                   f"export {name} (version {spec.version}, {mode})")
             result.counts.update(_counts(total))
             version_after = txn.commit(command="export", arguments={"name": name, "target": target.root,
@@ -471,17 +359,17 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
     return result
 
 
-def _counts(total: X.CopyStats) -> dict[str, int]:
+def _counts(total: XC.CopyStats) -> dict[str, int]:
     return {"copied": total.copied, "skipped": total.skipped, "verified": total.verified,
             "rewritten": total.rewritten, "source_reads": total.source_reads}
 
 
 def _copy_local(names: list[str], copy, source: Storage, target: Storage, threads: int,
-                fail_after: int | None) -> X.CopyStats:
+                fail_after: int | None) -> XC.CopyStats:
     """Copy on the driver: up to `LOCAL_PARTS_IN_FLIGHT` parts at once, their files on one thread pool."""
     src, tgt = LocalFiles.of(source), LocalFiles.of(target)
-    total = X.CopyStats()
-    pmap, close = _pool_map(threads)
+    total = XC.CopyStats()
+    pmap, close = pool_map(threads)
     try:
         if fail_after is not None:
             n = max(0, min(fail_after, len(names)))
@@ -505,9 +393,9 @@ def _copy_local(names: list[str], copy, source: Storage, target: Storage, thread
 
 def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: Storage, spec: X.ExportSpec,
                       export_dir: str, checksum: bool, resumed: bool, io_threads: int,
-                      fail_after: int | None) -> X.CopyStats:
+                      fail_after: int | None) -> XC.CopyStats:
     """Copy on the executors: a DataFrame of part names, ``mapInArrow`` copies each part."""
-    total = X.CopyStats()
+    total = XC.CopyStats()
 
     def run(chunk: list[str], fail_midway: bool = False) -> None:
         if not chunk:
@@ -517,8 +405,8 @@ def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: 
                                fail_midway)
         parts = ex.partitions(len(chunk), 1)
         df = ex.to_df(table).repartition(parts, "idx") if parts > 1 else ex.to_df(table).coalesce(1)
-        for r in df.mapInArrow(fn, _ddl(STATS_SCHEMA)).collect():
-            total.add(X.CopyStats.from_dict(json.loads(r["stats"])))
+        for r in df.mapInArrow(fn, ddl(STATS_SCHEMA)).collect():
+            total.add(XC.CopyStats.from_dict(json.loads(r["stats"])))
 
     if fail_after is not None:
         n = max(0, min(fail_after, len(names)))
@@ -532,197 +420,3 @@ def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: 
     return total
 
 
-class _Planner:
-    """Walks the exported part of the tree level by level (driver or executors per level) and
-    writes the plan parts; returns the plan index (parts, counts)."""
-
-    def __init__(self, ex: Execution, source: Storage, target: Storage, spec: X.ExportSpec, plan_dir: str,
-                 batch: int, io_threads: int):
-        self.ex, self.source, self.target, self.spec = ex, source, target, spec
-        self.plan_dir, self.batch, self.io_threads = plan_dir, batch, io_threads
-        self.levels: list[dict[str, Any]] = []
-        # Driver-side state.
-        self.nodes: dict[str, X.PlanRow] = {}
-        self.odfs: dict[str, int] = {}
-
-    def run(self, ref, root_refs: X.NodeRefs) -> dict[str, Any]:
-        def_rel = X.local_path(self.source, ref.def_path) or ref.def_path
-        self.def_row = X.plan_file(self.source, def_rel, X.KIND_DEF, 0)
-        for p in root_refs.odfs:
-            self.odfs.setdefault(p, 0)
-        frontier = dict.fromkeys(root_refs.children, 1)
-        depth = 1
-        while frontier:
-            held = len(self.nodes) + len(self.odfs) + len(frontier)
-            if self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
-                return self._run_distributed(frontier, depth)
-            frontier = self._local_level(frontier, depth)
-            depth += 1
-        return self._write_local()
-
-    def _check_depth(self, depth: int) -> None:
-        if depth > MAX_DEPTH:
-            raise CorruptNodeError(f"planning export {self.spec.name!r}: the tree of version {self.spec.version} is "
-                                   f"deeper than {MAX_DEPTH} levels (a cycle of node pointers?)")
-
-    def _local_level(self, frontier: dict[str, int], depth: int) -> dict[str, int]:
-        self._check_depth(depth)
-        t = time.perf_counter()
-        items = list(frontier.items())
-        with self.ex.phase("export.plan_nodes", LOCAL, len(items),
-                           f"export {self.spec.name}: read {len(items)} nodes at depth {depth}"):
-            pmap, close = _pool_map(min(self.io_threads, len(items)))
-            try:
-                out = _expand(LocalFiles.of(self.source), self.spec, pmap, items)
-            finally:
-                close()
-        nxt: dict[str, int] = {}
-        missing, errors = [], []
-        for role, tgt, kind, d, action, size, md5, external, data, err in out:
-            if role == ROLE_NODE:
-                self.nodes[tgt] = X.PlanRow(tgt, self.source.uri(tgt), kind, d, action, size, md5, external, data)
-            elif role == ROLE_CHILD:
-                if tgt not in self.nodes and tgt not in frontier:
-                    nxt.setdefault(tgt, d)
-            elif role == ROLE_ODF:
-                if d < self.odfs.get(tgt, d + 1):
-                    self.odfs[tgt] = d
-            elif role == ROLE_MISSING:
-                missing.append(err)
-            else:
-                errors.append(err)
-        if missing or errors:
-            _failure(missing, errors, f"planning export {self.spec.name!r}", self.spec.version)
-        self.levels.append({"depth": depth, "nodes": len(items), "where": LOCAL,
-                            "seconds": round(time.perf_counter() - t, 3)})
-        return nxt
-
-    def _rows(self) -> list[X.PlanRow]:
-        rows = {self.def_row.target: self.def_row}
-        for p, d in self.odfs.items():
-            rows.setdefault(p, X.plan_file(self.source, p, X.KIND_ODF, d))
-        for p, r in self.nodes.items():
-            rows[p] = r
-        return sorted(rows.values(), key=lambda r: r.target)
-
-    def _index(self, summaries: list[dict[str, Any]]) -> dict[str, Any]:
-        summaries.sort(key=lambda p: p["name"])
-        return {"parts": summaries, "levels": self.levels, "files": sum(p["rows"] for p in summaries) + 1,
-                "created_at": datetime.now(UTC).isoformat()}
-
-    def _write_local(self) -> dict[str, Any]:
-        rows = self._rows()
-        self.nodes, self.odfs = {}, {}
-        if self.ex.distributed(len(rows)):  # the walk stayed on the driver, the plan is big enough
-            df = self.ex.spark.createDataFrame(X.plan_table(rows), schema=_ddl(X.PLAN_SCHEMA))
-            return self._write_distributed([df], [], [])
-        per = max(self.batch, LOCAL_PART_ROWS)
-        chunks = [rows[i : i + per] for i in range(0, len(rows), per)]
-        with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
-            pmap, close = _pool_map(min(self.io_threads, len(chunks)))
-            try:
-                tgt = LocalFiles.of(self.target)
-                summaries = pmap(lambda ic: _write_part(tgt, self.plan_dir, X.plan_part_name(ic[0]), ic[1]),
-                                 list(enumerate(chunks)))
-            finally:
-                close()
-        return self._index(summaries)
-
-    # -- executors --
-    def _run_distributed(self, frontier_d: dict[str, int], depth: int) -> dict[str, Any]:
-        ex, spec = self.ex, self.spec
-        spark = ex.spark
-        F = ex.F  # noqa: N806 - the functions of this session's kind (classic or Connect)
-        frontier = ex.to_df(pa.table({"target": pa.array(list(frontier_d), pa.string()),
-                                      "depth": pa.array(list(frontier_d.values()), pa.int32())}))
-        # Hand over the driver's rows (bounded by the thresholds that kept them there).
-        plan_parts = [spark.createDataFrame(X.plan_table(self._rows()), schema=_ddl(X.PLAN_SCHEMA))]
-        self.nodes, self.odfs = {}, {}
-        odf_parts = []
-        node_parts = []
-        checkpoints = []
-
-        def keep(df):
-            df = df.localCheckpoint(eager=True)
-            checkpoints.append(df)
-            return df
-
-        n = len(frontier_d)
-        try:
-            while n > 0:
-                self._check_depth(depth)
-                t = time.perf_counter()
-                parts = ex.partitions(n, self.batch)
-                with ex.phase("export.plan_nodes", DISTRIBUTED, n,
-                              f"export {spec.name}: read {n} nodes at depth {depth} ({parts} tasks)"):
-                    fn = functools.partial(_level_batches, self.source, spec, self.io_threads)
-                    df = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
-                    out = keep(df.mapInArrow(fn, _ddl(LEVEL_SCHEMA)))
-                    roles = {r["role"]: int(r["n"]) for r in out.groupBy("role").agg(F.count("*").alias("n")).collect()}
-                    bad = roles.get(ROLE_MISSING, 0) + roles.get(ROLE_ERROR, 0)
-                    if bad:
-                        sample = (out.filter(F.col("role").isin(ROLE_MISSING, ROLE_ERROR)).select("role", "error")
-                                  .limit(5).collect())
-                        _failure([r["error"] for r in sample if r["role"] == ROLE_MISSING],
-                                 [r["error"] for r in sample if r["role"] == ROLE_ERROR],
-                                 f"planning export {spec.name!r}", spec.version)
-                    node_parts.append(out.filter(F.col("role") == ROLE_NODE))
-                    odf_parts.append(out.filter(F.col("role") == ROLE_ODF))
-                    # A tree: children of this level were never visited before (a cycle ends
-                    # at MAX_DEPTH); only duplicates within the level are merged.
-                    nxt = out.filter(F.col("role") == ROLE_CHILD).groupBy("target").agg(F.min("depth").alias("depth"))
-                    frontier = keep(nxt)
-                    n_next = frontier.count()
-                self.levels.append({"depth": depth, "nodes": n, "where": DISTRIBUTED, "tasks": parts,
-                                    "seconds": round(time.perf_counter() - t, 3)})
-                log.info("export %r: depth %d read %d nodes in %d tasks, %d children", spec.name, depth, n, parts,
-                         n_next)
-                n = n_next
-                depth += 1
-            return self._write_distributed(plan_parts, node_parts, odf_parts)
-        finally:
-            for c in checkpoints:
-                try:
-                    c.unpersist()
-                except Exception:  # noqa: BLE001 - checkpoints go with the session
-                    pass
-
-    def _write_distributed(self, plan_parts: list, node_parts: list, odf_parts: list) -> dict[str, Any]:
-        from functools import reduce
-
-        ex, spec, source = self.ex, self.spec, self.source
-        F = ex.F  # noqa: N806
-        cols = list(X.PLAN_COLUMNS)
-        root = source.root if source.root.endswith("/") else source.root + "/"
-        uri = F.concat(F.lit(root), F.col("target"))
-        nodes = [df.select("target", uri.alias("source"), "kind", "depth", "action", "size", "md5", "external", "data")
-                 for df in node_parts]
-        odfs = [df.select("target", "depth") for df in odf_parts]
-        if odfs:
-            o = reduce(lambda a, b: a.unionByName(b), odfs).groupBy("target").agg(F.min("depth").alias("depth"))
-            nodes.append(o.select("target", uri.alias("source"), F.lit(X.KIND_ODF).alias("kind"),
-                                  F.col("depth").cast("int").alias("depth"), F.lit(X.ACTION_COPY).alias("action"),
-                                  F.lit(-1).cast("bigint").alias("size"), F.lit("").alias("md5"),
-                                  F.lit(0).cast("int").alias("external"), F.lit(None).cast("binary").alias("data")))
-        allrows = reduce(lambda a, b: a.unionByName(b), [p.select(*cols) for p in plan_parts + nodes])
-        # One row per target: nodes win over the same path planned as a definition file (never
-        # the case in a valid tree), then the smallest depth.
-        pick = F.min(F.struct(F.when(F.col("kind") == X.KIND_ODF, 1).otherwise(0).alias("o"), "depth",
-                              *[c for c in cols if c not in ("target", "depth")]))
-        deduped = allrows.groupBy("target").agg(pick.alias("m")).select(
-            "target", *[F.col(f"m.{c}").alias(c) for c in cols if c != "target"]).select(*cols)
-        deduped = deduped.localCheckpoint(eager=True)
-        try:
-            n_rows = deduped.count()
-            n_parts = max(1, math.ceil(n_rows / self.batch))
-            with ex.phase("export.write_plan", DISTRIBUTED, n_rows,
-                          f"export {spec.name}: write the plan ({n_parts} parts)"):
-                fn = functools.partial(_part_batches, self.target, self.plan_dir)
-                summaries = [r.asDict() for r in deduped.repartition(n_parts, "target").sortWithinPartitions("target")
-                             .mapInArrow(fn, _ddl(SUMMARY_SCHEMA)).collect()]
-        finally:
-            try:
-                deduped.unpersist()
-            except Exception:  # noqa: BLE001
-                pass
-        return self._index([{k: int(v) if k != "name" else v for k, v in s.items()} for s in summaries])

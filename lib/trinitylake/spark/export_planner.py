@@ -1,0 +1,334 @@
+"""The plan phase of the export job: the exported part of the tree walked level by level
+(each level on the driver or on the executors, see `Execution`), its rows deduplicated, cut
+into parts and written as ``plan/part-NNNNN.parquet`` with the index ``plan/_plan.json``.
+The module doc of `trinitylake.spark.export` tells the whole job."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from trinitylake.errors import (
+    AlreadyExistsError,
+    CorruptDefinitionError,
+    CorruptNodeError,
+    StorageError,
+    TrinityLakeError,
+    VersionNotFoundError,
+)
+from trinitylake.maintenance import export_plan as X
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, batch_of, chunks, ddl, rows_of
+from trinitylake.storage import Storage
+from trinitylake.storage.local_files import LocalFiles
+
+log = logging.getLogger(__name__)
+
+#: Plan part size on the driver: parts are the unit of resume there, not of parallelism (the
+#: driver's threads copy files of several parts at once), and every part costs two small files.
+LOCAL_PART_ROWS = 1024
+#: Node files read per chunk inside one executor task (bounds a task's memory).
+_CHUNK = 256
+#: A tree deeper than this is corrupt (a cycle of node pointers); the walk stops.
+MAX_DEPTH = 256
+
+LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("target", pa.string()), ("kind", pa.string()),
+                          ("depth", pa.int32()), ("action", pa.string()), ("size", pa.int64()), ("md5", pa.string()),
+                          ("external", pa.int32()), ("data", pa.binary()), ("error", pa.string())])
+FRONTIER_SCHEMA = pa.schema([("target", pa.string()), ("depth", pa.int32())])
+PARTS_SCHEMA = pa.schema([("idx", pa.int64()), ("name", pa.string())])
+SUMMARY_SCHEMA = pa.schema([("name", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+                            ("unsized", pa.int64()), ("rewritten", pa.int64()), ("external", pa.int64())])
+ROLE_NODE, ROLE_CHILD, ROLE_ODF, ROLE_MISSING, ROLE_ERROR = "node", "child", "odf", "missing", "error"
+
+
+def pool_map(threads: int) -> tuple[Callable[[Callable, list], list], Callable[[], None]]:
+    """A map over a thread pool (sequential for one thread) and its shutdown."""
+    if threads <= 1:
+        return (lambda fn, items: [fn(i) for i in items]), (lambda: None)
+    pool = ThreadPoolExecutor(max_workers=threads)
+    return (lambda fn, items: list(pool.map(fn, items)) if len(items) > 1 else [fn(i) for i in items]), pool.shutdown
+
+
+# ---- plan: one level of nodes ------------------------------------------------------------------
+def _expand(source: Storage, spec: X.ExportSpec, pmap, items: list[tuple[str, int]]) -> list[tuple]:
+    """Read and plan node files ``(path, depth)``: `LEVEL_SCHEMA` tuples (the node's row, its
+    children to copy, the definition files it references, or what went wrong)."""
+
+    def one(item: tuple[str, int]) -> list[tuple]:
+        path, depth = item
+        try:
+            row, refs = X.plan_node(source, path, depth, spec)
+        except FileNotFoundError as e:
+            return [(ROLE_MISSING, path, X.KIND_NODE, depth, "", -1, "", 0, None, str(e))]
+        except TrinityLakeError as e:
+            return [(ROLE_ERROR, path, X.KIND_NODE, depth, "", -1, "", 0, None, f"{type(e).__name__}: {e}")]
+        out = [(ROLE_NODE, row.target, row.kind, row.depth, row.action, row.size, row.md5, row.external, row.data,
+                None)]
+        out += [(ROLE_CHILD, c, X.KIND_NODE, depth + 1, "", -1, "", 0, None, None) for c in refs.children]
+        out += [(ROLE_ODF, p, X.KIND_ODF, depth, X.ACTION_COPY, -1, "", 0, None, None) for p in refs.odfs]
+        return out
+
+    return [t for part in pmap(one, items) for t in part]
+
+
+def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
+                   ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of one plan level: frontier (target, depth) in, `LEVEL_SCHEMA` out."""
+    src = LocalFiles.of(source)
+    pmap, close = pool_map(io_threads)
+    try:
+        for chunk in chunks(rows_of(batches, "target", "depth"), _CHUNK):
+            out = _expand(src, spec, pmap, chunk)
+            yield batch_of(LEVEL_SCHEMA, list(zip(*out, strict=True)) if out else [[] for _ in LEVEL_SCHEMA])
+    finally:
+        close()
+
+
+def _failure(missing: list[str], errors: list[str], what: str, version: int) -> None:
+    raise_failures(missing, errors, [], what, version)
+
+
+# ---- plan: parts ------------------------------------------------------------------------------
+def _write_part(target: Storage, plan_dir: str, name: str, rows: list[X.PlanRow]) -> dict[str, Any]:
+    target.write(f"{plan_dir}/{name}", X.plan_part_bytes(rows))
+    return X.part_summary(name, rows)
+
+
+def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function writing one plan part per partition (rows sorted by target)."""
+    from pyspark import TaskContext
+
+    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    if not tables:
+        return
+    table = pa.concat_tables(tables)
+    rows = X.read_plan_part(X.table_bytes(table.select(list(X.PLAN_COLUMNS))))
+    rows.sort(key=lambda r: r.target)
+    ctx = TaskContext.get()
+    name = X.plan_part_name(ctx.partitionId()) if ctx is not None else f"part-{uuid.uuid4().hex}.parquet"
+    s = _write_part(target, plan_dir, name, rows)
+    yield batch_of(SUMMARY_SCHEMA, [[s[f.name]] for f in SUMMARY_SCHEMA])
+
+
+def raise_failures(missing: list[str], errors: list[str], conflicts: list[str], what: str, version: int) -> None:
+    if conflicts:
+        raise AlreadyExistsError(
+            f"{what}: {len(conflicts)} file(s) already exist at the target with other content, e.g. {conflicts[0]}; "
+            f"another export wrote them. Export to an empty location"
+        )
+    if missing:
+        raise VersionNotFoundError(
+            f"{what}: {len(missing)} file(s) of version {version} are missing in the source (expired or deleted "
+            f"meanwhile?), e.g. {missing[0]}"
+        )
+    if errors:
+        first = errors[0]
+        cls = CorruptNodeError if first.startswith("CorruptNodeError") else (
+            CorruptDefinitionError if first.startswith("CorruptDefinitionError") else StorageError)
+        raise cls(f"{what}: {len(errors)} file(s) failed, e.g. {first}")
+
+
+
+class Planner:
+    """Walks the exported part of the tree level by level (driver or executors per level) and
+    writes the plan parts; returns the plan index (parts, counts)."""
+
+    def __init__(self, ex: Execution, source: Storage, target: Storage, spec: X.ExportSpec, plan_dir: str,
+                 batch: int, io_threads: int):
+        self.ex, self.source, self.target, self.spec = ex, source, target, spec
+        self.plan_dir, self.batch, self.io_threads = plan_dir, batch, io_threads
+        self.levels: list[dict[str, Any]] = []
+        # Driver-side state.
+        self.nodes: dict[str, X.PlanRow] = {}
+        self.odfs: dict[str, int] = {}
+
+    def run(self, ref, root_refs: X.NodeRefs) -> dict[str, Any]:
+        def_rel = X.local_path(self.source, ref.def_path) or ref.def_path
+        self.def_row = X.plan_file(self.source, def_rel, X.KIND_DEF, 0)
+        for p in root_refs.odfs:
+            self.odfs.setdefault(p, 0)
+        frontier = dict.fromkeys(root_refs.children, 1)
+        depth = 1
+        while frontier:
+            held = len(self.nodes) + len(self.odfs) + len(frontier)
+            if self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
+                return self._run_distributed(frontier, depth)
+            frontier = self._local_level(frontier, depth)
+            depth += 1
+        return self._write_local()
+
+    def _check_depth(self, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise CorruptNodeError(f"planning export {self.spec.name!r}: the tree of version {self.spec.version} is "
+                                   f"deeper than {MAX_DEPTH} levels (a cycle of node pointers?)")
+
+    def _local_level(self, frontier: dict[str, int], depth: int) -> dict[str, int]:
+        self._check_depth(depth)
+        t = time.perf_counter()
+        items = list(frontier.items())
+        with self.ex.phase("export.plan_nodes", LOCAL, len(items),
+                           f"export {self.spec.name}: read {len(items)} nodes at depth {depth}"):
+            pmap, close = pool_map(min(self.io_threads, len(items)))
+            try:
+                out = _expand(LocalFiles.of(self.source), self.spec, pmap, items)
+            finally:
+                close()
+        nxt: dict[str, int] = {}
+        missing, errors = [], []
+        for role, tgt, kind, d, action, size, md5, external, data, err in out:
+            if role == ROLE_NODE:
+                self.nodes[tgt] = X.PlanRow(tgt, self.source.uri(tgt), kind, d, action, size, md5, external, data)
+            elif role == ROLE_CHILD:
+                if tgt not in self.nodes and tgt not in frontier:
+                    nxt.setdefault(tgt, d)
+            elif role == ROLE_ODF:
+                if d < self.odfs.get(tgt, d + 1):
+                    self.odfs[tgt] = d
+            elif role == ROLE_MISSING:
+                missing.append(err)
+            else:
+                errors.append(err)
+        if missing or errors:
+            _failure(missing, errors, f"planning export {self.spec.name!r}", self.spec.version)
+        self.levels.append({"depth": depth, "nodes": len(items), "where": LOCAL,
+                            "seconds": round(time.perf_counter() - t, 3)})
+        return nxt
+
+    def _rows(self) -> list[X.PlanRow]:
+        rows = {self.def_row.target: self.def_row}
+        for p, d in self.odfs.items():
+            rows.setdefault(p, X.plan_file(self.source, p, X.KIND_ODF, d))
+        for p, r in self.nodes.items():
+            rows[p] = r
+        return sorted(rows.values(), key=lambda r: r.target)
+
+    def _index(self, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+        summaries.sort(key=lambda p: p["name"])
+        return {"parts": summaries, "levels": self.levels, "files": sum(p["rows"] for p in summaries) + 1,
+                "created_at": datetime.now(UTC).isoformat()}
+
+    def _write_local(self) -> dict[str, Any]:
+        rows = self._rows()
+        self.nodes, self.odfs = {}, {}
+        if self.ex.distributed(len(rows)):  # the walk stayed on the driver, the plan is big enough
+            df = self.ex.spark.createDataFrame(X.plan_table(rows), schema=ddl(X.PLAN_SCHEMA))
+            return self._write_distributed([df], [], [])
+        per = max(self.batch, LOCAL_PART_ROWS)
+        chunks = [rows[i : i + per] for i in range(0, len(rows), per)]
+        with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
+            pmap, close = pool_map(min(self.io_threads, len(chunks)))
+            try:
+                tgt = LocalFiles.of(self.target)
+                summaries = pmap(lambda ic: _write_part(tgt, self.plan_dir, X.plan_part_name(ic[0]), ic[1]),
+                                 list(enumerate(chunks)))
+            finally:
+                close()
+        return self._index(summaries)
+
+    # -- executors --
+    def _run_distributed(self, frontier_d: dict[str, int], depth: int) -> dict[str, Any]:
+        ex, spec = self.ex, self.spec
+        spark = ex.spark
+        F = ex.F  # noqa: N806 - the functions of this session's kind (classic or Connect)
+        frontier = ex.to_df(pa.table({"target": pa.array(list(frontier_d), pa.string()),
+                                      "depth": pa.array(list(frontier_d.values()), pa.int32())}))
+        # Hand over the driver's rows (bounded by the thresholds that kept them there).
+        plan_parts = [spark.createDataFrame(X.plan_table(self._rows()), schema=ddl(X.PLAN_SCHEMA))]
+        self.nodes, self.odfs = {}, {}
+        odf_parts = []
+        node_parts = []
+        checkpoints = []
+
+        def keep(df):
+            df = df.localCheckpoint(eager=True)
+            checkpoints.append(df)
+            return df
+
+        n = len(frontier_d)
+        try:
+            while n > 0:
+                self._check_depth(depth)
+                t = time.perf_counter()
+                parts = ex.partitions(n, self.batch)
+                with ex.phase("export.plan_nodes", DISTRIBUTED, n,
+                              f"export {spec.name}: read {n} nodes at depth {depth} ({parts} tasks)"):
+                    fn = functools.partial(_level_batches, self.source, spec, self.io_threads)
+                    df = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
+                    out = keep(df.mapInArrow(fn, ddl(LEVEL_SCHEMA)))
+                    roles = {r["role"]: int(r["n"]) for r in out.groupBy("role").agg(F.count("*").alias("n")).collect()}
+                    bad = roles.get(ROLE_MISSING, 0) + roles.get(ROLE_ERROR, 0)
+                    if bad:
+                        sample = (out.filter(F.col("role").isin(ROLE_MISSING, ROLE_ERROR)).select("role", "error")
+                                  .limit(5).collect())
+                        _failure([r["error"] for r in sample if r["role"] == ROLE_MISSING],
+                                 [r["error"] for r in sample if r["role"] == ROLE_ERROR],
+                                 f"planning export {spec.name!r}", spec.version)
+                    node_parts.append(out.filter(F.col("role") == ROLE_NODE))
+                    odf_parts.append(out.filter(F.col("role") == ROLE_ODF))
+                    # A tree: children of this level were never visited before (a cycle ends
+                    # at MAX_DEPTH); only duplicates within the level are merged.
+                    nxt = out.filter(F.col("role") == ROLE_CHILD).groupBy("target").agg(F.min("depth").alias("depth"))
+                    frontier = keep(nxt)
+                    n_next = frontier.count()
+                self.levels.append({"depth": depth, "nodes": n, "where": DISTRIBUTED, "tasks": parts,
+                                    "seconds": round(time.perf_counter() - t, 3)})
+                log.info("export %r: depth %d read %d nodes in %d tasks, %d children", spec.name, depth, n, parts,
+                         n_next)
+                n = n_next
+                depth += 1
+            return self._write_distributed(plan_parts, node_parts, odf_parts)
+        finally:
+            for c in checkpoints:
+                try:
+                    c.unpersist()
+                except Exception:  # noqa: BLE001 - checkpoints go with the session
+                    pass
+
+    def _write_distributed(self, plan_parts: list, node_parts: list, odf_parts: list) -> dict[str, Any]:
+        from functools import reduce
+
+        ex, spec, source = self.ex, self.spec, self.source
+        F = ex.F  # noqa: N806
+        cols = list(X.PLAN_COLUMNS)
+        root = source.root if source.root.endswith("/") else source.root + "/"
+        uri = F.concat(F.lit(root), F.col("target"))
+        nodes = [df.select("target", uri.alias("source"), "kind", "depth", "action", "size", "md5", "external", "data")
+                 for df in node_parts]
+        odfs = [df.select("target", "depth") for df in odf_parts]
+        if odfs:
+            o = reduce(lambda a, b: a.unionByName(b), odfs).groupBy("target").agg(F.min("depth").alias("depth"))
+            nodes.append(o.select("target", uri.alias("source"), F.lit(X.KIND_ODF).alias("kind"),
+                                  F.col("depth").cast("int").alias("depth"), F.lit(X.ACTION_COPY).alias("action"),
+                                  F.lit(-1).cast("bigint").alias("size"), F.lit("").alias("md5"),
+                                  F.lit(0).cast("int").alias("external"), F.lit(None).cast("binary").alias("data")))
+        allrows = reduce(lambda a, b: a.unionByName(b), [p.select(*cols) for p in plan_parts + nodes])
+        # One row per target: nodes win over the same path planned as a definition file (never
+        # the case in a valid tree), then the smallest depth.
+        pick = F.min(F.struct(F.when(F.col("kind") == X.KIND_ODF, 1).otherwise(0).alias("o"), "depth",
+                              *[c for c in cols if c not in ("target", "depth")]))
+        deduped = allrows.groupBy("target").agg(pick.alias("m")).select(
+            "target", *[F.col(f"m.{c}").alias(c) for c in cols if c != "target"]).select(*cols)
+        deduped = deduped.localCheckpoint(eager=True)
+        try:
+            n_rows = deduped.count()
+            n_parts = max(1, math.ceil(n_rows / self.batch))
+            with ex.phase("export.write_plan", DISTRIBUTED, n_rows,
+                          f"export {spec.name}: write the plan ({n_parts} parts)"):
+                fn = functools.partial(_part_batches, self.target, self.plan_dir)
+                summaries = [r.asDict() for r in deduped.repartition(n_parts, "target").sortWithinPartitions("target")
+                             .mapInArrow(fn, ddl(SUMMARY_SCHEMA)).collect()]
+        finally:
+            try:
+                deduped.unpersist()
+            except Exception:  # noqa: BLE001
+                pass
+        return self._index([{k: int(v) if k != "name" else v for k, v in s.items()} for s in summaries])
