@@ -146,3 +146,18 @@ def test_every_command_and_job_on_s3(planted, tmp_path, s3_server):
                    f"endpoint_url=http://ops:{planted.new('bad_endpoint_password')}@127.0.0.1:9",
                    "--storage-option", f"secret={planted.new('s3_secret_2')}", "show"], cwd=tmp_path, ok=False)
     assert_no_leaks(planted, planted.leaks_in_bucket(s3_server.client, bucket), planted.leaks_in_dir(tmp_path))
+
+
+@pytest.mark.spark
+def test_spark_session_started_with_planted_conf(planted, tmp_path):
+    """A run whose phases go to Spark executors: the planted Spark conf reaches a real session
+    (Spark's own logs on stderr are scanned too), and nothing the run writes quotes it."""
+    storage, spark = plant_channels(planted, s3_endpoint=None)
+    lake = tmp_path / "lh"
+    g = ["--lakehouse", str(lake), *storage]
+    planted.tlake([*g, "init"], cwd=tmp_path)
+    planted.tlake([*g, "namespace", "create", "s"], cwd=tmp_path)
+    res = json.loads(planted.tlake([*g, "walk", *spark, "--execution", "distributed", "--master", "local[1]",
+                                    "--json"], cwd=tmp_path).stdout)
+    assert res["status"] == "succeeded" and res["details"]["spark"]["started"]
+    assert_no_leaks(planted, planted.leaks_in_dir(tmp_path))
