@@ -29,6 +29,7 @@ This module imports nothing from the package: every layer may use it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -63,9 +64,12 @@ _known_re: re.Pattern[str] | None = None
 _lock = threading.Lock()
 
 
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_SEPARATORS = re.compile(r"[^a-z0-9]+")
+
+
 def _words(key: str) -> list[str]:
-    key = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key)
-    return [w for w in re.split(r"[^a-z0-9]+", key.lower()) if w]
+    return [w for w in _SEPARATORS.split(_CAMEL.sub(r"\1_\2", key).lower()) if w]
 
 
 def is_secret_key(key: Any) -> bool:
@@ -78,6 +82,11 @@ def is_secret_key(key: Any) -> bool:
     """
     if not isinstance(key, str) or not key:
         return False
+    return _is_secret_name(key)
+
+
+@functools.lru_cache(maxsize=8192)  # the same option names come back on every row and log line
+def _is_secret_name(key: str) -> bool:
     words = _words(key)
     if not words:
         return False
@@ -139,15 +148,17 @@ def _redact_secret_value(value: Any, learn: bool = False) -> Any:
 
 # ---- free text ------------------------------------------------------------------------------
 _URI_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s/:@\"']*):(?P<pw>[^\s/@\"']+)@")
+# Keys start at a word boundary (the lookbehind), which keeps a scan of long text linear.
 _KV_QUOTED = re.compile(
-    r"(?P<kq>[\"']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*[=:]\s*)(?P<vq>[\"'])(?P<val>(?:\\.|(?!(?P=vq)).)*)(?P=vq)")
+    r"(?<![\w.\-])(?P<kq>[\"']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*[=:]\s*)(?P<vq>[\"'])(?P<val>(?:\\.|(?!(?P=vq)).)*)(?P=vq)")
 _KV_OBJECT = re.compile(r"(?P<kq>[\"'])(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*:\s*)(?P<val>\{[^{}]*\})")
-_KV_PLAIN = re.compile(r"(?P<key>[A-Za-z_][\w.\-]*)(?P<sep>\s*=\s*|:\s+|:(?=[^/\s]))(?P<val>[^\s,;&\"'})\]]+)")
+_KV_PLAIN = re.compile(r"(?<![\w.\-])(?P<key>[A-Za-z_][\w.\-]*)(?P<sep>\s*=\s*|:\s+|:(?=[^/\s]))(?P<val>[^\s,;&\"'})\]]+)")
 _SHAPES = [
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     re.compile(r"\beyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]+"),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S),
 ]
+_TRIGGER = re.compile(r"[=:@]|AKIA|ASIA|eyJ|-----BEGIN|(?i:bearer|basic)\s")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}")
 
 
@@ -211,14 +222,18 @@ def redact_text(text: Any) -> Any:
     """
     if not isinstance(text, str) or not text:
         return text
-    out = _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", text)
-    out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
-    if "=" in out or ":" in out:
-        out = _scan(_KV_OBJECT, _kv_object, out)
-        out = _scan(_KV_QUOTED, _kv_quoted, out)
-        out = _scan(_KV_PLAIN, _kv_plain, out)
-    for shape in _SHAPES:
-        out = shape.sub(REDACTED, out)
+    out = text
+    if _TRIGGER.search(out):  # most text (names, paths, prose) has nothing any rule looks for
+        if "@" in out:
+            out = _URI_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", out)
+        out = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", out)
+        if "=" in out or ":" in out:
+            if '"' in out or "'" in out:
+                out = _scan(_KV_OBJECT, _kv_object, out)
+                out = _scan(_KV_QUOTED, _kv_quoted, out)
+            out = _scan(_KV_PLAIN, _kv_plain, out)
+        for shape in _SHAPES:
+            out = shape.sub(REDACTED, out)
     pattern = _known_re
     if pattern is not None:
         out = pattern.sub(REDACTED, out)
