@@ -151,11 +151,13 @@ def test_rollback_expire_and_export_marks(page, built):
 
 def test_job_runs_and_metrics(page, built):
     jobs = page[page.index('id="jobs"'):page.index('id="reach"')]
-    assert jobs.count('<tr data-job="export">') == 2 and jobs.count('<tr data-job="expire">') == 1
+    assert jobs.count('<tr data-job="export"') == 2 and jobs.count('<tr data-job="expire"') == 1
     for s in ("files_deleted <b>17</b>", "bytes_deleted <b>51.1 KiB</b>", "files_copied <b>42</b>",
               "bytes_copied <b>1.2 MiB</b>", "seconds_walk <b>3.2 s</b>", "files_copied <b>3</b>"):
         assert s in jobs, s
-    assert ">failed<" in jobs and ">completed<" in jobs
+    assert ">failed<" in jobs and ">committed<" in jobs and ">deleted<" in jobs  # export, expire (17 files)
+    assert '<tr data-job="expire" data-state="deleted">' in jobs
+    assert jobs.count('<details class="metrics">') == 3  # every run's metrics collapsed
     assert ">41 s<" in jobs and ">12 s<" in jobs  # durations from started/ended
     assert f">{built.expire_seq}<" in jobs and f">{built.failed_seq}<" in jobs
     assert "job run durations" in jobs and "files deleted and copied per job run" in jobs

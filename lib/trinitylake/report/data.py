@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# First words of commands that are ordinary transactions, not job runs.
-_TXN_WORDS = {"", "init", "api", "txn", "rollback", "recovered", "create", "alter", "drop", "namespace", "table", "view"}
+# First words of the commands of the maintenance jobs (a run of one writes `status_*` metrics).
+JOB_WORDS = {"walk", "expire", "orphans", "export"}
 # Metrics shown first in the job table, in this order (the rest follow alphabetically).
 KEY_METRICS = (
     "files_deleted",
@@ -71,7 +71,7 @@ class JobRun:
 
     txn_seq: int | None
     job: str
-    state: str  # completed | failed | running | read | committed | recovered
+    state: str  # committed | deleted | dry_run | read | failed | recovered | running (run_state)
     started_at: datetime | None
     ended_at: datetime | None
     version_before: int | None = None
@@ -205,12 +205,17 @@ class ReportData:
 
 
 # ---- collection ------------------------------------------------------------------------------
-def is_job(command: str, parent_seq: int | None) -> bool:
-    """A job run, as opposed to a transaction (a job's own commits carry its parent_seq)."""
+def is_job(command: str, parent_seq: int | None, metrics: dict[str, float] | None = None) -> bool:
+    """A maintenance job run, as opposed to a transaction (a job's own commits carry its
+    parent_seq). A job is known by its command's first word or by the ``status_*`` metric every
+    job run's final row carries; any other command (``demo: create tables``, ``table create``)
+    is an ordinary commit."""
     if parent_seq is not None:
         return False
     words = command.split()
-    return bool(words) and words[0].lower() not in _TXN_WORDS
+    if words and words[0].lower() in JOB_WORDS:
+        return True
+    return any(k.startswith("status_") for k in (metrics or {}))
 
 
 def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
@@ -256,9 +261,9 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
     entries = build_history(records, infos, include_reads=True)
     jobs_by_seq: dict[int, JobRun] = {}
     for e in reversed(entries):  # oldest first
-        if is_job(e.command, e.parent_seq):
+        if is_job(e.command, e.parent_seq, e.metrics):
             j = JobRun(
-                txn_seq=e.txn_seq, job=e.command, state=e.record_type, started_at=e.started_at, ended_at=e.ended_at,
+                txn_seq=e.txn_seq, job=e.command, state=e.state, started_at=e.started_at, ended_at=e.ended_at,
                 version_before=e.version_before, version_after=e.version, metrics=dict(e.metrics),
                 arguments=redact_value(dict(e.arguments)), error=redact_text(e.error), user=e.user, host=e.host,
             )

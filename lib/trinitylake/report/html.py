@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime
 
 from trinitylake.report.data import JobRun, ReportData, VersionPoint
+from trinitylake.report.lanes import STATE_COLORS, STATE_LABELS, LabelPlacer, density_lane, job_name, jobs_lane
 from trinitylake.report.svg import (
     Plot,
     TimeScale,
@@ -48,10 +49,15 @@ KIND_LABELS = {
     "export": "version committed by an export run",
     "expired": "expired version (from the control table)",
 }
-STATE_CLASS = {"completed": "ok", "committed": "ok", "recovered": "warn", "failed": "bad", "running": "run", "read": "dim"}
-MAX_BAR_ROWS = 40
-MAX_TABLE_VERSIONS = 60
-MAX_JOB_LINES = 60
+STATE_CLASS = {"completed": "ok", "committed": "ok", "deleted": "del", "dry_run": "dry", "recovered": "warn",
+               "failed": "bad", "running": "run", "read": "dim"}
+MAX_BAR_ROWS = 15  # runs in the per-run bar charts (the newest)
+VERSION_ROWS_SHOWN = 15  # newest versions shown open; older ones in collapsed pages of JOB_PAGE
+MAX_TABLE_VERSIONS = 200
+JOB_ROWS_SHOWN = 20  # newest runs shown open; older ones in collapsed pages of JOB_PAGE
+JOB_PAGE = 50
+MAX_JOB_ROWS = 500  # beyond this the page points to `tlake show --job`
+TIMELINE_MARGIN = (24, 28, 48, 64)
 
 CSS = """
 :root { --ink:#111827; --muted:#6b7280; --line:#e5e7eb; --bg:#f3f4f6; --card:#ffffff; --accent:#2563eb; }
@@ -99,6 +105,11 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monosp
 .badge.ok { background:#dcfce7; color:#166534; } .badge.bad { background:#fee2e2; color:#991b1b; }
 .badge.warn { background:#fef3c7; color:#92400e; } .badge.run { background:#dbeafe; color:#1e40af; }
 .badge.dim { background:#f3f4f6; color:#6b7280; }
+.badge.del { background:#fae8ff; color:#86198f; } .badge.dry { background:#cffafe; color:#155e75; }
+details.metrics summary, details.page summary { cursor:pointer; color:#374151; font-size:12px; }
+details.metrics[open] summary { margin-bottom:4px; }
+details.page { margin-top:8px; }
+.lane-title { font-size:12px; color:var(--muted); margin:10px 0 0; }
 .badge.k-rollback { background:#ffedd5; color:#9a3412; } .badge.k-expire { background:#fee2e2; color:#991b1b; }
 .badge.k-export { background:#d1fae5; color:#065f46; } .badge.k-init { background:#e5e7eb; color:#111827; }
 .badge.k-expired { background:#f3f4f6; color:#6b7280; } .badge.k-commit { background:#dbeafe; color:#1e40af; }
@@ -204,7 +215,7 @@ def fmt_time_ms(ms: float) -> str:
 
 def _job_label(j: JobRun) -> str:
     seq = f" #{j.txn_seq}" if j.txn_seq is not None else ""
-    return f"{j.job}{seq}" + (" ✗" if j.state == "failed" else "")
+    return f"{job_name(j)}{seq}" + (" ✗" if j.state == "failed" else " (dry run)" if j.state == "dry_run" else "")
 
 
 def _job_title(j: JobRun) -> str:
@@ -227,7 +238,7 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
     v_hi = max(p.version for p in d.versions)
     y_ticks = nice_ticks(v_lo, v_hi, 6, integer=True)
     y_range = (min(v_lo, y_ticks[0]) - 0.5, max(v_hi, y_ticks[-1]) + 0.9)
-    plot = Plot((min(xs), hi), y_range, height=360, margin=(24, 28, 48, 64))
+    plot = Plot((min(xs), hi), y_range, height=360, margin=TIMELINE_MARGIN)
     scale = TimeScale(xs, plot.left, plot.right)
     plot.xscale = scale
     tks, caption = scale.ticks()
@@ -243,22 +254,6 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
                    title=f"versions below {boundary} are expired")
         legend.append((swatch("band", "#f3f4f6"), f"expired range (below v{boundary})"))
 
-    # Job runs as vertical lines (expire / export / other), labels staggered.
-    shown_jobs = [j for j in d.jobs if j.time is not None][-MAX_JOB_LINES:]
-    last_in_row: list[float] = [-1e9, -1e9, -1e9]
-    for j in shown_jobs:
-        color = COLORS.get(j.kind, COLORS["other"])
-        x = j.time.timestamp() * 1000
-        px = plot.sx(x)
-        row = next((r for r in range(3) if px - last_in_row[r] >= 110), None)
-        label = _job_label(j) if row is not None else None
-        if row is not None:
-            last_in_row[row] = px
-        plot.vline(x, color, label=label, title=_job_title(j), dash="5 4" if j.kind != "other" else "2 3", row=row or 0)
-    for kind, text in (("expire", "expire run"), ("export", "export run"), ("other", "other job run")):
-        if any(j.kind == kind for j in shown_jobs):
-            legend.append((swatch("line", COLORS[kind], dash="5 4" if kind != "other" else "2 3"), text))
-
     # Expired versions known from the control table: hollow points on a dashed step line.
     expired = [p for p in timed if not p.available]
     avail = [p for p in timed if p.available]
@@ -273,6 +268,10 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
         legend.insert(0, (swatch("line", COLORS["commit"]), "latest version over time"))
     size = 4.5 if len(timed) <= 150 else 3.0 if len(timed) <= 600 else 2.0
     by_version = {p.version: p for p in timed}
+    labels = LabelPlacer(plot)
+    for p in timed:
+        if p.kind != "commit":
+            labels.reserve(plot.sx(p.created_at_millis), plot.sy(p.version))
     # Ordinary commits first, so the rarer marks (rollbacks, job commits) stay on top.
     for p in sorted(timed, key=lambda p: (p.kind not in ("commit", "expired"), p.version)):
         kinds_seen.add(p.kind)
@@ -286,23 +285,36 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
             if target is not None:
                 plot.line([(target.created_at_millis, target.version), (p.created_at_millis, p.version)], COLORS["rollback"],
                           dash="3 3", width=1.3)
-            plot.text(p.created_at_millis, p.version, f"↺ v{p.rollback_to}" if p.rollback_to is not None else "↺",
-                      color=COLORS["rollback"], dx=7, dy=16)
+            labels.place(p.created_at_millis, p.version, f"↺ v{p.rollback_to}" if p.rollback_to is not None else "↺",
+                         color=COLORS["rollback"], dx=7, dy=16)
     last = max(avail, key=lambda p: p.version, default=None)
     if last is not None:
-        plot.text(last.created_at_millis, last.version, f"v{last.version}", color=COLORS["commit"], anchor="middle", dy=-10)
+        labels.place(last.created_at_millis, last.version, f"v{last.version}", color=COLORS["commit"], anchor="middle",
+                     dy=-10)
     for p in timed:
         if p.snapshots:
             plot.mark(p.created_at_millis, p.version, "flag", COLORS["snapshot"], size=4, title=f"exported snapshot(s) of v{p.version}: "
                       + ", ".join(p.snapshots), extra=f'data-snapshot-version="{p.version}"')
-            plot.text(p.created_at_millis, p.version, "⚑ " + ", ".join(p.snapshots), color=COLORS["snapshot"], anchor="end",
-                      dx=-7, dy=-7)
+            labels.place(p.created_at_millis, p.version, "⚑ " + ", ".join(p.snapshots), color=COLORS["snapshot"],
+                         anchor="end", dx=-7, dy=-7)
     for kind in ("init", "commit", "rollback", "expire", "export", "expired"):
         if kind in kinds_seen:
             legend.append((swatch(SHAPES[kind], COLORS[kind], hollow=kind == "expired"), KIND_LABELS[kind]))
     if any(p.snapshots for p in timed):
         legend.append((swatch("flag", COLORS["snapshot"]), "exported snapshot (pinned version)"))
-    return plot.render("versions over time"), legend
+    lanes = []
+    density, summary = density_lane(d.versions, scale, width=plot.w, margin_lr=(plot.ml, plot.mr))
+    if density:
+        lanes.append(f'<div class="lane-title">Ordinary commits, as a density: {esc(summary)}</div>{density}')
+    jobs_svg = jobs_lane(d.jobs, scale, width=plot.w, margin_lr=(plot.ml, plot.mr), title_fn=_job_title)
+    if jobs_svg:
+        lanes.append('<div class="lane-title">Maintenance job runs (one row per job; hollow: changed nothing)</div>'
+                     + jobs_svg)
+        for state in STATE_LABELS:
+            if any(j.state == state for j in d.jobs):
+                legend.append((swatch("circle", STATE_COLORS[state], hollow=state in ("dry_run", "read")),
+                               f"job run: {STATE_LABELS[state]}"))
+    return plot.render("versions over time") + "".join(lanes), legend
 
 
 def _legend(items: list[tuple[str, str]]) -> str:
@@ -321,12 +333,16 @@ def _timeline_section(d: ReportData) -> str:
 
 # ---- job runs --------------------------------------------------------------------------------
 def _metrics_chips(j: JobRun) -> str:
+    """The run's key metrics in a line, every metric behind a collapsed <details> (a run
+    records 30-45 of them: shown open, they made each row a wall of chips)."""
     ms = j.key_metrics()
     if not ms:
         return '<span class="muted">–</span>'
-    return '<div class="chips">' + "".join(
-        f'<span class="chip" title="{esc(k)} = {esc(repr(v))}">{esc(k)} <b>{esc(fmt_metric(k, v))}</b></span>' for k, v in ms
-    ) + "</div>"
+    key = ", ".join(f"{k.removeprefix('files_').removeprefix('bytes_')} {fmt_metric(k, v)}" for k, v in ms[:3])
+    return (f'<details class="metrics"><summary>{esc(key)} · {len(ms)} metrics</summary><div class="chips">'
+            + "".join(f'<span class="chip" title="{esc(k)} = {esc(repr(v))}">{esc(k)} <b>{esc(fmt_metric(k, v))}</b></span>'
+                      for k, v in ms)
+            + "</div></details>")
 
 
 def _args(j: JobRun) -> str:
@@ -363,9 +379,24 @@ def _jobs_section(d: ReportData) -> str:
         parts.append(_legend([(swatch("band", c), n) for n, c, _ in count_series]))
         parts.append(hbar_chart([rows[i] for i in with_counts], [(n, c, [v[i] for i in with_counts]) for n, c, v in count_series],
                                 label="files deleted and copied per job run", axis_label="files"))
-    parts.append('<h3>All runs (newest first)</h3><table><thead><tr><th>job</th><th class="num">txn_seq</th><th>state</th>'
-                 '<th>start (UTC)</th><th class="num">duration</th><th>versions</th><th>key metrics</th></tr></thead><tbody>')
-    for j in reversed(d.jobs):
+    newest_first = list(reversed(d.jobs))[:MAX_JOB_ROWS]
+    parts.append("<h3>All runs (newest first)</h3>")
+    parts.append(_job_table(newest_first[:JOB_ROWS_SHOWN]))
+    for start in range(JOB_ROWS_SHOWN, len(newest_first), JOB_PAGE):
+        page = newest_first[start:start + JOB_PAGE]
+        parts.append(f'<details class="page"><summary>older runs {start + 1}–{start + len(page)} of {len(d.jobs)}'
+                     f'</summary>{_job_table(page)}</details>')
+    if len(d.jobs) > MAX_JOB_ROWS:
+        parts.append(f'<p class="lead">{len(d.jobs) - MAX_JOB_ROWS} older run(s) not listed here: '
+                     f'<code>tlake show --job NAME</code> lists every run.</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _job_table(runs: list[JobRun]) -> str:
+    parts = ['<table><thead><tr><th>job</th><th class="num">txn_seq</th><th>state</th>'
+             '<th>start (UTC)</th><th class="num">duration</th><th>versions</th><th>metrics</th></tr></thead><tbody>']
+    for j in runs:
         versions = ""
         if j.commits:
             versions = ", ".join(f"v{v}" for v in sorted(set(j.commits)))
@@ -373,14 +404,14 @@ def _jobs_section(d: ReportData) -> str:
             versions = f"at v{j.version_before}"
         err = f'<div class="err">{esc(j.error[:600])}</div>' if j.error else ""
         parts.append(
-            f'<tr data-job="{esc(j.job)}"><td class="job"><b>{esc(j.job)}</b>{_args(j)}{err}</td>'
+            f'<tr data-job="{esc(j.job)}" data-state="{esc(j.state)}"><td class="job"><b>{esc(j.job)}</b>{_args(j)}{err}</td>'
             f'<td class="num">{esc("" if j.txn_seq is None else j.txn_seq)}</td>'
             f'<td><span class="badge {STATE_CLASS.get(j.state, "")}">{esc(j.state)}</span></td>'
             f'<td class="nowrap">{esc(fmt_time(j.started_at))}</td>'
             f'<td class="num">{esc(fmt_duration(j.duration_s))}</td>'
             f'<td class="nowrap">{esc(versions)}</td><td>{_metrics_chips(j)}</td></tr>'
         )
-    parts.append("</tbody></table></section>")
+    parts.append("</tbody></table>")
     return "".join(parts)
 
 
@@ -448,12 +479,23 @@ def _reach_section(d: ReportData) -> str:
 
 # ---- tables ----------------------------------------------------------------------------------
 def _versions_section(d: ReportData) -> str:
-    reach = {r.version: r for r in d.reach}
     pts = list(reversed(d.versions))[:MAX_TABLE_VERSIONS]
     more = len(d.versions) - len(pts)
     out = ['<section id="versions"><h2>Versions (newest first)</h2>']
     if more > 0:
         out.append(f'<p class="lead">The newest {len(pts)} of {len(d.versions)} versions.</p>')
+    out.append(_versions_table(d, pts[:VERSION_ROWS_SHOWN]))
+    for start in range(VERSION_ROWS_SHOWN, len(pts), JOB_PAGE):
+        page = pts[start:start + JOB_PAGE]
+        out.append(f'<details class="page"><summary>older versions v{page[-1].version}–v{page[0].version}</summary>'
+                   f'{_versions_table(d, page)}</details>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def _versions_table(d: ReportData, pts: list[VersionPoint]) -> str:
+    reach = {r.version: r for r in d.reach}
+    out = []
     out.append('<table><thead><tr><th class="num">version</th><th>created (UTC)</th><th class="num">txn_seq</th><th>kind</th>'
                '<th>command</th><th>changes</th><th class="num">files</th><th class="num">bytes</th></tr></thead><tbody>')
     for p in pts:
@@ -469,7 +511,7 @@ def _versions_section(d: ReportData) -> str:
             f"<td>{esc(p.command)}</td><td class=\"changes\">{esc(ch)}</td>"
             f'<td class="num">{esc(fmt_num(r.files) if r else "")}</td><td class="num">{esc(fmt_bytes(r.bytes) if r else "")}</td></tr>'
         )
-    out.append("</tbody></table></section>")
+    out.append("</tbody></table>")
     return "".join(out)
 
 
