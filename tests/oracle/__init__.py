@@ -7,6 +7,6 @@ It shares no code with the library's tree, walk or storage layers (no `node_refe
 about what counts as a reference would have to be made twice, independently, to go unnoticed.
 """
 
-from tests.oracle.reader import Oracle, Snapshot
+from tests.oracle.reader import Oracle, OracleReach, Snapshot, oracle_reach
 
-__all__ = ["Oracle", "Snapshot"]
+__all__ = ["Oracle", "OracleReach", "Snapshot", "oracle_reach"]

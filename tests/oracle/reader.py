@@ -365,3 +365,47 @@ class Oracle:
                              {n: k for n, k in before.exports.items() if n in now.exports})
             out += still.diff(now)
         return out
+
+
+# ---- the shape the Spark job tests compare with ---------------------------------------------------
+@dataclass
+class OracleReach:
+    """What the oracle says a set of roots reaches, keyed like the tests' expectations: paths
+    relative to the lakehouse root, full URIs for files elsewhere; `rows` maps each to its kind
+    (root, node, definition, lakehouse_def: by the spec's file names)."""
+
+    rows: dict[str, str]
+
+    def paths(self, kind: str | None = None) -> set[str]:
+        return {k for k, v in self.rows.items() if kind is None or v == kind}
+
+
+def _kind(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    if ROOT_FILE.match(name):
+        return "root"
+    if name.startswith("_lakehouse_def_"):
+        return "lakehouse_def"
+    return "node" if name.endswith(".arrow") else "definition"
+
+
+def boto_client_for(options: dict | None) -> Any:
+    """A boto3 client for the lakehouse's S3 endpoint (the oracle reads S3 without s3fs)."""
+    import boto3
+
+    o = options or {}
+    return boto3.client("s3", endpoint_url=o.get("endpoint_url"), aws_access_key_id=o.get("key"),
+                        aws_secret_access_key=o.get("secret"), region_name="us-east-1")
+
+
+def oracle_reach(lh: Any, versions: Iterable[int], extra_roots: Iterable[tuple[int, str]] = ()) -> OracleReach:
+    """The oracle's reach of `versions` of `lh` (and of `extra_roots`: (version, root URI))."""
+    uri = lh.uri
+    client = boto_client_for(lh.storage.options) if uri.startswith("s3://") else None
+    o = Oracle(uri, s3_client=client)
+    roots = [f"{o.root}/{root_name(v)}" for v in versions] + [u for _, u in extra_roots]
+    rows = {}
+    for u in o.reach(roots):
+        rel = o.relative(u)
+        rows[rel if rel is not None else u] = _kind(u)
+    return OracleReach(rows)

@@ -9,7 +9,6 @@ import pytest
 
 from trinitylake.config import load_job_config
 from trinitylake.format.paths import hashed_path, is_format_owned, lakehouse_def_name
-from trinitylake.maintenance import reach as R
 from trinitylake.spark.runner import run_job
 
 TTL_MS = 1000  # lakehouses of these tests use a 1 s transaction TTL so that ages pass quickly
@@ -28,10 +27,13 @@ def owned_files(storage) -> set[str]:
     return {f.path for f in storage.list("") if is_format_owned(f.path)}
 
 
-def reach(lh, versions, extra_roots=()) -> R.ReferenceWalk:
-    from trinitylake.format.paths import root_name
+def reach(lh, versions, extra_roots=()):
+    """The files `versions` (and `extra_roots`: (version, root URI)) reach, by the independent
+    oracle (`tests.oracle`: a spec-written reader sharing no code with the library's walk), so
+    that the jobs' expected sets do not come from the code under test."""
+    from tests.oracle import oracle_reach
 
-    return R.reference_walk(lh, [(v, root_name(v)) for v in versions] + list(extra_roots))
+    return oracle_reach(lh, versions, extra_roots)
 
 
 def plant(storage, names_and_ages: dict[str, float | None]) -> dict[str, str]:
