@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trinitylake.errors import TrinityLakeError, ValidationError
+from trinitylake.errors import TrinityLakeError, UndecodableKeyError, ValidationError
 from trinitylake.redact import (
     install_log_redaction,
     redact_argv,
@@ -255,7 +255,11 @@ def namespace_alter(ctx: Ctx, name, set_, unset):
 @handle_errors
 def namespace_list(ctx: Ctx, version, as_of, snapshot, as_json):
     v = _view(ctx, version, as_of, snapshot)
-    names = v.list_namespaces()
+    try:
+        names = v.list_namespaces()
+    except UndecodableKeyError as e:  # show the rest, then fail naming the keys
+        emit({"version": v.version, "namespaces": e.listed}, as_json, lambda o: _print_names("namespace", o["namespaces"], o["version"]))
+        raise
     emit({"version": v.version, "namespaces": names}, as_json, lambda o: _print_names("namespace", o["namespaces"], o["version"]))
 
 
@@ -321,7 +325,13 @@ def table_alter(ctx: Ctx, full_name, set_, unset, metadata_location):
 @handle_errors
 def table_list(ctx: Ctx, namespace_name, version, as_of, snapshot, as_json):
     v = _view(ctx, version, as_of, snapshot)
-    names = v.list_tables(namespace_name)
+    try:
+        names = v.list_tables(namespace_name)
+    except UndecodableKeyError as e:  # show the rest, then fail naming the keys
+        names = e.listed
+        emit({"namespace": namespace_name, "version": v.version, "tables": names}, as_json,
+             lambda o: _print_names(f"table in {namespace_name}", o["tables"], o["version"]))
+        raise
     emit({"namespace": namespace_name, "version": v.version, "tables": names}, as_json,
          lambda o: _print_names(f"table in {namespace_name}", o["tables"], o["version"]))
 

@@ -67,6 +67,23 @@ class CorruptDefinitionError(TrinityLakeError):
     """An object definition (.binpb) file cannot be parsed."""
 
 
+class NodeLayoutError(TrinityLakeError, ValueError):
+    """A node cannot be written in the spec layout (more keys than the tree order allows, or
+    child pointers that do not match its keys): a bug in the writer, never in the input."""
+
+
+class UndecodableKeyError(CorruptNodeError):
+    """A key in the tree is neither in our encoding nor in the Java reference's.
+
+    `keys` names them; `listed` holds what the listing found besides them, so a caller can
+    still show the rest of the lakehouse."""
+
+    def __init__(self, message: str, keys: list[str] | None = None, listed: list | None = None):
+        super().__init__(message)
+        self.keys = list(keys or [])
+        self.listed = list(listed or [])
+
+
 class UnsupportedVersionError(TrinityLakeError):
     """The lakehouse uses a format major version this library does not support."""
 

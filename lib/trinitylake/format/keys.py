@@ -4,6 +4,11 @@ Names are padded and checked by UTF-8 *bytes* (not characters), so every key of 
 the same byte width and unsigned byte order groups keys by type, then namespace: listing a
 namespace's tables is a prefix scan on ``C===<padded ns>``. Space sorts below every allowed
 character, so ``ab␠`` < ``abc``.
+
+The Java reference pads by UTF-16 code units (``String.length()``) instead. For ASCII names the
+two agree; for other names a Java-written key is shorter. We always write the spec's padding,
+and read both: :meth:`KeyCodec.decode` accepts either, and the ``java_*`` builders give the key
+Java would have written, so a lookup can try it when the spec key is absent.
 """
 
 from __future__ import annotations
@@ -109,8 +114,27 @@ class KeyCodec:
     def views_prefix(self, ns: str) -> str:
         return VIEW_PREFIX + pad(ns, self.namespace_max, "namespace name")
 
+    # -- the Java reference's padding (UTF-16 code units), for reading what Java wrote
+    def java_namespace_key(self, ns: str) -> str | None:
+        """The key Java writes for `ns`, or None when it equals the spec key (ASCII names) or
+        Java could not have written it."""
+        return _java_key(NS_PREFIX, ((ns, self.namespace_max),))
+
+    def java_table_key(self, ns: str, table: str) -> str | None:
+        return _java_key(TABLE_PREFIX, ((ns, self.namespace_max), (table, self.table_max)))
+
+    def java_view_key(self, ns: str, view: str) -> str | None:
+        return _java_key(VIEW_PREFIX, ((ns, self.namespace_max), (view, self.view_max)))
+
+    def java_tables_prefix(self, ns: str) -> str | None:
+        return _java_key(TABLE_PREFIX, ((ns, self.namespace_max),))
+
+    def java_views_prefix(self, ns: str) -> str | None:
+        return _java_key(VIEW_PREFIX, ((ns, self.namespace_max),))
+
     def decode(self, key: str) -> tuple[str, tuple[str, ...]]:
-        """Kind (``namespace``/``table``/``view``) and the unpadded names of a key.
+        """Kind (``namespace``/``table``/``view``) and the unpadded names of a key, padded as
+        the spec says (UTF-8 bytes) or as the Java reference writes (UTF-16 code units).
 
         Raises:
             ValidationError: the key is not a well-formed object key of this lakehouse.
@@ -121,16 +145,22 @@ class KeyCodec:
         except UnicodeEncodeError:
             raise ValidationError(f"key {key!r} is not valid Unicode text") from None
         if prefix == NS_PREFIX:
-            if len(raw) != self.namespace_max:
-                raise ValidationError(f"namespace key {key!r} is not {self.namespace_max} bytes after its prefix")
-            return "namespace", (_unpad(raw, key),)
+            if len(raw) == self.namespace_max:
+                return "namespace", (_unpad(raw, key),)
+            if _utf16_len(rest) == self.namespace_max:
+                return "namespace", (_unpad(raw, key),)
+            raise ValidationError(f"namespace key {key!r} is not {self.namespace_max} bytes (nor, as Java pads, "
+                                  f"UTF-16 units) after its prefix")
         if prefix in (TABLE_PREFIX, VIEW_PREFIX):
+            kind = "table" if prefix == TABLE_PREFIX else "view"
             second = self.table_max if prefix == TABLE_PREFIX else self.view_max
-            if len(raw) != self.namespace_max + second:
-                raise ValidationError(f"key {key!r} has a wrong length for this lakehouse's name sizes")
-            ns = _unpad(raw[: self.namespace_max], key)
-            obj = _unpad(raw[self.namespace_max :], key)
-            return ("table" if prefix == TABLE_PREFIX else "view"), (ns, obj)
+            if len(raw) == self.namespace_max + second:
+                return kind, (_unpad(raw[: self.namespace_max], key), _unpad(raw[self.namespace_max :], key))
+            cut = _utf16_cut(rest, self.namespace_max)
+            if cut is not None and _utf16_len(rest) == self.namespace_max + second:
+                return kind, (_unpad(rest[:cut].encode("utf-8"), key), _unpad(rest[cut:].encode("utf-8"), key))
+            raise ValidationError(f"key {key!r} has a wrong length for this lakehouse's name sizes "
+                                  f"({self.namespace_max} + {second}, in UTF-8 bytes or, as Java pads, UTF-16 units)")
         raise ValidationError(f"key {key!r} has an unknown schema-id part {prefix!r}")
 
     def describe(self, key: str) -> str:
@@ -140,6 +170,37 @@ class KeyCodec:
         except ValidationError:
             return repr(key)
         return ".".join(names)
+
+
+def _utf16_len(text: str) -> int:
+    return sum(2 if ord(c) > 0xFFFF else 1 for c in text)
+
+
+def _utf16_cut(text: str, units: int) -> int | None:
+    """Character index where the first `units` UTF-16 code units of `text` end (None when
+    that falls inside a surrogate pair or past the end)."""
+    n = 0
+    for i, c in enumerate(text):
+        if n == units:
+            return i
+        n += 2 if ord(c) > 0xFFFF else 1
+    return len(text) if n == units else None
+
+
+def _java_key(prefix: str, parts: tuple[tuple[str, int], ...]) -> str | None:
+    """`prefix` + each name padded with spaces to its maximum in UTF-16 code units (Java's
+    ``String.length()``); None when every name is ASCII (the spec key is the same) or a name
+    is too long even for Java."""
+    if all(name.isascii() for name, _ in parts):
+        return None
+    out = prefix
+    for name, max_units in parts:
+        validate_name(name, 4 * max_units)  # the naming rules; the length is checked below
+        units = _utf16_len(name)
+        if units > max_units:
+            return None
+        out += name + " " * (max_units - units)
+    return out
 
 
 def _unpad(raw: bytes, key: str) -> str:

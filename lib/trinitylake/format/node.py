@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from trinitylake.errors import CorruptNodeError
+from trinitylake.errors import CorruptNodeError, NodeLayoutError
 from trinitylake.format.keys import SYS_N_KEYS
 
 SCHEMA = pa.schema(
@@ -94,9 +94,10 @@ class Node:
 def serialize(node: Node, order: int) -> bytes:
     """Arrow IPC file bytes of `node` with exactly `order` key-table rows."""
     if len(node.keys) > order - 1:
-        raise ValueError(f"node has {len(node.keys)} keys, order {order} allows {order - 1}")
+        raise NodeLayoutError(f"node has {len(node.keys)} keys, order {order} allows {order - 1}")
     if node.children and len(node.children) != len(node.keys) + 1:
-        raise ValueError("internal node needs len(keys) + 1 children")
+        raise NodeLayoutError(f"internal node has {len(node.keys)} keys and {len(node.children)} children, "
+                              "needs one child more than keys")
     keys: list[str | None] = []
     values: list[str | None] = []
     pnodes: list[str | None] = []

@@ -217,7 +217,9 @@ class TreeWriter:
         """New root node (system rows left to the caller) holding `messages` on top of `root`."""
         root = root.copy()
         root.buffer.extend(messages)
-        if not self._needs_flush(root):
+        # A root read in the Java layout may hold any number of keys in one node (Java keeps a
+        # single unbounded root): the first commit on it splits it into a proper tree.
+        if not self._needs_flush(root) and not self._oversized_table(root):
             return root
         kept = [m for m in root.buffer if m.txn == keep_txn]
         root.buffer = [m for m in root.buffer if m.txn != keep_txn]

@@ -11,6 +11,7 @@ root w and the commit is retried at w+1, with bounded retries and jittered backo
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -37,6 +38,7 @@ from trinitylake.lakehouse.roots import RootRef, check_new_pins, root_system_row
 from trinitylake.lakehouse.view import LakehouseView
 
 MAX_COMMIT_ATTEMPTS = 32
+log = logging.getLogger(__name__)
 
 
 def _crash_point(name: str) -> None:
@@ -109,7 +111,7 @@ class Transaction(LakehouseView):
 
     def create_namespace(self, ns: str, properties: dict[str, str] | None = None) -> None:
         self._check_open()
-        key = self.codec.namespace_key(ns)
+        key = self._ns_key(ns)
         if self._get(key) is not None:
             raise AlreadyExistsError(f"namespace {ns!r} already exists")
         d = D.NamespaceDef(id=str(uuid.uuid4()), properties=properties or {})
@@ -122,15 +124,15 @@ class Transaction(LakehouseView):
         for k in remove or []:
             d.properties.pop(k, None)
         d.properties.update(set_properties or {})
-        self.writes[self.codec.namespace_key(ns)] = self._write_def(namespace_def_path(ns), d)
+        self.writes[self._ns_key(ns)] = self._write_def(namespace_def_path(ns), d)
         self.ops.append(f"alter namespace {ns}")
 
     def drop_namespace(self, ns: str, cascade: bool = False) -> None:
         self._check_open()
-        key = self.codec.namespace_key(ns)
+        key = self._ns_key(ns)
         if self._get(key) is None:
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist")
-        members = self._scan(self.codec.tables_prefix(ns)) + self._scan(self.codec.views_prefix(ns))
+        members = self._scan_members(ns) + self._scan_members(ns, views=True)
         if members and not cascade:
             names = ", ".join(self.codec.describe(k) for k, _ in members[:5])
             raise ValidationError(f"namespace {ns!r} is not empty ({len(members)} objects: {names}); use cascade")
@@ -151,8 +153,8 @@ class Transaction(LakehouseView):
         format_properties: dict[str, str] | None = None,
     ) -> None:
         self._check_open()
-        tkey = self.codec.table_key(ns, table)
-        if self._get(self.codec.namespace_key(ns)) is None:
+        tkey = self._table_key(ns, table)
+        if self._get(self._ns_key(ns)) is None:
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist (creating table {ns}.{table})")
         if self._get(tkey) is not None:
             raise AlreadyExistsError(f"table {ns}.{table} already exists")
@@ -188,14 +190,14 @@ class Transaction(LakehouseView):
             if prev:
                 d.format_properties["previous_metadata_location"] = prev
             d.format_properties["metadata_location"] = metadata_location
-        self.writes[self.codec.table_key(ns, table)] = self._write_def(table_def_path(ns, table), d)
+        self.writes[self._table_key(ns, table)] = self._write_def(table_def_path(ns, table), d)
         self.ops.append(f"alter table {ns}.{table}")
 
     def drop_table(self, ns: str, table: str) -> None:
         self._check_open()
-        key = self.codec.table_key(ns, table)
+        key = self._table_key(ns, table)
         if self._get(key) is None:
-            if self._get(self.codec.namespace_key(ns)) is None:
+            if self._get(self._ns_key(ns)) is None:
                 raise ObjectNotFoundError(f"namespace {ns!r} does not exist (dropping table {ns}.{table})")
             raise ObjectNotFoundError(f"table {ns}.{table} does not exist")
         self.writes[key] = None
@@ -211,9 +213,23 @@ class Transaction(LakehouseView):
 
     # ---- commit -----------------------------------------------------------------------------
     def rollback(self) -> None:
-        """Abandon the transaction (nothing is committed; staged definition files become
-        orphans that orphan cleanup collects after the grace period)."""
+        """Abandon the transaction: nothing is committed, and the definition files it staged
+        are deleted (what cannot be deleted is collected by the orphan job)."""
         self.closed = True
+        self._discard(self.staged_files)
+
+    def _discard(self, paths: list[str]) -> list[str]:
+        """Delete files of this transaction that no root references; returns those left."""
+        if not paths:
+            return []
+        try:
+            failed = [p for p, _ in self.lakehouse.storage.delete(paths)]
+        except OSError as e:
+            log.warning("transaction %s: could not delete its unreferenced files (%s)", self.id, e)
+            return list(paths)
+        if failed:
+            log.warning("transaction %s: could not delete %s; the orphan job collects them", self.id, failed)
+        return failed
 
     def commit(self, command: str | None = None, arguments: dict | None = None, metrics: dict | None = None) -> int | None:
         """Commit as one new version and return it (None for a read-only transaction).
@@ -234,6 +250,8 @@ class Transaction(LakehouseView):
         store = lh.node_store(lh.storage)
         seq: int | None = None
         backoff = 0.005
+        attempt_files: list[str] = []  # this attempt's nodes and definition: unreferenced until its root exists
+        ambiguous = False  # the root create failed in a way that does not say whether it took effect
         try:
             while True:
                 self.attempts += 1
@@ -253,6 +271,7 @@ class Transaction(LakehouseView):
                         fn(d)
                     check_new_pins(base.lakehouse_def, d)  # re-checked on every rebase
                     def_path = lh.write_definition(d)
+                    attempt_files = [def_path]
                 writer = tree.TreeWriter(store, lh.tree_params(d))
                 new_root = writer.commit(base.node, msgs, keep_txn=self.id)
                 new_root.system = root_system_rows(
@@ -262,13 +281,21 @@ class Transaction(LakehouseView):
                     txn_id=self.id,
                     txn_seq=seq,
                 )
+                root_bytes = serialize(new_root, d.order)
+                attempt_files += list(writer.pending)
                 try:
                     _crash_point("before_nodes")
                     lh.write_nodes(writer.pending)
                     _crash_point("before_root")
-                    lh.storage.create_exclusive(root_name(base.version + 1), serialize(new_root, d.order))
+                    ambiguous = True
+                    lh.storage.create_exclusive(root_name(base.version + 1), root_bytes)
+                    ambiguous = False
                     _crash_point("after_root")
                 except FileExistsError:
+                    ambiguous = False
+                    # Another writer's root: nothing references this attempt's files.
+                    self._discard(attempt_files)
+                    attempt_files = []
                     base = self._rebase(base.version)
                     if self.attempts >= MAX_COMMIT_ATTEMPTS:
                         raise TransactionConflictError(
@@ -280,8 +307,23 @@ class Transaction(LakehouseView):
                 break
         except (TransactionConflictError, TransactionExpiredError) as e:
             self.closed = True
+            left = self._discard(attempt_files + self.staged_files)
+            if left:
+                e = type(e)(f"{e}; files left for the orphan job: {', '.join(left)}")
             lh.auditor.failed(None, self.id, command, arguments, self.started, self.begin_version, type(e).__name__, str(e),
                               isolation=self.isolation, attempts=self.attempts)
+            raise e from None
+        except BaseException as e:
+            if ambiguous:
+                # The root may exist (a timeout after the write took effect): keep every file
+                # it could reference; if it does not exist, the orphan job collects them.
+                files = attempt_files + self.staged_files
+                msg = (f"commit of transaction {self.id} failed while creating {root_name(base.version + 1)}; "
+                       f"if that version is not this transaction's, the orphan job collects its files: {', '.join(files)}")
+                log.warning(msg)
+                e.add_note(msg)
+            else:
+                self._discard(attempt_files + self.staged_files)
             raise
         self.closed = True
         version = base.version + 1
@@ -310,6 +352,13 @@ class Transaction(LakehouseView):
                 )
         return lh.load_root(latest)
 
+    def _ns_name(self, key: str) -> str | None:
+        """Namespace name of an object key (None when it cannot be decoded)."""
+        try:
+            return self.codec.decode(key)[1][0]
+        except ValidationError:
+            return None
+
     def _conflict(self, cs: ChangeSet) -> str | None:
         changed = cs.keys
         for k in self.writes:
@@ -321,19 +370,22 @@ class Transaction(LakehouseView):
         def created_or_dropped(k: str, v: str | None) -> bool:
             return v is None or LakehouseView._get(self, k) is None  # untracked read of our base
 
-        changed_ns = {k[4:] for k, v in changed.items() if k.startswith(K.NS_PREFIX) and created_or_dropped(k, v)}
+        # Namespaces are compared by name: a key's namespace part has no fixed character width
+        # (padding counts UTF-8 bytes, or UTF-16 units in Java-written keys).
+        changed_ns = {self._ns_name(k) for k, v in changed.items() if k.startswith(K.NS_PREFIX) and created_or_dropped(k, v)}
         my_ns = {
-            k[4:]
+            self._ns_name(k)
             for k, v in self.writes.items()
             if k.startswith(K.NS_PREFIX) and (k in self.dropped_namespace_keys or created_or_dropped(k, v))
         }
-        ns_len = self.codec.namespace_max
+        changed_ns.discard(None)
+        my_ns.discard(None)
         for k in self.writes:
-            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and k[4 : 4 + ns_len] in changed_ns:
-                return f"namespace {k[4 : 4 + ns_len].rstrip()!r} was created or dropped concurrently"
+            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and self._ns_name(k) in changed_ns:
+                return f"namespace {self._ns_name(k)!r} was created or dropped concurrently"
         for k in changed:
-            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and k[4 : 4 + ns_len] in my_ns:
-                return f"{self.codec.describe(k)} changed inside namespace {k[4 : 4 + ns_len].rstrip()!r} that this transaction creates or drops"
+            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and self._ns_name(k) in my_ns:
+                return f"{self.codec.describe(k)} changed inside namespace {self._ns_name(k)!r} that this transaction creates or drops"
         if self.isolation == "serializable":
             for k in changed:
                 if k in self.read_keys:

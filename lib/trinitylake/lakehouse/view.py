@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.json_format import MessageToDict
 
-from trinitylake.errors import ObjectNotFoundError
+from trinitylake.errors import InvalidNameError, ObjectNotFoundError, UndecodableKeyError, ValidationError
 from trinitylake.format import definitions as D
 from trinitylake.format import tree
 from trinitylake.format.keys import KeyCodec
@@ -37,6 +37,59 @@ class LakehouseView:
     def _scan(self, prefix: str) -> list[tuple[str, str]]:
         return tree.scan_prefix(self.store, self.root.node, prefix)
 
+    # -- keys as the spec pads them, or as the Java reference did (UTF-16 units; see format.keys)
+    def _resolve(self, spec_key, java_key: str | None) -> str:
+        """The key of an object as stored: the spec key, unless only the Java-padded one is
+        present. `spec_key` is a thunk: a name within Java's UTF-16 limit may be too long in
+        UTF-8 bytes for a spec key (InvalidNameError, raised only if Java's is absent too)."""
+        try:
+            key = spec_key()
+        except InvalidNameError:
+            if java_key is not None and self._get(java_key) is not None:
+                return java_key
+            raise
+        if java_key is not None and self._get(key) is None and self._get(java_key) is not None:
+            return java_key
+        return key
+
+    def _ns_key(self, ns: str) -> str:
+        return self._resolve(lambda: self.codec.namespace_key(ns), self.codec.java_namespace_key(ns))
+
+    def _table_key(self, ns: str, table: str) -> str:
+        return self._resolve(lambda: self.codec.table_key(ns, table), self.codec.java_table_key(ns, table))
+
+    def _scan_members(self, ns: str, views: bool = False) -> list[tuple[str, str]]:
+        """Tables (or views) of `ns`, under the spec's and Java's padding of the namespace."""
+        spec = self.codec.views_prefix if views else self.codec.tables_prefix
+        java = self.codec.java_views_prefix(ns) if views else self.codec.java_tables_prefix(ns)
+        try:
+            out = self._scan(spec(ns))
+        except InvalidNameError:
+            if java is None:
+                raise
+            out = []
+        if java is None:
+            return out
+        # The spec prefix of a non-ASCII name is a prefix of Java's (it pads fewer spaces):
+        # both scans may return the same Java-written key.
+        return sorted(dict(out + self._scan(java)).items())
+
+    def _decoded(self, pairs: list[tuple[str, str]], part: int, what: str) -> list[str]:
+        """Names decoded from keys; keys neither padding explains raise UndecodableKeyError
+        naming them, carrying every name that did decode."""
+        names, bad = [], []
+        for k, _ in pairs:
+            try:
+                names.append(self.codec.decode(k)[1][part])
+            except ValidationError:
+                bad.append(k)
+        if bad:
+            raise UndecodableKeyError(
+                f"{len(bad)} {what} key(s) in version {self.version} cannot be decoded: "
+                + ", ".join(repr(k) for k in bad[:5]) + f"; the other {len(names)} are listed",
+                keys=bad, listed=sorted(names))
+        return sorted(names)
+
     def _read_def(self, cls, path: str):
         storage, p = self.lakehouse.resolve(path, self.root.base)
         try:
@@ -47,15 +100,20 @@ class LakehouseView:
 
     # -- namespaces
     def namespace_exists(self, ns: str) -> bool:
-        return self._get(self.codec.namespace_key(ns)) is not None
+        return self._get(self._ns_key(ns)) is not None
 
     def list_namespaces(self) -> list[str]:
+        """Namespace names, sorted.
+
+        Raises:
+            UndecodableKeyError: some keys cannot be decoded (``e.listed`` has the others).
+        """
         from trinitylake.format.keys import NS_PREFIX
 
-        return [self.codec.decode(k)[1][0] for k, _ in self._scan(NS_PREFIX)]
+        return self._decoded(self._scan(NS_PREFIX), 0, "namespace")
 
     def _namespace_path(self, ns: str) -> str:
-        path = self._get(self.codec.namespace_key(ns))
+        path = self._get(self._ns_key(ns))
         if path is None:
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist (version {self.version})")
         return path
@@ -70,14 +128,19 @@ class LakehouseView:
 
     # -- tables
     def table_exists(self, ns: str, table: str) -> bool:
-        return self._get(self.codec.table_key(ns, table)) is not None
+        return self._get(self._table_key(ns, table)) is not None
 
     def list_tables(self, ns: str) -> list[str]:
+        """Table names of `ns`, sorted.
+
+        Raises:
+            UndecodableKeyError: some keys cannot be decoded (``e.listed`` has the others).
+        """
         self._namespace_path(ns)
-        return [self.codec.decode(k)[1][1] for k, _ in self._scan(self.codec.tables_prefix(ns))]
+        return self._decoded(self._scan_members(ns), 1, f"table (namespace {ns!r})")
 
     def _table_path(self, ns: str, table: str) -> str:
-        path = self._get(self.codec.table_key(ns, table))
+        path = self._get(self._table_key(ns, table))
         if path is None:
             if not self.namespace_exists(ns):
                 raise ObjectNotFoundError(f"namespace {ns!r} does not exist (version {self.version})")
