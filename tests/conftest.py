@@ -11,6 +11,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # so `tests.s3server` and `bench` import from a checkout
 
+# Processes started by the tests (CLI runs, Spark's JVM and its Python workers) inherit this:
+# tests/support/faultsite/sitecustomize.py installs storage faults there when a test sets
+# TLAKE_TEST_FAULTS (production code never reads that switch).
+FAULTSITE = os.path.join(ROOT, "tests", "support", "faultsite")
+if FAULTSITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (FAULTSITE, os.environ.get("PYTHONPATH")) if p)
+
 pytest_plugins = ["tests.s3server"]
 
 

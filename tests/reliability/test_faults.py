@@ -224,7 +224,7 @@ def test_spec_file_switches_faults_on_and_off(tmp_path) -> None:
 
 
 def test_environment_hook_installs_faults_in_new_processes(tmp_path) -> None:
-    """TLAKE_TEST_FAULTS, read when the storage module is imported (Spark executors)."""
+    """TLAKE_TEST_FAULTS, read at start-up of processes the tests start (tests/support/faultsite)."""
     import json
     import subprocess
     import sys

@@ -11,8 +11,9 @@ Three ways to use it:
 * ``FaultyStorage(root, options, spec=FaultSpec(...))``: one storage that injects faults
   (``Lakehouse(FaultyStorage(...))`` for commits);
 * ``with injected(FaultSpec(...)) as inj:``: every Storage of this process;
-* ``TLAKE_TEST_FAULTS``: read when `trinitylake.storage` is imported, so Spark executors (new
-  Python workers inherit the variable through ``SparkContext.environment``) inject too. Its
+* ``TLAKE_TEST_FAULTS`` with `install_from_env`, for other processes (CLI runs, Spark's Python
+  workers, which inherit the variable through ``SparkContext.environment``): the tests' start-up
+  hook ``tests/support/faultsite/sitecustomize.py`` calls it; the library never does. Its
   value is a JSON spec, or the path of a JSON spec file that is re-read whenever it changes
   (a test switches faults on and off for long-lived Python workers by rewriting the file; a
   missing or empty file means no faults).

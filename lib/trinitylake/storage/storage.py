@@ -749,12 +749,3 @@ def _mtime_of(d: dict[str, Any]) -> float:
         except (TypeError, ValueError):
             continue
     return 0.0
-
-
-# Test-only fault injection (tests/reliability): with TLAKE_TEST_FAULTS set, every Storage of
-# this process (Spark executors included) injects the faults it describes. Never set in
-# production; when unset nothing is imported.
-if os.environ.get("TLAKE_TEST_FAULTS"):
-    from trinitylake.storage.faults import install_from_env
-
-    install_from_env()
