@@ -150,7 +150,7 @@ def _redact_secret_value(value: Any, learn: bool = False) -> Any:
 _URI_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s/:@\"']*):(?P<pw>[^\s/@\"']+)@")
 # Keys start at a word boundary (the lookbehind), which keeps a scan of long text linear.
 _KV_QUOTED = re.compile(
-    r"(?<![\w.\-])(?P<kq>[\"']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*[=:]\s*)(?P<vq>[\"'])(?P<val>(?:\\.|(?!(?P=vq)).)*)(?P=vq)")
+    r"(?<![\w.\-])(?P<kq>[\"']?)(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*[=:]\s*b?)(?P<vq>[\"'])(?P<val>(?:\\.|(?!(?P=vq)).)*)(?P=vq)")
 _KV_OBJECT = re.compile(r"(?P<kq>[\"'])(?P<key>[A-Za-z_][\w.\-]*)(?P=kq)(?P<sep>\s*:\s*)(?P<val>\{[^{}]*\})")
 _KV_PLAIN = re.compile(r"(?<![\w.\-])(?P<key>[A-Za-z_][\w.\-]*)(?P<sep>\s*=\s*|:\s+|:(?=[^/\s]))(?P<val>[^\s,;&\"'})\]]+)")
 _SHAPES = [

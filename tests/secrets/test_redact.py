@@ -111,6 +111,7 @@ def test_command_lines():
     "Authorization: Bearer {s}", "AccountKey={s};EndpointSuffix=core.windows.net", "https://a.blob.core.windows.net/c?sv=1&sig={s}&se=2",
     "X-Amz-Credential={s}/20260101/us-east-1", "password: {s}", "--storage-option secret={s}", "redis://:{s}@cache:6379",
     "bad: got '{{\"spark.hadoop.fs.s3a.secret.key\": {{\"a\": \"{s}\"}}}}'", "note: token={s}",
+    "headers={{'X-Amz-Security-Token': b'{s}', 'User-Agent': b'botocore'}}",
 ])
 def test_free_text(template):
     s = unique("t")

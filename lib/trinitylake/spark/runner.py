@@ -111,14 +111,15 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     from trinitylake.lakehouse.audit import job_begin
 
     fn = job_function(job)
+    # Redacted once, before anything touches storage: the rows, plans and results quote these
+    # options, and this arms the scrubbing of the credential values from every later message
+    # and log line, including the storage client's own (see trinitylake.redact).
+    arguments = redact_value(cfg.to_dict(), learn=True)
     warm_arrow()
     if lakehouse is None:
         lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                                    control_uri=cfg.control_uri, audit=audit)
     lakehouse.command = job
-    # Redacted once, up front: the rows, plans and results quote these options, and this also
-    # arms the scrubbing of the credential values from any later message (see trinitylake.redact).
-    arguments = redact_value(cfg.to_dict(), learn=True)
     lakehouse.arguments = arguments
     result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
     ex = execution_for(cfg, job, result, spark)
