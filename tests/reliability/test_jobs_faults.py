@@ -18,12 +18,12 @@ import uuid
 
 import pytest
 
+from tests.oracle import Oracle
 from tests.reliability._jobs import ExecutorFaults, run
 from tests.reliability._verify import Ack, Verifier
 from trinitylake.errors import TrinityLakeError
 from trinitylake.format.paths import hashed_path, is_root_name
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.reach import Reader, reference_walk, walk_input
 from trinitylake.spark.runner import JobFailedError
 from trinitylake.storage import Storage
 from trinitylake.storage.faults import FaultSpec
@@ -78,7 +78,8 @@ def healthy(lh: Lakehouse, acks: list[Ack]) -> list[str]:
 
 def test_jobs_succeed_under_transient_faults(spark, make_lakehouse, faults, ledger, scale) -> None:
     lh, acks = build(make_lakehouse)
-    expected_reach = reference_walk(Reader(lh.uri), walk_input(lh).roots).paths()
+    o = Oracle(lh.uri)  # the expected sets come from the independent oracle
+    expected_reach = o.live_files()
     spec = FaultSpec(transient_rate=scale.job_fault_rate, after_share=0.3, max_consecutive=2, seed=3)
     figures: dict[str, dict] = {}
     lost = 0
@@ -101,17 +102,27 @@ def test_jobs_succeed_under_transient_faults(spark, make_lakehouse, faults, ledg
     assert walk.status == "succeeded"
     assert walk.counts["reachable"] == len(expected_reach), "the walk under faults found other files"
 
+    latest, d = o.latest()
+    floor, new_floor = d.oldest_retained_version, latest - 2  # min_versions_to_keep=3, all old
+    expired_files = o.version_files(range(floor, new_floor))
+    owned, snap = o.owned_files(), o.snapshot()
     expire = phase("expire")
-    assert expire.status == "succeeded" and expire.counts["versions_expired"] > 0
-    assert expire.counts["failed"] == 0
+    assert expire.status == "succeeded" and expire.counts["failed"] == 0
+    assert o.latest()[1].oldest_retained_version == new_floor
+    assert expire.counts["versions_expired"] == new_floor - floor > 0
+    assert owned - o.owned_files() == expired_files - o.live_files(), "exactly the oracle's expired-only files"
+    assert o.problems(snap) == []
     problems = healthy(lh, acks)
     lost += len(problems)
     assert not problems, problems
 
     olds, youngs = plant_orphans(lh, old=5, young=2)
+    owned, live, now = o.owned_files(), o.live_files(), time.time()
+    garbage = {p for p in owned - live if os.stat(lh.storage._fs_path(p)).st_mtime < now - 1}
     orphans = phase("orphans", older_than="1s")
     assert orphans.status == "succeeded" and orphans.counts["failed"] == 0
-    assert orphans.counts["deleted"] == len(olds), orphans.counts
+    assert owned - o.owned_files() == garbage and set(olds) <= garbage, "exactly the old unreachable files"
+    assert orphans.counts["deleted"] == len(garbage), orphans.counts
     assert not any(lh.storage.exists(p) for p in olds) and all(lh.storage.exists(p) for p in youngs)
     problems = healthy(lh, acks)
     lost += len(problems)
@@ -126,6 +137,7 @@ def test_jobs_succeed_under_transient_faults(spark, make_lakehouse, faults, ledg
     assert exported.list_tables("ns") == source.list_tables("ns")
     for t in source.list_tables("ns"):
         assert exported.load_table("ns", t) == source.load_table("ns", t)
+    assert o.snapshot().exports["snap"] == o.snapshot().versions[version], "the export reads as its source"
     problems = healthy(lh, acks)
     lost += len(problems)
 
@@ -144,6 +156,10 @@ def _expect_failure(fn) -> TrinityLakeError:
 
 def test_jobs_fail_cleanly_under_permanent_faults(spark, make_lakehouse, faults, ledger, scale) -> None:
     lh, acks = build(make_lakehouse)
+    o = Oracle(lh.uri)
+    latest, _ = o.latest()
+    files_of = {v: o.version_files([v]) for v in range(latest + 1)}
+    owned, snap = o.owned_files(), o.snapshot()
     figures: dict[str, dict] = {}
     lost = 0
     t_all = time.perf_counter()
@@ -168,6 +184,12 @@ def test_jobs_fail_cleanly_under_permanent_faults(spark, make_lakehouse, faults,
     rerun, _ = run(spark, "expire", lh.uri)
     assert rerun.status == "succeeded" and rerun.counts["failed"] == 0
     assert rerun.counts["versions_leftover"] > 0, "the re-run should finish the interrupted expiration"
+    # The failed run committed latest-2; the re-run keeps 3 of the versions after that commit.
+    floor = o.latest()[1].oldest_retained_version
+    assert floor in (latest - 2, latest - 1)
+    expired_files = set().union(*(files_of[v] for v in range(floor)))
+    assert owned - o.owned_files() == expired_files - o.live_files(), "the re-run left no expired-only file"
+    assert o.problems(snap) == []
     problems = healthy(lh, acks)
     lost += len(problems)
     assert not problems, problems
@@ -199,6 +221,8 @@ def test_jobs_fail_cleanly_under_permanent_faults(spark, make_lakehouse, faults,
     exported = Lakehouse.open(target, audit=False)
     source = Lakehouse.open(lh.uri, audit=False).view(version=exported.latest_version())
     assert exported.view().list_tables("ns") == source.list_tables("ns")
+    now = o.snapshot()
+    assert now.exports["snap"] == now.versions[exported.latest_version()], "the resumed export reads as its source"
     problems = healthy(lh, acks)
     lost += len(problems)
     ledger.add("faults", "Spark jobs under permanent faults (typed failure, clean re-run)", trials=len(figures),
