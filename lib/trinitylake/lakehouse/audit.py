@@ -16,6 +16,8 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from trinitylake.redact import redact_text
+
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
 
@@ -197,7 +199,8 @@ class Auditor:
                     ended_at=datetime.now(UTC),
                     version_before=version_before,
                     error_class=error_class,
-                    error_message=error_message[:2000],
+                    # redacted before the cut: a cut could leave half a secret no rule recognises
+                    error_message=redact_text(error_message)[:2000],
                     isolation=isolation,
                     attempts=attempts,
                 )
@@ -271,7 +274,7 @@ def job_end(
                 based_on_version=version_before,
                 metrics={**metrics, "status_" + status: 1.0},
                 error_class=type(error).__name__ if error else None,
-                error_message=str(error)[:2000] if error else None,
+                error_message=redact_text(str(error))[:2000] if error else None,
             )
         ]
     )
