@@ -1,0 +1,87 @@
+"""The oracle itself: it reads what the library writes the way the spec says, finds what is
+missing, and agrees with the library's own reads (two independent readers of one lakehouse)."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pyarrow as pa
+import pytest
+
+from tests.format.oracle import root_name
+from tests.maintenance.helpers import build_history, write_minimal_export
+from tests.oracle import Oracle
+from tests.oracle.reader import OracleError, base_of, parse_node
+from trinitylake.lakehouse import Lakehouse
+
+
+@pytest.fixture
+def lh(tmp_path) -> Lakehouse:
+    lh = Lakehouse.create(str(tmp_path / "lh"), order=4, node_max_bytes=4096, audit=False)
+    build_history(lh, seed=5, ops=30)
+    return lh
+
+
+def test_every_version_reads_as_the_library_reads_it(lh):
+    snap = Oracle(lh.uri).snapshot()
+    assert sorted(snap.versions) == list(range(lh.latest_version() + 1))
+    for v, items in snap.versions.items():
+        library = {k: lh.storage.read(p) for k, p in lh.view(version=v).all_items()}
+        assert items == library, f"version {v}"
+
+
+def test_reach_covers_the_tree_and_its_definitions_and_no_other_file(lh):
+    o = Oracle(lh.uri)
+    live = o.live_files()
+    owned = o.owned_files()
+    assert live <= owned
+    assert any("-node-" in p for p in live) and any(p.startswith("_lakehouse_def_") for p in live)
+    assert all(p.startswith("_") or p.endswith((".arrow", ".binpb")) for p in live)
+    # A file of the tree is deleted: the oracle says which one is missing.
+    victim = sorted(p for p in live if "node-" in p)[0]
+    os.remove(os.path.join(o.files.path(o.root), victim))
+    problems = o.problems()
+    assert problems and victim.rsplit("/", 1)[-1] in problems[0]
+
+
+def test_exports_are_read_through_their_full_uri_pointers(lh, tmp_path):
+    version = lh.latest_version() - 2
+    loc = write_minimal_export(lh, version, str(tmp_path / "exp"), "e1")
+    o = Oracle(lh.uri)
+    snap = o.snapshot()
+    assert snap.exports["e1"] == snap.versions[version]
+    assert o.live_roots()["export:e1"] == loc and o.live_roots()["pin:e1"].endswith(".arrow")
+    # Pointers inside source node files stay relative to the source root.
+    assert o.reach_relative([loc]) == o.version_files([version]) - {root_name(version)}
+
+
+def test_a_changed_definition_is_reported_as_a_changed_key(lh):
+    o = Oracle(lh.uri)
+    before = o.snapshot()
+    latest = lh.latest_version()
+    key, path = next(iter(lh.view(version=latest).all_items()))
+    with open(os.path.join(o.files.path(o.root), path), "ab") as f:
+        f.write(b"\x00")
+    assert any(f"version {latest}: keys differ" in p for p in o.problems(before))
+
+
+def test_the_java_single_node_layout_reads_as_a_leaf():
+    """Java writes roots with only key/value columns and no separator row (FORMAT.md §2)."""
+    t = pa.table({"key": ["created_at_millis", "lakehouse_def", "n_keys", "B===ns"],
+                  "value": ["1", "_lakehouse_def_x.binpb", "1", "0000/0000/0000/00000000-ns-x.binpb"]})
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, t.schema) as w:
+        w.write_table(t)
+    node = parse_node(sink.getvalue(), 128, "java-root")
+    assert node.entries == [("B===ns", "0000/0000/0000/00000000-ns-x.binpb")] and not node.children
+    assert node.system["lakehouse_def"] == "_lakehouse_def_x.binpb"
+
+
+def test_garbage_is_an_oracle_error_and_bases_follow_full_uris():
+    with pytest.raises(OracleError):
+        parse_node(b"not arrow", 4, "garbage")
+    assert base_of("0000/0000/0000/00000000-node-a.arrow", "file:///lh") == "file:///lh"
+    assert base_of("s3://b/src/0110/0000/1011/01111000-node-a.arrow", "file:///exp") == "s3://b/src"
+    with pytest.raises(OracleError):
+        base_of("s3://b/src/node-a.arrow", "file:///exp")
