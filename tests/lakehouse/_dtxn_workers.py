@@ -7,10 +7,10 @@ from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse.distributed import DistributedTransaction
 
 
-def stage_tables(uri: str, txn_id: str, worker: int, n: int, barrier) -> list[str]:
+def stage_tables(uri: str, txn_id: str, worker: int, n: int, barrier, options: dict | None = None) -> list[str]:
     """Stage tables ns.w<worker>_<i> (one stage each) plus one create of ns.shared, which
     every worker attempts: exactly one may succeed. Returns what this worker staged."""
-    lh = Lakehouse.open(uri, audit=False)
+    lh = Lakehouse.open(uri, storage_options=options, audit=False)
     barrier.wait(120)
     staged = []
     for i in range(n):
@@ -24,9 +24,9 @@ def stage_tables(uri: str, txn_id: str, worker: int, n: int, barrier) -> list[st
     return staged
 
 
-def commit(uri: str, txn_id: str, worker: int, barrier) -> tuple[str, object]:
+def commit(uri: str, txn_id: str, worker: int, barrier, options: dict | None = None) -> tuple[str, object]:
     """Commit the transaction; ("committed", version) or ("closed", message)."""
-    lh = Lakehouse.open(uri, audit=False)
+    lh = Lakehouse.open(uri, storage_options=options, audit=False)
     barrier.wait(120)
     try:
         return "committed", DistributedTransaction.load(lh, txn_id).commit()

@@ -193,3 +193,18 @@ def test_live_transactions_are_walked_by_maintenance_until_expired(tmp_path):
     lh.storage.create_exclusive(txn_def_path(dt.id, s.number + 1), D.dumps(old))
     inp = R.walk_input(lh)
     assert inp.txn_running_roots == [] and staged_def not in R.reference_walk(lh, inp.roots).paths()
+
+
+@pytest.mark.s3
+def test_stage_from_processes_and_commit_on_s3(s3_bucket, s3_storage_options):
+    uri = s3_bucket + "/dlh"
+    lh = Lakehouse.create(uri, storage_options=s3_storage_options, order=4, node_max_bytes=4096, audit=False)
+    lh.create_namespace("ns")
+    dt = DT.DistributedTransaction.begin(lh)
+    staged = W.run_with_barrier(DW.stage_tables, lambda w, b: (uri, dt.id, w, 2, b, s3_storage_options), 3)
+    assert sum(s.count("shared") for s in staged) == 1
+    outcomes = W.run_with_barrier(DW.commit, lambda w, b: (uri, dt.id, w, b, s3_storage_options), 2)
+    assert sorted(o[0] for o in outcomes) == ["closed", "committed"], outcomes
+    fresh = Lakehouse.open(uri, storage_options=s3_storage_options, audit=False)
+    assert fresh.latest_version() == 2
+    assert fresh.view().list_tables("ns") == sorted({n for s in staged for n in s})
