@@ -1,8 +1,9 @@
 """Lakehouse, versions, time travel, rollback and transactions."""
 
+from trinitylake.lakehouse.distributed import DistributedTransaction
 from trinitylake.lakehouse.lakehouse import ChangeSet, Lakehouse
 from trinitylake.lakehouse.roots import RootRef
 from trinitylake.lakehouse.transaction import Transaction
 from trinitylake.lakehouse.view import LakehouseView
 
-__all__ = ["ChangeSet", "Lakehouse", "LakehouseView", "RootRef", "Transaction"]
+__all__ = ["ChangeSet", "DistributedTransaction", "Lakehouse", "LakehouseView", "RootRef", "Transaction"]

@@ -12,7 +12,11 @@ A listed file is an orphan candidate only if
   where ``older_than`` is at least the lakehouse's transaction TTL: in-flight commits write
   their node and definition files before their root exists);
 * no retained version, export or pinned version reaches it (compared on walk keys, see
-  `trinitylake.maintenance.reach`).
+  `trinitylake.maintenance.reach`), nor the running root of a live distributed transaction
+  (`trinitylake.lakehouse.distributed`: a lease renewed by every stage can outlive the age
+  floor, so its older staged definitions are kept by reachability, not by age). Its state
+  files ``txn-<id>[.<n>].binpb`` are hash-prefixed ``.binpb`` files like any other: the latest
+  is younger than the floor while the lease runs, and the superseded ones are never read again.
 
 **Prefix mismatch.** A reference may name a file of this lakehouse through another scheme or
 authority (a bucket alias, ``hdfs://nn1`` vs ``hdfs://nn2``): its key is then an absolute URI
