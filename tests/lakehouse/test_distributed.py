@@ -157,6 +157,8 @@ def test_expired_transaction_can_neither_stage_nor_commit(tmp_path):
     with pytest.raises(TransactionExpiredError, match=f"{dt.id}.*can no longer commit"):
         dt.commit()
     assert lh.latest_version() == 1 and DT.list_transactions(lh) == []
+    assert dt.abort() == []  # an expired transaction can still be cleaned up
+    assert dt.info()["state"] == "aborted" and dt.info()["staged"] is None
 
 
 def test_abort_deletes_staged_files_and_closes(tmp_path):

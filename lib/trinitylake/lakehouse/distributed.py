@@ -205,7 +205,13 @@ class DistributedTransaction:
                 "running_root": s.d.running_root_node_file_path, "began_at_millis": s.d.began_at_millis,
                 "expire_at_millis": s.d.expire_at_millis, "expired": now >= s.d.expire_at_millis + CLOCK_TOLERANCE_MS,
                 "committed_version": s.d.committed_version if s.status == COMMITTED else None,
-                "staged": len(self._messages(self._running(s)))}
+                "staged": self._staged_count(s)}
+
+    def _staged_count(self, s: _State) -> int | None:
+        try:
+            return len(self._messages(self._running(s)))
+        except ObjectNotFoundError:  # aborted (its running roots deleted), or collected
+            return None
 
     # ---- reading the running root ---------------------------------------------------------
     def _beginning(self, s: _State) -> RootRef:
@@ -247,7 +253,8 @@ class DistributedTransaction:
         if s.status == COMMITTING and for_what != "commit":
             raise TransactionClosedError(f"distributed transaction {self.id} is being committed (state {s.number}); "
                                          f"it can no longer {for_what}")
-        if (at_ms if at_ms is not None else _now_ms()) >= s.d.expire_at_millis + CLOCK_TOLERANCE_MS:
+        expired = (at_ms if at_ms is not None else _now_ms()) >= s.d.expire_at_millis + CLOCK_TOLERANCE_MS
+        if expired and for_what != "abort":  # an expired transaction may still be aborted (cleanup)
             raise TransactionExpiredError(f"distributed transaction {self.id} expired at {s.d.expire_at_millis} ms "
                                           f"(began at version {root_version(s.d.beginning_root_node_file_path)}); "
                                           f"it can no longer {for_what}")
@@ -404,6 +411,14 @@ class DistributedTransaction:
             self._finish(s, ABORTED, None)
             left = self._cleanup(s)
             raise type(e)(f"{e}; the transaction is aborted{left}") from None
+        except TransactionClosedError:
+            # Another process's commit of this transaction won: record it if it is in a version.
+            lh = self.lakehouse
+            for v in range(t.begin_version + 1, lh.latest_version() + 1):
+                if lh.load_root(v).txn_id == self.id:
+                    self._finish(s, COMMITTED, v)
+                    break
+            raise
         self._finish(s, COMMITTED, version)
         return version
 
