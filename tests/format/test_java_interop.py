@@ -146,3 +146,19 @@ def test_cli_lists_the_rest_and_names_the_undecodable_key(tmp_path):
     r = CliRunner().invoke(cli, ["--lakehouse", str(tmp_path / "j"), "--no-audit", "namespace", "list", "--json"])
     assert r.exit_code == 1
     assert '"a"' in r.stdout and '"z"' in r.stdout and "UndecodableKeyError" in r.stderr and "B===bad" in r.stderr
+
+
+def test_a_commit_whose_root_create_fails_names_the_files_left_for_the_orphan_job(tmp_path):
+    # A failed create of the root may have taken effect (a lost answer): nothing may be deleted,
+    # and the error says which files the orphan job collects if the version is not ours.
+    write_java_lakehouse(tmp_path / "j", [f"n{i:02d}" for i in range(30)], [])
+    lh = Lakehouse.open(str(tmp_path / "j"), audit=False)
+    before = _owned(lh)
+    txn = lh.begin()
+    txn.create_namespace("new")
+    with injected(FaultSpec(permanent_paths=r"^_[01]{64}\.arrow$", permanent_ops=("create_exclusive",))):
+        with pytest.raises(StoragePermissionError, match="orphan job collects its files") as e:
+            txn.commit()
+    left = _owned(lh) - before
+    assert left and all(p in str(e.value) for p in left)
+    assert lh.latest_version() == 0

@@ -26,6 +26,7 @@ from trinitylake.errors import (
     TransactionClosedError,
     TransactionConflictError,
     TransactionExpiredError,
+    TrinityLakeError,
     ValidationError,
 )
 from trinitylake.format import definitions as D
@@ -321,7 +322,10 @@ class Transaction(LakehouseView):
                 msg = (f"commit of transaction {self.id} failed while creating {root_name(base.version + 1)}; "
                        f"if that version is not this transaction's, the orphan job collects its files: {', '.join(files)}")
                 log.warning(msg)
-                e.add_note(msg)
+                if isinstance(e, TrinityLakeError) and len(e.args) == 1 and isinstance(e.args[0], str):
+                    e.args = (f"{e.args[0]}; {msg}",)  # the CLI prints str(e): say it there
+                else:
+                    e.add_note(msg)
             else:
                 self._discard(attempt_files + self.staged_files)
             raise
