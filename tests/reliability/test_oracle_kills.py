@@ -126,7 +126,7 @@ def _plant_local(lh: Lakehouse, base: str) -> tuple[set[str], set[str]]:
     txn = lh.begin()
     txn.create_table(lh.view().list_namespaces()[0], "abandoned")
     staged = {p for p in txn.writes.values() if p}
-    txn.rollback()
+    del txn  # its writer died: never committed, never rolled back (a rollback deletes what it staged)
     for rel in old | young:
         os.makedirs(os.path.dirname(os.path.join(base, rel)), exist_ok=True)
         with open(os.path.join(base, rel), "wb") as f:
