@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 AIRFLOW_VENV ?= .venv-airflow
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv test test-fast test-dags demo bench bench-large lint fmt dist acceptance clean
+.PHONY: help setup venv test test-fast test-dags demo bench bench-large lint fmt dist acceptance clean reliability-full
 
 help: ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -53,6 +53,10 @@ fmt: venv
 
 dist: venv ## build the wheel that spark-submit ships to executors
 	$(BIN)/pip wheel --no-deps -w dist .
+
+reliability-full: venv ## the reliability and oracle suites at full scale; records their figures, re-renders RELIABILITY.md
+	TLAKE_RELIABILITY_SCALE=full $(BIN)/python -m pytest -q tests/reliability tests/oracle
+	$(BIN)/python -m tests.reliability.report
 
 acceptance: venv ## outside-in checks from ../shared/acceptance
 	../shared/acceptance/run-all

@@ -85,3 +85,27 @@ def test_garbage_is_an_oracle_error_and_bases_follow_full_uris():
     assert base_of("s3://b/src/0110/0000/1011/01111000-node-a.arrow", "file:///exp") == "s3://b/src"
     with pytest.raises(OracleError):
         base_of("s3://b/src/node-a.arrow", "file:///exp")
+
+
+def test_a_reference_rule_broken_in_the_library_walk_is_caught(tmp_path, monkeypatch):
+    """Mutation check: the library's walk forgets the definitions in non-root key tables (a
+    rule `reference_walk` shares, so expected sets computed by it would agree). Expire then
+    deletes definitions retained versions still use, and the oracle reports them."""
+    from tests.oracle.jobs import TTL_MS, run_local
+    from trinitylake.maintenance import reach as R
+
+    lh = Lakehouse.create(str(tmp_path / "m"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=5, ops=30)
+    o = Oracle(lh.uri)
+    before = o.snapshot()
+    original = R.node_references
+
+    def forgetful(node, *, is_root, where="node"):
+        refs = original(node, is_root=is_root, where=where)
+        return refs if is_root else [(p, k) for p, k in refs if p not in set(node.values)]
+
+    monkeypatch.setattr(R, "node_references", forgetful)
+    run_local("expire", lh.uri, min_versions_to_keep=3)
+    monkeypatch.undo()
+    problems = o.problems(before)
+    assert problems and "missing" in problems[0], problems

@@ -190,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     if full["total"]["data_lost"] or full["outcomes"].get("failed"):
         print("the full-scale results report lost data or failures; refusing to render", file=sys.stderr)
         return 1
-    text = render(full, load("ci"))
+    from tests.reliability.report_oracle import render_oracle
+
+    text = render(full, load("ci")) + "\n".join(render_oracle(load("oracle-full"), load("oracle-ci")))
     if args.check:
         try:
             with open(args.output) as f:
