@@ -112,6 +112,7 @@ def test_command_lines():
     "X-Amz-Credential={s}/20260101/us-east-1", "password: {s}", "--storage-option secret={s}", "redis://:{s}@cache:6379",
     "bad: got '{{\"spark.hadoop.fs.s3a.secret.key\": {{\"a\": \"{s}\"}}}}'", "note: token={s}",
     "headers={{'X-Amz-Security-Token': b'{s}', 'User-Agent': b'botocore'}}",
+    "sc://connect.example:15002/;token={s};user_id=ops", "jdbc:postgresql://db:5432/x?user=me&password={s}",
 ])
 def test_free_text(template):
     s = unique("t")
