@@ -188,3 +188,14 @@ def test_command_line_warning_once(capsys, monkeypatch):
     assert err.count("WARNING") == 1 and "secret" in err and s not in err
     monkeypatch.setattr(redact, "_warned", False)
     assert not redact.warn_command_line_secrets(["--storage-option", "endpoint_url=http://h", "walk"])
+
+
+def test_redact_module_is_the_lowest_layer():
+    """Every layer may use it, so it imports nothing from the package."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(redact))
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + \
+               [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert imported and not [m for m in imported if m and m.split(".")[0] == "trinitylake"]
