@@ -98,8 +98,8 @@ def _is_secret_name(key: str) -> bool:
         if w in _SECRET_WORDS or any(p in w for p in _SECRET_PARTS):
             return True
         if w == "key" or (w.endswith("key") and len(w) > 3):
-            # a bare `key` (s3fs's access key id), `access.key`, `account.key`, `private.key`,
-            # `encryption.key` ... and `*_key_id`; not `keystore`-like or `partition_key`.
+            # a bare or final `key` (s3fs's access key id, `fs.s3a.access.key`), `account.key.<name>`,
+            # `private.key.id`, `*_key_id`; not `spark.ssl.keyStore` (a path).
             prev = words[i - 1] if i else ""
             if i == len(words) - 1 or prev in ("access", "account", "private", "secret", "api", "encryption", "shared"):
                 return True
