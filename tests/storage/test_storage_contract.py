@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import trinitylake.storage.retry as retry_mod
 import trinitylake.storage.storage as storage_mod
 from trinitylake.errors import InvalidURIError, StorageError
 from trinitylake.storage import FileInfo, Storage
@@ -573,12 +574,12 @@ def _wrapped(code: str, status: int, message: str) -> OSError:
 
 
 def test_s3_error_classification() -> None:
-    assert storage_mod._is_precondition_failed(_wrapped("PreconditionFailed", 412, "pre-conditions did not hold"))
+    assert storage_mod.is_precondition_failed(_wrapped("PreconditionFailed", 412, "pre-conditions did not hold"))
     # Before: any message containing "412" (e.g. in a key name) counted as a lost race.
-    assert not storage_mod._is_precondition_failed(_wrapped("AccessDenied", 403, "denied on node-4127.arrow"))
-    assert storage_mod._is_precondition_failed(OSError("PreconditionFailed"))  # no botocore detail at all
-    assert storage_mod._is_conditional_conflict(_wrapped("ConditionalRequestConflict", 409, "conflict"))
-    assert not storage_mod._is_conditional_conflict(_wrapped("SlowDown", 503, "slow down"))
+    assert not storage_mod.is_precondition_failed(_wrapped("AccessDenied", 403, "denied on node-4127.arrow"))
+    assert storage_mod.is_precondition_failed(OSError("PreconditionFailed"))  # no botocore detail at all
+    assert storage_mod.is_conditional_conflict(_wrapped("ConditionalRequestConflict", 409, "conflict"))
+    assert not storage_mod.is_conditional_conflict(_wrapped("SlowDown", 503, "slow down"))
 
 
 @pytest.fixture
@@ -597,7 +598,7 @@ def test_s3_create_exclusive_retries_conditional_conflicts(
         if len(calls) < 3:
             raise _wrapped("ConditionalRequestConflict", 409, "conflicting conditional operation")
 
-    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     monkeypatch.setattr(offline_s3.fs, "pipe_file", flaky)
     offline_s3.create_exclusive("_1", b"data")
     assert calls == ["create", "create", "create"]
@@ -626,7 +627,7 @@ def test_s3_create_exclusive_maps_412_and_keeps_other_errors(
         calls.append(1)
         raise _wrapped("ConditionalRequestConflict", 409, "conflict")
 
-    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     monkeypatch.setattr(offline_s3.fs, "pipe_file", always_conflict)
     with pytest.raises(OSError):
         offline_s3.create_exclusive("_1", b"data")

@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import stat
 import threading
-import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from trinitylake.errors import StorageError
-from trinitylake.storage.storage import RETRY_ATTEMPTS, FileInfo, Storage, is_transient
+from trinitylake.storage import retry
+from trinitylake.storage.retry import typed_error
+from trinitylake.storage.storage import FileInfo, Storage
 
 #: Reusable read buffer per thread: most lakehouse files (nodes, definitions) are a few KiB.
 READ_BUFFER = 1 << 16
@@ -208,22 +208,22 @@ class LocalFiles:
         if not data:
             raise ValueError(f"refusing to create empty file {self._st.uri(path)} exclusively")
         fp = self._fp(path)
-        attempt = 0
-        while True:
-            attempt += 1
+
+        def attempt(n: int) -> None:
             try:
                 self._st._io("create_exclusive", path, self._create_once, fp, data, path)
-                return
             except FileExistsError:
-                if attempt > 1 and self._st._holds(path, data):
+                if n > 1 and self._st._holds(path, data):
                     return  # an earlier attempt of ours took effect before it failed
                 raise
-            except OSError as e:
-                if e.errno in _NO_LINKS:
-                    self._st.create_exclusive(path, data)  # no hard links here: the storage's own way
-                    return
-                if attempt < RETRY_ATTEMPTS and is_transient(e):
-                    time.sleep(min(0.05 * 2 ** (attempt - 1), 2.0) * (0.5 + random.random()))
-                    continue
-                raise StorageError(f"storage create_exclusive of {self._st.uri(path)} failed: "
-                                   f"{type(e).__name__}: {e}") from e
+
+        def no_links(e: BaseException) -> bool:
+            return isinstance(e, OSError) and e.errno in _NO_LINKS and not isinstance(e, FileExistsError)
+
+        try:
+            retry.call(attempt, fail=lambda e, n: e if no_links(e) else typed_error(
+                "create_exclusive", self._st.uri(path), e, n))
+        except OSError as e:
+            if not no_links(e):
+                raise
+            self._st.create_exclusive(path, data)  # no hard links here: the storage's own way

@@ -8,7 +8,7 @@ exclusivity as strictly as the others.
 
 Every operation retries transient errors (connection resets, timeouts, EIO, S3 503 SlowDown
 and other 5xx/throttling answers) a bounded number of times with jittered exponential
-backoff; what still fails, and every permanent error (403, ENOSPC, ...), is raised as a typed
+backoff, through the one retry helper `trinitylake.storage.retry.call` (tenacity); what still fails, and every permanent error (403, ENOSPC, ...), is raised as a typed
 `StorageError` (also an OSError with the original errno). FileNotFoundError and
 FileExistsError keep their meaning and are never retried.
 """
@@ -18,11 +18,9 @@ from __future__ import annotations
 import errno
 import json
 import os
-import random
 import re
 import stat
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,7 +28,16 @@ from typing import Any
 
 import fsspec
 
-from trinitylake.errors import StorageError, StoragePermissionError
+from trinitylake.errors import StorageError
+from trinitylake.storage import retry
+from trinitylake.storage.options import s3_options_from_env
+from trinitylake.storage.retry import (  # noqa: F401 - RETRY_ATTEMPTS, is_transient: part of this module's API
+    RETRY_ATTEMPTS,
+    is_conditional_conflict,
+    is_precondition_failed,
+    is_transient,
+    typed_error,
+)
 from trinitylake.storage.uri import ParsedURI, is_absolute, is_plain_relative, join_uri, parse_uri
 
 _MEMORY_LOCK = threading.Lock()
@@ -67,117 +74,6 @@ def _as_bytes(data: bytes | bytearray | memoryview) -> bytes | bytearray:
     return bytes(data)
 
 
-def _client_error_codes(exc: BaseException, follow_context: bool = True) -> tuple[set[str], set[int]]:
-    """Error codes and HTTP statuses of the botocore ClientErrors in `exc`'s cause chain
-    (explicit causes only when not `follow_context`: an error raised while another one was
-    being handled is not caused by it)."""
-    codes: set[str] = set()
-    statuses: set[int] = set()
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        resp = getattr(e, "response", None)
-        if isinstance(resp, dict):
-            err = resp.get("Error") or {}
-            if err.get("Code"):
-                codes.add(str(err["Code"]))
-            status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            if status:
-                statuses.add(int(status))
-        e = e.__cause__ or (e.__context__ if follow_context else None)
-    return codes, statuses
-
-
-def _is_precondition_failed(exc: BaseException) -> bool:
-    codes, statuses = _client_error_codes(exc)
-    if codes or statuses:
-        return "PreconditionFailed" in codes or 412 in statuses
-    return "PreconditionFailed" in str(exc)
-
-
-def _is_conditional_conflict(exc: BaseException) -> bool:
-    codes, statuses = _client_error_codes(exc)
-    if codes or statuses:
-        return "ConditionalRequestConflict" in codes or 409 in statuses
-    return "ConditionalRequestConflict" in str(exc)
-
-
-# ---- transient errors and retries -------------------------------------------------------------
-#: Attempts of one storage operation, the first included, while it fails transiently.
-RETRY_ATTEMPTS = 5
-#: Backoff before retry n (1-based): uniform in [0.5, 1.5) x min(base x 2^(n-1), max).
-RETRY_BASE_DELAY_S = 0.05
-RETRY_MAX_DELAY_S = 2.0
-
-_TRANSIENT_ERRNOS = frozenset(
-    getattr(errno, name)
-    for name in ("EIO", "EAGAIN", "EBUSY", "ETIMEDOUT", "ECONNRESET", "ECONNABORTED", "ECONNREFUSED", "EPIPE",
-                 "ENETDOWN", "ENETUNREACH", "ENETRESET", "EHOSTUNREACH", "EREMOTEIO")
-    if hasattr(errno, name)
-)
-# S3 error codes and HTTP statuses that mean "try again" (AWS: SlowDown is a 503).
-_TRANSIENT_S3_CODES = frozenset({
-    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException",
-    "TooManyRequestsException", "RequestLimitExceeded", "BandwidthLimitExceeded", "EC2ThrottledException",
-    "500", "502", "503", "504",
-})
-_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-# Network errors of botocore/aiohttp/fsspec that are not OSErrors, by class name.
-_TRANSIENT_CLASS_NAMES = frozenset({
-    "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError", "ConnectTimeoutError",
-    "HTTPClientError", "ResponseStreamingError", "IncompleteReadError", "FSTimeoutError", "ServerDisconnectedError",
-    "ClientOSError", "ClientPayloadError",
-})
-# Errors from these libraries are I/O failures even when they are not OSErrors.
-_IO_ERROR_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "urllib3", "fsspec")
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for errors that a retry may cure: connection resets and timeouts, EIO/EBUSY-like
-    errnos, S3 5xx, SlowDown and throttling. Missing or existing files, permission errors and
-    S3 412/409 (lost or contended conditional writes, handled by `create_exclusive`) are not."""
-    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError | IsADirectoryError | NotADirectoryError):
-        return False
-    codes, statuses = _client_error_codes(exc, follow_context=False)
-    if codes or statuses:
-        return bool(codes & _TRANSIENT_S3_CODES or statuses & _TRANSIENT_STATUSES)
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    if any(c.__name__ in _TRANSIENT_CLASS_NAMES for c in type(exc).__mro__):
-        return True
-    return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS
-
-
-# Errors that answer the question asked (no such file, already exists, not a file): callers
-# handle them, they are never retried nor wrapped.
-_NOT_TYPED = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, StorageError)
-
-
-def _is_io_error(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) or type(exc).__module__.startswith(_IO_ERROR_MODULES)
-
-
-def _typed(op: str, uri: str, exc: BaseException, attempts: int) -> BaseException:
-    """The error a caller sees for a failed operation: the "no such file / already exists /
-    not a file" errors and StorageError as they are, other I/O errors as StorageError
-    (StoragePermissionError for 403/EACCES) naming the operation and URI, with the original
-    errno and as the cause; anything else (programming errors) unchanged."""
-    if isinstance(exc, _NOT_TYPED) or not _is_io_error(exc):
-        return exc
-    codes, statuses = _client_error_codes(exc, follow_context=False)
-    denied = isinstance(exc, PermissionError) or "AccessDenied" in codes or 403 in statuses
-    tries = f" after {attempts} attempts" if attempts > 1 else ""
-    err = (StoragePermissionError if denied else StorageError)(
-        f"storage {op} of {uri} failed{tries}: {type(exc).__name__}: {exc}")
-    err.errno = getattr(exc, "errno", None)
-    return err
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(min(RETRY_BASE_DELAY_S * 2 ** (attempt - 1), RETRY_MAX_DELAY_S) * (0.5 + random.random()))
-
-
 @dataclass(frozen=True)
 class FileInfo:
     """One listed file: `path` relative to the storage root, size in bytes, mtime in epoch seconds."""
@@ -185,38 +81,6 @@ class FileInfo:
     path: str
     size: int
     mtime: float
-
-
-def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """S3 storage options from the environment, overridden by explicit flags.
-
-    ``TLAKE_S3_ENDPOINT_URL`` (preferred) or ``AWS_ENDPOINT_URL`` becomes ``endpoint_url``;
-    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and ``AWS_SESSION_TOKEN`` become ``key``,
-    ``secret`` and ``token``. They are copied into the options so that a pickled `Storage`
-    reaches the same endpoint with the same credentials on a Spark executor. The region is
-    left to botocore (``AWS_REGION`` / ``AWS_DEFAULT_REGION``). An explicit option wins over the
-    environment, including an endpoint given as ``client_kwargs["endpoint_url"]``.
-    """
-    overrides = overrides or {}
-    opts: dict[str, Any] = {}
-    endpoint = os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-    explicit_endpoint = (overrides.get("client_kwargs") or {}).get("endpoint_url")
-    if endpoint and not explicit_endpoint:
-        opts["endpoint_url"] = endpoint
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]
-        if os.environ.get("AWS_SECRET_ACCESS_KEY"):
-            opts["secret"] = os.environ["AWS_SECRET_ACCESS_KEY"]
-        # Temporary credentials are useless without their token: carry it with the key.
-        if os.environ.get("AWS_SESSION_TOKEN"):
-            opts["token"] = os.environ["AWS_SESSION_TOKEN"]
-    if overrides.get("key") is not None or overrides.get("secret") is not None:
-        # Explicit credentials replace the environment's: its session token belongs to its key.
-        opts.pop("token", None)
-    for k, v in overrides.items():
-        if v is not None:
-            opts[k] = v
-    return opts
 
 
 class Storage:
@@ -333,19 +197,8 @@ class Storage:
 
     def _retrying(self, op: str, path: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` through `_io`, retried while it fails transiently; failures typed."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return self._io(op, path, fn, *args)
-            except Exception as e:
-                if attempt < RETRY_ATTEMPTS and is_transient(e):
-                    _backoff(attempt)
-                    continue
-                err = _typed(op, self._uri_quiet(path), e, attempt)
-                if err is e:
-                    raise
-                raise err from e
+        return retry.call(lambda _n: self._io(op, path, fn, *args),
+                          fail=lambda e, n: typed_error(op, self._uri_quiet(path), e, n))
 
     def _uri_quiet(self, path: str) -> str:
         try:
@@ -447,24 +300,16 @@ class Storage:
         if not data:
             raise ValueError(f"refusing to create empty file {self.uri(path)} exclusively")
         fp = self._fs_path(path)
-        attempt = 0
-        while True:
-            attempt += 1
+
+        def attempt(n: int) -> None:
             try:
                 self._io("create_exclusive", path, self._create_exclusive_once, fp, data, path)
-                return
             except FileExistsError:
-                if attempt > 1 and self._holds(path, data):
+                if n > 1 and self._holds(path, data):
                     return  # an earlier attempt of ours took effect before it failed
                 raise
-            except Exception as e:
-                if attempt < RETRY_ATTEMPTS and is_transient(e):
-                    _backoff(attempt)
-                    continue
-                err = _typed("create_exclusive", self._uri_quiet(path), e, attempt)
-                if err is e:
-                    raise
-                raise err from e
+
+        retry.call(attempt, fail=lambda e, n: typed_error("create_exclusive", self._uri_quiet(path), e, n))
 
     def _holds(self, path: str, data: bytes | bytearray) -> bool:
         """True when `path` holds exactly `data`; False when it differs or cannot be read."""
@@ -483,21 +328,17 @@ class Storage:
                     raise FileExistsError(f"already exists: {self.uri(path)}")
                 self.fs.pipe_file(fp, data)
             return
-        for attempt in range(_S3_CONFLICT_RETRIES + 1):
+        def put(_n: int) -> None:
             try:
                 self.fs.pipe_file(fp, data, mode="create")
-                return
             except FileExistsError:
                 self._raise_unless_ours(fp, data, path)
-                return
             except OSError as e:  # a 412 without the If-None-Match detail is a generic OSError
-                if _is_precondition_failed(e):
-                    self._raise_unless_ours(fp, data, path)
-                    return
-                if _is_conditional_conflict(e) and attempt < _S3_CONFLICT_RETRIES:
-                    time.sleep(min(0.05 * 2**attempt, 1.0))
-                    continue
-                raise
+                if not is_precondition_failed(e):
+                    raise
+                self._raise_unless_ours(fp, data, path)
+
+        retry.call(put, retry_on=is_conditional_conflict, attempts=_S3_CONFLICT_RETRIES + 1)
 
     def _raise_unless_ours(self, fp: str, data: bytes, path: str) -> None:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our

@@ -1,0 +1,38 @@
+"""Storage options from the environment (S3 endpoint and credentials)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """S3 storage options from the environment, overridden by explicit flags.
+
+    ``TLAKE_S3_ENDPOINT_URL`` (preferred) or ``AWS_ENDPOINT_URL`` becomes ``endpoint_url``;
+    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and ``AWS_SESSION_TOKEN`` become ``key``,
+    ``secret`` and ``token``. They are copied into the options so that a pickled `Storage`
+    reaches the same endpoint with the same credentials on a Spark executor. The region is
+    left to botocore (``AWS_REGION`` / ``AWS_DEFAULT_REGION``). An explicit option wins over the
+    environment, including an endpoint given as ``client_kwargs["endpoint_url"]``.
+    """
+    overrides = overrides or {}
+    opts: dict[str, Any] = {}
+    endpoint = os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+    explicit_endpoint = (overrides.get("client_kwargs") or {}).get("endpoint_url")
+    if endpoint and not explicit_endpoint:
+        opts["endpoint_url"] = endpoint
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]
+        if os.environ.get("AWS_SECRET_ACCESS_KEY"):
+            opts["secret"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+        # Temporary credentials are useless without their token: carry it with the key.
+        if os.environ.get("AWS_SESSION_TOKEN"):
+            opts["token"] = os.environ["AWS_SESSION_TOKEN"]
+    if overrides.get("key") is not None or overrides.get("secret") is not None:
+        # Explicit credentials replace the environment's: its session token belongs to its key.
+        opts.pop("token", None)
+    for k, v in overrides.items():
+        if v is not None:
+            opts[k] = v
+    return opts
