@@ -508,8 +508,8 @@ def _delete_quietly(lh: Lakehouse, paths: list[str], what: str) -> list[str]:
 
 def list_transactions(lakehouse: Lakehouse, *, include_closed: bool = False) -> list[dict[str, Any]]:
     """Distributed transactions with a marker: live ones (open or committing, not expired), or
-    all when `include_closed`. Markers of transactions expired for more than their TTL are
-    removed (their files are the orphan job's)."""
+    all when `include_closed`. Markers of committed or aborted transactions, and of expired
+    ones maintenance no longer keeps (`KEEP_AFTER_EXPIRY_MS`), are removed."""
     st = lakehouse.storage
     try:
         _, files = st.list_dirs(MARKER_DIR)
@@ -525,8 +525,9 @@ def list_transactions(lakehouse: Lakehouse, *, include_closed: bool = False) -> 
             log.warning("skipping transaction marker %s: %s", f.path, e)
             continue
         live = info["state"] in (OPEN, COMMITTING) and not info["expired"]
-        if not live and info["expired"] and now - info["expire_at_millis"] > info["expire_at_millis"] - info["began_at_millis"]:
-            _delete_quietly(lakehouse, [f.path], "an expired transaction's marker")
+        # Markers of closed transactions, or of ones maintenance no longer keeps, are dropped.
+        if info["state"] in (COMMITTED, ABORTED) or now > info["expire_at_millis"] + KEEP_AFTER_EXPIRY_MS:
+            _delete_quietly(lakehouse, [f.path], "a finished transaction's marker")
         if live or include_closed:
             out.append(info)
     return sorted(out, key=lambda i: (i["began_at_millis"], i["id"]))
