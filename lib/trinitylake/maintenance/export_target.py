@@ -5,6 +5,7 @@ source's lakehouse definition.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +112,7 @@ def check_name_free(d: D.LakehouseDef, name: str, root_uri: str) -> bool:
     raise AlreadyExistsError(f"an export named {name!r} already exists ({existing}); pick another name or drop it first")
 
 
-def record_export(name: str, root_uri: str, pin: int | None):
+def record_export(name: str, root_uri: str, pin: int | None) -> Callable[[D.LakehouseDef], None]:
     """Definition mutation that records an export (applied to the latest definition at commit).
 
     Raises AlreadyExistsError at commit time when the name was taken meanwhile, so export
@@ -130,7 +131,7 @@ def record_export(name: str, root_uri: str, pin: int | None):
     return fn
 
 
-def drop_export(name: str):
+def drop_export(name: str) -> Callable[[D.LakehouseDef], None]:
     """Definition mutation that removes an export's record and its pin."""
     from trinitylake.errors import SnapshotNotFoundError
 

@@ -208,7 +208,7 @@ class _LocalCandidates(_Candidates):
         return write_listing(ex, self.table, uri, options, rows=self.table.num_rows)
 
     def drop_reached(self, ex: Execution, extra: Reached) -> None:
-        if not extra.is_local:
+        if extra.table is None:
             # The new versions reached more than the driver holds: continue on the executors.
             raise _GoDistributed
         gone = pc.is_in(self.table.column("path"), value_set=extra.table.column("path"))

@@ -49,9 +49,10 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -67,7 +68,7 @@ from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance import export_target as XT
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, ddl, rows_of
-from trinitylake.spark.export_planner import Planner, pool_map, raise_failures
+from trinitylake.spark.export_planner import Planner, PoolMap, pool_map, raise_failures
 from trinitylake.storage import Storage, parse_uri
 from trinitylake.storage.local_files import LocalFiles
 
@@ -84,7 +85,7 @@ class InjectedFailure(RuntimeError):
 
 # ---- copy --------------------------------------------------------------------------------------
 def _copy_part(name: str, source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
-               resumed: bool, pmap, fail_midway: bool = False) -> XC.CopyStats:
+               resumed: bool, pmap: PoolMap, fail_midway: bool = False) -> XC.CopyStats:
     """Copy the files of one plan part; write its result manifest when all are verified."""
     rows = X.read_plan_part(target.read(f"{export_dir}/plan/{name}"))
     mpath = X.manifest_path(export_dir, name)
@@ -124,7 +125,7 @@ def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_d
 
 
 # ---- driver side -------------------------------------------------------------------------------
-def _target_storage(lakehouse, target_uri: str, options: dict | None) -> Storage:
+def _target_storage(lakehouse: Any, target_uri: str, options: dict | None) -> Storage:
     if options is not None:
         return Storage(target_uri, options)
     if parse_uri(target_uri).scheme == lakehouse.storage.scheme:
@@ -136,11 +137,11 @@ class _Phase:
     def __init__(self, result: JobResult, name: str):
         self.result, self.name = result, name
 
-    def __enter__(self):
+    def __enter__(self) -> _Phase:
         self.t = time.perf_counter()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.result.seconds[self.name] = round(self.result.seconds.get(self.name, 0.0) + time.perf_counter() - self.t, 3)
 
 
@@ -151,7 +152,7 @@ def _cleanup(target: Storage, export_dir: str) -> None:
         log.warning("could not remove %s: %s", target.uri(export_dir), e)
 
 
-def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage_options: dict | None = None,
+def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *, target_storage_options: dict | None = None,
                fail_after_batches: int | None = None) -> JobResult:
     """Export one version of `lakehouse` to ``cfg.target`` under ``cfg.name`` (see the module doc).
 
@@ -281,9 +282,11 @@ def run_export(spark_or_ex, lakehouse, cfg, result: JobResult, *, target_storage
                                                            "md5": root_row.md5, "external": root_refs.external,
                                                            "action": root_row.action}})
             target.write(f"{plan_dir}/_plan.json", X.json_bytes(index))
-        elif index["root"]["md5"] != (root_row := root_row or make_root_row()).md5:
+        elif index is not None and index["root"]["md5"] != (root_row := root_row or make_root_row()).md5:
             raise StorageError(f"root file {source.uri(ref.path)} no longer matches the persisted plan of export "
                                f"{name!r}; the source was modified")
+    # Planned above, or read back from the persisted plan (and its root checked against ours).
+    assert index is not None and root_row is not None
     parts = index["parts"]
     planned_files = sum(p["rows"] for p in parts) + 1
     external = sum(p["external"] for p in parts) + root_refs.external
@@ -364,7 +367,7 @@ def _counts(total: XC.CopyStats) -> dict[str, int]:
             "rewritten": total.rewritten, "source_reads": total.source_reads}
 
 
-def _copy_local(names: list[str], copy, source: Storage, target: Storage, threads: int,
+def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Storage, target: Storage, threads: int,
                 fail_after: int | None) -> XC.CopyStats:
     """Copy on the driver: up to `LOCAL_PARTS_IN_FLIGHT` parts at once, their files on one thread pool."""
     src, tgt = LocalFiles.of(source), LocalFiles.of(target)

@@ -50,7 +50,11 @@ SUMMARY_SCHEMA = pa.schema([("name", pa.string()), ("rows", pa.int64()), ("bytes
 ROLE_NODE, ROLE_CHILD, ROLE_ODF, ROLE_MISSING, ROLE_ERROR = "node", "child", "odf", "missing", "error"
 
 
-def pool_map(threads: int) -> tuple[Callable[[Callable, list], list], Callable[[], None]]:
+#: ``pmap(fn, items)``: a map over the driver's thread pool (sequential for one thread).
+PoolMap = Callable[[Callable, list], list]
+
+
+def pool_map(threads: int) -> tuple[PoolMap, Callable[[], None]]:
     """A map over a thread pool (sequential for one thread) and its shutdown."""
     if threads <= 1:
         return (lambda fn, items: [fn(i) for i in items]), (lambda: None)
@@ -59,7 +63,7 @@ def pool_map(threads: int) -> tuple[Callable[[Callable, list], list], Callable[[
 
 
 # ---- plan: one level of nodes ------------------------------------------------------------------
-def _expand(source: Storage, spec: X.ExportSpec, pmap, items: list[tuple[str, int]]) -> list[tuple]:
+def _expand(source: Storage, spec: X.ExportSpec, pmap: PoolMap, items: list[tuple[str, int]]) -> list[tuple]:
     """Read and plan node files ``(path, depth)``: `LEVEL_SCHEMA` tuples (the node's row, its
     children to copy, the definition files it references, or what went wrong)."""
 
@@ -88,7 +92,7 @@ def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches
     try:
         for chunk in chunks(rows_of(batches, "target", "depth"), _CHUNK):
             out = _expand(src, spec, pmap, chunk)
-            yield batch_of(LEVEL_SCHEMA, list(zip(*out, strict=True)) if out else [[] for _ in LEVEL_SCHEMA])
+            yield batch_of(LEVEL_SCHEMA, [list(c) for c in zip(*out, strict=True)] if out else [[] for _ in LEVEL_SCHEMA])
     finally:
         close()
 
@@ -151,7 +155,7 @@ class Planner:
         self.nodes: dict[str, X.PlanRow] = {}
         self.odfs: dict[str, int] = {}
 
-    def run(self, ref, root_refs: X.NodeRefs) -> dict[str, Any]:
+    def run(self, ref: Any, root_refs: X.NodeRefs) -> dict[str, Any]:
         def_rel = X.local_path(self.source, ref.def_path) or ref.def_path
         self.def_row = X.plan_file(self.source, def_rel, X.KIND_DEF, 0)
         for p in root_refs.odfs:
@@ -248,7 +252,7 @@ class Planner:
         node_parts = []
         checkpoints = []
 
-        def keep(df):
+        def keep(df: Any) -> Any:
             df = df.localCheckpoint(eager=True)
             checkpoints.append(df)
             return df

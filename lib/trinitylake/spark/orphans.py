@@ -435,7 +435,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
                 cleanup.append(cands)
                 agg = cands.agg(F.count("*").alias("n"), F.sum("size").alias("b")).collect()[0]
                 n_cands, b_cands = int(agg["n"]), int(agg["b"] or 0)
-        listing = None
+        del listing  # the candidates are computed: let the listing go
         result.counts.update({"candidates": n_cands, "too_young": young, "prefix_mismatch": n_clash})
         result.bytes["candidates"] = b_cands
         log.info("orphans %s: %d candidates (%d bytes); %d owned files too young; %d reachable", result.run_id,

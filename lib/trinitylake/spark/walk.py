@@ -214,16 +214,16 @@ def walk_reachable_with_stats(
         CorruptNodeError: a node file is missing or unreadable (nothing was written or deleted).
     """
     ex = as_execution(spark_or_ex)
-    walk = _Walk(ex, lakehouse, batch_size, parallelism, exclude, tolerate_missing, io_threads, label)
-    walk.name = name
+    walk = _Walk(ex, lakehouse, batch_size, parallelism, exclude, tolerate_missing, io_threads, label, name)
     reached = walk.run(roots, sizes)
     return reached, reached.stats
 
 
 class _Walk:
     def __init__(self, ex: Execution, lakehouse: Any, batch_size: int, parallelism: int, exclude: Any,
-                 tolerate_missing: bool, io_threads: int, label: str):
+                 tolerate_missing: bool, io_threads: int, label: str, name: str):
         self.ex = ex
+        self.name = name  # prefix of the phase names recorded in the result
         self.lakehouse = lakehouse
         self.batch_size = batch_size
         self.parallelism = parallelism
@@ -357,7 +357,7 @@ class _Walk:
                 lsize = list(pool.map(self.reader.size, keys, chunksize=64))
             else:
                 lsize = [self.reader.size(k) for k in keys] if sizes else [-1] * len(keys)
-        leaf_cols = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
+        leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
         table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
         self.selfs = [[] for _ in OUTPUT_SCHEMA]

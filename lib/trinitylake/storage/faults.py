@@ -154,7 +154,7 @@ class FaultInjector:
         return {"spec": self.spec}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["spec"])
+        FaultInjector.__init__(self, state["spec"])
 
     @property
     def injected(self) -> int:

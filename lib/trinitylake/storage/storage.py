@@ -15,6 +15,7 @@ FileExistsError keep their meaning and are never retried.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import json
 import os
@@ -328,6 +329,7 @@ class Storage:
                     raise FileExistsError(f"already exists: {self.uri(path)}")
                 self.fs.pipe_file(fp, data)
             return
+
         def put(_n: int) -> None:
             try:
                 self.fs.pipe_file(fp, data, mode="create")
@@ -340,7 +342,7 @@ class Storage:
 
         retry.call(put, retry_on=is_conditional_conflict, attempts=_S3_CONFLICT_RETRIES + 1)
 
-    def _raise_unless_ours(self, fp: str, data: bytes, path: str) -> None:
+    def _raise_unless_ours(self, fp: str, data: bytes | bytearray, path: str) -> None:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
         own win, not a lost race: the stored bytes are ours (every commit file we write carries
         a unique transaction id or UUID). Anything else is another writer's file."""
@@ -351,7 +353,7 @@ class Storage:
         if stored != data:
             raise FileExistsError(f"already exists: {self.uri(path)}")
 
-    def _create_exclusive_local(self, fp: str, data: bytes, path: str) -> None:
+    def _create_exclusive_local(self, fp: str, data: bytes | bytearray, path: str) -> None:
         tmp = _tmp_name(fp)
         try:
             with _open_creating_dirs(tmp) as f:
@@ -466,7 +468,7 @@ class Storage:
             return
         yield from self._retrying("list", prefix, self._list_remote_once, base, root_fp, recursive)
 
-    def _list_remote_once(self, base: str, root_fp: str, recursive: bool) -> list[FileInfo]:
+    def _list_remote_once(self, base: str, root_fp: str, recursive: bool) -> builtins.list[FileInfo]:
         try:
             if recursive:
                 found = self.fs.find(base, detail=True)
@@ -490,14 +492,14 @@ class Storage:
             out.append(FileInfo(rel, int(d.get("size") or 0), _mtime_of(d)))
         return out
 
-    def list_dirs(self, prefix: str = "") -> tuple[list[str], list[FileInfo]]:
+    def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         """Immediate children of `prefix`: (sub-directory paths, files), relative to the root."""
         base = self._fs_path(prefix) if prefix else self._parsed.fs_path
         return self._retrying("list_dirs", prefix, self._list_dirs_once, base, prefix)
 
-    def _list_dirs_once(self, base: str, prefix: str) -> tuple[list[str], list[FileInfo]]:
-        dirs: list[str] = []
-        files: list[FileInfo] = []
+    def _list_dirs_once(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
+        dirs: builtins.list[str] = []
+        files: builtins.list[FileInfo] = []
         pre = (prefix.rstrip("/") + "/") if prefix else ""
         if self._local():
             try:
@@ -541,9 +543,9 @@ class Storage:
             yield from files
 
     @staticmethod
-    def _scan_local_once(d: str, root_fp: str) -> tuple[list[str], list[FileInfo]]:
-        subdirs: list[str] = []
-        files: list[FileInfo] = []
+    def _scan_local_once(d: str, root_fp: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
+        subdirs: builtins.list[str] = []
+        files: builtins.list[FileInfo] = []
         try:
             it = os.scandir(d)
         except (FileNotFoundError, NotADirectoryError):
@@ -561,7 +563,7 @@ class Storage:
         return subdirs, files
 
 
-def _open_creating_dirs(path: str):
+def _open_creating_dirs(path: str) -> Any:
     """``open(path, "xb")``, creating parent directories only when they are missing (each
     mkdir is a slow system call here, and hash-prefix directories mostly exist already)."""
     try:
