@@ -24,10 +24,12 @@ Idempotency: every job gets ``--reference-time`` = the run's logical date (for a
 without one, its ``run_after``), never "now", and the export is named ``weekly-<YYYYMMDD>`` of
 that date and exports the version current at it. Clearing a run re-runs the same cutoffs.
 
-Settings: per-run values are DAG params (editable in the trigger form); their defaults, the
-connection ids and the schedule come from Airflow Variables given through the environment
-(``AIRFLOW_VAR_TRINITYLAKE_LAKEHOUSE`` ...), read without touching the metadata database at
-parse time:
+Settings: per-run values are DAG params (editable in the trigger form). A param left empty
+takes the Airflow Variable of the same setting, read when the task runs through the Variable
+API (``{{ var.value.get(...) }}`` in templated fields: the UI, a secrets backend or
+``AIRFLOW_VAR_<NAME>``), never at parse time, so parsing touches no database. The schedule,
+the pool and the spark-submit connection id are parse-time settings and come from
+``AIRFLOW_VAR_<NAME>`` environment variables only:
 
 =================================  ==========================================  ==========================
 Variable (``AIRFLOW_VAR_<NAME>``)  meaning                                     default
@@ -37,9 +39,19 @@ trinitylake_export_root            export root URI (param ``export_root``)     s
 trinitylake_repo                   checkout with jobs/, conf/, dist/           /opt/trinitylake
 trinitylake_databricks_root        workspace folder with jobs/, conf/, dist/   /Workspace/Shared/trinitylake
 trinitylake_schedule               cron of both DAGs                           0 3 * * * (UTC)
-trinitylake_spark_conn_id          spark-submit connection                     spark_default
+trinitylake_spark_conn_id          spark-submit connection (environment only)  spark_default
 trinitylake_databricks_conn_id     Databricks connection                       databricks_default
+trinitylake_pool                   pool of every task (environment only)       trinitylake_maintenance
+trinitylake_failure_hook           ``module:function`` alerted on failures     (none: log only)
 =================================  ==========================================  ==========================
+
+Operations: every task of both DAGs runs in the pool ``trinitylake_maintenance`` (create it
+with one slot: ``airflow pools set trinitylake_maintenance 1 "TrinityLake maintenance"``), so
+the two DAGs' jobs never overlap; and the first task, ``lakehouse_guard``, fails a run while
+the other DAG has a run queued or running (both unpaused is a mistake, and is alerted).
+Failures of any task call ``trinitylake_alerts.MaintenanceFailureNotifier``. The Databricks
+tasks are deferrable: while a run is on the cluster they wait in the triggerer, not in a
+worker slot.
 """
 
 from __future__ import annotations
@@ -53,12 +65,13 @@ from typing import Any
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.databricks.operators.databricks import DatabricksSubmitRunOperator
-from airflow.providers.standard.operators.python import ShortCircuitOperator
+from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
 from airflow.sdk import DAG, BaseOperator, Param
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # the DAG folder is on sys.path in Airflow, not always in tools and tests
     sys.path.insert(0, _HERE)
+import trinitylake_alerts as alerts  # noqa: E402
 import trinitylake_tasks as tl  # noqa: E402
 
 DAG_ID = "trinitylake_maintenance"
@@ -66,13 +79,24 @@ DATABRICKS_DAG_ID = "trinitylake_maintenance_databricks"
 
 
 def _variable(name: str, default: str) -> str:
-    """An Airflow Variable set through the environment (no metadata-database call at parse time)."""
+    """A parse-time setting: an Airflow Variable set through the environment (no
+    metadata-database call at parse time)."""
     return os.environ.get(f"AIRFLOW_VAR_{name.upper()}", default)
+
+
+def _setting(param: str, variable: str, default: str) -> str:
+    """A run-time setting: the param when given, else the Variable (UI, secrets backend or
+    environment, read by the task through the Variable API), else `default`."""
+    return "{{ params." + param + " or var.value.get('" + variable + "', '" + default + "') }}"
 
 
 SCHEDULE = _variable("trinitylake_schedule", tl.DAILY_CRON)
 SPARK_CONN_ID = _variable("trinitylake_spark_conn_id", "spark_default")
-DATABRICKS_CONN_ID = _variable("trinitylake_databricks_conn_id", "databricks_default")
+DATABRICKS_CONN_ID = "{{ var.value.get('trinitylake_databricks_conn_id', 'databricks_default') }}"
+POOL = _variable("trinitylake_pool", "trinitylake_maintenance")
+GUARD_TASK_ID = "lakehouse_guard"
+LAKEHOUSE = _setting("lakehouse", "trinitylake_lakehouse", tl.DEFAULT_LAKEHOUSE)
+EXPORT_ROOT = _setting("export_root", "trinitylake_export_root", tl.DEFAULT_EXPORT_ROOT)
 
 # The run's logical date; a run triggered without one (Airflow 3 allows it) uses its run_after.
 RUN_TIME = "(dag_run.logical_date or dag_run.run_after)"
@@ -81,12 +105,12 @@ EXPORT_NAME = "weekly-{{ " + RUN_TIME + " | ds_nodash }}"
 
 COMMON_PARAMS = {
     "lakehouse": Param(
-        _variable("trinitylake_lakehouse", tl.DEFAULT_LAKEHOUSE), type="string", description="Lakehouse URI."
+        "", type="string", description="Lakehouse URI; empty: the trinitylake_lakehouse Variable."
     ),
     "export_root": Param(
-        _variable("trinitylake_export_root", tl.DEFAULT_EXPORT_ROOT),
+        "",
         type="string",
-        description="Weekly exports go to <export_root>/weekly-<YYYYMMDD>.",
+        description="Weekly exports go to <export_root>/weekly-<YYYYMMDD>; empty: the trinitylake_export_root Variable.",
     ),
     "export_weekday": Param(
         tl.DEFAULT_EXPORT_WEEKDAY,
@@ -101,6 +125,8 @@ DEFAULT_ARGS: dict[str, Any] = {
     "owner": "trinitylake",
     "depends_on_past": False,
     "retry_delay": timedelta(minutes=5),
+    "pool": POOL,
+    "on_failure_callback": alerts.MaintenanceFailureNotifier(),
 }
 
 
@@ -115,6 +141,7 @@ def _build_dag(
     tags: list[str],
     params: dict[str, Param],
     make_task: Callable[[tl.MaintenanceTask], BaseOperator],
+    sibling_dag_id: str,
 ) -> DAG:
     with DAG(
         dag_id=dag_id,
@@ -129,11 +156,17 @@ def _build_dag(
         params={**COMMON_PARAMS, **params},
         tags=["trinitylake", "maintenance", *tags],
         doc_md=__doc__,
+        on_failure_callback=alerts.MaintenanceFailureNotifier(),
     ) as dag:
+        guard = PythonOperator(
+            task_id=GUARD_TASK_ID,
+            python_callable=alerts.guard_callable(sibling_dag_id),
+            doc_md=f"Fail while {sibling_dag_id} (the same lakehouse) has a run queued or running.",
+        )
         operators: dict[str, BaseOperator] = {}
         for task in tl.TASKS:
             operator = make_task(task)
-            upstream = operators[task.upstream] if task.upstream else None
+            upstream = operators[task.upstream] if task.upstream else guard
             if task.weekly:
                 gate = ShortCircuitOperator(
                     task_id=tl.GATE_TASK_ID,
@@ -151,7 +184,7 @@ def _build_dag(
 
 # ---- spark-submit -------------------------------------------------------------------------------
 
-REPO = "{{ params.trinitylake_repo }}"
+REPO = _setting("trinitylake_repo", "trinitylake_repo", tl.DEFAULT_REPO)
 
 
 def _spark_submit_task(task: tl.MaintenanceTask) -> BaseOperator:
@@ -165,11 +198,11 @@ def _spark_submit_task(task: tl.MaintenanceTask) -> BaseOperator:
         conf=dict(tl.SPARK_CONF),
         application_args=tl.job_arguments(
             task,
-            lakehouse="{{ params.lakehouse }}",
+            lakehouse=LAKEHOUSE,
             conf_path=f"{REPO}/conf/{task.job}.yaml",
             reference_time=REFERENCE_TIME,
             export_name=EXPORT_NAME,
-            export_root="{{ params.export_root }}",
+            export_root=EXPORT_ROOT,
         ),
         retries=task.retries,
         execution_timeout=timedelta(minutes=task.timeout_minutes),
@@ -182,18 +215,20 @@ spark_dag = _build_dag(
     ["spark"],
     {
         "trinitylake_repo": Param(
-            _variable("trinitylake_repo", tl.DEFAULT_REPO),
+            "",
             type="string",
-            description="Checkout holding jobs/, conf/ and dist/ (the wheel from `make dist`).",
+            description="Checkout holding jobs/, conf/ and dist/ (the wheel from `make dist`); empty: the "
+            "trinitylake_repo Variable.",
         )
     },
     _spark_submit_task,
+    DATABRICKS_DAG_ID,
 )
 
 
 # ---- Databricks ---------------------------------------------------------------------------------
 
-DATABRICKS_ROOT = "{{ params.databricks_root }}"
+DATABRICKS_ROOT = _setting("databricks_root", "trinitylake_databricks_root", tl.DEFAULT_DATABRICKS_ROOT)
 
 
 def _databricks_task(task: tl.MaintenanceTask) -> BaseOperator:
@@ -207,8 +242,8 @@ def _databricks_task(task: tl.MaintenanceTask) -> BaseOperator:
             task,
             jobs_root=DATABRICKS_ROOT,
             conf_root=DATABRICKS_ROOT,
-            lakehouse="{{ params.lakehouse }}",
-            export_root="{{ params.export_root }}",
+            lakehouse=LAKEHOUSE,
+            export_root=EXPORT_ROOT,
             reference_time=REFERENCE_TIME,
             export_name=EXPORT_NAME,
         ),
@@ -216,6 +251,8 @@ def _databricks_task(task: tl.MaintenanceTask) -> BaseOperator:
         timeout_seconds=task.timeout_minutes * 60,
         retries=task.retries,
         execution_timeout=timedelta(minutes=task.timeout_minutes + 15),
+        # Waits for the Databricks run in the triggerer, not holding a worker slot for hours.
+        deferrable=True,
     )
 
 
@@ -225,10 +262,12 @@ databricks_dag = _build_dag(
     ["databricks"],
     {
         "databricks_root": Param(
-            _variable("trinitylake_databricks_root", tl.DEFAULT_DATABRICKS_ROOT),
+            "",
             type="string",
-            description="Workspace folder holding jobs/, conf/ and dist/ (the wheel).",
+            description="Workspace folder holding jobs/, conf/ and dist/ (the wheel); empty: the "
+            "trinitylake_databricks_root Variable.",
         )
     },
     _databricks_task,
+    DAG_ID,
 )

@@ -19,6 +19,7 @@ DAG_FOLDER = Path(__file__).resolve().parents[2] / "airflow_dags"
 LIB = Path(__file__).resolve().parents[2] / "lib"
 DAG_IDS = ("trinitylake_maintenance", "trinitylake_maintenance_databricks")
 EDGES = {
+    ("lakehouse_guard", "expire"),
     ("expire", "orphans_dry_run"),
     ("orphans_dry_run", "orphans"),
     ("orphans", "is_export_day"),
@@ -37,9 +38,13 @@ def dagbag():
 
 def _render(dag, task_id: str, logical_date, run_after=None):
     """Render every templated field of a copy of the task as Airflow would for that run."""
+    from airflow.sdk.execution_time.context import VariableAccessor
+
     task = copy.deepcopy(dag.get_task(task_id))
     dag_run = types.SimpleNamespace(logical_date=logical_date, run_after=run_after or logical_date, run_id="test")
     context = {
+        # Airflow's own Variable accessor: AIRFLOW_VAR_* (the environment secrets backend) first.
+        "var": {"value": VariableAccessor(deserialize_json=False), "json": VariableAccessor(deserialize_json=True)},
         "dag": dag,
         "task": task,
         "dag_run": dag_run,
@@ -65,7 +70,8 @@ def test_dagbag_imports_without_errors(dagbag):
 @pytest.mark.parametrize("dag_id", DAG_IDS)
 def test_dag_shape(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
-    assert {t.task_id for t in dag.tasks} == {"expire", "orphans_dry_run", "orphans", "is_export_day", "export_weekly"}
+    assert {t.task_id for t in dag.tasks} == {"lakehouse_guard", "expire", "orphans_dry_run", "orphans", "is_export_day",
+                                              "export_weekly"}
     edges = {(up, t.task_id) for t in dag.tasks for up in t.upstream_task_ids}
     assert edges == EDGES
     assert dag.catchup is False
