@@ -28,7 +28,17 @@ from trinitylake.storage.faults import FaultSpec, install, uninstall
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEEP = 4
 OLD_S = 7200
-KILLS: list[tuple[str, str, int]] = []  # (job and storage, kill point, files deleted or copied in all)
+KILLS: list[tuple[str, str, int, float]] = []  # (job and storage, kill point, files deleted or copied, seconds)
+_T0 = [0.0]
+
+
+@pytest.fixture(autouse=True)
+def _clock():
+    _T0[0] = time.perf_counter()
+
+
+def _record(what: str, point: str, files: int) -> None:
+    KILLS.append((what, point, files, time.perf_counter() - _T0[0]))
 
 # (label, TLAKE_TEST_CRASH_AT point or None, killer arguments)
 EXPIRE_KILLS = [
@@ -51,15 +61,14 @@ ORPHAN_KILLS = [
 
 @pytest.fixture(scope="module", autouse=True)
 def _figures(ledger):
-    t0 = time.perf_counter()
     yield
-    by: dict[str, list[tuple[str, int]]] = {}
-    for what, point, n in KILLS:
-        by.setdefault(what, []).append((point, n))
+    by: dict[str, list[tuple[str, int, float]]] = {}
+    for what, point, n, sec in KILLS:
+        by.setdefault(what, []).append((point, n, sec))
     for what, runs in sorted(by.items()):
         ledger.add("oracle", f"SIGKILL and re-run: {what}", trials=len(runs), faults=len(runs),
-                   seconds=(time.perf_counter() - t0) / max(1, len(by)), points=sorted({p for p, _ in runs}),
-                   files=sum(n for _, n in runs))
+                   seconds=sum(sec for _, _, sec in runs), points=sorted({p for p, _, _ in runs}),
+                   files=sum(n for _, n, _ in runs))
 
 
 def _kill(job: str, args: list[str], *, crash_at: str | None = None, killer: list[str] = (), env: dict | None = None):
@@ -108,7 +117,7 @@ def _expire_case(lh: Lakehouse, o: Oracle, tmp_path, crash_at, killer, label: st
     deleted = owned - o.owned_files()
     assert deleted == expired_files - o.live_files()
     assert not {root_name(v) for v in expired} & o.owned_files()
-    KILLS.append((f"expire ({'S3' if options else 'local'})", label, len(deleted)))
+    _record(f"expire ({'S3' if options else 'local'})", label, len(deleted))
 
 
 @pytest.mark.parametrize("label,crash_at,killer", EXPIRE_KILLS, ids=[k[0] for k in EXPIRE_KILLS])
@@ -153,7 +162,7 @@ def test_orphans_killed_and_rerun(tmp_path, label, killer):
     deleted = owned - o.owned_files()
     assert deleted == old - live and old - live, "exactly the old unreachable format-owned files"
     assert o.problems(snap) == [] and young <= o.owned_files()
-    KILLS.append(("orphans (local)", label, len(deleted)))
+    _record("orphans (local)", label, len(deleted))
 
 
 EXPORT_KILLS = [
@@ -189,7 +198,7 @@ def test_export_killed_and_rerun(tmp_path, label, crash_at, killer, mode):
     # Pinned exactly when the export still references source files (never for a full one).
     refs_source = bool(exported - in_target)
     assert (d.exported_snapshot_pins.get("e1") == version) == refs_source and not (mode == "full" and refs_source)
-    KILLS.append((f"export {mode} (local)", label, len(in_target)))
+    _record(f"export {mode} (local)", label, len(in_target))
 
 
 # ---- S3 ------------------------------------------------------------------------------------------
@@ -233,7 +242,7 @@ def test_orphans_killed_and_rerun_on_s3(tmp_path, s3_server, s3_bucket, label, k
     deleted = owned - o.owned_files()
     assert deleted == owned - live and planted <= deleted
     assert o.problems(snap) == []
-    KILLS.append(("orphans (S3)", label, len(deleted)))
+    _record("orphans (S3)", label, len(deleted))
 
 
 @pytest.mark.s3
@@ -270,3 +279,52 @@ def test_jobs_under_transient_s3_faults_match_the_oracle(s3_server, s3_bucket, l
         assert deleted == owned - live and planted <= deleted
     ledger.add("oracle", f"{job} under transient S3 faults (exact deleted set)", trials=1, faults=faults,
                seconds=time.perf_counter() - t0, files_deleted=len(deleted))
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("job", ["expire", "orphans"])
+def test_keys_a_bulk_delete_refuses_are_failures_and_a_rerun_finishes(s3_server, s3_bucket, ledger, monkeypatch, job):
+    """S3 answers a DeleteObjects with per-key errors (which s3fs's own bulk delete drops): the
+    job must count those keys as not deleted (fail, typed), delete nothing live, and a re-run
+    without the refusals must leave exactly the oracle's set deleted."""
+    import s3fs
+
+    from trinitylake.spark.runner import JobFailedError
+
+    opts = s3_server.storage_options
+    lh = _lakehouse(f"{s3_bucket}/lh", seed=37, options=opts)
+    o = Oracle(lh.uri, s3_client=s3_server.client)
+    planted = _plant_s3(s3_server, lh.uri) if job == "orphans" else set()
+    latest, _ = o.latest()
+    expired_files = o.version_files(range(0, latest + 1 - KEEP))
+    owned, snap = o.owned_files(), o.snapshot()
+    refused: list[str] = []
+    original = s3fs.S3FileSystem.call_s3
+
+    def refusing(self, method, *args, **kw):
+        if method != "delete_objects":
+            return original(self, method, *args, **kw)
+        objs = kw["Delete"]["Objects"]
+        victim, rest = objs[0], objs[1:]  # the first key of every request is refused
+        out = dict(original(self, method, *args, **{**kw, "Delete": {**kw["Delete"], "Objects": rest}}) if rest else {})
+        out["Errors"] = [*(out.get("Errors") or []), {"Key": victim["Key"], "Code": "AccessDenied", "Message": "injected"}]
+        refused.append(victim["Key"])
+        return out
+
+    ref = int(time.time() * 1000) + AHEAD_MS
+    kw = {"min_versions_to_keep": KEEP} if job == "expire" else {"reference_time": ref}
+    monkeypatch.setattr(s3fs.S3FileSystem, "call_s3", refusing)
+    with pytest.raises(JobFailedError) as err:
+        run_local(job, lh.uri, storage_options=opts, delete_batch_size=3, max_retries=1, **kw)
+    monkeypatch.setattr(s3fs.S3FileSystem, "call_s3", original)
+    assert refused and "could not be deleted" in str(err.value)
+    left = o.owned_files()
+    assert {k.split("/", 1)[1] for k in refused} <= left, "a refused key was counted as deleted and is gone"
+    assert o.problems(snap) == []
+    run_local(job, lh.uri, storage_options=opts, delete_batch_size=3,
+              **({"min_versions_to_keep": KEEP + 1} if job == "expire" else kw))
+    deleted = owned - o.owned_files()
+    assert deleted == ((expired_files if job == "expire" else owned) - o.live_files())
+    assert planted <= deleted and o.problems(snap) == []
+    ledger.add("oracle", f"{job}: S3 refuses single keys of a bulk delete (per-key errors), then a re-run",
+               trials=1, faults=len(refused), seconds=time.perf_counter() - _T0[0], files_deleted=len(deleted))
