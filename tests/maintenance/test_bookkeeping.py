@@ -93,3 +93,19 @@ def test_jobs_prune_their_old_runs_and_dry_runs_prune_nothing(make_lakehouse):
     assert len(os.listdir(os.path.join(root, "_maintenance", "orphans"))) == 2
     real = run_job("orphans", load_job_config("orphans", overrides=base, env={}), lakehouse=Lakehouse.open(lh.uri))
     assert os.listdir(os.path.join(root, "_maintenance", "orphans")) == [real.run_id]
+
+
+def test_control_table_states_are_read_only_when_something_may_be_pruned(tmp_path):
+    _plant(tmp_path, "walk", "a", 60)
+    _plant(tmp_path, "walk", "b", 50)
+    calls = []
+
+    def states():
+        calls.append(1)
+        return {"a": "failed"}
+
+    st = Storage(str(tmp_path))
+    out = prune_runs(st, "walk", current_run_id="b", keep_runs=2, max_age_ms=0, now_ms=NOW_MS, states=states)
+    assert calls == [] and sorted(out.kept) == ["a", "b"] and out.pruned == []
+    out = prune_runs(st, "walk", current_run_id="b", keep_runs=1, max_age_ms=0, now_ms=NOW_MS, states=states)
+    assert calls == [1] and out.pruned == [] and out.protected == ["a", "b"]  # "a" is the last failed run

@@ -21,7 +21,7 @@ not turn a successful job into a failed one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,9 +109,17 @@ def choose(runs: list[RunFolder], *, current_run_id: str | None, keep_runs: int,
 
 
 def prune_runs(storage: Storage, job: str, *, current_run_id: str | None, keep_runs: int = DEFAULT_KEEP_RUNS,
-               max_age_ms: int = DEFAULT_MAX_AGE_MS, now_ms: int, states: Mapping[str, str] | None = None,
-               ) -> PruneOutcome:
-    """Remove the folders of `job`'s old runs (see the module docstring); returns what it did."""
+               max_age_ms: int = DEFAULT_MAX_AGE_MS, now_ms: int,
+               states: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None) -> PruneOutcome:
+    """Remove the folders of `job`'s old runs (see the module docstring); returns what it did.
+
+    `states` may be a function: it is called only when there are more run folders than
+    `keep_runs` (reading the control table is then worth it; usually there is nothing to prune)."""
+    if callable(states):
+        dirs, _files = storage.list_dirs(f"{MAINTENANCE_DIR}/{job}")
+        if len(dirs) <= keep_runs:
+            return PruneOutcome(kept=[d.rsplit("/", 1)[-1] for d in dirs])
+        states = states()
     runs = list_runs(storage, job, states)
     prune, protected = choose(runs, current_run_id=current_run_id, keep_runs=keep_runs, max_age_ms=max_age_ms,
                               now_ms=now_ms)

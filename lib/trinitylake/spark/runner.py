@@ -153,10 +153,10 @@ def _prune_bookkeeping(lakehouse: Any, job: str, cfg: Any, result: JobResult) ->
     from trinitylake.maintenance.bookkeeping import prune_runs, run_states
 
     try:
-        states = None
         control = lakehouse.auditor.control if lakehouse.auditor.enabled else None
-        if control is not None and control.exists():
-            states = run_states(control.records(), job)
+
+        def states() -> dict[str, str]:  # read only when there may be something to prune
+            return run_states(control.records(), job) if control is not None and control.exists() else {}
         ref = getattr(cfg, "reference_time", None)
         out = prune_runs(lakehouse.storage, job, current_run_id=cfg.run_id, keep_runs=int(cfg.keep_runs),
                          max_age_ms=int(cfg.keep_runs_max_age),
