@@ -98,6 +98,12 @@ def render_oracle(full: dict[str, Any] | None, ci: dict[str, Any] | None) -> lis
         "retained versions still use; the oracle reports it. The expected sets used before (computed by "
         "`reference_walk`, which shares that rule) would have agreed with the broken job.",
         "",
+        "Limits: the oracle does not model live *distributed* transactions (their saved running roots), and the "
+        "state machine opens none; its jobs run on the driver only (executor placement is covered by `tests/spark`, "
+        "whose expected sets come from the oracle, but not randomized); expire sees \"now\" two transaction TTLs "
+        "ahead instead of sleeping, so long transactions are begun at the latest version (the planner's TTL rule, "
+        "which protects older ones, has its own unit tests).",
+        "",
         "### Defects the oracle-checked suite found (fixed)",
         "",
         "| found by | defect | fix |",
