@@ -153,8 +153,14 @@ class RichProgress:
     Use as a context manager around the job (it starts and stops the live display)."""
 
     def __init__(self, console: Any, title: str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, \
-            TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.title = title
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
