@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from trinitylake.cli import cli
-from trinitylake.config import job_argparser
+from trinitylake.job_flags import job_command
 
 
 @pytest.mark.parametrize("job", ["walk", "expire", "orphans"])
@@ -15,7 +15,7 @@ def test_one_help_text_per_job(job):
     assert out.lower().count("usage:") == 1  # no second (argparse) usage block
     assert sum("--lakehouse" in line for line in out.splitlines()) <= 1
     assert sum(line.lstrip().startswith("--master") for line in out.splitlines()) == 1
-    for action in job_argparser(job)._actions:
-        flags = [f for f in action.option_strings if f.startswith("--")]
+    for param in job_command(job).params:
+        flags = [f for f in param.opts if f.startswith("--")]
         if flags and flags[0] not in ("--lakehouse", "--control-uri", "--storage-option", "--master", "--help"):
             assert flags[0] in out, f"{job} --help lacks {flags[0]}"

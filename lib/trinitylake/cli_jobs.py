@@ -2,7 +2,7 @@
 
 Each command takes the lakehouse, storage options, control URI and audit switch from the
 `tlake` group (``tlake --lakehouse URI expire ...``) and passes every other argument through
-to the job's own argument parser (`trinitylake.config.job_argparser`), so the CLI and
+to the job's own argument parser (`trinitylake.job_flags.job_command`), so the CLI and
 ``spark-submit jobs/<job>.py`` accept the same flags::
 
     tlake --lakehouse /data/lh expire --dry-run --max-version-age 14d
@@ -56,19 +56,19 @@ _SET_BY_TLAKE = frozenset({"--lakehouse", "--control-uri", "--storage-option", "
 
 def job_option_rows(job: str) -> list[tuple[str, str]]:
     """(flags, help) of every job option the user may add after ``tlake <job>``, taken from
-    the job's own argument parser (`trinitylake.config.job_argparser`), which is therefore the
+    the job's own argument parser (`trinitylake.job_flags.job_command`), which is therefore the
     one place a job option's help is written, for both ``tlake <job> --help`` and
     ``spark-submit jobs/<job>.py --help``."""
-    from trinitylake.config import job_argparser
+    from trinitylake.job_flags import job_command
 
     rows = []
-    for action in job_argparser(job)._actions:  # noqa: SLF001 - argparse has no public iterator
-        flags = action.option_strings
-        if not flags or _SET_BY_TLAKE.intersection(flags):
+    for param in job_command(job).params:
+        flags = [*param.opts, *param.secondary_opts]
+        if not isinstance(param, click.Option) or _SET_BY_TLAKE.intersection(flags):
             continue
-        metavar = action.metavar if isinstance(action.metavar, str) else None
-        name = ", ".join(flags) + (f" {metavar}" if metavar else "")
-        rows.append((name, (action.help or "").replace("%%", "%")))
+        metavar = param.metavar if isinstance(param.metavar, str) else None
+        name = "/".join(flags) + (f" {metavar}" if metavar else "")
+        rows.append((name, param.help or ""))
     return rows
 
 
@@ -112,7 +112,7 @@ def job_argv(ctx: Any, master: str, extra: list[str]) -> list[str]:
 
 
 def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) -> None:
-    from trinitylake.config import parse_job_args
+    from trinitylake.job_flags import parse_job_args
     from trinitylake.spark.common import add_progress_listener
     from trinitylake.spark.runner import JobFailedError, run_job
 

@@ -2,7 +2,7 @@
 
 One table, :data:`JOB_OPTIONS`, declares every option of every job with its type, default,
 help text and validation. Everything else is derived from it: the command-line flags
-(:func:`job_argparser`), the environment variables, the YAML files in ``conf/`` and the
+(`trinitylake.job_flags`, on click), the environment variables, the YAML files in ``conf/`` and the
 frozen :class:`JobConfig` a job receives.
 
 Precedence, lowest first::
@@ -35,23 +35,28 @@ the Spark jobs, Airflow tooling and the tests can all use it.
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import os
-import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, make_dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, ClassVar, NoReturn
 
 import yaml
 
-from trinitylake.errors import ConfigError, InvalidURIError, UnsafeOperationError
-from trinitylake.redact import redact_text, redact_value
-from trinitylake.storage.uri import normalize_uri
+from trinitylake.errors import ConfigError, UnsafeOperationError
+from trinitylake.redact import redact_text
+from trinitylake.values import (
+    EPOCH,
+    NULL_WORDS,
+    PARSERS,
+    format_duration,
+    format_timestamp,
+    parse_duration,
+    parse_text,
+    parse_timestamp,
+)
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -69,11 +74,10 @@ __all__ = [
     "effective_orphan_min_age",
     "effective_retention",
     "env_var_names",
+    "format_duration",
     "format_timestamp",
-    "job_argparser",
     "load_job_config",
     "parse_duration",
-    "parse_job_args",
     "parse_timestamp",
 ]
 
@@ -88,296 +92,6 @@ DEFAULT_MIN_VERSIONS_TO_KEEP = 3
 #: orchestrator and the driver). Further ahead would make young files look old to the
 #: destructive jobs, so it is refused.
 MAX_FUTURE_REFERENCE_MS = 10 * 60 * 1000
-
-_NULL_WORDS = frozenset({"null", "none", "~"})
-_TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
-_FALSE_WORDS = frozenset({"false", "no", "off", "0"})
-_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_DURATION_TOKEN = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_DURATION_FULL = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-# ---- value parsers ------------------------------------------------------------------------
-# Each takes a raw value (from YAML, the environment, a flag or a Python caller) and returns
-# the normalized value or raises ValueError with a one-line reason; the loader adds where the
-# value came from and which key it was.
-
-
-def parse_duration(value: Any) -> int:
-    """Parse a duration into integer milliseconds.
-
-    Accepts ``"7d"``, ``"36h"``, ``"10m"``, ``"90s"``, ``"500ms"``, ``"1w"``, compounds such as
-    ``"1d12h"``, decimals such as ``"1.5h"``, or an int (or digit string) of milliseconds.
-
-    Raises:
-        ValueError: not a duration, or negative.
-
-    Example:
-        >>> parse_duration("10m"), parse_duration("1d12h"), parse_duration(250), parse_duration("500ms")
-        (600000, 129600000, 250, 500)
-    """
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s, 500ms or milliseconds, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"duration must not be negative, got {value}")
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        if text.isdigit():
-            return int(text)
-        if _DURATION_FULL.fullmatch(text):
-            total = sum(float(n) * _DURATION_UNITS_MS[u] for n, u in _DURATION_TOKEN.findall(text))
-            return int(round(total))
-    raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s, 500ms or milliseconds, got {value!r}")
-
-
-def format_duration(ms: int) -> str:
-    """Shortest exact spelling of a duration, e.g. ``604800000`` -> ``"7d"``."""
-    for unit in ("w", "d", "h", "m", "s"):
-        size = _DURATION_UNITS_MS[unit]
-        if ms and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
-
-
-def parse_timestamp(value: Any) -> int:
-    """Parse a timestamp into integer epoch milliseconds (UTC).
-
-    Accepts ISO-8601 (``2026-11-22T03:00:00Z``, ``2026-11-22T03:00:00+01:00``,
-    ``2026-11-22``; naive means UTC), a ``datetime``/``date`` (YAML gives those), or an int
-    (or digit string) of epoch milliseconds.
-
-    Raises:
-        ValueError: not a timestamp.
-
-    Example:
-        >>> parse_timestamp("2026-11-22T00:00:00Z"), parse_timestamp("2026-11-22"), parse_timestamp(1795305600000)
-        (1795305600000, 1795305600000, 1795305600000)
-    """
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"expected an ISO-8601 timestamp or epoch milliseconds, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"epoch milliseconds must not be negative, got {value}")
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        if text.isdigit():
-            return int(text)
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(
-                f"expected an ISO-8601 timestamp (e.g. 2026-11-22T03:00:00Z) or epoch milliseconds, got {text!r}"
-            ) from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return (value - _EPOCH) // timedelta(milliseconds=1)
-    if isinstance(value, date):
-        return (datetime(value.year, value.month, value.day, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
-    raise ValueError(f"expected an ISO-8601 timestamp or epoch milliseconds, got {value!r}")
-
-
-def format_timestamp(ms: int) -> str:
-    """ISO-8601 UTC spelling of epoch milliseconds, e.g. ``2026-11-22T00:00:00.000Z``."""
-    return (_EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def _parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS | _FALSE_WORDS:
-        return value.strip().lower() in _TRUE_WORDS
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _parse_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
-        return int(value.strip())
-    raise ValueError(f"expected an integer, got {value!r}")
-
-
-def _parse_versions(value: Any) -> str | tuple[int, ...]:
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() == "retained":
-            return "retained"
-        items: Iterable[Any] = [p for p in text.split(",") if p.strip()]
-    elif isinstance(value, int) and not isinstance(value, bool):
-        items = [value]
-    elif isinstance(value, list | tuple):
-        items = value
-    else:
-        raise ValueError(f"expected 'retained' or a list of version numbers, got {value!r}")
-    versions = []
-    for item in items:
-        try:
-            v = _parse_int(item)
-        except ValueError:
-            raise ValueError(f"expected 'retained' or a list of version numbers, got {value!r}") from None
-        if v < 0:
-            raise ValueError(f"version numbers are >= 0, got {v}")
-        versions.append(v)
-    if not versions:
-        raise ValueError("the list of versions is empty; give 'retained' or at least one version")
-    return tuple(sorted(set(versions)))
-
-
-def _split_pairs(value: Any) -> list[tuple[str, Any]]:
-    """Key/value pairs from a mapping, a JSON object string, 'k=v,k=v' or a list of 'k=v'."""
-    if isinstance(value, Mapping):
-        return [(str(k), v) for k, v in value.items()]
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return []
-        if text.startswith("{"):
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"not a JSON object: {e.msg}") from None
-            if not isinstance(obj, dict):
-                raise ValueError("expected a JSON object")
-            return [(str(k), v) for k, v in obj.items()]
-        value = text.split(",")
-    if isinstance(value, list | tuple):
-        pairs = []
-        for item in value:
-            if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0].strip():
-                raise ValueError(f"expected KEY=VALUE, got {item!r}")
-            key, _, val = item.partition("=")
-            pairs.append((key.strip(), _TextValue(val.strip())))
-        return pairs
-    raise ValueError(f"expected a mapping of KEY: VALUE, got {value!r}")
-
-
-class _TextValue(str):
-    """A map value that arrived as text (flag or env): storage options get it YAML-typed."""
-
-
-def _parse_storage_options(value: Any) -> dict[str, Any]:
-    """fsspec options. Text values are typed (``true`` -> True, ``8`` -> 8); a dotted key
-    from text (``client_kwargs.endpoint_url=...``) becomes a nested mapping."""
-    out: dict[str, Any] = {}
-    for key, val in _split_pairs(value):
-        if isinstance(val, _TextValue):
-            val = _type_text(val)
-            parts = key.split(".")
-        else:
-            parts = [key]
-        target = out
-        for part in parts[:-1]:
-            nested = target.setdefault(part, {})
-            if not isinstance(nested, dict):
-                raise ValueError(f"storage option {part!r} is both a value and a mapping")
-            target = nested
-        target[parts[-1]] = _json_safe_value(val, key)
-    return out
-
-
-def _type_text(text: str) -> Any:
-    """``true`` -> True, ``8`` -> 8, ``1.5`` -> 1.5, ``null`` -> None; anything else stays text."""
-    try:
-        typed = yaml.safe_load(text) if text else ""
-    except yaml.YAMLError:
-        return str(text)
-    return typed if typed is None or isinstance(typed, bool | int | float) else str(text)
-
-
-def _parse_spark_conf(value: Any) -> dict[str, str]:
-    """Spark properties; every value becomes a string (``true``, ``8``, ``4g``)."""
-    out: dict[str, str] = {}
-    for key, val in _split_pairs(value):
-        if isinstance(val, Mapping | list | tuple) or val is None:
-            raise ValueError(f"Spark property {key!r} needs a scalar value, got {redact_value(val, key)!r}")
-        out[key] = ("true" if val else "false") if isinstance(val, bool) else str(val)
-    return out
-
-
-def _json_safe_value(val: Any, key: str) -> Any:
-    if val is None or isinstance(val, bool | int | str):
-        return str(val) if isinstance(val, str) else val
-    if isinstance(val, float):
-        if not math.isfinite(val):
-            raise ValueError(f"{key!r} must be a finite number")
-        return val
-    if isinstance(val, Mapping):
-        return {str(k): _json_safe_value(v, f"{key}.{k}") for k, v in val.items()}
-    if isinstance(val, list | tuple):
-        return [_json_safe_value(v, key) for v in val]
-    raise ValueError(f"value of {key!r} is not JSON-like: {redact_value(val, key)!r}")
-
-
-def _parse_uri(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a URI or path, got {value!r}")
-    try:
-        return normalize_uri(value.strip())
-    except InvalidURIError as e:
-        raise ValueError(str(e)) from None
-
-
-def _parse_id(value: Any) -> str:
-    if not isinstance(value, str) or not _SAFE_ID.fullmatch(value):
-        raise ValueError(
-            f"expected 1-128 characters of letters, digits, '.', '_' or '-' starting with a letter or digit, "
-            f"got {value!r}"
-        )
-    return value
-
-
-def _parse_export_name(value: Any) -> str:
-    name = _parse_id(value)
-    if name.isdigit():
-        raise ValueError(f"an export name must not be all digits ({name!r} would read as a version number)")
-    return name
-
-
-def _parse_text(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return value.strip()
-
-
-_PARSERS: dict[str, Callable[[Any], Any]] = {
-    "uri": _parse_uri,
-    "text": _parse_text,
-    "id": _parse_id,
-    "export_name": _parse_export_name,
-    "int": _parse_int,
-    "bool": _parse_bool,
-    "duration": parse_duration,
-    "timestamp": parse_timestamp,
-    "versions": _parse_versions,
-    "storage_options": _parse_storage_options,
-    "spark_conf": _parse_spark_conf,
-    "choice": _parse_text,
-}
-_METAVARS = {
-    "uri": "URI",
-    "text": "TEXT",
-    "id": "ID",
-    "export_name": "NAME",
-    "int": "N",
-    "duration": "DURATION",
-    "timestamp": "TIMESTAMP",
-    "versions": "retained|V1,V2,...",
-    "storage_options": "KEY=VALUE",
-    "spark_conf": "KEY=VALUE",
-}
-
 
 # ---- the option table ---------------------------------------------------------------------
 
@@ -425,19 +139,19 @@ class Option:
         The strings ``null``/``none``/``~`` mean null for a nullable option (so that a flag or
         an environment variable can reset one).
         """
-        if isinstance(value, str) and value.strip().lower() in _NULL_WORDS and (self.nullable or self.required):
+        if isinstance(value, str) and value.strip().lower() in NULL_WORDS and (self.nullable or self.required):
             return None
         if value is None:
             if self.nullable or self.required:
                 return None
             raise ValueError("must not be null")
         if self.kind == "choice":
-            text = _parse_text(value) if isinstance(value, str) else str(value)
+            text = parse_text(value) if isinstance(value, str) else str(value)
             for choice in self.choices:
                 if text.lower() == choice.lower():
                     return choice
             raise ValueError(f"expected one of {', '.join(self.choices)}, got {value!r}")
-        parsed = _PARSERS[self.kind](value)
+        parsed = PARSERS[self.kind](value)
         if self.kind == "int":
             if self.minimum is not None and parsed < self.minimum:
                 raise ValueError(f"must be >= {self.minimum}, got {parsed}")
@@ -865,85 +579,22 @@ def _load(
     layers.append(_env_layer(job, os.environ if env is None else env))
     layers.append(overrides)
     merged, sources = _merge(job, layers)
-    now = now_ms if now_ms is not None else (datetime.now(UTC) - _EPOCH) // timedelta(milliseconds=1)
+    now = now_ms if now_ms is not None else (datetime.now(UTC) - EPOCH) // timedelta(milliseconds=1)
     _resolve(job, merged, sources, f" (config file {conf_path})" if conf_path else "", now)
     frozen = {k: FrozenDict(v) if isinstance(v, dict) else v for k, v in merged.items()}
     return _CONFIG_CLASSES[job](**frozen, sources=FrozenDict(sources), conf_path=conf_path)
 
 
-# ---- command line -------------------------------------------------------------------------
+def job_options(job: str) -> Mapping[str, Option]:
+    """The options of `job` (ConfigError for an unknown job)."""
+    return _job_options(job)
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are ConfigErrors (jobs exit 1 on TrinityLakeError)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def _default_text(opt: Option) -> str:
-    if opt.required:
-        return "required"
-    if opt.default is None:
-        return "null"
-    if isinstance(opt.default, bool):
-        return "true" if opt.default else "false"
-    if isinstance(opt.default, dict):
-        return "none"
-    return str(opt.default)
-
-
-def job_argparser(job: str) -> argparse.ArgumentParser:
-    """The argument parser of a job: ``--conf PATH`` plus one flag per option.
-
-    Booleans get ``--x/--no-x``; maps are repeatable ``KEY=VALUE`` flags
-    (``--storage-option``, ``--spark-conf``). Every flag defaults to "not given", so only
-    the flags on the command line become overrides.
-    """
-    opts = _job_options(job)
-    parser = _ArgumentParser(
-        prog=f"jobs/{job}.py",
-        description=f"TrinityLake {job} job. Precedence: defaults < --conf file < TLAKE_{job.upper()}_<KEY> "
-        f"environment variables < flags.",
-        argument_default=argparse.SUPPRESS,
-        allow_abbrev=False,
-    )
-    parser.add_argument("--conf", metavar="PATH", help=f"YAML file of option: value (e.g. conf/{job}.yaml).")
-    for opt in opts.values():
-        help_text = f"{opt.help} [default: {_default_text(opt)}]".replace("%", "%%")
-        if opt.kind == "bool":
-            parser.add_argument(opt.cli_flag, dest=opt.name, action=argparse.BooleanOptionalAction, help=help_text)
-        elif opt.is_map:
-            parser.add_argument(
-                opt.cli_flag,
-                dest=opt.name,
-                action="append",
-                metavar=_METAVARS[opt.kind],
-                help=help_text + " Repeatable.",
-            )
-        else:
-            metavar = "|".join(opt.choices) if opt.kind == "choice" else _METAVARS[opt.kind]
-            parser.add_argument(opt.cli_flag, dest=opt.name, metavar=metavar, help=help_text)
-    return parser
-
-
-def parse_job_args(
-    job: str,
-    argv: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    now_ms: int | None = None,
-) -> JobConfig:
-    """Parse a job's command line (``sys.argv[1:]`` by default) into its config.
-
-    ``--conf`` names the YAML layer; the other flags given become overrides.
-
-    Raises:
-        ConfigError: bad or unknown flag, or any error of :func:`load_job_config`.
-    """
-    namespace = vars(job_argparser(job).parse_args(argv))
-    conf_path = namespace.pop("conf", None)
-    return _load(job, conf_path, _overrides_layer(job, namespace, "cli"), env, now_ms)
+def load_from_flags(job: str, conf_path: str | None, flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                    now_ms: int | None = None) -> JobConfig:
+    """The config of a job run from its command line: the ``--conf`` YAML layer and the flags
+    given (`trinitylake.job_flags` parses them), over the environment and the defaults."""
+    return _load(job, conf_path, _overrides_layer(job, flags, "cli"), env, now_ms)
 
 
 # ---- resolution against the lakehouse -----------------------------------------------------

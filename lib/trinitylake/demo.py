@@ -9,14 +9,15 @@ to expire within the demo; production lakehouses keep the default of 3 days.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import click
 from rich.console import Console
 
 console = Console()
@@ -103,8 +104,8 @@ def run_job(job: str, args: list[str]) -> int:
     """Run one job in this process (the Spark session is shared) and print its summary."""
     from rich.table import Table
 
-    from trinitylake.config import parse_job_args
     from trinitylake.errors import TrinityLakeError
+    from trinitylake.job_flags import parse_job_args
     from trinitylake.spark.runner import run_job as run
 
     shown = " ".join(a for a in args if not a.startswith("/") and a not in ("--lakehouse", "--master", a_master(args)))
@@ -137,12 +138,22 @@ def run_job(job: str, args: list[str]) -> int:
     return 0
 
 
+@click.command(help=(__doc__ or "").splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--dir", "directory", default="demo-lakehouse", show_default=True,
+              help="where to build the demo (deleted first)")
+@click.option("--tables", type=int, default=300, show_default=True)
+@click.option("--master", default="local[*]", show_default=True)
+def _command(directory: str, tables: int, master: str) -> int:
+    return demo(directory, tables, master)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default="demo-lakehouse", help="where to build the demo (deleted first)")
-    ap.add_argument("--tables", type=int, default=300)
-    ap.add_argument("--master", default="local[*]")
-    a = ap.parse_args(argv)
+    return int(_command.main(args=argv, prog_name="python -m trinitylake.demo", standalone_mode=False) or 0)
+
+
+def demo(directory: str, tables: int, master: str) -> int:
+    """Build the demo lakehouse under `directory` and run every job on it; 0 when all held."""
+    a = SimpleNamespace(dir=directory, tables=tables, master=master)
     base = Path(a.dir).resolve()
     if base.exists():
         shutil.rmtree(base)

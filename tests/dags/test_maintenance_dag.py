@@ -179,7 +179,7 @@ def test_rendered_arguments_parse_as_job_configs(dagbag, dag_id, monkeypatch):
     """What the DAG passes is exactly what jobs/<job>.py accepts (trinitylake.config)."""
     monkeypatch.syspath_prepend(str(LIB))
     try:
-        from trinitylake.config import parse_job_args
+        from trinitylake.job_flags import parse_job_args
     except ImportError as e:  # the Airflow venv lacks a dependency of the library
         pytest.skip(f"trinitylake.config not importable here: {e}")
     dag = dagbag.dags[dag_id]

@@ -200,7 +200,7 @@ def _end(lakehouse: Any, job: str, cfg: Any, arguments: dict[str, Any], started:
 
 def main(job: str, argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
     """Run `job` from the command line; returns the exit code (see the module docstring)."""
-    from trinitylake.config import parse_job_args
+    from trinitylake.job_flags import parse_job_args
 
     try:
         cfg = parse_job_args(job, list(sys.argv[1:] if argv is None else argv))
