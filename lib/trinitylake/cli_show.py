@@ -16,7 +16,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 _STATE_STYLE = {"deleted": "magenta", "dry_run": "cyan", "failed": "red", "recovered": "yellow", "running": "blue",
                 "read": "dim"}
 _NAME_MAX = 28  # a metric name longer than this is cut, with an ellipsis saying so
-_METRICS_MAX = 12  # metrics shown per row; the rest are counted
+_METRICS_MAX = 8  # metrics shown per row; the rest are counted (all of them in --json)
 
 
 def ellipsize(text: str, limit: int) -> str:
@@ -26,9 +26,13 @@ def ellipsize(text: str, limit: int) -> str:
 
 def metrics_text(metrics: dict[str, float]) -> str:
     """`name=value` lines with readable units (KiB/MiB, s) and integer counts."""
+    from trinitylake.report.data import KEY_METRICS
     from trinitylake.report.svg import fmt_metric
 
-    items = [(k, v) for k, v in sorted(metrics.items()) if not k.startswith("status_")]
+    # What a run did (deleted, copied, candidates) first, then the rest by name.
+    rank = {k: i for i, k in enumerate(KEY_METRICS)}
+    items = sorted(((k, v) for k, v in metrics.items() if not k.startswith("status_")),
+                   key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
     lines = [f"{ellipsize(k, _NAME_MAX)}={fmt_metric(k, v)}" for k, v in items[:_METRICS_MAX]]
     if len(items) > _METRICS_MAX:
         lines.append(f"… {len(items) - _METRICS_MAX} more (--json)")

@@ -58,3 +58,6 @@ def test_show_text_units_and_ellipsis():
                          "files_" + "x" * 40: 1, "status_succeeded": 1})
     assert "bytes_deleted=3.0 MiB" in text and "seconds_total=2.5 s" in text and "files_deleted=7" in text
     assert "files_xxx" in text and "…=" in text and "status_" not in text
+    assert text.splitlines()[0] == "files_deleted=7"  # what the run did comes first
+    many = metrics_text({f"seconds_p{i:02d}": 1.0 for i in range(20)})
+    assert many.splitlines()[-1] == "… 12 more (--json)"
