@@ -85,7 +85,7 @@ def loads(cls: type[M], data: bytes, where: str) -> M:
     except (DecodeError, ValueError, RuntimeError) as e:
         raise CorruptDefinitionError(f"definition file {where} is not a valid {cls.__name__}: {e}") from None
     if cls is pb.TableDef:
-        _upgrade_legacy_table_def(msg, where)  # type: ignore[arg-type]
+        _upgrade_legacy_table_def(msg, where)
     return msg
 
 
@@ -95,7 +95,9 @@ def _upgrade_legacy_table_def(msg: pb.TableDef, where: str) -> None:
 
     The varint copies are then dropped, so an altered definition is written with the strings
     only (a reader must never see field 7 or 8 twice with two wire types)."""
-    legacy = [(f.field_number, f.data) for f in UnknownFieldSet(msg) if f.field_number in _LEGACY_ENUMS and f.wire_type == 0]
+    # UnknownFieldSet iterates through __getitem__/__len__; its stub declares no __iter__.
+    fields = UnknownFieldSet(msg)
+    legacy = [(f.field_number, f.data) for f in fields if f.field_number in _LEGACY_ENUMS and f.wire_type == 0]  # type: ignore[attr-defined]
     for number, value in legacy:
         name, values = _LEGACY_ENUMS[number]
         if not 0 <= value < len(values):

@@ -196,17 +196,19 @@ def deserialize(data: bytes, order: int | None, where: str) -> Node:
             raise CorruptNodeError(f"node file {where}: key table is not sorted at row {r - start}")
         node.keys.append(k)
         node.values.append(values[r])
+        pnode = pnodes[r]
         if children:
-            if pnodes[r] is None:
+            if pnode is None:
                 raise CorruptNodeError(f"node file {where}: internal node key {k!r} has no child pointer")
-            children.append(pnodes[r])
-        elif pnodes[r] is not None:  # read as a leaf, this subtree would silently vanish
+            children.append(pnode)
+        elif pnode is not None:  # read as a leaf, this subtree would silently vanish
             raise CorruptNodeError(f"node file {where}: key {k!r} has a child pointer but row 0 has none")
     node.children = children
     for r in range(end, n):
-        if keys[r] is None or txns[r] is None:
+        key, txn = keys[r], txns[r]
+        if key is None or txn is None:
             raise CorruptNodeError(f"node file {where}: write-buffer row {r} lacks a key or txn")
-        node.buffer.append(Message(keys[r], values[r], txns[r]))
+        node.buffer.append(Message(key, values[r], txn))
     declared = node.system.get(SYS_N_KEYS)
     if declared is not None and declared.isdigit() and int(declared) != len(node.keys):
         raise CorruptNodeError(f"node file {where}: n_keys says {declared}, key table holds {len(node.keys)}")

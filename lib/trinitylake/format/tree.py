@@ -22,14 +22,25 @@ from __future__ import annotations
 import bisect
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, overload
 
 from trinitylake.errors import CorruptNodeError
 from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import new_node_path, owning_root
 from trinitylake.storage.uri import is_absolute, join_uri
+
+if TYPE_CHECKING:
+    from trinitylake.storage.storage import Storage
+
+
+class NodeLoader(Protocol):
+    """What a read needs: a node by its stored pointer (a `NodeStore`, or a `TreeWriter`
+    that also sees its own staged nodes)."""
+
+    def load(self, path: str) -> Node: ...
 
 
 class NodeStore:
@@ -39,7 +50,13 @@ class NodeStore:
     ``(storage, path)``; by default everything is read from `storage`.
     """
 
-    def __init__(self, storage, order: int, cache_size: int = 4096, resolve=None):
+    def __init__(
+        self,
+        storage: Storage,
+        order: int,
+        cache_size: int = 4096,
+        resolve: Callable[[str], tuple[Storage, str]] | None = None,
+    ):
         self.storage = storage
         self.order = order
         self.cache_size = cache_size
@@ -82,9 +99,14 @@ def rebase_pointers(node: Node, base: str | None) -> Node:
     """
     if base is None:
         return node
+    root: str = base
 
+    @overload
+    def fix(p: str) -> str: ...
+    @overload
+    def fix(p: str | None) -> str | None: ...
     def fix(p: str | None) -> str | None:
-        return p if p is None or is_absolute(p) else join_uri(base, p)
+        return p if p is None or is_absolute(p) else join_uri(root, p)
 
     out = node.copy()
     out.children = [fix(c) for c in node.children]
@@ -94,7 +116,7 @@ def rebase_pointers(node: Node, base: str | None) -> Node:
 
 
 # ---- reads -------------------------------------------------------------------------------
-def get(store: NodeStore, root: Node, key: str) -> str | None:
+def get(store: NodeLoader, root: Node, key: str) -> str | None:
     """Value of `key` in the tree under `root`, or None."""
     node = root
     while True:
@@ -115,7 +137,7 @@ def get(store: NodeStore, root: Node, key: str) -> str | None:
 
 
 def iter_items(
-    store: NodeStore,
+    store: NodeLoader,
     node: Node,
     lo: str | None = None,
     hi: str | None = None,
@@ -172,7 +194,7 @@ def iter_items(
                     yield k, v
 
 
-def scan_prefix(store: NodeStore, root: Node, prefix: str) -> list[tuple[str, str]]:
+def scan_prefix(store: NodeLoader, root: Node, prefix: str) -> list[tuple[str, str]]:
     """All live pairs whose key starts with `prefix`, in key order."""
     return list(iter_items(store, root, prefix, prefix_end(prefix)))
 
