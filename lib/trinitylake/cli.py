@@ -168,11 +168,13 @@ class _Group(click.Group):
 @click.option("--lakehouse", "lakehouse_uri", envvar="TLAKE_LAKEHOUSE", help="lakehouse root URI (or TLAKE_LAKEHOUSE)")
 @click.option("--storage-option", "storage_options", multiple=True, help="fsspec storage option key=value (e.g. endpoint_url=...)")
 @click.option("--control-uri", envvar="TLAKE_CONTROL_URI", default=None, help="control table location (default <lakehouse>/_control)")
+@click.option("--control-table", envvar="TLAKE_CONTROL_TABLE", default=None,
+              help="control table rows as a catalog name (catalog.schema.table; Spark's Delta) or a path")
 @click.option("--no-audit", is_flag=True, help="do not write the control table (tests, offline copies)")
 @click.option("--log-level", default=os.environ.get("TLAKE_LOG_LEVEL", "WARNING"), show_default=True)
 @click.option("--txn", "txn_id", default=None, help="stage namespace/table writes into distributed transaction ID (tlake txn begin --distributed)")
 @click.pass_context
-def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_level, txn_id):
+def cli(click_ctx, lakehouse_uri, storage_options, control_uri, control_table, no_audit, log_level, txn_id):
     """TrinityLake lakehouse tool: format operations, time travel, maintenance jobs."""
     if isinstance(click_ctx.obj, Ctx):  # re-entered by `tlake txn` replaying one operation
         return
@@ -185,6 +187,9 @@ def cli(click_ctx, lakehouse_uri, storage_options, control_uri, no_audit, log_le
     # Arms the scrubbing of these credentials from any later message (see trinitylake.redact).
     redact_argv(argv, learn=True)
     redact_value(options, learn=True)
+    if control_table:
+        # Read by every ControlTable of this process, jobs (their control_table option) included.
+        os.environ["TLAKE_CONTROL_TABLE"] = control_table
     click_ctx.obj = Ctx(lakehouse_uri, options, control_uri, not no_audit)
     click_ctx.obj.dtxn_id = txn_id
 

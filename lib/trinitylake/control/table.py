@@ -7,7 +7,12 @@ Layout under the control URI (e.g. ``<lakehouse>/_control``)::
     _seq/<20 digits>          txn_seq markers (SeqAllocator), ignored by Delta
     _recovered/<20 digits>    claims of reconcile() per version, ignored by Delta
 
-Engines without Delta support (Spark here, with no Delta JARs) read the active files with
+The rows go through one of two engines (``control.engine``): delta-rs on a path (the default
+outside Spark jobs), or Spark's Delta (`trinitylake.control.spark_engine`) on a path or a
+catalog table name, where clusters keep their Delta tables. Both write the same schema; the
+txn_seq markers are files under the control location whichever engine writes the rows.
+
+Engines without Delta support (Spark with no Delta JARs) read the active files with
 ``spark.read.parquet(*DeltaTable(uri).file_uris())``; never read the directory itself, it
 also holds files that compaction removed.
 """
@@ -15,6 +20,7 @@ also holds files that compaction removed.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import time
@@ -34,6 +40,7 @@ from trinitylake.control.records import (
     records_to_arrow,
 )
 from trinitylake.control.seq import SeqAllocator
+from trinitylake.control.spark_engine import ENGINES, SparkDeltaRows, is_table_name, session_has_delta
 from trinitylake.errors import ControlTableError
 from trinitylake.storage import Storage, parse_uri
 
@@ -119,25 +126,105 @@ class ControlTable:
             ``key``, ``secret``, ...). Upper-case delta-rs keys (``AWS_*``) are accepted too
             and passed to delta-rs as they are.
 
+        engine: ``auto`` (Spark's Delta when `spark` or the active session has Delta, or when
+            `table` is a catalog name; else delta-rs), ``spark`` or ``delta-rs``. Default:
+            ``TLAKE_CONTROL_ENGINE``, else ``auto``.
+        table: where the rows live when not at `uri`: a catalog table name
+            (``catalog.schema.table``, Spark engine only) or a path. Default:
+            ``TLAKE_CONTROL_TABLE``. The txn_seq markers stay under `uri` either way.
+        spark: a Spark session, or a callable returning one (called only when the Spark engine
+            is chosen; a job passes its own session factory so that the JARs it has are used).
+
     Nothing is read or written on construction.
     """
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None):
+    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None, *, engine: str | None = None,
+                 table: str | None = None, spark: Any = None):
+        engine = engine or os.environ.get("TLAKE_CONTROL_ENGINE") or "auto"
+        if engine not in ENGINES:
+            raise ControlTableError(f"control engine {engine!r} is not one of {', '.join(ENGINES)}")
+        self.requested_engine = engine
+        self.table_name: str | None = None
+        table = table or os.environ.get("TLAKE_CONTROL_TABLE") or None
+        if table and is_table_name(table):
+            self.table_name = table
+        if self.table_name and engine == "delta-rs":
+            raise ControlTableError(
+                f"control table {self.table_name!r} is a catalog name: it needs control engine 'spark' or 'auto'")
+        self._spark = spark
+        self._rows: SparkDeltaRows | None = None
+        self._engine: str | None = None
         parsed = parse_uri(uri)
         self.uri: str = parsed.uri
         self.storage = Storage(self.uri, _fs_options(dict(storage_options or {})))
         self.seq = SeqAllocator(self.storage)
-        self._delta_uri = parsed.fs_path if parsed.scheme == "file" else parsed.uri
-        self._delta_options = _delta_storage_options(parsed.scheme, self.storage.options)
+        rows = parse_uri(table) if table and not self.table_name else parsed
+        self._delta_uri = rows.fs_path if rows.scheme == "file" else rows.uri
+        self._delta_options = _delta_storage_options(rows.scheme, self.storage.options)
         self._ensured = False
 
     def __repr__(self) -> str:
-        return f"ControlTable({self.uri!r})"
+        return f"ControlTable({self.uri!r})" if not self.table_name else f"ControlTable({self.table_name!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_ensured"] = False
+        state["_spark"] = None  # sessions stay on the driver
+        state["_rows"] = None
         return state
+
+    # ---- engine choice ----------------------------------------------------------------
+    @property
+    def engine(self) -> str:
+        """The engine the rows go through: ``spark`` or ``delta-rs`` (chosen on first use)."""
+        if self._engine is None:
+            self._engine = self._choose_engine()
+        return self._engine
+
+    def _choose_engine(self) -> str:
+        if self.requested_engine != "auto":
+            return self.requested_engine
+        if self.table_name:
+            return "spark"
+        spark = self._spark
+        if spark is None or (callable(spark) and not hasattr(spark, "sql")):
+            # Never start a session to decide: only one that is already running counts.
+            try:
+                from pyspark.sql import SparkSession
+            except ImportError:
+                return "delta-rs"
+            spark = SparkSession.getActiveSession()
+        return "spark" if spark is not None and session_has_delta(spark) else "delta-rs"
+
+    @property
+    def spark_rows(self) -> SparkDeltaRows | None:
+        """The Spark side of the table when the Spark engine is in use, else None."""
+        if self.engine != "spark":
+            return None
+        if self._rows is None:
+            if self.table_name:
+                self._rows = SparkDeltaRows(self._spark, name=self.table_name)
+            else:
+                path = self._delta_uri
+                if path.startswith("s3://") and not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+                    path = "s3a://" + path[len("s3://"):]  # Hadoop's S3 filesystem outside Databricks
+                self._rows = SparkDeltaRows(self._spark, path=path)
+        return self._rows
+
+    def dataframe(self) -> Any:
+        """The rows as a Spark DataFrame (Spark engine), e.g. ``ct.dataframe().orderBy("txn_seq")``."""
+        rows = self.spark_rows
+        if rows is None:
+            raise ControlTableError(f"control table {self.uri} is read with delta-rs here; use to_arrow() "
+                                    "or give engine='spark' and a session with Delta")
+        return rows.dataframe()
+
+    def delta_history(self) -> Any:
+        """Delta's commit history of the table (``DESCRIBE HISTORY``) as a Spark DataFrame."""
+        rows = self.spark_rows
+        if rows is None:
+            raise ControlTableError(f"control table {self.uri}: DESCRIBE HISTORY needs the Spark engine")
+        return rows.history()
 
     # ---- delta plumbing ---------------------------------------------------------------
     def _try_load(self) -> DeltaTable | None:
@@ -176,8 +263,9 @@ class ControlTable:
                 break
         return found
 
-    def _check_schema(self, dt: DeltaTable) -> None:
-        actual = {f["name"]: f["type"] for f in json.loads(dt.schema().to_json())["fields"]}
+    def _check_schema(self, dt: DeltaTable | pa.Schema) -> None:
+        schema = Schema.from_arrow(dt) if isinstance(dt, pa.Schema) else dt.schema()
+        actual = {f["name"]: f["type"] for f in json.loads(schema.to_json())["fields"]}
         for name, expected in _EXPECTED_TYPES.items():
             if name not in actual:
                 if name in ADDED_COLUMNS:
@@ -195,7 +283,8 @@ class ControlTable:
 
     # ---- public API -------------------------------------------------------------------
     def exists(self) -> bool:
-        return self._is_delta()
+        rows = self.spark_rows
+        return rows.exists() if rows is not None else self._is_delta()
 
     def ensure(self) -> None:
         """Create the Delta table if missing, and check a present one.
@@ -206,6 +295,11 @@ class ControlTable:
                 written in that case.
         """
         if self._ensured:
+            return
+        rows = self.spark_rows
+        if rows is not None:
+            self._ensure_spark(rows)
+            self._ensured = True
             return
         for attempt in range(5):
             try:
@@ -247,6 +341,17 @@ class ControlTable:
             self._check_schema(dt)
         self._ensured = True
 
+    def _ensure_spark(self, rows: SparkDeltaRows) -> None:
+        if not rows.exists():
+            if rows.path is not None:
+                foreign = [f for f in self._foreign_files() if not f.startswith("_audited/")]
+                if foreign and not all(f.startswith("_delta_log/") for f in foreign):
+                    raise ControlTableError(
+                        f"control location {self.uri} is not a Delta table but holds files "
+                        f"(e.g. {', '.join(foreign)}); refusing to create the control table there")
+            rows.create(SCHEMA, "TrinityLake control table: one row per transaction event, keyed by txn_seq")
+        self._check_schema(_arrow_schema_of(rows))
+
     def append(self, records: list[AuditRecord]) -> None:
         """Append `records` in one Delta commit (created on first use).
 
@@ -257,6 +362,11 @@ class ControlTable:
             return
         data = records_to_arrow(list(records))
         self.ensure()
+        rows = self.spark_rows
+        if rows is not None:
+            # Spark's Delta retries a lost race of blind appends itself.
+            rows.append(data)
+            return
         last_err: Exception | None = None
         for attempt in range(_APPEND_ATTEMPTS):
             dt = self._load()
@@ -283,6 +393,11 @@ class ControlTable:
 
         An absent table reads as empty; a location holding other files raises ControlTableError.
         """
+        rows = self.spark_rows
+        if rows is not None:
+            if not rows.exists():
+                return SCHEMA.empty_table()
+            return _sorted(_conform(rows.to_arrow(since_seq), SCHEMA))
         dt = self._try_load()
         if dt is None:
             foreign = self._foreign_files()
@@ -315,6 +430,13 @@ class ControlTable:
         self.ensure()
         m: dict[str, float] = {}
         t0 = time.perf_counter()
+        rows = self.spark_rows
+        if rows is not None:
+            m.update(rows.compact(retention_hours))
+            if prune_seq_keep is not None:
+                m["seq_markers_pruned"] = float(self.seq.prune(prune_seq_keep))
+            m["seconds_total"] = time.perf_counter() - t0
+            return m
         dt = self._load()
         res = dt.optimize.compact()
         m["files_added"] = float(res.get("numFilesAdded", 0))
@@ -339,6 +461,15 @@ class ControlTable:
             m["seq_markers_pruned"] = float(self.seq.prune(prune_seq_keep))
         m["seconds_total"] = time.perf_counter() - t0
         return m
+
+
+def _arrow_schema_of(rows: SparkDeltaRows) -> pa.Schema:
+    """Arrow schema of a Spark-read table with our timestamps' zone (Spark's carry none)."""
+    fields = []
+    for f in rows.arrow_schema():
+        t = pa.timestamp("us", tz="UTC") if pa.types.is_timestamp(f.type) else f.type
+        fields.append(pa.field(f.name, t, f.nullable))
+    return pa.schema(fields)
 
 
 def _first_line(e: BaseException) -> str:

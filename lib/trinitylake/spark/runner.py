@@ -119,6 +119,7 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     if lakehouse is None:
         lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                                    control_uri=cfg.control_uri, audit=audit)
+    _control_engine(lakehouse, cfg, job)
     lakehouse.command = job
     lakehouse.arguments = arguments
     result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
@@ -145,6 +146,34 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     _finish(ex, lakehouse, result)
     _end(lakehouse, job, cfg, arguments, started, result, None)
     return result
+
+
+def _control_engine(lakehouse: Any, cfg: Any, job: str) -> None:
+    """The control table through the engine the config asks for; Spark's Delta gets the job's
+    own session (started with Delta's JARs when the job has none yet)."""
+    from trinitylake.control import ControlTable
+
+    engine = getattr(cfg, "control_engine", "auto") or "auto"
+    table = getattr(cfg, "control_table", None)
+    auditor = lakehouse.auditor
+    if not auditor.enabled or (engine == "auto" and not table and not os.environ.get("TLAKE_CONTROL_TABLE")
+                               and not os.environ.get("TLAKE_CONTROL_ENGINE")):
+        return  # auto without a name: ControlTable checks the active session itself
+
+    def session() -> Any:
+        from pyspark.sql import SparkSession
+
+        from trinitylake.spark.session import get_spark
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return active
+        submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+        return get_spark(None if submitted else cfg.master, app_name=f"tlake-{job}", conf=dict(cfg.spark_conf),
+                         delta=True)
+
+    auditor._control = ControlTable(auditor.control_uri, lakehouse.storage.options or None, engine=engine,
+                                    table=table, spark=session)
 
 
 def _prune_bookkeeping(lakehouse: Any, job: str, cfg: Any, result: JobResult) -> None:

@@ -31,9 +31,14 @@ _SERVER_ONLY = ("spark.ui.", "spark.driver.memory", "spark.python.worker.reuse",
 
 
 def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: dict[str, str] | None = None,
-              remote: str | None = None) -> Any:
+              remote: str | None = None, delta: bool = False) -> Any:
     """Get or create the SparkSession. On a cluster (spark-submit) the master comes from there;
-    with `remote` (or ``SPARK_REMOTE``) the session is a client of that Connect server."""
+    with `remote` (or ``SPARK_REMOTE``) the session is a client of that Connect server.
+
+    `delta`: also put Delta's Spark JARs on ``spark.jars`` (those ``make jars`` fetched, see
+    `delta_conf`) and configure Delta's SQL extension and catalog. Only a new session gets
+    them: JARs cannot be added to a running JVM.
+    """
     from pyspark.sql import SparkSession
 
     # Executors must run the same interpreter as the driver (the venv's, with our package).
@@ -41,7 +46,7 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     remote = remote or os.environ.get("SPARK_REMOTE") or None
     builder = SparkSession.builder.appName(app_name)
-    settings = {**DEFAULT_CONF, **(conf or {})}
+    settings = {**DEFAULT_CONF, **(delta_conf() if delta and not remote else {}), **(conf or {})}
     if not any("log4j" in settings.get(k, "") for k in ("spark.driver.extraJavaOptions",)):
         # Spark's console noise down to warnings (and no "default log4j profile" banner); the
         # JVM reads it at start, which is the only moment without SparkContext.setLogLevel.
@@ -67,6 +72,57 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
         warnings.filterwarnings("ignore", message="Failed to set spark")
         spark = builder.getOrCreate()
     return spark
+
+
+#: The Delta artifact for pyspark 4.2 (Maven Central serves 4.4.0 for Spark 4.2; the Python
+#: delta-spark 4.4.1 asks for a 4.4.1 JAR that is not published there).
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def delta_jars_dir() -> Any:
+    """Folder of Delta's JARs: ``TLAKE_SPARK_JARS`` or ``spark-jars/lib`` of the checkout."""
+    from pathlib import Path
+
+    env = os.environ.get("TLAKE_SPARK_JARS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / "spark-jars" / "lib"
+
+
+def delta_conf() -> dict[str, str]:
+    """Spark properties for Delta: the fetched JARs on ``spark.jars`` (minus those pyspark ships
+    in a newer version: Delta's POM names older Hadoop/Parquet/Jackson/Scala, which must not
+    shadow Spark's own), Delta's SQL extension and catalog, and Parquet timestamps in
+    microseconds (what delta-rs writes and reads as the same type).
+
+    Without fetched JARs the artifact is resolved by Spark (``spark.jars.packages``), which
+    needs a reachable repository; a cluster that already has Delta ignores both."""
+    from pathlib import Path
+
+    import pyspark
+
+    conf = {
+        "spark.sql.extensions": DELTA_EXTENSIONS,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
+    folder = delta_jars_dir()
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    if not jars:
+        conf["spark.jars.packages"] = DELTA_PACKAGE
+        return conf
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    conf["spark.jars"] = ",".join(str(p) for p in jars if _artifact(p.name) not in shipped)
+    return conf
+
+
+def _artifact(file_name: str) -> str:
+    """``jackson-core-2.13.5.jar`` -> ``jackson-core``."""
+    import re
+
+    return re.sub(r"-\d[\w.]*(-\d+)?\.jar$", "", file_name)
 
 
 def _free_port() -> int:
