@@ -292,10 +292,10 @@ def build_history(
             _fill_from_version(covered_by, v)
             continue
         if v.txn_seq is None:
-            e = _merge_group(None, diverted.get(v.version, []))
-            e.record_type = "recovered"
-            _fill_from_version(e, v, below)
-            unseq_entries.append((v.version, e))
+            unseq = _merge_group(None, diverted.get(v.version, []))
+            unseq.record_type = "recovered"
+            _fill_from_version(unseq, v, below)
+            unseq_entries.append((v.version, unseq))
             continue
         e = entries.get(v.txn_seq)
         if e is None:

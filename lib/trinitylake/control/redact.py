@@ -70,8 +70,9 @@ def _redact_arguments(text: Any) -> Any:
 def redacted_rows(tbl: pa.Table) -> pa.Table:
     """The rows of `tbl` that hold a credential, with the redacted values (key columns plus
     the rewritten ones)."""
-    cols = {name: tbl.column(name).to_pylist() if name in tbl.column_names else [None] * tbl.num_rows
-            for name in _REWRITTEN}
+    cols: dict[str, list[Any]] = {
+        name: tbl.column(name).to_pylist() if name in tbl.column_names else [None] * tbl.num_rows for name in _REWRITTEN
+    }
     keep: list[int] = []
     new: dict[str, list[Any]] = {name: [] for name in _REWRITTEN}
     for i in range(tbl.num_rows):

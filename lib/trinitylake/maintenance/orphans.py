@@ -47,7 +47,8 @@ def is_hash_dir(name: str) -> bool:
 def split_top_level(dirs: Iterable[str], files: Iterable[tuple[str, int, float]]) -> tuple[list[str], list[str], list[tuple[str, int, float]], int]:
     """Split the root's listing: (hash folders to descend, other folders never touched,
     format-owned top-level files, count of top-level files the format does not own)."""
-    hash_dirs, skipped = [], []
+    hash_dirs: list[str] = []
+    skipped: list[str] = []
     for d in dirs:
         (hash_dirs if is_hash_dir(d) else skipped).append(d)
     owned, not_owned = [], 0

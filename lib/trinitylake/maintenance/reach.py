@@ -385,7 +385,7 @@ def _ranges(vs: list[int]) -> str:
     if not vs:
         return "none"
     out, start, prev = [], vs[0], vs[0]
-    for v in vs[1:] + [None]:  # type: ignore[list-item]
+    for v in vs[1:] + [None]:
         if v is not None and v == prev + 1:
             prev = v
             continue
@@ -464,13 +464,13 @@ def reference_walk(
             failures = []
             for emitted, n in results:
                 reads += n
-                for role, key, kind, size, d, fv, base, err in emitted:
+                for role, key, kind, size, d, fv, child_base, err in emitted:
                     if role == ROLE_SELF:
                         out[key] = WalkRow(key, kind, size, d, fv)
                     elif role == ROLE_CHILD:
                         cur = nxt.get(key)
-                        if cur is None or (fv, base) < (cur[1], cur[0]):
-                            nxt[key] = (base or "", fv)
+                        if cur is None or (fv, child_base) < (cur[1], cur[0]):
+                            nxt[key] = (child_base or "", fv)
                     elif role == ROLE_LEAF:
                         cur_leaf = leaves.get(key)
                         if cur_leaf is None or (d, fv, kind) < cur_leaf:

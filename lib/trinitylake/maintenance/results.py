@@ -45,6 +45,6 @@ class JobResult:
             m[f"files_{k}"] = float(v)
         for k, v in self.bytes.items():
             m[f"bytes_{k}"] = float(v)
-        for k, v in self.seconds.items():
-            m[f"seconds_{k}"] = float(v)
+        for k, s in self.seconds.items():
+            m[f"seconds_{k}"] = float(s)
         return m
