@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from trinitylake.redact import redact_text
 
 if TYPE_CHECKING:
+    from trinitylake.control import AuditRecord, ControlTable
     from trinitylake.lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,13 @@ class Auditor:
         self.lakehouse = lakehouse
         self.control_uri = control_uri
         self.enabled = enabled
-        self._control = None
+        self._control: ControlTable | None = None
         self._ensured = False
         self.spark_app_id: str | None = None
         self.parent_seq: int | None = None
 
     @property
-    def control(self):
+    def control(self) -> ControlTable:
         if self._control is None:
             from trinitylake.control import ControlTable
 
@@ -61,7 +62,7 @@ class Auditor:
         self.ensure()
         return self.control.seq.allocate(txn_id)
 
-    def _record(self, **fields: Any):
+    def _record(self, **fields: Any) -> AuditRecord:
         from trinitylake.control import AuditRecord
 
         fields.setdefault("user", _user())
@@ -100,7 +101,7 @@ class Auditor:
         if not self.enabled:
             return 0
         try:
-            missing = []
+            missing: list[int] = []
             v = version - 1
             while v >= 0 and len(missing) < self.RECONCILE_MAX_BACK:
                 if self.control.storage.exists(f"{self.AUDITED_PREFIX}/{v:020d}"):

@@ -61,7 +61,7 @@ from trinitylake.errors import (
 )
 from trinitylake.format import definitions as D
 from trinitylake.format import tree
-from trinitylake.format.node import Message, deserialize, serialize
+from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import new_node_path, root_name, root_version, txn_def_path
 from trinitylake.lakehouse.roots import RootRef, root_system_rows
 
@@ -285,7 +285,11 @@ class DistributedTransaction:
         for _attempt in range(MAX_STAGE_ATTEMPTS):
             s = self._checked_open(self.state(), at_ms=at)
             running = self._running(s)
-            t = self._transaction(s, lambda _s, r=running: r)
+
+            def root_of(_s: _State, r: RootRef = running) -> RootRef:
+                return r
+
+            t = self._transaction(s, root_of)
             try:
                 op(t)  # writes definition files as it stages, like a local transaction
             except BaseException:
@@ -340,7 +344,7 @@ class DistributedTransaction:
     def _ttl(s: _State) -> int:
         return int(s.d.ttl_millis or (s.d.expire_at_millis - s.d.began_at_millis))
 
-    def _save_running_root(self, base: RootRef, node, msgs: list[Message], written: list[str] | None = None) -> str:
+    def _save_running_root(self, base: RootRef, node: Node, msgs: list[Message], written: list[str] | None = None) -> str:
         """Write a running root (and any node a flush needs) holding `msgs` on top of `node`;
         appends every path written to `written`."""
         lh = self.lakehouse

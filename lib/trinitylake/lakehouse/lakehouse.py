@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import (
     AlreadyExistsError,
@@ -28,6 +28,10 @@ from trinitylake.lakehouse.audit import Auditor
 from trinitylake.lakehouse.roots import RootRef, check_retained, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.storage import Storage, is_absolute, parse_uri
+
+if TYPE_CHECKING:
+    from trinitylake.control import VersionInfo
+    from trinitylake.lakehouse.transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +130,11 @@ class Lakehouse:
     def node_store(self, base: Storage) -> tree.NodeStore:
         st = self._stores.get(base.root)
         if st is None:
-            st = tree.NodeStore(base, order=0, resolve=lambda p, b=base: self.resolve(p, b))
+
+            def resolve(p: str, b: Storage = base) -> tuple[Storage, str]:
+                return self.resolve(p, b)
+
+            st = tree.NodeStore(base, order=0, resolve=resolve)
             self._stores[base.root] = st
         return st
 
@@ -312,7 +320,7 @@ class Lakehouse:
             )
         return out
 
-    def version_info(self, version: int):
+    def version_info(self, version: int) -> VersionInfo:
         """What the tree says about one version, for the control table's history."""
         from trinitylake.control import VersionInfo
 
@@ -406,12 +414,12 @@ class Lakehouse:
         return out
 
     # ---- transactions -----------------------------------------------------------------------
-    def begin(self, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None):
+    def begin(self, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None) -> Transaction:
         from trinitylake.lakehouse.transaction import Transaction
 
         return Transaction(self, isolation=isolation, txn_id=txn_id, ttl_millis=ttl_millis)
 
-    def _single(self, fn: Callable, *args, **kwargs) -> int | None:
+    def _single(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int | None:
         txn = self.begin()
         fn(txn, *args, **kwargs)
         return txn.commit()
@@ -426,7 +434,7 @@ class Lakehouse:
 
         return self._single(Transaction.drop_namespace, ns, cascade=cascade)
 
-    def create_table(self, ns: str, table: str, **kwargs) -> int | None:
+    def create_table(self, ns: str, table: str, **kwargs: Any) -> int | None:
         from trinitylake.lakehouse.transaction import Transaction
 
         return self._single(Transaction.create_table, ns, table, **kwargs)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trinitylake.errors import VersionExpiredError
 from trinitylake.format import keys as K
 from trinitylake.format.definitions import LakehouseDef
 from trinitylake.format.node import Node
+
+if TYPE_CHECKING:
+    from trinitylake.storage import Storage
 
 
 @dataclass
@@ -23,7 +27,7 @@ class RootRef:
     node: Node
     lakehouse_def: LakehouseDef
     def_path: str
-    base: object  # Storage
+    base: Storage
 
     @property
     def created_at_millis(self) -> int:

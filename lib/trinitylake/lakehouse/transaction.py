@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from trinitylake.errors import (
     AlreadyExistsError,
@@ -37,6 +38,9 @@ from trinitylake.format.paths import namespace_def_path, root_name, table_def_pa
 from trinitylake.lakehouse.lakehouse import ChangeSet, Lakehouse, _now_ms
 from trinitylake.lakehouse.roots import RootRef, check_new_pins, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message as ProtoMessage
 
 MAX_COMMIT_ATTEMPTS = 32
 log = logging.getLogger(__name__)
@@ -105,7 +109,7 @@ class Transaction(LakehouseView):
         if self.closed:
             raise TransactionClosedError(f"transaction {self.id} is already closed")
 
-    def _write_def(self, path: str, msg) -> str:
+    def _write_def(self, path: str, msg: ProtoMessage) -> str:
         self.lakehouse.storage.create_exclusive(path, D.dumps(msg))
         self.staged_files.append(path)
         return path
@@ -339,7 +343,7 @@ class Transaction(LakehouseView):
                              isolation=self.isolation, attempts=self.attempts, metrics=metrics)
         return version
 
-    def _rebase(self, failed_base: int):
+    def _rebase(self, failed_base: int) -> RootRef:
         """Check versions failed_base+1..latest against our sets; return the new base root."""
         lh = self.lakehouse
         latest = lh.latest_version()

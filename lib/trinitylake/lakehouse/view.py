@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 
 from trinitylake.errors import InvalidNameError, ObjectNotFoundError, UndecodableKeyError, ValidationError
 from trinitylake.format import definitions as D
 from trinitylake.format import tree
 from trinitylake.format.keys import KeyCodec
+
+_Def = TypeVar("_Def", bound=Message)
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
@@ -38,7 +42,7 @@ class LakehouseView:
         return tree.scan_prefix(self.store, self.root.node, prefix)
 
     # -- keys as the spec pads them, or as the Java reference did (UTF-16 units; see format.keys)
-    def _resolve(self, spec_key, java_key: str | None) -> str:
+    def _resolve(self, spec_key: Callable[[], str], java_key: str | None) -> str:
         """The key of an object as stored: the spec key, unless only the Java-padded one is
         present. `spec_key` is a thunk: a name within Java's UTF-16 limit may be too long in
         UTF-8 bytes for a spec key (InvalidNameError, raised only if Java's is absent too)."""
@@ -90,7 +94,7 @@ class LakehouseView:
                 keys=bad, listed=sorted(names))
         return sorted(names)
 
-    def _read_def(self, cls, path: str):
+    def _read_def(self, cls: type[_Def], path: str) -> _Def:
         storage, p = self.lakehouse.resolve(path, self.root.base)
         try:
             data = storage.read(p)
