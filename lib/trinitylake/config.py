@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, make_dataclass
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import yaml
 
@@ -310,7 +310,7 @@ class FrozenDict(dict[str, Any]):
     def _readonly(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError("job configuration maps are read-only; pass overrides to load_job_config instead")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly  # type: ignore[assignment]
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
 
     def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
         return (FrozenDict, (dict(self),))
@@ -329,6 +329,15 @@ class JobConfig:
     job: ClassVar[str]
     sources: Mapping[str, str]
     conf_path: str | None
+
+    if TYPE_CHECKING:
+        # The subclasses are dataclasses made per job from its option table (see
+        # _CONFIG_CLASSES): their fields and constructor are unknown to a static checker.
+        __dataclass_fields__: ClassVar[dict[str, Any]]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
 
     @classmethod
     def options(cls) -> Mapping[str, Option]:

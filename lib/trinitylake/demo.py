@@ -16,23 +16,28 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from trinitylake.format.definitions import LakehouseDef
+    from trinitylake.lakehouse import Lakehouse
 
 console = Console()
 
 DEMO_TTL_MS = 2000
 
 
-def build(uri: str, tables: int, seed: int = 7):
+def build(uri: str, tables: int, seed: int = 7) -> Lakehouse:
     from trinitylake.lakehouse import Lakehouse
 
     rnd = random.Random(seed)
     lh = Lakehouse.create(uri, order=16, node_max_bytes=64 * 1024, txn_ttl_millis=DEMO_TTL_MS)
     lh.command = "demo"
 
-    def set_retention(d):
+    def set_retention(d: LakehouseDef) -> None:
         d.maximum_version_age_millis = 3000
         d.minimum_versions_to_keep = 40
 
