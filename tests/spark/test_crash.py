@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.maintenance.helpers import build_history, snapshot
+from tests.oracle import Oracle
 from tests.spark.conftest import TTL_MS, owned_files, reach, run
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse import Lakehouse
@@ -36,6 +37,8 @@ def test_a_driver_killed_during_expire_is_finished_by_a_rerun(spark, tmp_path, p
     expired = list(range(keep_from))
     must_go = reach(lh, expired).paths() - reach(lh, range(keep_from, latest + 1)).paths()
     before = snapshot(lh, range(keep_from, latest + 1))
+    oracle = Oracle(lh.uri)  # independent of the library's reader: keys and definition bytes
+    seen = oracle.snapshot()
     files = owned_files(lh.storage)
     env = {**os.environ, "TLAKE_TEST_CRASH_AT": point, "PYTHONPATH": ROOT}
     proc = subprocess.run(
@@ -51,7 +54,9 @@ def test_a_driver_killed_during_expire_is_finished_by_a_rerun(spark, tmp_path, p
     else:
         assert files - left == must_go - {root_name(v) for v in expired}, "everything but the roots went"
     assert snapshot(lh, range(keep_from, latest + 1)) == before
+    assert oracle.problems(seen) == []
     res = run(spark, "expire", lh, min_versions_to_keep=5, max_version_age=0, clock_skew_margin=0)
     assert res.counts["versions_leftover"] == len(expired) and res.counts["failed"] == 0
     assert files - owned_files(lh.storage) == must_go
     assert snapshot(lh, range(keep_from, latest + 1)) == before
+    assert oracle.problems(seen) == [] and oracle.listed_versions() == list(range(keep_from, latest + 2))
