@@ -347,7 +347,7 @@ class Oracle:
             s.versions[v] = self.items(f"{self.root}/{root_name(v)}")
         for name, uri in d.exported_snapshots.items():
             s.exports[name] = self.items(uri)
-        for name, v in d.exported_snapshot_pins.items():
+        for v in d.exported_snapshot_pins.values():
             s.versions.setdefault(v, self.items(f"{self.root}/{root_name(v)}"))
         return s
 
