@@ -24,6 +24,9 @@ from trinitylake.format.paths import root_version
 from trinitylake.redact import redact_text, redact_value
 
 if TYPE_CHECKING:
+    from trinitylake.control import HistoryEntry
+    from trinitylake.format.definitions import LakehouseDef
+    from trinitylake.format.node import Node
     from trinitylake.lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
@@ -245,9 +248,9 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
                 audit_state = "ok"
             else:
                 audit_state = "missing"
-        except Exception as e:  # noqa: BLE001 - the page still shows the tree
-            audit_state = redact_text(f"error: {type(e).__name__}: {e}")
-            log.warning("control table not read: %s", e)
+        except Exception as exc:  # noqa: BLE001 - the page still shows the tree
+            audit_state = redact_text(f"error: {type(exc).__name__}: {exc}")
+            log.warning("control table not read: %s", exc)
     if audit_state != "ok":
         notes.append(
             {
@@ -287,15 +290,15 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
             pins.setdefault(s.version, []).append(s.name)
     points: list[VersionPoint] = []
     for i in infos:
-        e = entry_by_version.get(i.version)
+        entry = entry_by_version.get(i.version)
         p = VersionPoint(
             version=i.version, created_at_millis=i.created_at_millis, available=True, txn_seq=i.txn_seq,
-            command=e.command if e else "", rollback_from=i.rollback_from, changes=list(i.changes),
-            state=e.record_type if e else "", snapshots=sorted(pins.get(i.version, [])),
+            command=entry.command if entry else "", rollback_from=i.rollback_from, changes=list(i.changes),
+            state=entry.record_type if entry else "", snapshots=sorted(pins.get(i.version, [])),
         )
-        p.kind = _kind(p, e, jobs_by_seq)
-        if p.kind == "rollback" and e is not None:
-            p.rollback_to = _as_int((e.arguments or {}).get("to"))
+        p.kind = _kind(p, entry, jobs_by_seq)
+        if p.kind == "rollback" and entry is not None:
+            p.rollback_to = _as_int((entry.arguments or {}).get("to"))
         points.append(p)
     oldest = min(available) if available else latest
     for e in entries:
@@ -364,7 +367,7 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
     )
 
 
-def _kind(p: VersionPoint, e, jobs_by_seq: dict[int, JobRun]) -> str:
+def _kind(p: VersionPoint, e: HistoryEntry | None, jobs_by_seq: dict[int, JobRun]) -> str:
     if p.rollback_from is not None:
         return "rollback"
     if p.version == 0 and (e is None or e.command in ("init", "")):
@@ -387,7 +390,7 @@ def _as_int(v: Any) -> int | None:
         return None
 
 
-def _snapshots(d) -> list[Snapshot]:
+def _snapshots(d: LakehouseDef) -> list[Snapshot]:
     out = []
     exported = dict(getattr(d, "exported_snapshots", {}) or {})
     pins = dict(getattr(d, "exported_snapshot_pins", {}) or {})
@@ -442,7 +445,7 @@ class ReachWalker:
                 self._sizes[uri] = None
         return uri, self._sizes[uri]
 
-    def _defs_of(self, node) -> tuple[str, ...]:
+    def _defs_of(self, node: Node) -> tuple[str, ...]:
         out = []
         for v in node.values:
             if v:
@@ -452,7 +455,7 @@ class ReachWalker:
                 out.append(self._uri_size(m.value)[0])
         return tuple(out)
 
-    def _node(self, pointer: str):
+    def _node(self, pointer: str) -> tuple[str, int | None, tuple[str, ...], tuple[str, ...]] | None:
         if pointer in self._nodes:
             return self._nodes[pointer]
         uri, size = self._uri_size(pointer)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import cast
 
-from trinitylake.report.data import JobRun, ReportData, VersionPoint
+from trinitylake.report.data import JobRun, Reach, ReportData, VersionPoint
 from trinitylake.report.lanes import STATE_COLORS, STATE_LABELS, LabelPlacer, density_lane, job_name, jobs_lane
 from trinitylake.report.svg import (
     Plot,
@@ -226,11 +227,16 @@ def _job_title(j: JobRun) -> str:
     return " · ".join(bits)
 
 
+def _at(p: VersionPoint) -> int:
+    """`created_at_millis` of a point the chart kept for having one."""
+    return cast(int, p.created_at_millis)
+
+
 def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
     """The versions-over-time step chart and its legend entries (swatch HTML, label)."""
     timed = [p for p in d.versions if p.created_at_millis is not None]
     job_times = [j.time.timestamp() * 1000 for j in d.jobs if j.time is not None]
-    xs = [p.created_at_millis for p in timed] + job_times
+    xs = [_at(p) for p in timed] + job_times
     if not xs:
         return '<div class="empty">No versions with a creation time.</div>', []
     hi = max(xs)
@@ -258,12 +264,12 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
     expired = [p for p in timed if not p.available]
     avail = [p for p in timed if p.available]
     if expired:
-        line = [(p.created_at_millis, p.version) for p in expired]
+        line = [(_at(p), p.version) for p in expired]
         if avail:
-            line.append((avail[0].created_at_millis, avail[0].version))
+            line.append((_at(avail[0]), avail[0].version))
         plot.line(line, COLORS["expired"], dash="4 3", step=True, width=1.6)
     if avail:
-        plot.line([(p.created_at_millis, p.version) for p in avail], COLORS["commit"], step=True, step_to=hi, width=2.2,
+        plot.line([(_at(p), p.version) for p in avail], COLORS["commit"], step=True, step_to=hi, width=2.2,
                   cls="versions")
         legend.insert(0, (swatch("line", COLORS["commit"]), "latest version over time"))
     size = 4.5 if len(timed) <= 150 else 3.0 if len(timed) <= 600 else 2.0
@@ -271,31 +277,31 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
     labels = LabelPlacer(plot)
     for p in timed:
         if p.kind != "commit":
-            labels.reserve(plot.sx(p.created_at_millis), plot.sy(p.version))
+            labels.reserve(plot.sx(_at(p)), plot.sy(p.version))
     # Ordinary commits first, so the rarer marks (rollbacks, job commits) stay on top.
     for p in sorted(timed, key=lambda p: (p.kind not in ("commit", "expired"), p.version)):
         kinds_seen.add(p.kind)
         color = COLORS[p.kind]
         attrs = f'data-version="{p.version}" data-kind="{esc(p.kind)}"'
-        plot.mark(p.created_at_millis, p.version, SHAPES[p.kind], color, title=_version_title(p),
+        plot.mark(_at(p), p.version, SHAPES[p.kind], color, title=_version_title(p),
                   size=size * (1.15 if p.kind in ("rollback", "expire", "export", "init") else 1), hollow=p.kind == "expired",
                   extra=attrs)
         if p.kind == "rollback":
             target = by_version.get(p.rollback_to) if p.rollback_to is not None else None
             if target is not None:
-                plot.line([(target.created_at_millis, target.version), (p.created_at_millis, p.version)], COLORS["rollback"],
+                plot.line([(_at(target), target.version), (_at(p), p.version)], COLORS["rollback"],
                           dash="3 3", width=1.3)
-            labels.place(p.created_at_millis, p.version, f"↺ v{p.rollback_to}" if p.rollback_to is not None else "↺",
+            labels.place(_at(p), p.version, f"↺ v{p.rollback_to}" if p.rollback_to is not None else "↺",
                          color=COLORS["rollback"], dx=7, dy=16)
     last = max(avail, key=lambda p: p.version, default=None)
     if last is not None:
-        labels.place(last.created_at_millis, last.version, f"v{last.version}", color=COLORS["commit"], anchor="middle",
+        labels.place(_at(last), last.version, f"v{last.version}", color=COLORS["commit"], anchor="middle",
                      dy=-10)
     for p in timed:
         if p.snapshots:
-            plot.mark(p.created_at_millis, p.version, "flag", COLORS["snapshot"], size=4, title=f"exported snapshot(s) of v{p.version}: "
+            plot.mark(_at(p), p.version, "flag", COLORS["snapshot"], size=4, title=f"exported snapshot(s) of v{p.version}: "
                       + ", ".join(p.snapshots), extra=f'data-snapshot-version="{p.version}"')
-            labels.place(p.created_at_millis, p.version, "⚑ " + ", ".join(p.snapshots), color=COLORS["snapshot"],
+            labels.place(_at(p), p.version, "⚑ " + ", ".join(p.snapshots), color=COLORS["snapshot"],
                          anchor="end", dx=-7, dy=-7)
     for kind in ("init", "commit", "rollback", "expire", "export", "expired"):
         if kind in kinds_seen:
@@ -450,7 +456,7 @@ def reach_svgs(d: ReportData) -> tuple[str, str]:
     return p1.render("files reachable per version"), p2.render("bytes reachable per version")
 
 
-def _reach_title(x) -> str:
+def _reach_title(x: Reach) -> str:
     return (f"v{x.version} · {x.files:,} files ({x.node_files:,} node, {x.def_files:,} definition) · "
             f"{fmt_bytes(x.bytes)} · {x.new_files:,} new" + (f" · {x.missing} missing" if x.missing else ""))
 

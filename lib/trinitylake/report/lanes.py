@@ -9,8 +9,9 @@ labels. Here nothing carries a text label inside the chart; each mark's tooltip 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import cast
 
 from trinitylake.report.data import JobRun, VersionPoint
 from trinitylake.report.svg import Plot, esc, fmt_duration, fmt_num, fmt_time
@@ -43,7 +44,8 @@ def job_name(j: JobRun) -> str:
     return (j.job.split() or ["job"])[0]
 
 
-def jobs_lane(jobs: Sequence[JobRun], xscale, *, width: int, margin_lr: tuple[int, int], title_fn) -> str:
+def jobs_lane(jobs: Sequence[JobRun], xscale: Callable[[float], float], *, width: int, margin_lr: tuple[int, int],
+              title_fn: Callable[[JobRun], str]) -> str:
     """One row per job name, a mark per run at its time; returns the SVG ('' without runs)."""
     timed = [j for j in jobs if j.time is not None]
     if not timed:
@@ -60,13 +62,13 @@ def jobs_lane(jobs: Sequence[JobRun], xscale, *, width: int, margin_lr: tuple[in
     for j in timed:
         row = len(names) - names.index(job_name(j)) - 0.5
         color = STATE_COLORS.get(j.state, STATE_COLORS["read"])
-        plot.mark(j.time.timestamp() * 1000, row, JOB_SHAPES.get(job_name(j), "circle"), color, size=5.5,
+        plot.mark(cast(datetime, j.time).timestamp() * 1000, row, JOB_SHAPES.get(job_name(j), "circle"), color, size=5.5,
                   hollow=j.state in ("dry_run", "read"), title=title_fn(j),
                   extra=f'data-job-run="{esc(j.txn_seq if j.txn_seq is not None else "")}" data-state="{esc(j.state)}"')
     return plot.render("maintenance job runs over time")
 
 
-def commit_buckets(points: Sequence[VersionPoint], sx) -> list[tuple[float, float, int, int, int]]:
+def commit_buckets(points: Sequence[VersionPoint], sx: Callable[[float], float]) -> list[tuple[float, float, int, int, int]]:
     """(pixel start, pixel end, commits, first ms, last ms) of the density bars, in time order."""
     times = sorted(p.created_at_millis for p in points if p.created_at_millis is not None)
     out: list[tuple[float, float, int, int, int]] = []
@@ -80,7 +82,8 @@ def commit_buckets(points: Sequence[VersionPoint], sx) -> list[tuple[float, floa
     return out
 
 
-def density_lane(points: Sequence[VersionPoint], xscale, *, width: int, margin_lr: tuple[int, int]) -> tuple[str, str]:
+def density_lane(points: Sequence[VersionPoint], xscale: Callable[[float], float], *, width: int,
+                 margin_lr: tuple[int, int]) -> tuple[str, str]:
     """Bars of ordinary commits per time bucket; returns (SVG, a one-line summary)."""
     commits = [p for p in points if p.kind in ("commit", "init", "rollback", "expired")]
     if not commits:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
@@ -309,7 +309,8 @@ class Plot:
     series, marks, labels."""
 
     def __init__(self, x_range: tuple[float, float], y_range: tuple[float, float], *, width: int = 960,
-                 height: int = 320, margin: tuple[int, int, int, int] = (18, 28, 46, 70), xscale=None):
+                 height: int = 320, margin: tuple[int, int, int, int] = (18, 28, 46, 70),
+                 xscale: Callable[[float], float] | None = None):
         self.w, self.h = width, height
         self.xscale = xscale  # a callable data x -> pixel x (e.g. TimeScale); linear when None
         self.mt, self.mr, self.mb, self.ml = margin
@@ -472,8 +473,8 @@ class Plot:
 
 # ---- bars ------------------------------------------------------------------------------------
 def hbar_chart(rows: Sequence[tuple[str, str]], series: Sequence[tuple[str, str, Sequence[float | None]]], *,
-               label: str, value_fmt=fmt_num, width: int = 960, bar_h: int = 13, axis_label: str = "",
-               ticks_fn=None) -> str:
+               label: str, value_fmt: Callable[[float], str] = fmt_num, width: int = 960, bar_h: int = 13,
+               axis_label: str = "", ticks_fn: Callable[[float], list[tuple[float, str]]] | None = None) -> str:
     """Horizontal grouped bars: one row per (label, tooltip) in `rows`, one bar per series
     (name, colour, values) in each row; values are printed at the bar ends."""
     n_series = max(1, len(series))
