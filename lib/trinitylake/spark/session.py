@@ -45,7 +45,7 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     remote = remote or os.environ.get("SPARK_REMOTE") or None
-    builder = SparkSession.builder.appName(app_name)
+    builder: Any = SparkSession.builder.appName(app_name)  # classic, or the Connect builder below
     settings = {**DEFAULT_CONF, **(delta_conf() if delta and not remote else {}), **(conf or {})}
     if not any("log4j" in settings.get(k, "") for k in ("spark.driver.extraJavaOptions",)):
         # Spark's console noise down to warnings (and no "default log4j profile" banner); the
@@ -149,7 +149,7 @@ def _local_connect(master: str, app_name: str, settings: dict[str, str]) -> Any:
     if start is None:
         return None
     port = _free_port()
-    opts = {k: v for k, v in settings.items() if k != "spark.api.mode"}
+    opts: dict[str, Any] = {k: v for k, v in settings.items() if k != "spark.api.mode"}
     opts.update({"spark.app.name": app_name, "spark.connect.grpc.binding.port": str(port)})
     os.environ["SPARK_LOCAL_REMOTE"] = "1"
     start(master, opts)  # leaves only the runtime SQL settings in opts
