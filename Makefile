@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 AIRFLOW_VENV ?= .venv-airflow
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv test test-fast test-dags demo bench bench-large lint fmt dist acceptance clean reliability-full
+.PHONY: jars help setup venv test test-fast test-dags demo bench bench-large lint fmt dist acceptance clean reliability-full
 
 help: ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -20,7 +20,7 @@ venv: $(BIN)/tlake
 
 setup: venv ## create the virtualenv and install the project with its dev tools
 
-test: venv ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
+test: venv jars ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-dags
 
@@ -51,8 +51,28 @@ lint: venv ## ruff
 fmt: venv
 	$(BIN)/ruff format lib jobs tests bench airflow_dags conf
 
-dist: venv ## build the wheel that spark-submit ships to executors
-	$(BIN)/pip wheel --no-deps -w dist .
+DIST_ENV ?= build/dist-env
+DELTA_JARS := spark-jars/lib/.fetched
+
+# The wheel, and the packed environment spark-submit ships with --archives (venv-pack of a
+# fresh venv holding the wheel and its runtime dependencies; pyspark comes from the cluster).
+dist: venv ## build the wheel and dist/trinitylake-env.tar.gz for spark-submit --archives
+	rm -rf dist $(DIST_ENV)
+	$(BIN)/pip wheel -q --no-deps -w dist .
+	$(PY) -m venv --copies $(DIST_ENV)
+	$(DIST_ENV)/bin/pip install -q --upgrade pip venv-pack
+	$(DIST_ENV)/bin/pip install -q dist/trinitylake-*.whl
+	$(DIST_ENV)/bin/venv-pack -q -p $(DIST_ENV) -o dist/trinitylake-env.tar.gz --exclude 'lib/python*/site-packages/pip/*' --exclude 'lib/python*/site-packages/venv_pack*'
+	@ls -la dist
+
+# Delta's Spark JARs (spark-jars/pom.xml) from Maven Central, for get_spark(delta=True).
+$(DELTA_JARS): spark-jars/pom.xml
+	@command -v mvn >/dev/null || { echo "make jars needs Maven (mvn) and a JDK: apt-get install maven"; exit 1; }
+	rm -rf spark-jars/lib
+	mvn -q -B -f spark-jars/pom.xml dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime
+	@touch $@
+
+jars: $(DELTA_JARS) ## fetch Delta's Spark JARs into spark-jars/lib (Maven)
 
 reliability-full: venv ## the reliability and oracle suites at full scale; records their figures, re-renders RELIABILITY.md
 	TLAKE_RELIABILITY_SCALE=full $(BIN)/python -m pytest -q tests/reliability tests/oracle

@@ -6,7 +6,8 @@ Two DAGs built from the one task table in ``trinitylake_tasks.py``::
 
 * ``trinitylake_maintenance`` runs each job with ``SparkSubmitOperator``
   (``spark-submit <repo>/jobs/<job>.py --lakehouse ... --conf <repo>/conf/<job>.yaml``, the
-  wheel as ``--py-files``, Spark properties from ``trinitylake_tasks.SPARK_CONF``; cluster
+  environment of ``make dist`` as ``--archives <repo>/dist/trinitylake-env.tar.gz#env`` run as
+  ``./env/bin/python``, Spark properties from ``trinitylake_tasks.SPARK_CONF``; cluster
   defaults come from the ``spark_default`` connection and the cluster's spark-defaults).
 * ``trinitylake_maintenance_databricks`` submits the same jobs as one-time Databricks runs
   with ``DatabricksSubmitRunOperator`` (for a persistent Databricks job use
@@ -194,8 +195,9 @@ def _spark_submit_task(task: tl.MaintenanceTask) -> BaseOperator:
         conn_id=SPARK_CONN_ID,
         name=f"trinitylake-{task.task_id}",
         application=f"{REPO}/jobs/{task.job}.py",
-        py_files=f"{REPO}/dist/{tl.WHEEL}",
-        conf=dict(tl.SPARK_CONF),
+        # spark.archives is --archives as a property: `conf` is templated, the operator's own
+        # `archives` argument is not (and REPO is a template).
+        conf={**tl.SPARK_CONF, **tl.ENV_ARCHIVE_CONF, "spark.archives": f"{REPO}/dist/{tl.ENV_ARCHIVE}#env"},
         application_args=tl.job_arguments(
             task,
             lakehouse=LAKEHOUSE,

@@ -34,6 +34,12 @@ from typing import Any
 #: with pyproject.toml.
 PACKAGE_VERSION = "0.1.0"
 WHEEL = f"trinitylake-{PACKAGE_VERSION}-py3-none-any.whl"
+#: The packed environment ``make dist`` writes (wheel + runtime dependencies, venv-pack): shipped
+#: with ``spark-submit --archives dist/<ENV_ARCHIVE>#env`` and run as ``./env/bin/python``.
+#: pyarrow, deltalake and mmh3 are native code, which ``--py-files`` cannot ship.
+ENV_ARCHIVE = "trinitylake-env.tar.gz"
+#: Spark properties that make driver (cluster mode) and executors use the unpacked archive.
+ENV_ARCHIVE_CONF: dict[str, str] = {"spark.pyspark.python": "./env/bin/python"}
 
 #: Task id of the weekly gate (ShortCircuitOperator / condition_task).
 GATE_TASK_ID = "is_export_day"

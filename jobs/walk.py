@@ -3,9 +3,16 @@
     spark-submit jobs/walk.py --lakehouse s3://bucket/lh --conf conf/walk.yaml [--flag value ...]
 """
 
+import os
 import sys
 
-from trinitylake.spark.runner import main
+# _preflight sits beside this file; runpy and some launchers do not put this folder on sys.path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _preflight import require  # noqa: E402
+
+require("walk")
+
+from trinitylake.spark.runner import main  # noqa: E402 - after the dependency check
 
 if __name__ == "__main__":
     sys.exit(main("walk", sys.argv[1:]))

@@ -94,7 +94,10 @@ def test_spark_submit_templates_follow_the_logical_date(dagbag):
     dag = dagbag.dags["trinitylake_maintenance"]
     expire = _render(dag, "expire", SUNDAY)
     assert expire.application == "/opt/trinitylake/jobs/expire.py"
-    assert expire.py_files == "/opt/trinitylake/dist/trinitylake-0.1.0-py3-none-any.whl"
+    # The packed environment (native pyarrow/deltalake/mmh3), not --py-files, which cannot ship them.
+    assert expire.conf["spark.archives"] == "/opt/trinitylake/dist/trinitylake-env.tar.gz#env"
+    assert expire.py_files is None
+    assert expire.conf["spark.pyspark.python"] == "./env/bin/python"
     assert expire.conf["spark.sql.session.timeZone"] == "UTC"
     assert expire.application_args == [
         "--lakehouse", "s3://CHANGE-ME/trinitylake",
