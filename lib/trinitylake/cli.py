@@ -7,8 +7,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 from rich.console import Console
@@ -25,6 +26,15 @@ from trinitylake.redact import (
     warn_command_line_secrets,
 )
 
+if TYPE_CHECKING:
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.lakehouse.transaction import Transaction
+    from trinitylake.lakehouse.view import LakehouseView
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -36,19 +46,19 @@ class Ctx:
         self.storage_options = storage_options
         self.control_uri = control_uri
         self.audit = audit
-        self.txn = None  # set by `tlake txn` while it replays operations
+        self.txn: Transaction | None = None  # set by `tlake txn` while it replays operations
         self.dtxn_id: str | None = None  # global --txn: a distributed transaction to stage into
         # When this command was asked for: a distributed transaction's lease is checked
         # against it, so the process's own start-up does not eat a short TTL.
         self.started_ms = int(datetime.now(UTC).timestamp() * 1000)
-        self._lh = None
+        self._lh: Lakehouse | None = None
 
     def require_uri(self) -> str:
         if not self.lakehouse_uri:
             raise click.UsageError("give --lakehouse URI or set TLAKE_LAKEHOUSE")
         return self.lakehouse_uri
 
-    def lakehouse(self):
+    def lakehouse(self) -> Lakehouse:
         if self._lh is None:
             from trinitylake.lakehouse import Lakehouse
 
@@ -71,11 +81,11 @@ def _kv(values: tuple[str, ...], what: str) -> dict[str, str]:
     return out
 
 
-def handle_errors(fn):
+def handle_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Typed library errors become one clear line on stderr and exit code 1 (no traceback)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return fn(*args, **kwargs)
         except TrinityLakeError as e:
@@ -101,7 +111,7 @@ def parse_time(value: str) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
-def time_travel(fn):
+def time_travel(fn: _F) -> _F:
     """--version / --as-of / --snapshot on every read command."""
     fn = click.option("--snapshot", "snapshot", default=None, help="read an exported snapshot by name")(fn)
     fn = click.option("--as-of", "as_of", default=None, help="read the newest version created at or before TIMESTAMP")(fn)
@@ -109,7 +119,7 @@ def time_travel(fn):
     return fn
 
 
-def _view(ctx: Ctx, version, as_of, snapshot):
+def _view(ctx: Ctx, version: int | None, as_of: str | None, snapshot: str | None) -> LakehouseView:
     if ctx.txn is not None:
         return ctx.txn
     if ctx.dtxn_id is not None:
@@ -119,7 +129,7 @@ def _view(ctx: Ctx, version, as_of, snapshot):
     return ctx.lakehouse().view(version=version, as_of=parse_time(as_of) if as_of else None, snapshot=snapshot)
 
 
-def emit(obj: Any, as_json: bool, render) -> None:
+def emit(obj: Any, as_json: bool, render: Callable[[Any], object]) -> None:
     if as_json:
         click.echo(json.dumps(obj, indent=2, default=str))
     else:
@@ -133,7 +143,7 @@ def split_name(full: str) -> tuple[str, str]:
     return ns, name
 
 
-def _write(ctx: Ctx, op, describe: str):
+def _write(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> int | None:
     """Run `op(txn)` in the enclosing `tlake txn`, or in its own single-operation transaction."""
     if ctx.txn is not None:
         op(ctx.txn)
@@ -174,7 +184,8 @@ class _Group(click.Group):
 @click.option("--log-level", default=os.environ.get("TLAKE_LOG_LEVEL", "WARNING"), show_default=True)
 @click.option("--txn", "txn_id", default=None, help="stage namespace/table writes into distributed transaction ID (tlake txn begin --distributed)")
 @click.pass_context
-def cli(click_ctx, lakehouse_uri, storage_options, control_uri, control_table, no_audit, log_level, txn_id):
+def cli(click_ctx: click.Context, lakehouse_uri: str | None, storage_options: tuple[str, ...], control_uri: str | None,
+        control_table: str | None, no_audit: bool, log_level: str, txn_id: str | None) -> None:
     """TrinityLake lakehouse tool: format operations, time travel, maintenance jobs."""
     if isinstance(click_ctx.obj, Ctx):  # re-entered by `tlake txn` replaying one operation
         return
@@ -203,7 +214,8 @@ def cli(click_ctx, lakehouse_uri, storage_options, control_uri, control_table, n
 @click.option("--property", "properties", multiple=True, help="lakehouse property key=value")
 @click.pass_obj
 @handle_errors
-def init(ctx: Ctx, order, node_max_bytes, name_max_bytes, txn_ttl, isolation, properties):
+def init(ctx: Ctx, order: int, node_max_bytes: int, name_max_bytes: int, txn_ttl: str, isolation: str,
+         properties: tuple[str, ...]) -> None:
     """Create a new lakehouse."""
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.util import parse_duration_ms
@@ -219,7 +231,7 @@ def init(ctx: Ctx, order, node_max_bytes, name_max_bytes, txn_ttl, isolation, pr
 
 # ---- namespaces --------------------------------------------------------------------------
 @cli.group()
-def namespace():
+def namespace() -> None:
     """Create, drop, list, describe and alter namespaces."""
 
 
@@ -228,7 +240,7 @@ def namespace():
 @click.option("--property", "properties", multiple=True, help="key=value")
 @click.pass_obj
 @handle_errors
-def namespace_create(ctx: Ctx, name, properties):
+def namespace_create(ctx: Ctx, name: str, properties: tuple[str, ...]) -> None:
     props = _kv(properties, "--property")
     _write(ctx, lambda t: t.create_namespace(name, props), f"created namespace {name}")
 
@@ -238,7 +250,7 @@ def namespace_create(ctx: Ctx, name, properties):
 @click.option("--cascade", is_flag=True, help="also drop the namespace's tables and views")
 @click.pass_obj
 @handle_errors
-def namespace_drop(ctx: Ctx, name, cascade):
+def namespace_drop(ctx: Ctx, name: str, cascade: bool) -> None:
     _write(ctx, lambda t: t.drop_namespace(name, cascade=cascade), f"dropped namespace {name}")
 
 
@@ -248,7 +260,7 @@ def namespace_drop(ctx: Ctx, name, cascade):
 @click.option("--unset", multiple=True, help="key")
 @click.pass_obj
 @handle_errors
-def namespace_alter(ctx: Ctx, name, set_, unset):
+def namespace_alter(ctx: Ctx, name: str, set_: tuple[str, ...], unset: tuple[str, ...]) -> None:
     props = _kv(set_, "--set")
     _write(ctx, lambda t: t.alter_namespace(name, props, list(unset)), f"altered namespace {name}")
 
@@ -258,7 +270,7 @@ def namespace_alter(ctx: Ctx, name, set_, unset):
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
-def namespace_list(ctx: Ctx, version, as_of, snapshot, as_json):
+def namespace_list(ctx: Ctx, version: int | None, as_of: str | None, snapshot: str | None, as_json: bool) -> None:
     v = _view(ctx, version, as_of, snapshot)
     try:
         names = v.list_namespaces()
@@ -274,14 +286,15 @@ def namespace_list(ctx: Ctx, version, as_of, snapshot, as_json):
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
-def namespace_describe(ctx: Ctx, name, version, as_of, snapshot, as_json):
+def namespace_describe(ctx: Ctx, name: str, version: int | None, as_of: str | None, snapshot: str | None,
+                       as_json: bool) -> None:
     d = _view(ctx, version, as_of, snapshot).describe_namespace(name)
     emit(d, as_json, _print_kv)
 
 
 # ---- tables ------------------------------------------------------------------------------
 @cli.group()
-def table():
+def table() -> None:
     """Create, drop, list, describe and alter tables (Iceberg)."""
 
 
@@ -292,7 +305,8 @@ def table():
 @click.option("--property", "properties", multiple=True, help="key=value")
 @click.pass_obj
 @handle_errors
-def table_create(ctx: Ctx, full_name, metadata_location, table_type, properties):
+def table_create(ctx: Ctx, full_name: str, metadata_location: str | None, table_type: str | None,
+                 properties: tuple[str, ...]) -> None:
     ns, t = split_name(full_name)
     props = _kv(properties, "--property")
     _write(ctx, lambda x: x.create_table(ns, t, metadata_location=metadata_location, table_type=table_type, properties=props),
@@ -303,7 +317,7 @@ def table_create(ctx: Ctx, full_name, metadata_location, table_type, properties)
 @click.argument("full_name")
 @click.pass_obj
 @handle_errors
-def table_drop(ctx: Ctx, full_name):
+def table_drop(ctx: Ctx, full_name: str) -> None:
     ns, t = split_name(full_name)
     _write(ctx, lambda x: x.drop_table(ns, t), f"dropped table {full_name}")
 
@@ -315,7 +329,7 @@ def table_drop(ctx: Ctx, full_name):
 @click.option("--metadata-location", default=None)
 @click.pass_obj
 @handle_errors
-def table_alter(ctx: Ctx, full_name, set_, unset, metadata_location):
+def table_alter(ctx: Ctx, full_name: str, set_: tuple[str, ...], unset: tuple[str, ...], metadata_location: str | None) -> None:
     ns, t = split_name(full_name)
     props = _kv(set_, "--set")
     _write(ctx, lambda x: x.alter_table(ns, t, set_properties=props, remove=list(unset), metadata_location=metadata_location),
@@ -328,7 +342,8 @@ def table_alter(ctx: Ctx, full_name, set_, unset, metadata_location):
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
-def table_list(ctx: Ctx, namespace_name, version, as_of, snapshot, as_json):
+def table_list(ctx: Ctx, namespace_name: str, version: int | None, as_of: str | None, snapshot: str | None,
+               as_json: bool) -> None:
     v = _view(ctx, version, as_of, snapshot)
     try:
         names = v.list_tables(namespace_name)
@@ -347,7 +362,8 @@ def table_list(ctx: Ctx, namespace_name, version, as_of, snapshot, as_json):
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
-def table_describe(ctx: Ctx, full_name, version, as_of, snapshot, as_json):
+def table_describe(ctx: Ctx, full_name: str, version: int | None, as_of: str | None, snapshot: str | None,
+                   as_json: bool) -> None:
     ns, t = split_name(full_name)
     emit(_view(ctx, version, as_of, snapshot).describe_table(ns, t), as_json, _print_kv)
 
@@ -357,11 +373,11 @@ def table_describe(ctx: Ctx, full_name, version, as_of, snapshot, as_json):
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
-def versions(ctx: Ctx, as_json):
+def versions(ctx: Ctx, as_json: bool) -> None:
     """List the available versions (oldest first), rollbacks marked."""
     rows = ctx.lakehouse().versions()
 
-    def render(rows):
+    def render(rows: list[dict[str, Any]]) -> None:
         t = Table("version", "created at (UTC)", "txn_seq", "changes", "note")
         for r in rows:
             note = f"rollback of v{r['rollback_from_version']}" if r["rollback_from_version"] is not None else ""
@@ -375,7 +391,7 @@ def versions(ctx: Ctx, as_json):
 @click.option("--to", "to_version", type=int, required=True, help="version whose content becomes the new latest")
 @click.pass_obj
 @handle_errors
-def rollback(ctx: Ctx, to_version):
+def rollback(ctx: Ctx, to_version: int) -> None:
     """Roll back by rolling forward: commit a new version equal to version N."""
     v = ctx.lakehouse().rollback(to_version)
     click.echo(f"rolled back to version {to_version} as new version {v}")
@@ -389,7 +405,7 @@ def _print_names(what: str, names: list[str], version: int) -> None:
     console.print(t)
 
 
-def _print_kv(d: dict) -> None:
+def _print_kv(d: dict[str, Any]) -> None:
     t = Table("field", "value")
     for k, v in d.items():
         t.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))

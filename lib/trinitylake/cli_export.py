@@ -73,8 +73,10 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="print the job result as JSON")
     @click.pass_context
     @handle_errors
-    def export(click_ctx, name, target, version, as_of, mode, depth, batch_size, execution, threads, no_verify, master,
-               conf_path, spark_conf, as_json):
+    def export(click_ctx: click.Context, name: str | None, target: str | None, version: int | None, as_of: str | None,
+               mode: str | None, depth: int | None, batch_size: int | None, execution: str | None, threads: int | None,
+               no_verify: bool, master: str | None, conf_path: str | None, spark_conf: tuple[str, ...],
+               as_json: bool) -> None:
         """Export a version to its own root URI (full, partial or minimal), or manage exports."""
         if click_ctx.invoked_subcommand is not None:
             return
@@ -121,7 +123,7 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_obj
     @handle_errors
-    def export_list(ctx: Ctx, as_json):
+    def export_list(ctx: Ctx, as_json: bool) -> None:
         """List the exports recorded in the lakehouse definition."""
         from rich.table import Table
 
@@ -129,7 +131,7 @@ def register(cli: click.Group) -> None:
 
         rows = list_exports(ctx.lakehouse().definition())
 
-        def render(rows):
+        def render(rows: list[dict[str, Any]]) -> None:
             t = Table("name", "version", "pinned", "root")
             for r in rows:
                 t.add_row(r["name"], str(r["version"]), "" if r["pinned_version"] is None else str(r["pinned_version"]),
@@ -142,7 +144,7 @@ def register(cli: click.Group) -> None:
     @click.argument("name")
     @click.pass_obj
     @handle_errors
-    def export_drop(ctx: Ctx, name):
+    def export_drop(ctx: Ctx, name: str) -> None:
         """Forget an export: remove its record and its pin (the exported files are kept)."""
         from trinitylake.maintenance.export_target import drop_export
 

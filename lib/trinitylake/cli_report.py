@@ -18,7 +18,7 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="print the summary numbers as JSON")
     @click.pass_obj
     @handle_errors
-    def report(ctx: Ctx, out_path, max_versions, as_json):
+    def report(ctx: Ctx, out_path: str, max_versions: int, as_json: bool) -> None:
         """Write an HTML report: versions over time, job runs, files and bytes per version."""
         from trinitylake.report import generate_report
 

@@ -73,7 +73,8 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_obj
     @handle_errors
-    def show(ctx: Ctx, include_reads, since, namespace, table_name, job, limit, version, as_json):
+    def show(ctx: Ctx, include_reads: bool, since: str | None, namespace: str | None, table_name: str | None,
+             job: str | None, limit: int | None, version: int | None, as_json: bool) -> None:
         """History of transactions and job runs, newest first, mapped to versions by txn_seq.
 
         State: committed (made a version), deleted (removed files), dry_run, read (changed

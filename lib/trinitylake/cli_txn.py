@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 from rich.table import Table
@@ -19,20 +21,29 @@ from rich.table import Table
 from trinitylake.cli import Ctx, console, emit, handle_errors
 from trinitylake.errors import ValidationError
 
+if TYPE_CHECKING:
+    from trinitylake.lakehouse.transaction import Transaction
 
-def stage_into(ctx: Ctx, op, describe: str) -> None:
+
+def _dtxn_id(ctx: Ctx) -> str:
+    if ctx.dtxn_id is None:  # the callers run only under --txn
+        raise click.UsageError("give --txn ID")
+    return ctx.dtxn_id
+
+
+def stage_into(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> None:
     """Stage one CLI write verb into the distributed transaction named by ``--txn``."""
     from trinitylake.lakehouse.distributed import DistributedTransaction
 
-    dt = DistributedTransaction.load(ctx.lakehouse(), ctx.dtxn_id)
+    dt = DistributedTransaction.load(ctx.lakehouse(), _dtxn_id(ctx))
     state = dt.stage(op, requested_at_millis=ctx.started_ms)
     click.echo(f"staged: {describe} (transaction {dt.id}, state {state})")
 
 
-def distributed_view(ctx: Ctx):
+def distributed_view(ctx: Ctx) -> Transaction:
     from trinitylake.lakehouse.distributed import DistributedTransaction
 
-    return DistributedTransaction.load(ctx.lakehouse(), ctx.dtxn_id).view()
+    return DistributedTransaction.load(ctx.lakehouse(), _dtxn_id(ctx)).view()
 
 
 def register(cli: click.Group) -> None:
@@ -41,7 +52,7 @@ def register(cli: click.Group) -> None:
     @click.option("--file", "ops_file", type=click.File("r"), default="-", help="operations, one per line (default stdin)")
     @click.pass_context
     @handle_errors
-    def txn(click_ctx, isolation, ops_file):
+    def txn(click_ctx: click.Context, isolation: str | None, ops_file: TextIO) -> None:
         """Run several operations (one per line, same verbs as the CLI) as ONE transaction;
         or manage distributed transactions (begin, commit, abort, list, show).
 
@@ -62,7 +73,7 @@ def register(cli: click.Group) -> None:
     @click.option("--id", "txn_id", default=None, help="transaction id (default: a new UUID)")
     @click.pass_obj
     @handle_errors
-    def txn_begin(ctx: Ctx, distributed, isolation, ttl, txn_id):
+    def txn_begin(ctx: Ctx, distributed: bool, isolation: str | None, ttl: str | None, txn_id: str | None) -> None:
         """Begin a distributed transaction; prints its id as the last line."""
         from trinitylake.lakehouse.distributed import DistributedTransaction
 
@@ -81,7 +92,7 @@ def register(cli: click.Group) -> None:
     @click.argument("txn_id")
     @click.pass_obj
     @handle_errors
-    def txn_commit(ctx: Ctx, txn_id):
+    def txn_commit(ctx: Ctx, txn_id: str) -> None:
         """Commit a distributed transaction as one new version."""
         from trinitylake.lakehouse.distributed import DistributedTransaction
 
@@ -93,7 +104,7 @@ def register(cli: click.Group) -> None:
     @click.argument("txn_id")
     @click.pass_obj
     @handle_errors
-    def txn_abort(ctx: Ctx, txn_id):
+    def txn_abort(ctx: Ctx, txn_id: str) -> None:
         """Abort a distributed transaction and delete what it staged."""
         from trinitylake.lakehouse.distributed import DistributedTransaction
 
@@ -105,13 +116,13 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_obj
     @handle_errors
-    def txn_list(ctx: Ctx, include_closed, as_json):
+    def txn_list(ctx: Ctx, include_closed: bool, as_json: bool) -> None:
         """List live distributed transactions."""
         from trinitylake.lakehouse.distributed import list_transactions
 
         rows = list_transactions(ctx.lakehouse(), include_closed=include_closed)
 
-        def render(rows):
+        def render(rows: list[dict[str, Any]]) -> None:
             t = Table("id", "state", "begin version", "staged", "expires at (ms)", "isolation")
             for r in rows:
                 t.add_row(r["id"], r["state"] + (" (expired)" if r["expired"] else ""), str(r["begin_version"]),
@@ -125,7 +136,7 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_obj
     @handle_errors
-    def txn_show(ctx: Ctx, txn_id, as_json):
+    def txn_show(ctx: Ctx, txn_id: str, as_json: bool) -> None:
         """State of one distributed transaction."""
         from trinitylake.cli import _print_kv
         from trinitylake.lakehouse.distributed import DistributedTransaction
@@ -133,7 +144,7 @@ def register(cli: click.Group) -> None:
         emit(DistributedTransaction.load(ctx.lakehouse(), txn_id).info(), as_json, _print_kv)
 
 
-def _run_local(cli: click.Group, ctx: Ctx, isolation, ops_file) -> None:
+def _run_local(cli: click.Group, ctx: Ctx, isolation: str | None, ops_file: TextIO) -> None:
     lh = ctx.lakehouse()
     t = lh.begin(isolation=isolation)
     ctx.txn = t
