@@ -45,8 +45,9 @@ bench: venv ## run the small default benchmarks (a few minutes)
 bench-large: venv ## run the benchmarks at scale
 	$(BIN)/python -m bench.run_all --scale large $(BENCH_ARGS)
 
-lint: venv ## ruff
+lint: venv ## ruff, and mypy on lib/trinitylake (settings in pyproject.toml)
 	$(BIN)/ruff check lib jobs tests bench airflow_dags conf
+	$(BIN)/mypy
 
 fmt: venv
 	$(BIN)/ruff format lib jobs tests bench airflow_dags conf
