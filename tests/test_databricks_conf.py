@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trinitylake.config import parse_job_args
+from trinitylake.job_flags import parse_job_args
 
 REPO = Path(__file__).resolve().parent.parent
 JSON_PATH = REPO / "conf" / "databricks" / "trinitylake_maintenance.json"
