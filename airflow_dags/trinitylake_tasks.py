@@ -176,6 +176,11 @@ def databricks_new_cluster() -> dict[str, Any]:
         "spark_version": "17.3.x-scala2.13",
         "node_type_id": "i3.xlarge",
         "num_workers": 2,
+        # Dedicated (single-user) access: the jobs run Python in mapInArrow on executors and
+        # read S3 through fsspec with the credentials of the executors' environment, which
+        # standard (shared) access mode forbids. Executor credentials: an instance profile on
+        # the cluster, or spark_env_vars AWS_* from a secret scope ({{secrets/<scope>/<key>}}).
+        "data_security_mode": "DATA_SECURITY_MODE_DEDICATED",
         "spark_conf": dict(SPARK_CONF),
     }
 

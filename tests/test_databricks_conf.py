@@ -113,6 +113,8 @@ def test_spark_tasks(job):
     assert "--dry-run" not in tasks["orphans"]["spark_python_task"]["parameters"]
     for cluster in job["job_clusters"]:
         assert {"spark_version", "node_type_id"} <= set(cluster["new_cluster"])
+        # An access mode the jobs support (Python on executors, fsspec with executor credentials).
+        assert cluster["new_cluster"]["data_security_mode"] == "DATA_SECURITY_MODE_DEDICATED"
 
 
 def test_job_level_settings(job):
