@@ -50,7 +50,7 @@ class Ctx:
         self.dtxn_id: str | None = None  # global --txn: a distributed transaction to stage into
         # When this command was asked for: a distributed transaction's lease is checked
         # against it, so the process's own start-up does not eat a short TTL.
-        self.started_ms = int(datetime.now(UTC).timestamp() * 1000)
+        self.started_ms = _command_started_ms()
         self._lh: Lakehouse | None = None
 
     def require_uri(self) -> str:
@@ -430,6 +430,21 @@ def _register_optional() -> None:
 _register_optional()
 
 
+_process_command_ms: int | None = None  # set by main(): the process runs one command
+
+
+def _command_started_ms() -> int:
+    """When the command was asked for: the process start for `tlake` (main), else now (a
+    command invoked in-process, e.g. by a test runner or `tlake txn` replaying a line)."""
+    global _process_command_ms
+    stamp, _process_command_ms = _process_command_ms, None
+    return stamp if stamp is not None else int(datetime.now(UTC).timestamp() * 1000)
+
+
 def main() -> None:
+    global _process_command_ms
+    import trinitylake
+
+    _process_command_ms = trinitylake.PROCESS_STARTED_MS
     cli(prog_name="tlake")
 
