@@ -82,7 +82,7 @@ MAX_REQUEST_LAG_MS = 60_000
 # expire_at is set by one host's clock and checked by another's (Spark executors, Airflow
 # workers): a stage or commit is refused from expire_at + this tolerance on. Maintenance keeps
 # far more: expiration's clock-skew margin, and `KEEP_AFTER_EXPIRY_MS` for running roots.
-CLOCK_TOLERANCE_MS = 1_500
+CLOCK_TOLERANCE_MS = 1_750
 KEEP_AFTER_EXPIRY_MS = 10 * 60_000
 
 
