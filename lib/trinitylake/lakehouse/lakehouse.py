@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +23,8 @@ from trinitylake.format import tree
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import HINT_FILE, is_root_name, lakehouse_def_name, parse_hint, root_name, root_version
 from trinitylake.lakehouse.audit import Auditor
+from trinitylake.lakehouse.changes import ChangeSet
+from trinitylake.lakehouse.changes import now_ms as _now_ms
 from trinitylake.lakehouse.roots import RootRef, check_retained, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.storage import Storage, is_absolute, parse_uri
@@ -34,17 +34,6 @@ if TYPE_CHECKING:
     from trinitylake.lakehouse.transaction import Transaction
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ChangeSet:
-    """What one version changed: keys set (value) or deleted (None), and whether the
-    lakehouse definition pointer moved."""
-
-    version: int
-    txn_id: str | None
-    keys: dict[str, str | None]
-    def_changed: bool
 
 
 class Lakehouse:
@@ -524,10 +513,6 @@ class Lakehouse:
         except Exception as e:  # noqa: BLE001 - the audit row must not fail a committed version
             log.warning("could not describe changes of version %s: %s", version, e)
             return []
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _fmt_ms(ms: int) -> str:

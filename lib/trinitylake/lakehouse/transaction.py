@@ -35,12 +35,15 @@ from trinitylake.format import keys as K
 from trinitylake.format import tree
 from trinitylake.format.node import Message, serialize
 from trinitylake.format.paths import namespace_def_path, root_name, table_def_path
-from trinitylake.lakehouse.lakehouse import ChangeSet, Lakehouse, _now_ms
+from trinitylake.lakehouse.changes import ChangeSet
+from trinitylake.lakehouse.changes import now_ms as _now_ms
 from trinitylake.lakehouse.roots import RootRef, check_new_pins, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message as ProtoMessage
+
+    from trinitylake.lakehouse.lakehouse import Lakehouse
 
 MAX_COMMIT_ATTEMPTS = 32
 log = logging.getLogger(__name__)
