@@ -111,3 +111,21 @@ def test_auto_without_a_delta_session_is_delta_rs(tmp_path, monkeypatch):
     assert ct.engine == "delta-rs"  # no active Delta session in this process
     with pytest.raises(ControlTableError, match="delta-rs"):
         ct.dataframe()
+
+
+def test_rows_at_a_path_of_their_own_keep_the_markers_under_the_control_location(tmp_path, monkeypatch):
+    from .test_table import full_record
+
+    monkeypatch.delenv("TLAKE_CONTROL_TABLE", raising=False)
+    (tmp_path / "_control" / "_audited").mkdir(parents=True)  # our own markers are not strangers
+    (tmp_path / "_control" / "_audited" / "00000000000000000000").write_bytes(b"1")
+    ct = ControlTable(str(tmp_path / "_control"), engine="delta-rs", table=str(tmp_path / "rows"))
+    seq = ct.seq.allocate("t1")
+    ct.append([full_record(seq)])
+    assert (tmp_path / "rows" / "_delta_log").is_dir() and (tmp_path / "_control" / "_seq").is_dir()
+    assert not (tmp_path / "_control" / "_delta_log").exists()
+    assert [r.txn_seq for r in ControlTable(str(tmp_path / "_control"), table=str(tmp_path / "rows")).records()] == [1]
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x.csv").write_text("x")
+    with pytest.raises(ControlTableError, match=r"control location file://.*/junk is not a Delta table"):
+        ControlTable(str(tmp_path / "_control"), engine="delta-rs", table=str(tmp_path / "junk")).ensure()

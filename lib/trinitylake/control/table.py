@@ -45,7 +45,7 @@ from trinitylake.errors import ControlTableError
 from trinitylake.storage import Storage, parse_uri
 
 # Our own directories inside the control location; a location holding only these is "empty".
-_OWN_PREFIXES = ("_seq/", "_recovered/")
+_OWN_PREFIXES = ("_seq/", "_recovered/", "_audited/")
 _APPEND_ATTEMPTS = 25
 
 
@@ -159,6 +159,9 @@ class ControlTable:
         self.storage = Storage(self.uri, _fs_options(dict(storage_options or {})))
         self.seq = SeqAllocator(self.storage)
         rows = parse_uri(table) if table and not self.table_name else parsed
+        # Rows at a path of their own: that path, not the control location, must hold no stranger files.
+        self._rows_storage = Storage(rows.uri, self.storage.options) if rows is not parsed else self.storage
+        self.rows_uri: str = self.table_name or rows.uri
         self._delta_uri = rows.fs_path if rows.scheme == "file" else rows.uri
         self._delta_options = _delta_storage_options(rows.scheme, self.storage.options)
         self._ensured = False
@@ -255,7 +258,7 @@ class ControlTable:
     def _foreign_files(self) -> list[str]:
         """Files in the location that are neither Delta's nor ours (first few)."""
         found = []
-        for fi in self.storage.list(""):
+        for fi in self._rows_storage.list(""):
             if fi.path.startswith(_OWN_PREFIXES):
                 continue
             found.append(fi.path)
@@ -306,7 +309,7 @@ class ControlTable:
                 dt = self._try_load()
             except ControlTableError as e:
                 # A _delta_log we cannot parse: not ours to touch.
-                raise ControlTableError(f"control location {self.uri} is not a readable Delta table: {e}") from e
+                raise ControlTableError(f"control location {self.rows_uri} is not a readable Delta table: {e}") from e
             if dt is not None:
                 self._check_schema(dt)
                 self._ensured = True
@@ -319,7 +322,7 @@ class ControlTable:
                 time.sleep(0.1 * (attempt + 1))
                 continue
             raise ControlTableError(
-                f"control location {self.uri} is not a Delta table but holds files "
+                f"control location {self.rows_uri} is not a Delta table but holds files "
                 f"(e.g. {', '.join(foreign)}); refusing to create the control table there"
             )
         try:
@@ -344,10 +347,10 @@ class ControlTable:
     def _ensure_spark(self, rows: SparkDeltaRows) -> None:
         if not rows.exists():
             if rows.path is not None:
-                foreign = [f for f in self._foreign_files() if not f.startswith("_audited/")]
+                foreign = self._foreign_files()
                 if foreign and not all(f.startswith("_delta_log/") for f in foreign):
                     raise ControlTableError(
-                        f"control location {self.uri} is not a Delta table but holds files "
+                        f"control location {self.rows_uri} is not a Delta table but holds files "
                         f"(e.g. {', '.join(foreign)}); refusing to create the control table there")
             rows.create(SCHEMA, "TrinityLake control table: one row per transaction event, keyed by txn_seq")
         self._check_schema(_arrow_schema_of(rows))
@@ -403,7 +406,7 @@ class ControlTable:
             foreign = self._foreign_files()
             if foreign:
                 raise ControlTableError(
-                    f"control location {self.uri} is not a Delta table but holds files (e.g. {', '.join(foreign)})"
+                    f"control location {self.rows_uri} is not a Delta table but holds files (e.g. {', '.join(foreign)})"
                 )
             return SCHEMA.empty_table()
         ds = dt.to_pyarrow_dataset()
