@@ -175,13 +175,6 @@ COMMON_OPTIONS: tuple[Option, ...] = (
          "Spark master for a local run; ignored when spark-submit or Databricks already set spark.master."),
     _opt("control_uri", "uri", None, "URI of the control (audit) table; null means <lakehouse>/_control.",
          nullable=True),
-    _opt("control_engine", "choice", "auto",
-         "Engine writing the control table's rows: 'spark' (Spark's Delta, in the job's session), 'delta-rs', or "
-         "'auto' (Spark when the job's session has Delta or control_table is a catalog name, else delta-rs).",
-         choices=("auto", "spark", "delta-rs")),
-    _opt("control_table", "text", None,
-         "The control table's rows as a catalog table (catalog.schema.table, e.g. Unity Catalog) or a path; null "
-         "means the control URI. The txn_seq markers stay under the control URI.", nullable=True),
     _opt("storage_options", "storage_options", {},
          "fsspec options for the lakehouse storage (e.g. endpoint_url, key, secret); merged across layers.",
          flag="--storage-option"),
@@ -209,6 +202,13 @@ COMMON_OPTIONS: tuple[Option, ...] = (
          nullable=True),
     _opt("run_id", "id", None, "Identifier of this run in the control table and output paths; null generates one.",
          nullable=True),
+    _opt("control_engine", "choice", "auto",
+         "Engine writing the control table's rows: 'spark' (Spark's Delta, in the job's session), 'delta-rs', or "
+         "'auto' (Spark when the job's session has Delta or control_table is a catalog name, else delta-rs).",
+         choices=("auto", "spark", "delta-rs")),
+    _opt("control_table", "text", None,
+         "The control table's rows as a catalog table (catalog.schema.table, e.g. Unity Catalog) or a path; null "
+         "means the control URI. The txn_seq markers stay under the control URI.", nullable=True),
     _opt("log_level", "choice", "INFO", "Python log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
     _opt("keep_runs", "int", 20,
          "_maintenance/<job>/<run_id> folders of this job kept whatever their age (the newest N runs); older "
