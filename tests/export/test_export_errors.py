@@ -13,6 +13,7 @@ from trinitylake.errors import (
     InvalidURIError,
     UnsafeOperationError,
     ValidationError,
+    VersionExpiredError,
     VersionNotFoundError,
 )
 from trinitylake.format.paths import root_name
@@ -73,6 +74,26 @@ def test_bad_targets_are_refused_before_anything_is_written(spark, lh, tmp_path)
     attempt(_raw_cfg("e1", str(tmp_path / "v"), as_of=1), VersionNotFoundError)
     assert not (tmp_path / "n").exists() and not (tmp_path / "v").exists()
     assert lh.latest_version() == versions and not lh.definition().exported_snapshots
+
+
+def test_a_version_below_the_floor_is_refused_before_anything_is_copied(spark, lh, tmp_path):
+    """Expire commits oldest_retained_version before it deletes: while it deletes, the root of an
+    expired version is still there, and exporting it would copy files that are disappearing."""
+    v = lh.latest_version()
+
+    def raise_floor(d) -> None:
+        d.oldest_retained_version = v
+
+    txn = lh.begin()
+    txn.mutate_definition(raise_floor, "expire committed its floor, deletes pending")
+    txn.commit()
+    target = tmp_path / "t"
+    with pytest.raises(VersionExpiredError, match=f"export 'e1': version {v - 1} is expired"):
+        run_export(spark, lh, _raw_cfg("e1", str(target), version=v - 1), JobResult("export", "r", lh.uri))
+    assert _files(target) == [] and not lh.definition().exported_snapshots
+    # The floor itself (and what is newer) is still exported.
+    r = run_export(spark, lh, _raw_cfg("e2", str(tmp_path / "ok"), version=v), JobResult("export", "r", lh.uri))
+    assert r.status == "succeeded"
 
 
 def test_name_clashes_and_conflicting_exports(spark, run, lh, tmp_path):

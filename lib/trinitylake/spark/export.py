@@ -63,6 +63,7 @@ from trinitylake.errors import (
     VersionNotFoundError,
 )
 from trinitylake.format.node import deserialize, serialize
+from trinitylake.lakehouse.roots import check_retained
 from trinitylake.maintenance import export_copy as XC
 from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance import export_target as XT
@@ -211,6 +212,9 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
                 version = int(recorded["version"])
                 log.info("continuing export %r of version %s at %s", name, version, target.root)
         ref = lakehouse.root_at(version=version, as_of=as_of)
+        # Expire commits the new floor before it deletes: a version below it may still have its
+        # root file while its other files are being deleted. Refuse before copying anything.
+        check_retained(current_def, ref.version, f"export {name!r}")
         spec = X.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
                                  target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order)
         needs_record = XT.check_name_free(current_def, name, spec.root_uri)
