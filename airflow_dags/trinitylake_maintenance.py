@@ -113,6 +113,13 @@ COMMON_PARAMS = {
         type="string",
         description="Weekly exports go to <export_root>/weekly-<YYYYMMDD>; empty: the trinitylake_export_root Variable.",
     ),
+    "orphans_max_candidates": Param(
+        100_000,
+        type=["null", "integer"],
+        minimum=0,
+        description="Orphans gate: the dry run (and the real run) fail, deleting nothing, when more orphan "
+        "candidates than this are found; null: no limit.",
+    ),
     "export_weekday": Param(
         tl.DEFAULT_EXPORT_WEEKDAY,
         type="integer",
@@ -205,6 +212,7 @@ def _spark_submit_task(task: tl.MaintenanceTask) -> BaseOperator:
             reference_time=REFERENCE_TIME,
             export_name=EXPORT_NAME,
             export_root=EXPORT_ROOT,
+            max_candidates="{{ params.orphans_max_candidates }}",
         ),
         retries=task.retries,
         execution_timeout=timedelta(minutes=task.timeout_minutes),

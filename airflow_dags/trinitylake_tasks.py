@@ -140,13 +140,18 @@ def job_arguments(
     reference_time: str,
     export_name: str,
     export_root: str,
+    max_candidates: str | None = None,
 ) -> list[str]:
     """Command-line arguments of ``jobs/<job>.py`` for one task.
 
     The values are placeholders of the orchestrator (Jinja in Airflow, ``{{job.…}}`` dynamic
-    value references on Databricks), so one table serves both.
+    value references on Databricks), so one table serves both. `max_candidates` is the orphans
+    gate: both orphans tasks fail, deleting nothing, above it (the dry run first, so the real
+    run never starts); None leaves it to ``conf/orphans.yaml``.
     """
     args = ["--lakehouse", lakehouse, "--conf", conf_path, "--reference-time", reference_time, *task.extra_args]
+    if task.job == "orphans" and max_candidates is not None:
+        args += ["--max-candidates", max_candidates]
     if task.job == "export":
         args += ["--name", export_name, "--target", f"{export_root}/{export_name}", "--as-of", reference_time]
     return args

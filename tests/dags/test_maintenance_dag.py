@@ -104,7 +104,7 @@ def test_spark_submit_templates_follow_the_logical_date(dagbag):
         "--conf", "/opt/trinitylake/conf/expire.yaml",
         "--reference-time", "2026-11-22T03:00:00+00:00",
     ]  # fmt: skip
-    assert _render(dag, "orphans_dry_run", SUNDAY).application_args[-1] == "--dry-run"
+    assert "--dry-run" in _render(dag, "orphans_dry_run", SUNDAY).application_args
     assert "--dry-run" not in _render(dag, "orphans", SUNDAY).application_args
 
     export = _render(dag, "export_weekly", SUNDAY)
@@ -117,6 +117,18 @@ def test_spark_submit_templates_follow_the_logical_date(dagbag):
         "--target", "s3://CHANGE-ME/trinitylake-exports/weekly-20261122",
         "--as-of", "2026-11-22T03:00:00+00:00",
     ]  # fmt: skip
+
+
+def test_orphans_gate_reaches_both_orphans_runs(dagbag):
+    """The orphans_max_candidates param becomes --max-candidates of the dry run and the real
+    run (above it both fail, deleting nothing); expire and export do not get it."""
+    dag = dagbag.dags["trinitylake_maintenance"]
+    assert dag.params.dump()["orphans_max_candidates"] == 100_000
+    for task_id in ("orphans_dry_run", "orphans"):
+        args = list(_render(dag, task_id, SUNDAY).application_args)
+        assert args[args.index("--max-candidates") + 1] == "100000"
+    for task_id in ("expire", "export_weekly"):
+        assert "--max-candidates" not in list(_render(dag, task_id, SUNDAY).application_args)
 
 
 def test_rendering_is_a_function_of_the_run_not_of_now(dagbag):

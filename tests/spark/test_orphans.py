@@ -203,3 +203,20 @@ def test_the_fast_local_listing_and_delete_paths_match_storage(tmp_path):
     assert fast.delete([keys[0], "1111/1111/1111/11111111-gone.arrow"]) == []
     failed = fast.delete([prefix])
     assert [p for p, _ in failed] == [prefix] and os.path.isdir(os.path.join(str(tmp_path / "lh"), prefix))
+
+
+def test_more_candidates_than_max_candidates_fail_both_runs_and_delete_nothing(spark, source, tmp_path):
+    """The gate the Airflow DAG puts on the dry run (and the real run): above the limit the run
+    fails with the candidate list persisted, and nothing is deleted."""
+    lh = _copy(source, tmp_path, "gate")
+    before = owned_files(lh.storage)
+    for dry_run in (True, False):
+        with pytest.raises(JobFailedError) as err:
+            _run(spark, lh, dry_run=dry_run, max_candidates=69)
+        cause = err.value.__cause__
+        assert isinstance(cause, UnsafeOperationError) and "70 candidates exceed max_candidates 69" in str(cause)
+        listing = read_parquet_table(err.value.result.output_location)
+        assert listing.num_rows == 70  # the candidates stay for a person to inspect
+        assert owned_files(lh.storage) == before
+    res, deleted, _ = _run(spark, lh, max_candidates=70)  # at the limit: the run goes ahead
+    assert res.counts["deleted"] == 70 == len(deleted)

@@ -447,6 +447,14 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
                                  "prefix_mismatch": n_clash}
             result.plan_location = write_json(storage, f"{rdir}/plan.json", doc)
             result.output_location = cand_uri
+        limit = getattr(cfg, "max_candidates", None)
+        if limit is not None and n_cands > limit:
+            # Far more unreferenced files than expected usually means the live set is wrong (a
+            # lakehouse restored from an old copy, a pointer rewrite gone astray): stop, with the
+            # candidate list persisted for a person to look at. The DAG's dry run is this gate.
+            raise UnsafeOperationError(
+                f"orphans {result.run_id}: {n_cands} candidates exceed max_candidates {limit}; nothing was deleted. "
+                f"Inspect them at {cand_uri}; if they are truly unreferenced, re-run with a higher --max-candidates")
         if result.dry_run:
             result.counts.update({"deleted": 0, "failed": 0})
             return result
