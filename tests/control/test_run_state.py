@@ -50,8 +50,8 @@ def test_job_filter_lists_every_run_and_counts_are_ints():
 
 
 def test_show_text_units_and_ellipsis():
-    import trinitylake.cli  # noqa: F401 - cli_show registers itself on the group when cli loads
-    from trinitylake.cli_show import ellipsize, metrics_text
+    import trinitylake.cli  # noqa: F401 - cli.show registers itself on the group when cli loads
+    from trinitylake.cli.show import ellipsize, metrics_text
 
     assert ellipsize("abcdef", 4) == "abc…" and ellipsize("abc", 4) == "abc"
     text = metrics_text({"bytes_deleted": 3 * 1024 * 1024, "seconds_total": 2.5, "files_deleted": 7,

@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import os
-import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from trinitylake.errors import TrinityLakeError, UndecodableKeyError, ValidationError
+from trinitylake.cli.common import (
+    _ARGV_KEY,
+    Ctx,
+    _kv,
+    _print_kv,
+    _print_names,
+    console,
+    emit,
+    handle_errors,
+    mark_process_start,
+    parse_time,
+)
+from trinitylake.errors import UndecodableKeyError, ValidationError
 from trinitylake.redact import (
     install_log_redaction,
     redact_argv,
-    redact_text,
     redact_value,
     remember_environment,
     warn_command_line_secrets,
 )
 
 if TYPE_CHECKING:
-    from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.transaction import Transaction
     from trinitylake.lakehouse.view import LakehouseView
 
@@ -35,80 +39,8 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, soft_wrap=True)
-
 
 # ---- shared plumbing ---------------------------------------------------------------------
-class Ctx:
-    def __init__(self, lakehouse_uri: str | None, storage_options: dict, control_uri: str | None, audit: bool):
-        self.lakehouse_uri = lakehouse_uri
-        self.storage_options = storage_options
-        self.control_uri = control_uri
-        self.audit = audit
-        self.txn: Transaction | None = None  # set by `tlake txn` while it replays operations
-        self.dtxn_id: str | None = None  # global --txn: a distributed transaction to stage into
-        # When this command was asked for: a distributed transaction's lease is checked
-        # against it, so the process's own start-up does not eat a short TTL.
-        self.started_ms = _command_started_ms()
-        self._lh: Lakehouse | None = None
-
-    def require_uri(self) -> str:
-        if not self.lakehouse_uri:
-            raise click.UsageError("give --lakehouse URI or set TLAKE_LAKEHOUSE")
-        return self.lakehouse_uri
-
-    def lakehouse(self) -> Lakehouse:
-        if self._lh is None:
-            from trinitylake.lakehouse import Lakehouse
-
-            self._lh = Lakehouse.open(self.require_uri(), storage_options=self.storage_options or None,
-                                      control_uri=self.control_uri, audit=self.audit)
-            click_ctx = click.get_current_context()
-            self._lh.command = click_ctx.command_path.split(" ", 1)[-1]
-            argv = click_ctx.find_root().meta.get(_ARGV_KEY, sys.argv[1:])
-            self._lh.arguments = {"argv": redact_argv(argv, learn=True)}
-        return self._lh
-
-
-def _kv(values: tuple[str, ...], what: str) -> dict[str, str]:
-    out = {}
-    for v in values:
-        if "=" not in v:
-            raise click.BadParameter(f"expected key=value, got {v!r}", param_hint=what)
-        k, _, val = v.partition("=")
-        out[k] = val
-    return out
-
-
-def handle_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Typed library errors become one clear line on stderr and exit code 1 (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return fn(*args, **kwargs)
-        except TrinityLakeError as e:
-            err_console.print(f"[red]error[/red] ({type(e).__name__}): {escape(redact_text(str(e)))}", highlight=False,
-                              markup=True)
-            sys.exit(1)
-        except FileNotFoundError as e:
-            err_console.print(f"[red]error[/red] (FileNotFoundError): {escape(redact_text(str(e)))}", highlight=False)
-            sys.exit(1)
-
-    return wrapper
-
-
-def parse_time(value: str) -> datetime:
-    """ISO-8601 (naive = UTC) or epoch milliseconds."""
-    v = value.strip()
-    if v.isdigit():
-        return datetime.fromtimestamp(int(v) / 1000, UTC)
-    try:
-        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValidationError(f"cannot parse timestamp {value!r}; use ISO-8601 or epoch milliseconds") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def time_travel(fn: _F) -> _F:
@@ -123,17 +55,10 @@ def _view(ctx: Ctx, version: int | None, as_of: str | None, snapshot: str | None
     if ctx.txn is not None:
         return ctx.txn
     if ctx.dtxn_id is not None:
-        from trinitylake.cli_txn import distributed_view
+        from trinitylake.cli.txn import distributed_view
 
         return distributed_view(ctx)
     return ctx.lakehouse().view(version=version, as_of=parse_time(as_of) if as_of else None, snapshot=snapshot)
-
-
-def emit(obj: Any, as_json: bool, render: Callable[[Any], object]) -> None:
-    if as_json:
-        click.echo(json.dumps(obj, indent=2, default=str))
-    else:
-        render(obj)
 
 
 def split_name(full: str) -> tuple[str, str]:
@@ -149,7 +74,7 @@ def _write(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> int 
         op(ctx.txn)
         return None
     if ctx.dtxn_id is not None:
-        from trinitylake.cli_txn import stage_into
+        from trinitylake.cli.txn import stage_into
 
         stage_into(ctx, op, describe)
         return None
@@ -162,7 +87,6 @@ def _write(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> int 
 
 
 # ---- the group -------------------------------------------------------------------------
-_ARGV_KEY = "trinitylake.argv"
 
 
 class _Group(click.Group):
@@ -397,54 +321,20 @@ def rollback(ctx: Ctx, to_version: int) -> None:
     click.echo(f"rolled back to version {to_version} as new version {v}")
 
 
-# ---- rendering ---------------------------------------------------------------------------
-def _print_names(what: str, names: list[str], version: int) -> None:
-    t = Table(f"{what} (version {version})")
-    for n in names:
-        t.add_row(n)
-    console.print(t)
+# ---- the command groups of their own modules --------------------------------------------
+def _register_groups() -> None:
+    from trinitylake.cli import control, export, jobs, report, show, txn
+
+    for module in (txn, show, jobs, export, report, control):
+        module.register(cli)
 
 
-def _print_kv(d: dict[str, Any]) -> None:
-    t = Table("field", "value")
-    for k, v in d.items():
-        t.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
-    console.print(t)
-
-
-def _register_optional() -> None:
-    """Commands that live in their own modules (control table, jobs, report)."""
-    import importlib
-
-    for mod in ("trinitylake.cli_txn", "trinitylake.cli_show", "trinitylake.cli_jobs", "trinitylake.cli_export", "trinitylake.cli_report",
-                "trinitylake.cli_control"):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name == mod:
-                continue
-            raise
-        m.register(cli)
-
-
-_register_optional()
-
-
-_process_command_ms: int | None = None  # set by main(): the process runs one command
-
-
-def _command_started_ms() -> int:
-    """When the command was asked for: the process start for `tlake` (main), else now (a
-    command invoked in-process, e.g. by a test runner or `tlake txn` replaying a line)."""
-    global _process_command_ms
-    stamp, _process_command_ms = _process_command_ms, None
-    return stamp if stamp is not None else int(datetime.now(UTC).timestamp() * 1000)
+_register_groups()
 
 
 def main() -> None:
-    global _process_command_ms
     import trinitylake
 
-    _process_command_ms = trinitylake.PROCESS_STARTED_MS
+    mark_process_start(trinitylake.PROCESS_STARTED_MS)
     cli(prog_name="tlake")
 

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from trinitylake.cli import Ctx, emit, handle_errors, parse_time
+from trinitylake.cli.common import Ctx, emit, handle_errors, parse_time
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 

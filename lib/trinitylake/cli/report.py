@@ -6,7 +6,7 @@ import json
 
 import click
 
-from trinitylake.cli import Ctx, handle_errors
+from trinitylake.cli.common import Ctx, handle_errors
 
 
 def register(cli: click.Group) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from trinitylake.cli import Ctx, emit, handle_errors
+from trinitylake.cli.common import Ctx, emit, handle_errors
 
 
 def _control_group(cli: click.Group) -> click.Group:

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from trinitylake.cli import _kv
+from trinitylake.cli.common import _kv
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -50,7 +50,7 @@ def _summary(r: dict[str, Any]) -> str:
 
 def register(cli: click.Group) -> None:
     """Add the `export` command group to the `tlake` CLI."""
-    from trinitylake.cli import Ctx, console, emit, handle_errors
+    from trinitylake.cli.common import Ctx, console, emit, handle_errors
 
     @cli.group("export", invoke_without_command=True)
     @click.option("--name", default=None, help="name to record the export under (unique per lakehouse)")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 from rich.table import Table
 
-from trinitylake.cli import Ctx, console, emit, handle_errors
+from trinitylake.cli.common import Ctx, console, emit, handle_errors
 from trinitylake.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def txn_show(ctx: Ctx, txn_id: str, as_json: bool) -> None:
         """State of one distributed transaction."""
-        from trinitylake.cli import _print_kv
+        from trinitylake.cli.common import _print_kv
         from trinitylake.lakehouse.distributed import DistributedTransaction
 
         emit(DistributedTransaction.load(ctx.lakehouse(), txn_id).info(), as_json, _print_kv)
