@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from trinitylake.errors import ControlTableError
 from trinitylake.redact import redact_text, redact_value
+from trinitylake.storage import retry
 
 if TYPE_CHECKING:
     from trinitylake.control.table import ControlTable
@@ -107,14 +108,14 @@ def redact_control_table(control: ControlTable, *, dry_run: bool = False) -> Red
     res = RedactResult(dry_run=dry_run)
     if not control.exists():
         raise ControlTableError(f"no control table at {control.uri}")
-    for attempt in range(_ATTEMPTS):
+    def rewrite_once(_n: int) -> None:
         dt = control._load()
         tbl = dt.to_pyarrow_table()
         res.rows_scanned = tbl.num_rows
         source = redacted_rows(tbl)
         res.rows_redacted = source.num_rows
         if dry_run or source.num_rows == 0:
-            break
+            return
         missing = [c for c in _KEY if c not in source.column_names]
         if missing:
             raise ControlTableError(f"control table {control.uri} lacks key column(s) {', '.join(missing)}")
@@ -124,13 +125,17 @@ def redact_control_table(control: ControlTable, *, dry_run: bool = False) -> Red
         updates = {c: f"s.{c}" for c in _REWRITTEN if c in source.column_names}
         try:
             dt.merge(source, pred, source_alias="s", target_alias="t").when_matched_update(updates).execute()
-            break
-        except CommitFailedError as e:  # a concurrent append won the commit: read again
-            if attempt == _ATTEMPTS - 1:
-                raise ControlTableError(f"cannot rewrite control table {control.uri}: {e}") from e
-            time.sleep(0.05 * (attempt + 1))
+        except CommitFailedError:
+            raise  # a concurrent append won the commit: read the table again and retry
         except DeltaError as e:
             raise ControlTableError(f"cannot rewrite control table {control.uri}: {str(e).splitlines()[0]}") from e
+
+    def failed(e: BaseException, _attempts: int) -> BaseException:
+        if isinstance(e, CommitFailedError):
+            return ControlTableError(f"cannot rewrite control table {control.uri}: {e}")
+        return e
+
+    retry.call(rewrite_once, fail=failed, retry_on=lambda e: isinstance(e, CommitFailedError), attempts=_ATTEMPTS)
     if not dry_run and res.rows_redacted:
         dt = control._load()
         # Retention 0 is what makes the clear text physically gone; it also ends time travel

@@ -105,7 +105,7 @@ class SparkDeltaRows:
     def __getstate__(self) -> dict[str, Any]:
         # A session never travels to executors; they re-resolve it if ever asked.
         state = dict(self.__dict__)
-        if not callable(state["_spark"]) or hasattr(state["_spark"], "sparkContext"):
+        if not callable(state["_spark"]):  # a session object (a factory may travel)
             state["_spark"] = None
         return state
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import time
 from typing import Any
@@ -42,7 +41,7 @@ from trinitylake.control.records import (
 from trinitylake.control.seq import SeqAllocator
 from trinitylake.control.spark_engine import ENGINES, SparkDeltaRows, is_table_name, session_has_delta
 from trinitylake.errors import ControlTableError
-from trinitylake.storage import Storage, parse_uri
+from trinitylake.storage import Storage, parse_uri, retry
 
 # Our own directories inside the control location; a location holding only these is "empty".
 _OWN_PREFIXES = ("_seq/", "_recovered/", "_audited/")
@@ -370,8 +369,7 @@ class ControlTable:
             # Spark's Delta retries a lost race of blind appends itself.
             rows.append(data)
             return
-        last_err: Exception | None = None
-        for attempt in range(_APPEND_ATTEMPTS):
+        def append_once(_n: int) -> None:
             dt = self._load()
             table_schema = pa.schema(dt.schema().to_arrow())
             try:
@@ -380,16 +378,19 @@ class ControlTable:
                     write_deltalake(dt, data, mode="append", schema_mode="merge")
                 else:
                     write_deltalake(dt, _conform(data, table_schema), mode="append")
-                return
-            except CommitFailedError as e:
-                last_err = e
-                time.sleep(min(2.0, 0.02 * (2 ** min(attempt, 6))) * (0.5 + random.random()))
+            except CommitFailedError:
+                raise  # a concurrent append won the commit: read the table again and retry
             except DeltaError as e:
                 raise ControlTableError(f"cannot append to control table {self.uri}: {_first_line(e)}") from e
-        raise ControlTableError(
-            f"cannot append to control table {self.uri} after {_APPEND_ATTEMPTS} attempts: "
-            f"{_first_line(last_err) if last_err else 'commit conflicts'}"
-        )
+
+        def failed(e: BaseException, attempts: int) -> BaseException:
+            if not isinstance(e, CommitFailedError):
+                return e
+            return ControlTableError(f"cannot append to control table {self.uri} after {attempts} attempts: "
+                                     f"{_first_line(e)}")
+
+        retry.call(append_once, fail=failed, retry_on=lambda e: isinstance(e, CommitFailedError),
+                   attempts=_APPEND_ATTEMPTS)
 
     def to_arrow(self, since_seq: int | None = None) -> pa.Table:
         """All rows (or those with ``txn_seq >= since_seq``), sorted by (txn_seq, record order).
