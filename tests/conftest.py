@@ -17,6 +17,11 @@ if ROOT not in sys.path:
 FAULTSITE = os.path.join(ROOT, "tests", "support", "faultsite")
 if FAULTSITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (FAULTSITE, os.environ.get("PYTHONPATH")) if p)
+if FAULTSITE not in sys.path:
+    sys.path.insert(0, FAULTSITE)
+import tlake_test_seams  # noqa: E402 - needs FAULTSITE on sys.path
+
+tlake_test_seams.install()  # crash points and delete budgets of in-process runs, by variable
 
 pytest_plugins = ["tests.s3server"]
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory) -> dict:
     wd = tmp_path_factory.mktemp("delta")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), os.environ.get("PYTHONPATH", "")))}
     env.pop("TLAKE_CONTROL_TABLE", None)
     env.pop("TLAKE_CONTROL_ENGINE", None)
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "control" / "_delta_worker.py"), str(wd)],

@@ -172,7 +172,7 @@ def test_rollback_after_a_kill_at_expire_after_commit_is_refused_and_a_rerun_fin
     o = Oracle(lh.uri)
     expired, expired_files = _expected(o)
     owned, snap = o.owned_files(), o.snapshot()
-    env = {**os.environ, "TLAKE_TEST_CRASH_AT": "expire_after_commit", "PYTHONPATH": ROOT}
+    env = {**os.environ, "TLAKE_TEST_CRASH_AT": "expire_after_commit", "PYTHONPATH": os.pathsep.join((ROOT, os.environ.get("PYTHONPATH", "")))}
     proc = subprocess.run(
         [sys.executable, "jobs/expire.py", "--lakehouse", lh.uri, "--execution", "local", "--max-version-age", "0",
          "--clock-skew-margin", "0", "--min-versions-to-keep", str(KEEP), "--reference-time",
@@ -182,7 +182,7 @@ def test_rollback_after_a_kill_at_expire_after_commit_is_refused_and_a_rerun_fin
     assert o.owned_files() >= owned, "killed before deleting anything"
     latest_before = o.latest()[0]
     cli = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tlake"), "--lakehouse", lh.uri, "--no-audit", "rollback",
-                          "--to", str(expired[1])], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+                          "--to", str(expired[1])], cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join((ROOT, os.environ.get("PYTHONPATH", "")))},
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 1 and "VersionExpiredError" in cli.stderr and "is expired" in cli.stderr, cli.stderr
     assert o.latest()[0] == latest_before

@@ -73,7 +73,7 @@ def _figures(ledger):
 
 def _kill(job: str, args: list[str], *, crash_at: str | None = None, killer: list[str] = (), env: dict | None = None):
     """Run `job` in its own process; it must die by SIGKILL."""
-    e = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    e = {**os.environ, "PYTHONPATH": os.pathsep.join((ROOT, os.environ.get("PYTHONPATH", ""))), **(env or {})}
     if crash_at:
         e["TLAKE_TEST_CRASH_AT"] = crash_at
     cmd = [sys.executable, "-m", "tests.oracle.killer", *(killer or ["--op", "none", "--nth", "0"]), job, *args]

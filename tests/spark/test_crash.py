@@ -40,7 +40,7 @@ def test_a_driver_killed_during_expire_is_finished_by_a_rerun(spark, tmp_path, p
     oracle = Oracle(lh.uri)  # independent of the library's reader: keys and definition bytes
     seen = oracle.snapshot()
     files = owned_files(lh.storage)
-    env = {**os.environ, "TLAKE_TEST_CRASH_AT": point, "PYTHONPATH": ROOT}
+    env = {**os.environ, "TLAKE_TEST_CRASH_AT": point, "PYTHONPATH": os.pathsep.join((ROOT, os.environ.get("PYTHONPATH", "")))}
     proc = subprocess.run(
         [sys.executable, "jobs/expire.py", "--lakehouse", lh.uri, "--master", "local[1]", "--max-version-age", "0",
          "--clock-skew-margin", "0", "--min-versions-to-keep", "4", "--control-uri", str(tmp_path / "control")],

@@ -12,15 +12,14 @@ root w and the commit is retried at w+1, with bounded retries and jittered backo
 from __future__ import annotations
 
 import logging
-import os
 import random
-import signal
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from trinitylake import seams
 from trinitylake.errors import (
     AlreadyExistsError,
     ObjectNotFoundError,
@@ -50,10 +49,8 @@ log = logging.getLogger(__name__)
 
 
 def _crash_point(name: str) -> None:
-    """Fault injection for the crash-safety tests: ``TLAKE_TEST_CRASH_AT=<name>`` kills the
-    process with SIGKILL at that point of a commit (no cleanup, no finally blocks)."""
-    if os.environ.get("TLAKE_TEST_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """A point of a commit where a crash-safety test may kill the process (`trinitylake.seams`)."""
+    seams.crash_point(name)
 
 
 class Transaction(LakehouseView):

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import logging
-import os
-import signal
 
+from trinitylake import seams
 from trinitylake.spark.execution import add_progress_listener, notify
 
 __all__ = ["add_progress_listener", "notify"]
@@ -15,11 +14,8 @@ log = logging.getLogger("trinitylake.spark")
 
 
 def crash_point(name: str) -> None:
-    """Fault injection for crash tests: ``TLAKE_TEST_CRASH_AT=<name>`` kills the process with
-    SIGKILL at that point (no cleanup, no finally blocks), like a lost driver."""
-    if os.environ.get("TLAKE_TEST_CRASH_AT") == name:
-        log.error("TLAKE_TEST_CRASH_AT=%s: killing the driver", name)
-        os.kill(os.getpid(), signal.SIGKILL)
+    """A point where a crash test may kill the driver (`trinitylake.seams`)."""
+    seams.crash_point(name)
 
 
 class InjectedFault(RuntimeError):
@@ -27,19 +23,17 @@ class InjectedFault(RuntimeError):
 
 
 class DeleteBudget:
-    """Fault injection for the delete phase: ``TLAKE_TEST_FAIL_DELETE_AFTER=N`` lets N delete
-    batches run; the batches after them fail as if the job had been killed mid-delete.
-
-    None (the normal case) when the variable is unset.
-    """
+    """Fault injection for the delete phase: N delete batches run, the batches after them fail
+    as if the job had been killed mid-delete (the budget comes from `trinitylake.seams`, where
+    the tests register it; None, the normal case, when nothing is registered)."""
 
     def __init__(self, batches: int):
         self.left = batches
 
     @classmethod
-    def from_env(cls) -> DeleteBudget | None:
-        v = os.environ.get("TLAKE_TEST_FAIL_DELETE_AFTER")
-        return cls(int(v)) if v and v.strip().isdigit() else None
+    def current(cls) -> DeleteBudget | None:
+        n = seams.delete_batches_allowed()
+        return None if n is None else cls(n)
 
     def take(self, n: int) -> int:
         """Batches of the next `n` that may run; the rest must fail."""

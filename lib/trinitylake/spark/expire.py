@@ -494,7 +494,7 @@ def _commit(lh: Any, new_oldest: int, result: JobResult) -> int:
 def _delete_levels(ex: Execution, lh: Any, cands: _Candidates, expired: list[int], cfg: Any,
                    result: JobResult) -> DeleteOutcome:
     """Delete non-root candidates deepest level first, then the expired roots, oldest first."""
-    budget = DeleteBudget.from_env()
+    budget = DeleteBudget.current()
     total = DeleteOutcome()
     levels = cands.levels()
     for depth in sorted(levels, reverse=True):

@@ -461,7 +461,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
 
         with phase("delete", "delete the orphans"):
             out = delete_keys(ex, LocalDeleteStorage.of(storage), cands, n_cands, batch_size=cfg.delete_batch_size,
-                              max_retries=cfg.max_retries, budget=DeleteBudget.from_env(), what="orphan files")
+                              max_retries=cfg.max_retries, budget=DeleteBudget.current(), what="orphan files")
         result.counts.update({"deleted": out.deleted, "failed": out.failed, "delete_batches": out.batches})
         if out.failed == 0:
             result.bytes["deleted"] = b_cands
