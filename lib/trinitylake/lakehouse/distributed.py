@@ -510,28 +510,31 @@ def _delete_quietly(lh: Lakehouse, paths: list[str], what: str) -> list[str]:
     return [p for p, _ in failed]
 
 
+def _markers(lakehouse: Lakehouse) -> list[tuple[str, str]]:
+    """(marker path, transaction id) of every distributed transaction marker."""
+    try:
+        _, files = lakehouse.storage.list_dirs(MARKER_DIR)
+    except FileNotFoundError:
+        return []
+    return [(f.path, f.path.rstrip("/").rsplit("/", 1)[-1]) for f in files]
+
+
 def list_transactions(lakehouse: Lakehouse, *, include_closed: bool = False) -> list[dict[str, Any]]:
     """Distributed transactions with a marker: live ones (open or committing, not expired), or
     all when `include_closed`. Markers of committed or aborted transactions, and of expired
     ones maintenance no longer keeps (`KEEP_AFTER_EXPIRY_MS`), are removed."""
-    st = lakehouse.storage
-    try:
-        _, files = st.list_dirs(MARKER_DIR)
-    except FileNotFoundError:
-        return []
     out = []
     now = _now_ms()
-    for f in files:
-        txn_id = f.path.rstrip("/").rsplit("/", 1)[-1]
+    for marker, txn_id in _markers(lakehouse):
         try:
             info = DistributedTransaction(lakehouse, txn_id).info()
         except (ValidationError, ObjectNotFoundError, CorruptDefinitionError) as e:
-            log.warning("skipping transaction marker %s: %s", f.path, e)
+            log.warning("skipping transaction marker %s: %s", marker, e)
             continue
         live = info["state"] in (OPEN, COMMITTING) and not info["expired"]
         # Markers of closed transactions, or of ones maintenance no longer keeps, are dropped.
         if info["state"] in (COMMITTED, ABORTED) or now > info["expire_at_millis"] + KEEP_AFTER_EXPIRY_MS:
-            _delete_quietly(lakehouse, [f.path], "a finished transaction's marker")
+            _delete_quietly(lakehouse, [marker], "a finished transaction's marker")
         if live or include_closed:
             out.append(info)
     return sorted(out, key=lambda i: (i["began_at_millis"], i["id"]))
@@ -541,15 +544,9 @@ def live_running_roots(lakehouse: Lakehouse, margin_ms: int = KEEP_AFTER_EXPIRY_
     """(beginning version, running root path) of every distributed transaction that may still
     commit: open or committing, and not past ``expire_at + margin_ms``. Maintenance walks them
     so that what they stage is reachable."""
-    st = lakehouse.storage
-    try:
-        _, files = st.list_dirs(MARKER_DIR)
-    except FileNotFoundError:
-        return []
     out = []
     now = _now_ms()
-    for f in files:
-        txn_id = f.path.rstrip("/").rsplit("/", 1)[-1]
+    for _, txn_id in _markers(lakehouse):
         try:
             s = DistributedTransaction(lakehouse, txn_id).state()
         except (ValidationError, ObjectNotFoundError, CorruptDefinitionError):
