@@ -262,12 +262,69 @@ def expand_node_rows(reader: Reader, rows: Iterable[Sequence[Any]], io_threads: 
         yield from pool.map(lambda r: expand_node(reader, r), rows)
 
 
+#: Keys a sizing thread stats per task: large, because a ``stat`` of a cached inode takes a few
+#: microseconds and a thread hand-over per key costs more than that (8 threads handing over
+#: every 64 keys sized 200k definitions in 9.3 s here, 2 threads over chunks of 4096 in 0.5 s).
+SIZE_CHUNK = 2048
+#: Threads for local ``stat``s: enough to overlap cold inode-table reads (100k cold stats took
+#: 1.5 s on one thread and 1.0 s on four here), few enough to keep the GIL from convoying.
+LOCAL_SIZE_THREADS = 4
+
+
+def _local_sizes(reader: Reader, keys: Sequence[str]) -> list[int] | None:
+    """Sizes of relative keys on a local storage by plain ``os.stat`` relative to a descriptor
+    of the lakehouse root, or None when this storage must be asked key by key (not local, a
+    foreign key, or a fault injector hooked into its `_io` seam). A key whose ``stat`` fails
+    with anything but "missing" is asked again through the storage (retries, typed errors)."""
+    st = reader.storage
+    if st.scheme != "file" or not st.io_is_direct():
+        return None
+    if any(is_absolute(k) for k in keys):
+        return None
+    try:
+        dfd = os.open(st._fs_path(""), os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+    def part(ks: Sequence[str]) -> list[int]:
+        out = []
+        for k in ks:
+            try:
+                out.append(os.stat(k, dir_fd=dfd).st_size)
+            except FileNotFoundError:
+                out.append(-1)
+            except OSError:
+                out.append(reader.size(k))
+        return out
+
+    try:
+        if len(keys) <= SIZE_CHUNK:
+            return part(keys)
+        # In path order, so that a chunk's files share directories (and inode-table blocks).
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        ordered = [keys[i] for i in order]
+        parts = [ordered[i:i + SIZE_CHUNK] for i in range(0, len(ordered), SIZE_CHUNK)]
+        with ThreadPoolExecutor(max_workers=min(LOCAL_SIZE_THREADS, len(parts))) as pool:
+            flat = [s for chunk in pool.map(part, parts) for s in chunk]
+        out = [0] * len(keys)
+        for i, s in zip(order, flat, strict=True):
+            out[i] = s
+        return out
+    finally:
+        os.close(dfd)
+
+
 def sizes_of(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> list[int]:
-    """Sizes of files by key (-1 for missing ones), `io_threads` at a time."""
+    """Sizes of files by key (-1 for missing ones): local keys by plain ``stat`` in large
+    chunks (`_local_sizes`), others `io_threads` at a time (object stores answer in tens of
+    milliseconds; threads hide that latency)."""
+    local = _local_sizes(reader, keys)
+    if local is not None:
+        return local
     if io_threads <= 1 or len(keys) <= 1:
         return [reader.size(k) for k in keys]
     with ThreadPoolExecutor(max_workers=min(io_threads, len(keys))) as pool:
-        return list(pool.map(reader.size, keys))
+        return list(pool.map(reader.size, keys, chunksize=64))
 
 
 def describe_failures(rows: Sequence[Sequence[Any]], total: int) -> str:

@@ -352,11 +352,7 @@ class _Walk:
     def _finish_local(self, sizes: bool) -> Reached:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
         with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0):
-            pool = self._pool() if sizes and len(keys) > 1 else None
-            if pool is not None:
-                lsize = list(pool.map(self.reader.size, keys, chunksize=64))
-            else:
-                lsize = [self.reader.size(k) for k in keys] if sizes else [-1] * len(keys)
+            lsize = R.sizes_of(self.reader, keys, self.io_threads) if sizes else [-1] * len(keys)
         leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
         table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])

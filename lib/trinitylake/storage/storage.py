@@ -196,6 +196,11 @@ class Storage:
         test-only fault injector (`trinitylake.storage.faults`) hooks in; nothing else here."""
         return fn(*args)
 
+    def io_is_direct(self) -> bool:
+        """Whether `_io` is the plain call (no fault injector hooked in, neither into this
+        storage nor into the class): only then may bulk paths call the OS without the seam."""
+        return "_io" not in vars(self) and type(self)._io is _DIRECT_IO
+
     def _retrying(self, op: str, path: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` through `_io`, retried while it fails transiently; failures typed."""
         return retry.call(lambda _n: self._io(op, path, fn, *args),
@@ -592,3 +597,7 @@ def _mtime_of(d: dict[str, Any]) -> float:
         except (TypeError, ValueError):
             continue
     return 0.0
+
+
+#: The seam as defined here, to tell it from a fault injector installed over it.
+_DIRECT_IO = Storage._io
