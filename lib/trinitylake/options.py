@@ -114,7 +114,7 @@ COMMON_OPTIONS: tuple[Option, ...] = (
          "auto: a phase with at most this many items (node files of a walk level, listed files, candidates, files "
          "to copy) runs on the driver; bigger ones on the executors (crossover measured in BENCHMARKS.md).",
          minimum=0),
-    _opt("driver_max_rows", "int", 500_000,
+    _opt("driver_max_rows", "int", 1_200_000,
          "auto: most rows a driver phase may hold (walk output, listing, candidates); a walk growing past it hands "
          "its remaining levels to the executors. Bounds the driver's memory.", minimum=1),
     _opt("threads", "int", 16, "Threads of a driver phase, and concurrent I/O requests inside one executor task.",

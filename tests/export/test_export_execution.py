@@ -173,3 +173,33 @@ def test_distributed_export_under_spark_connect_matches_a_local_one(make_lakehou
     assert r["details"]["spark"]["mode"] == "connect"
     assert {p["where"] for k, p in r["details"]["execution"].items() if k != "export.validate"} == {"distributed"}
     assert _tree(tmp_path / "l") == _tree(tmp_path / "c")
+
+
+@pytest.mark.spark
+def test_node_bytes_held_by_the_plan_count_against_the_driver_bound(make_lakehouse, tmp_path, monkeypatch, request):
+    # The plan keeps node files' bytes (the copy writes them without reading them again): in
+    # auto mode they weigh on the driver bound as rows of ROW_BYTES each, so a plan of few rows
+    # but many node bytes hands its remaining levels to the executors.
+    from trinitylake.spark import export_planner
+    from trinitylake.spark.execution import Limits
+
+    lh = make_lakehouse()
+    v = populate(lh)
+
+    def go(name: str, row_bytes: int) -> dict:
+        monkeypatch.setattr(export_planner, "ROW_BYTES", row_bytes)
+        cfg = export_cfg(lh, str(tmp_path / name), name, version=v)
+        result = JobResult(job="export", run_id=cfg.run_id, lakehouse=lh.uri)
+        record: dict = {}
+        result.details["execution"] = record
+        ex = Execution("auto", session_factory=lambda: request.getfixturevalue("spark"), record=record,
+                       limits=Limits(driver_max_rows=2000))
+        run_export(ex, lh, cfg, result)
+        assert result.status != "failed"
+        return record
+
+    light = go("light", 10**9)
+    assert light["export.plan_nodes"]["where"] == "local"
+    heavy = go("heavy", 1)
+    assert heavy["export.plan_nodes"]["where"] != "local"
+    assert _tree(tmp_path / "light") == _tree(tmp_path / "heavy")

@@ -62,10 +62,16 @@ class Limits:
     #: A phase with at most this many items (node files of a walk level, listed prefixes x
     #: files, candidates to delete, files to copy) runs on the driver.
     local_max_items: int = 200_000
-    #: Rows a driver-local phase may hold at once (walk output, listing, candidates).
-    driver_max_rows: int = 500_000
+    #: Rows a driver-local phase may hold at once (walk output, listing, candidates). A driver
+    #: walk of 1.1M files peaked at 691 MiB, about `ROW_BYTES` per held row.
+    driver_max_rows: int = 1_200_000
     #: Threads of a driver-local phase, and I/O threads inside one executor task.
     threads: int = 16
+
+
+#: Driver memory of one held row, measured (see `Limits.driver_max_rows`): phases that hold
+#: file contents (an export plan keeps node bytes) count every `ROW_BYTES` of them as a row.
+ROW_BYTES = 480
 
 
 # Progress listeners: called with a phase's description when it starts (the CLI shows it).

@@ -26,7 +26,7 @@ from trinitylake.errors import (
     VersionNotFoundError,
 )
 from trinitylake.maintenance import export_plan as X
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, batch_of, chunks, ddl, rows_of
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
 from trinitylake.storage import Storage
 from trinitylake.storage.local_files import LocalFiles
 
@@ -153,6 +153,7 @@ class Planner:
         self.levels: list[dict[str, Any]] = []
         # Driver-side state.
         self.nodes: dict[str, X.PlanRow] = {}
+        self.node_bytes = 0  # of the node files held in `nodes` (the copy writes them as read)
         self.odfs: dict[str, int] = {}
 
     def run(self, ref: Any, root_refs: X.NodeRefs) -> dict[str, Any]:
@@ -163,7 +164,7 @@ class Planner:
         frontier = dict.fromkeys(root_refs.children, 1)
         depth = 1
         while frontier:
-            held = len(self.nodes) + len(self.odfs) + len(frontier)
+            held = len(self.nodes) + len(self.odfs) + len(frontier) + self.node_bytes // ROW_BYTES
             if self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
                 return self._run_distributed(frontier, depth)
             frontier = self._local_level(frontier, depth)
@@ -191,6 +192,7 @@ class Planner:
         for role, tgt, kind, d, action, size, md5, external, data, err in out:
             if role == ROLE_NODE:
                 self.nodes[tgt] = X.PlanRow(tgt, self.source.uri(tgt), kind, d, action, size, md5, external, data)
+                self.node_bytes += len(data) if data else 0
             elif role == ROLE_CHILD:
                 if tgt not in self.nodes and tgt not in frontier:
                     nxt.setdefault(tgt, d)
@@ -222,7 +224,7 @@ class Planner:
 
     def _write_local(self) -> dict[str, Any]:
         rows = self._rows()
-        self.nodes, self.odfs = {}, {}
+        self.nodes, self.odfs, self.node_bytes = {}, {}, 0
         if self.ex.distributed(len(rows)):  # the walk stayed on the driver, the plan is big enough
             df = self.ex.spark.createDataFrame(X.plan_table(rows), schema=ddl(X.PLAN_SCHEMA))
             return self._write_distributed([df], [], [])
@@ -247,7 +249,7 @@ class Planner:
                                       "depth": pa.array(list(frontier_d.values()), pa.int32())}))
         # Hand over the driver's rows (bounded by the thresholds that kept them there).
         plan_parts = [spark.createDataFrame(X.plan_table(self._rows()), schema=ddl(X.PLAN_SCHEMA))]
-        self.nodes, self.odfs = {}, {}
+        self.nodes, self.odfs, self.node_bytes = {}, {}, 0
         odf_parts = []
         node_parts = []
         checkpoints = []
