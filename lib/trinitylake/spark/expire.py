@@ -450,6 +450,8 @@ def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResul
         if n_final != n_cands:
             log.info("expire %s: %d candidates are reachable from versions committed since the plan; kept",
                      result.run_id, n_cands - n_final)
+            # What is deleted is no longer the persisted candidates: persist it too, before deleting.
+            result.details["delete_location"] = cands.write(ex, storage.uri(f"{rdir}/to_delete"), storage.options)
         # From here on nothing new may reference the expired versions: rollbacks and export
         # pins below the committed floor are refused (`lakehouse.roots.check_retained`).
         crash_point("expire_before_delete")
