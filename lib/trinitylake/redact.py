@@ -122,8 +122,14 @@ def remember_environment(env: Mapping[str, str] | None = None) -> None:
     """Remember the values of credential-named environment variables (``AWS_SECRET_ACCESS_KEY``,
     ``AZURE_CLIENT_SECRET``, ...): storage libraries read them and may quote them in errors."""
     for k, v in (os.environ if env is None else env).items():
-        if is_secret_key(k):
+        if is_secret_key(k) and k not in _SHELL_DIRECTORIES:
             remember(v)
+
+
+# The shell's working directories: "PWD" reads as a password abbreviation, but its value is a
+# path that every relative command line repeats (remembering it made every command run from
+# that folder warn of credentials on the command line).
+_SHELL_DIRECTORIES = frozenset({"PWD", "OLDPWD"})
 
 
 # Values that stand for a value in usage text ("expected KEY=VALUE"), not a value.

@@ -161,6 +161,14 @@ def test_environment_credentials_are_learned():
     assert redact_text("/home/someone-long") == "/home/someone-long"
 
 
+def test_the_shell_working_directory_is_not_a_password(tmp_path):
+    # PWD reads like "password"; remembering it flagged every command run from that folder.
+    here = str(tmp_path / "work-folder-of-the-shell")
+    redact.remember_environment({"PWD": here, "OLDPWD": here + "-before"})
+    assert redact_text(f"{here}/lakehouse") == f"{here}/lakehouse"
+    assert redact.secret_options(["--lakehouse", f"{here}/lh", "--target", f"{here}-before/x"]) == []
+
+
 def test_log_filter_redacts_message_args_and_traceback():
     s = unique("log")
     stream = io.StringIO()
