@@ -228,3 +228,40 @@ def test_under_spark_connect(connect_spark, lake, expired):
     expected = reach(lh, inp.retained_versions, [(0, u) for u in inp.export_roots.values()]).rows
     assert dict(_rows(res.reachable_files_df(), "path", "kind")) == expected
     _check_history(history(connect_spark, lh.uri), lh, [expired[0], res])
+
+
+def test_expire_deleted_files_df_leaves_out_what_a_version_committed_meanwhile_reaches(spark, base):
+    """A rollback to an expiring version lands between the expire's plan and its commit: the
+    files it reaches again leave the candidates, and `deleted_files_df` is what was deleted."""
+    from trinitylake import seams
+
+    lh = Lakehouse.create(str(base / "raced"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    build_history(lh, seed=3, ops=12)
+    time.sleep(TTL_MS / 1000 + 0.2)
+    versions = R.walk_input(lh).retained_versions
+    kept = set(reach(lh, versions[-3:]).rows)
+    back = max(versions[:-3], key=lambda v: len(set(reach(lh, [v]).rows) - kept))
+    revived = set(reach(lh, [back]).rows) - kept
+    assert revived
+    before = owned_files(lh.storage)
+    armed = [True]
+
+    def rollback_after_plan(name: str) -> None:
+        if name == "expire_after_plan" and armed:
+            armed.pop()
+            lh.rollback(to=back)
+
+    seams.on_crash_point(rollback_after_plan)
+    try:
+        res = (TrinityLakeActions(spark, lh, env={})
+               .expire(min_versions_to_keep=3, max_version_age=0, clock_skew_margin=0).execute())
+    finally:
+        seams._crash_handlers.remove(rollback_after_plan)
+    assert not armed, "the rollback ran inside the expire"
+    after = owned_files(lh.storage)
+    cands = {p for (p,) in _rows(res.candidate_files_df(), "path")}
+    deleted = {p for (p,) in _rows(res.deleted_files_df(), "path")}
+    assert deleted == before - after
+    assert res.job_result.details["delete_location"].endswith("/to_delete")
+    assert deleted < cands and cands - deleted <= revived
+    assert res.counts["deleted"] == len(deleted)
