@@ -24,7 +24,7 @@ from trinitylake.control import ControlTable
 from trinitylake.errors import ConfigError
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance import reach as R
-from trinitylake.spark.actions import TrinityLakeActions, history
+from trinitylake.spark.actions import ExportResult, TrinityLakeActions, history
 
 pytestmark = pytest.mark.spark
 
@@ -218,10 +218,13 @@ def test_unknown_option_is_refused_before_anything_runs(actions):
         actions.walk(older_than="1d")
 
 
-def test_under_spark_connect(connect_spark, lake, expired):
-    """A walk run with a Connect session, its listing and the history read through it (the
-    jobs' own placement on a Connect server's executors is `tests/spark/test_modes.py`'s)."""
+def test_under_spark_connect(connect_spark, lake, exported, expired):
+    """A walk run with a Connect session, its listing, an export's files and the history read
+    through it (the jobs' own placement on a Connect server's executors is `test_modes.py`'s)."""
     lh, _ = lake
+    done = exported[0]
+    via_connect = ExportResult(connect_spark, done.job_result, done.config).copied_files_df()
+    assert sorted(map(tuple, via_connect.collect())) == sorted(map(tuple, done.copied_files_df().collect()))
     res = TrinityLakeActions(connect_spark, lh, env={}).walk().execute()
     inp = R.walk_input(lh)
     assert inp.export_roots, "the export is walked too"

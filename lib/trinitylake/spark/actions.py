@@ -64,6 +64,8 @@ from trinitylake.format.paths import root_name
 from trinitylake.maintenance.plan import read_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
+from trinitylake.spark.orphans import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
+from trinitylake.spark.walk import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 from trinitylake.storage import Storage, join_uri, parse_uri
 
 if TYPE_CHECKING:
@@ -83,11 +85,10 @@ __all__ = [
     "history",
 ]
 
-#: Rows of a walk listing and of expire's candidates (`trinitylake.spark.walk.OUTPUT_SCHEMA`).
-REACHED_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
-                            ("depth", pa.int32()), ("first_version", pa.int64())])
-#: Rows of orphans' candidates (`trinitylake.spark.orphans.CANDIDATE_SCHEMA`; mtime in epoch seconds).
-ORPHAN_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()), ("mtime", pa.float64())])
+#: Rows of a walk listing and of expire's candidates: path, kind, size, depth, first_version.
+REACHED_SCHEMA = WALK_OUTPUT_SCHEMA
+#: Rows of orphans' candidates: path, size, mtime (epoch seconds).
+ORPHAN_SCHEMA = ORPHAN_CANDIDATE_SCHEMA
 #: Rows of `ExpireResult.expired_versions_df`: ``expired`` now, or ``leftover`` of an earlier run.
 EXPIRED_VERSIONS_SCHEMA = pa.schema([("version", pa.int64()), ("status", pa.string())])
 #: Rows of `ExportResult.copied_files_df` (paths relative to the target root; sources are URIs).
