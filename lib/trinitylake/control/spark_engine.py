@@ -39,8 +39,10 @@ def is_table_name(value: str) -> bool:
 
 
 def session_has_delta(spark: Any) -> bool:
-    """Whether `spark` can read and write Delta through Spark (Delta's SQL extension or catalog
-    configured, or a Databricks runtime, which always has Delta)."""
+    """Whether `spark` can read and write Delta through Spark: a Databricks runtime (which
+    always has Delta), Delta's SQL extension or catalog in the session's conf, or, for a
+    Spark Connect session whose server hides or refuses those static confs, a Delta statement
+    the server parses (`_delta_sql_probe`)."""
     import os
 
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
@@ -48,9 +50,41 @@ def session_has_delta(spark: Any) -> bool:
     try:
         ext = spark.conf.get("spark.sql.extensions", "") or ""
         cat = spark.conf.get("spark.sql.catalog.spark_catalog", "") or ""
+        if "DeltaSparkSessionExtension" in ext or "DeltaCatalog" in cat:
+            return True
     except Exception:  # noqa: BLE001 - a Connect server may refuse to show a static conf
-        return False
-    return "DeltaSparkSessionExtension" in ext or "DeltaCatalog" in cat
+        pass
+    # A classic session's conf is the whole truth; a Connect server's may not be shown to its
+    # clients (Databricks serverless, a shared cluster), so ask the server itself.
+    return is_connect_session(spark) and _delta_sql_probe(spark)
+
+
+def is_connect_session(spark: Any) -> bool:
+    """True for a Spark Connect client session (``pyspark.sql.connect``)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+#: A Delta-only statement on a path that never exists: parsed only by a server with Delta's SQL
+#: extension, then refused for the missing table, without reading or writing anything.
+DELTA_PROBE_SQL = "DESCRIBE HISTORY delta.`/__tlake_delta_probe__/none`"
+# Answers of a server with Delta to DELTA_PROBE_SQL (error classes and message fragments).
+_DELTA_ANSWERS = ("DELTA_", "is not a Delta table", "PATH_NOT_FOUND", "DeltaAnalysisException")
+# Answers of a server without it: the statement does not parse, or `delta` is no data source.
+_NO_DELTA_ANSWERS = ("PARSE_SYNTAX_ERROR", "ParseException", "DATA_SOURCE_NOT_FOUND")
+
+
+def _delta_sql_probe(spark: Any) -> bool:
+    """Whether the server behind `spark` parses Delta's SQL (`DELTA_PROBE_SQL`): a Delta error
+    about the missing table means yes; a parse error, or anything else, means no (delta-rs then
+    writes the rows, which always works)."""
+    try:
+        spark.sql(DELTA_PROBE_SQL).collect()
+        return True  # a server that describes even a missing path has Delta
+    except Exception as e:  # noqa: BLE001 - the answer is in the error
+        text = f"{type(e).__name__}: {e}"
+        if any(k in text for k in _NO_DELTA_ANSWERS):
+            return False
+        return any(k in text for k in _DELTA_ANSWERS)
 
 
 def _sql_type(t: pa.DataType) -> str:
