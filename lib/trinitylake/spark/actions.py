@@ -439,8 +439,9 @@ def history(spark: Any, lakehouse_or_path: str | Lakehouse, control_table: str |
     else:
         df = spark.createDataFrame(CONTROL_SCHEMA.empty_table())
     F = functions_for(spark)  # noqa: N806
-    rank = F.lit(9)
-    for record_type, r in sorted(RECORD_TYPE_RANK.items(), key=lambda kv: kv[1], reverse=True):
-        rank = F.when(F.col("record_type") == record_type, F.lit(r)).otherwise(rank)
+    # Within one txn_seq: lifecycle position (`RECORD_TYPE_RANK`, as ControlTable.records), then
+    # recorded_at; transactions themselves are ordered by txn_seq alone.
+    ranks = F.create_map(*[F.lit(x) for kv in RECORD_TYPE_RANK.items() for x in kv])
+    rank = F.coalesce(ranks[F.col("record_type")], F.lit(9))
     keys = [F.col("txn_seq"), rank, F.col("recorded_at")]
     return df.orderBy(*[k.desc() if newest_first else k.asc() for k in keys])
