@@ -151,14 +151,13 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
 def _control_engine(lakehouse: Any, cfg: Any, job: str) -> None:
     """The control table through the engine the config asks for; Spark's Delta gets the job's
     own session (started with Delta's JARs when the job has none yet)."""
-    from trinitylake.control import ControlTable
-
     engine = getattr(cfg, "control_engine", "auto") or "auto"
     table = getattr(cfg, "control_table", None)
     auditor = lakehouse.auditor
     if not auditor.enabled or (engine == "auto" and not table and not os.environ.get("TLAKE_CONTROL_TABLE")
                                and not os.environ.get("TLAKE_CONTROL_ENGINE")):
         return  # auto without a name: ControlTable checks the active session itself
+    from trinitylake.control import ControlTable  # only now: it imports deltalake (0.3 s)
 
     def session() -> Any:
         from pyspark.sql import SparkSession

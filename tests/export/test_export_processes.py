@@ -1,0 +1,103 @@
+"""A big local-to-local export copies its plan parts in worker processes (`copy_workers`): the
+same files as the driver's threads, failures as typed errors naming the file or the part, and a
+failed run resumes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import trinitylake.spark.export as E
+import trinitylake.spark.export_planner as P
+from trinitylake.errors import StorageError, TrinityLakeError
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.storage import Storage
+
+from .conftest import populate, root_files, state, target_files
+from .test_export_execution import _tree
+
+
+@pytest.fixture
+def processes(monkeypatch):
+    """Every local copy counts as big, on a machine with two cores, in parts of 4 files."""
+    monkeypatch.setattr(P, "LOCAL_PART_ROWS", 4)
+    monkeypatch.setattr(E, "LOCAL_PROCESS_MIN_FILES", 1)
+    monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
+
+
+def test_worker_processes_copy_exactly_what_the_driver_threads_copy(run, make_lakehouse, tmp_path, monkeypatch):
+    lh = make_lakehouse()
+    v = populate(lh)
+    a = run(lh, str(tmp_path / "threads"), "a", version=v, batch_size=4)
+    assert "copy_processes" not in a.details
+    monkeypatch.setattr(P, "LOCAL_PART_ROWS", 4)
+    monkeypatch.setattr(E, "LOCAL_PROCESS_MIN_FILES", 1)
+    monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
+    b = run(lh, str(tmp_path / "procs"), "b", version=v, batch_size=4)
+    assert b.details["copy_processes"] == 2 and b.details["execution"]["export.copy"]["where"] == "local"
+    ta, tb = _tree(tmp_path / "threads"), _tree(tmp_path / "procs")
+    assert ta == tb and len(ta) > 5
+    for k in ("planned", "copied", "verified", "rewritten", "source_reads"):
+        assert a.counts[k] == b.counts[k], k
+    # Every part got its result manifest (written by the workers), so a re-run reads no source.
+    assert b.counts["batches"] == len(os.listdir(tmp_path / "procs" / "_export" / "b" / "copied"))
+    assert state(Lakehouse.open(str(tmp_path / "procs"), audit=False).view()) == state(lh.view(version=v))
+    again = run(lh, str(tmp_path / "procs"), "b")
+    assert again.counts["copied"] == 0 and again.counts["source_reads"] == 0
+
+
+def test_a_source_file_missing_in_a_worker_is_a_typed_error_naming_it(run, make_lakehouse, tmp_path, processes):
+    lh = make_lakehouse()
+    populate(lh)
+    gone = lh.view().describe_table("ns0", "t3")["definition"]
+    os.remove(lh.storage._fs_path(gone))
+    with pytest.raises(TrinityLakeError) as e:
+        run(lh, str(tmp_path / "t"), "m", batch_size=4)
+    assert gone.rsplit("/", 1)[-1] in str(e.value)
+    assert root_files(Storage(str(tmp_path / "t"))) == []  # nothing visible: the root is written last
+    assert "m" not in lh.definition().exported_snapshots
+
+
+def test_a_dead_worker_fails_the_copy_and_a_rerun_finishes_it(run, make_lakehouse, tmp_path, processes, monkeypatch):
+    lh = make_lakehouse()
+    v = populate(lh)
+    target = str(tmp_path / "t")
+    # A worker that exits at once, like one killed by the OOM killer before its first answer.
+    monkeypatch.setattr(sys, "executable", "/bin/true")
+    with pytest.raises(StorageError, match="copy"):
+        run(lh, target, "d", batch_size=4)
+    assert root_files(Storage(target)) == [] and "d" not in lh.definition().exported_snapshots
+    monkeypatch.undo()
+    r = run(lh, target, "d")
+    assert r.details["resumed"] and r.counts["copied"] + r.counts["skipped"] == r.counts["planned"]
+    assert len(set(target_files(Storage(target))) - {"_latest_hint.txt"}) == r.counts["planned"]
+    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
+
+
+def test_an_exception_inside_a_worker_names_the_part(tmp_path):
+    from trinitylake.spark.copy_workers import CopyWorkers
+
+    # A setup the worker cannot use (no such plan part under the export folder).
+    src, tgt = Storage(str(tmp_path / "s")), Storage(str(tmp_path / "t"))
+    with CopyWorkers(2, (src, tgt, None, "_export/none", True, False)) as pool, \
+            pytest.raises(StorageError, match=r"plan part part-0000[01]\.parquet: FileNotFoundError"):
+        pool.map(["part-00000.parquet", "part-00001.parquet"])
+
+
+def test_small_or_injected_copies_stay_on_the_driver_threads(tmp_path, monkeypatch):
+    from trinitylake.storage.faults import FaultSpec, injected
+
+    monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
+    src, tgt = Storage(str(tmp_path / "s")), Storage(str(tmp_path / "t"))
+    assert E.copy_processes(E.LOCAL_PROCESS_MIN_FILES - 1, 10, src, tgt) == 0
+    assert E.copy_processes(E.LOCAL_PROCESS_MIN_FILES, 10, src, tgt) == 2
+    assert E.copy_processes(E.LOCAL_PROCESS_MIN_FILES, 1, src, tgt) == 0
+    monkeypatch.setattr(E.os, "cpu_count", lambda: 1)
+    assert E.copy_processes(E.LOCAL_PROCESS_MIN_FILES, 10, src, tgt) == 0
+    monkeypatch.setattr(E.os, "cpu_count", lambda: 64)
+    assert E.copy_processes(10**6, 1000, src, tgt) == E.LOCAL_PROCESSES_MAX
+    # A fault injector lives in this process only: the copy must stay here to meet it.
+    with injected(FaultSpec(transient_rate=0.0)):
+        assert E.copy_processes(10**6, 1000, src, tgt) == 0
