@@ -81,9 +81,9 @@ def test_an_exception_inside_a_worker_names_the_part(tmp_path):
 
     # A setup the worker cannot use (no such plan part under the export folder).
     src, tgt = Storage(str(tmp_path / "s")), Storage(str(tmp_path / "t"))
-    with CopyWorkers(2, (src, tgt, None, "_export/none", True, False)) as pool, \
+    with CopyWorkers(2) as pool, \
             pytest.raises(StorageError, match=r"plan part part-0000[01]\.parquet: FileNotFoundError"):
-        pool.map(["part-00000.parquet", "part-00001.parquet"])
+        pool.map(["part-00000.parquet", "part-00001.parquet"], (src, tgt, None, "_export/none", True, False))
 
 
 def test_small_or_injected_copies_stay_on_the_driver_threads(tmp_path, monkeypatch):
@@ -98,6 +98,20 @@ def test_small_or_injected_copies_stay_on_the_driver_threads(tmp_path, monkeypat
     assert E.copy_processes(E.LOCAL_PROCESS_MIN_FILES, 10, src, tgt) == 0
     monkeypatch.setattr(E.os, "cpu_count", lambda: 64)
     assert E.copy_processes(10**6, 1000, src, tgt) == E.LOCAL_PROCESSES_MAX
+    # Started early, during planning, once the plan is expected to be big; never for a small one.
+    monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
+    early = E._Workers(src, tgt, allowed=True)
+    try:
+        early.expect(E.LOCAL_PROCESS_MIN_FILES - 1)
+        assert early.pool is None
+        early.expect(E.LOCAL_PROCESS_MIN_FILES)
+        assert early.pool is not None and early.pool.size == 2
+    finally:
+        early.close()
+    assert early.pool is None
+    never = E._Workers(src, tgt, allowed=False)
+    never.expect(10**6)
+    assert never.pool is None
     # A fault injector lives in this process only: the copy must stay here to meet it.
     with injected(FaultSpec(transient_rate=0.0)):
         assert E.copy_processes(10**6, 1000, src, tgt) == 0

@@ -29,9 +29,10 @@ _OK, _FAILED = "ok", "failed"
 
 
 class CopyWorkers:
-    """`n` worker processes copying plan parts with ``copy_part(name, *setup)`` (see `main`)."""
+    """`n` worker processes (started at once: their imports overlap the driver's planning) that
+    copy plan parts given to `map`."""
 
-    def __init__(self, n: int, setup: tuple[Any, ...]):
+    def __init__(self, n: int):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._procs: list[subprocess.Popen] = []
         try:
@@ -41,12 +42,17 @@ class CopyWorkers:
         except OSError as e:
             self.close()
             raise StorageError(f"cannot start export copy workers ({sys.executable}): {e}") from e
-        self._setup = pickle.dumps(setup)
 
-    def map(self, names: Iterable[str]) -> list[dict[str, Any]]:
-        """Each part's stats (dicts), in completion order; the first failure raises a typed error
-        after every worker stopped taking parts."""
+    @property
+    def size(self) -> int:
+        return len(self._procs)
+
+    def map(self, names: Iterable[str], setup: tuple[Any, ...]) -> list[dict[str, Any]]:
+        """Each part's stats (dicts) from ``copy_part_in_worker(name, *setup)``, in completion
+        order; the first failure raises a typed error after every worker stopped taking parts.
+        Call once per pool."""
         todo = iter(names)
+        setup_bytes = pickle.dumps(setup)
         lock = threading.Lock()
         results: list[dict[str, Any]] = []
         failures: list[str] = []
@@ -59,7 +65,7 @@ class CopyWorkers:
             assert proc.stdin is not None and proc.stdout is not None
             name = None
             try:
-                _send(proc.stdin, self._setup, raw=True)
+                _send(proc.stdin, setup_bytes, raw=True)
                 while (name := next_name()) is not None:
                     _send(proc.stdin, name)
                     status, payload = pickle.load(proc.stdout)

@@ -162,17 +162,46 @@ def copy_processes(n_files: int, n_parts: int, source: Storage, target: Storage)
     return min(cores, n_parts, LOCAL_PROCESSES_MAX)
 
 
-def _copy_processes(names: list[str], source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str,
-                    checksum: bool, resumed: bool, workers: int) -> XC.CopyStats:
-    """Copy on the driver machine with `workers` processes, one plan part at a time each (the
-    same `_copy_part` as the executors and the threads run; failures come back as data)."""
-    from trinitylake.spark.copy_workers import CopyWorkers
-
+def _copy_processes(pool: Any, names: list[str], source: Storage, target: Storage, spec: X.ExportSpec,
+                    export_dir: str, checksum: bool, resumed: bool) -> XC.CopyStats:
+    """Copy on the driver machine with the worker processes of `pool` (`CopyWorkers`), one plan
+    part at a time each (the same `_copy_part` as the executors and the threads run)."""
     total = XC.CopyStats()
-    with CopyWorkers(workers, (source, target, spec, export_dir, checksum, resumed)) as pool:
-        for d in pool.map(names):
-            total.add(XC.CopyStats.from_dict(d))
+    for d in pool.map(names, (source, target, spec, export_dir, checksum, resumed)):
+        total.add(XC.CopyStats.from_dict(d))
     return total
+
+
+class _Workers:
+    """The copy's worker processes, started as soon as the plan is expected to be big (during
+    planning, so that their start overlaps it), or at the copy; closed by `close`."""
+
+    def __init__(self, source: Storage, target: Storage, allowed: bool):
+        self.source, self.target, self.allowed = source, target, allowed
+        self.pool: Any = None
+
+    def expect(self, files: int) -> None:
+        """The plan will hold about `files` files (`Planner` calls this after each level)."""
+        if self.pool is None and self.allowed:
+            n = copy_processes(files, LOCAL_PROCESSES_MAX, self.source, self.target)
+            if n:
+                from trinitylake.spark.copy_workers import CopyWorkers
+
+                self.pool = CopyWorkers(n)
+
+    def take(self, n: int) -> Any:
+        if self.pool is not None and self.pool.size != n:
+            self.close()
+        if self.pool is None:
+            from trinitylake.spark.copy_workers import CopyWorkers
+
+            self.pool = CopyWorkers(n)
+        return self.pool
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 # ---- driver side -------------------------------------------------------------------------------
@@ -314,65 +343,73 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
         # 9.1 s for 21k files here (GIL and syscall contention; threads only hide latency).
         io_threads = 1
 
-    # ---- plan ----------------------------------------------------------------------------
-    with _Phase(result, "plan"):
-        index = X.read_json(target, f"{plan_dir}/_plan.json") if recorded is not None else None
-        if index is not None and index.get("format") != X.FORMAT_TAG:
-            index = None
-        resumed = index is not None
-        if not resumed:
-            created_here = recorded is None
-            target.write(f"{export_dir}/export.json",
-                         X.json_bytes({**spec.describe(), "status": "planning", "run_id": run_id,
-                                       "started_at": datetime.now(UTC).isoformat()}))
-            try:
-                index = Planner(ex, source, target, spec, plan_dir, batch, io_threads).run(ref, root_refs)
-            except BaseException:
-                if created_here:
-                    _cleanup(target, export_dir)
-                raise
-            root_row = root_row or make_root_row()
-            index.update({"format": X.FORMAT_TAG, "root": {"path": spec.root_path, "size": root_row.size,
-                                                           "md5": root_row.md5, "external": root_refs.external,
-                                                           "action": root_row.action}})
-            target.write(f"{plan_dir}/_plan.json", X.json_bytes(index))
-        elif index is not None and index["root"]["md5"] != (root_row := root_row or make_root_row()).md5:
-            raise StorageError(f"root file {source.uri(ref.path)} no longer matches the persisted plan of export "
-                               f"{name!r}; the source was modified")
-    # Planned above, or read back from the persisted plan (and its root checked against ours).
-    assert index is not None and root_row is not None
-    parts = index["parts"]
-    planned_files = sum(p["rows"] for p in parts) + 1
-    external = sum(p["external"] for p in parts) + root_refs.external
-    result.counts.update({"planned": planned_files, "batches": len(parts),
-                          "rewritten_planned": sum(p["rewritten"] for p in parts) + int(root_row.action
-                                                                                       == X.ACTION_REWRITE),
-                          "unsized_planned": sum(p.get("unsized", 0) for p in parts),
-                          "external_refs": external})
-    result.details["resumed"] = resumed
-    log.info("export %r: plan %s with %d files in %d parts (%s)", name, target.uri(plan_dir), planned_files,
-             len(parts), "resumed" if resumed else "new")
+    # Copy workers (local files, big plans) start during planning; closed whatever happens.
+    workers = _Workers(source, target, allowed=ex.mode != DISTRIBUTED and fail_after_batches is None)
+    try:
+        # ---- plan ----------------------------------------------------------------------------
+        with _Phase(result, "plan"):
+            index = X.read_json(target, f"{plan_dir}/_plan.json") if recorded is not None else None
+            if index is not None and index.get("format") != X.FORMAT_TAG:
+                index = None
+            resumed = index is not None
+            if not resumed:
+                created_here = recorded is None
+                target.write(f"{export_dir}/export.json",
+                             X.json_bytes({**spec.describe(), "status": "planning", "run_id": run_id,
+                                           "started_at": datetime.now(UTC).isoformat()}))
+                try:
+                    index = Planner(ex, source, target, spec, plan_dir, batch, io_threads,
+                                    on_level=workers.expect).run(ref, root_refs)
+                except BaseException:
+                    if created_here:
+                        _cleanup(target, export_dir)
+                    raise
+                root_row = root_row or make_root_row()
+                index.update({"format": X.FORMAT_TAG, "root": {"path": spec.root_path, "size": root_row.size,
+                                                               "md5": root_row.md5, "external": root_refs.external,
+                                                               "action": root_row.action}})
+                target.write(f"{plan_dir}/_plan.json", X.json_bytes(index))
+            elif index is not None and index["root"]["md5"] != (root_row := root_row or make_root_row()).md5:
+                raise StorageError(f"root file {source.uri(ref.path)} no longer matches the persisted plan of export "
+                                   f"{name!r}; the source was modified")
+        # Planned above, or read back from the persisted plan (and its root checked against ours).
+        assert index is not None and root_row is not None
+        parts = index["parts"]
+        planned_files = sum(p["rows"] for p in parts) + 1
+        external = sum(p["external"] for p in parts) + root_refs.external
+        result.counts.update({"planned": planned_files, "batches": len(parts),
+                              "rewritten_planned": sum(p["rewritten"] for p in parts) + int(root_row.action
+                                                                                           == X.ACTION_REWRITE),
+                              "unsized_planned": sum(p.get("unsized", 0) for p in parts),
+                              "external_refs": external})
+        result.details["resumed"] = resumed
+        log.info("export %r: plan %s with %d files in %d parts (%s)", name, target.uri(plan_dir), planned_files,
+                 len(parts), "resumed" if resumed else "new")
 
-    # ---- copy ------------------------------------------------------------------------------
-    with _Phase(result, "copy"):
-        n_files = planned_files - 1
-        where = DISTRIBUTED if ex.distributed(n_files) else LOCAL
-        copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,
-                                 checksum=checksum, resumed=resumed)
-        with ex.phase("export.copy", where, n_files, f"export {name}: copy {n_files} files ({len(parts)} parts)"):
-            names = [p["name"] for p in parts]
-            workers = copy_processes(n_files, len(names), source, target) if fail_after_batches is None else 0
-            if where == LOCAL and workers:
-                result.details["copy_processes"] = workers
-                total = _copy_processes(names, source, target, spec, export_dir, checksum, resumed, workers)
-            elif where == LOCAL:
-                total = _copy_local(names, copy, source, target, io_threads, fail_after_batches)
-            else:
-                total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed, io_threads,
-                                          fail_after_batches)
-        raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {name!r}", spec.version)
-        if total.rows != n_files:
-            raise StorageError(f"export {name!r}: copied {total.rows} planned files, the plan holds {n_files}")
+        # ---- copy ------------------------------------------------------------------------------
+        with _Phase(result, "copy"):
+            n_files = planned_files - 1
+            where = DISTRIBUTED if ex.distributed(n_files) else LOCAL
+            copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,
+                                     checksum=checksum, resumed=resumed)
+            with ex.phase("export.copy", where, n_files, f"export {name}: copy {n_files} files ({len(parts)} parts)"):
+                names = [p["name"] for p in parts]
+                n_procs = copy_processes(n_files, len(names), source, target) if fail_after_batches is None else 0
+                if where == LOCAL and n_procs:
+                    result.details["copy_processes"] = n_procs
+                    total = _copy_processes(workers.take(n_procs), names, source, target, spec, export_dir, checksum,
+                                            resumed)
+                    workers.close()
+                elif where == LOCAL:
+                    total = _copy_local(names, copy, source, target, io_threads, fail_after_batches)
+                else:
+                    total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed, io_threads,
+                                              fail_after_batches)
+            raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {name!r}", spec.version)
+            if total.rows != n_files:
+                raise StorageError(f"export {name!r}: copied {total.rows} planned files, the plan holds {n_files}")
+    finally:
+        workers.close()
 
     # ---- commit: the root last, then the record in the source -----------------------------------
     with _Phase(result, "commit"):

@@ -147,8 +147,11 @@ class Planner:
     writes the plan parts; returns the plan index (parts, counts)."""
 
     def __init__(self, ex: Execution, source: Storage, target: Storage, spec: X.ExportSpec, plan_dir: str,
-                 batch: int, io_threads: int):
+                 batch: int, io_threads: int, on_level: Callable[[int], None] | None = None):
         self.ex, self.source, self.target, self.spec = ex, source, target, spec
+        # Told, after each driver level, about how many files the plan will hold (the rows so
+        # far plus half a node's worth of entries per node still to read).
+        self.on_level = on_level
         self.plan_dir, self.batch, self.io_threads = plan_dir, batch, io_threads
         self.levels: list[dict[str, Any]] = []
         # Driver-side state.
@@ -169,6 +172,8 @@ class Planner:
                 return self._run_distributed(frontier, depth)
             frontier = self._local_level(frontier, depth)
             depth += 1
+            if self.on_level is not None:
+                self.on_level(len(self.nodes) + len(self.odfs) + len(frontier) * max(1, self.spec.order // 2))
         return self._write_local()
 
     def _check_depth(self, depth: int) -> None:
