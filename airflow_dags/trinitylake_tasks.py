@@ -175,17 +175,34 @@ DBX_EXPORT_NAME = "weekly-{{job.trigger.time.iso_date}}"
 DBX_WEEKDAY = "{{job.trigger.time.iso_weekday}}"
 
 
+#: Runtime of the classic job cluster: an LTS line, any maintenance release (``.x``), Spark 4.
+DATABRICKS_SPARK_VERSION = "17.3.x-scala2.13"
+#: Access mode of the classic job cluster. Dedicated: the jobs' Python on the executors
+#: (``mapInArrow``) reads the lakehouse through fsspec with the cluster's own credentials (its
+#: instance profile, or ``spark_env_vars`` from a secret scope). Standard (USER_ISOLATION) mode
+#: would run the same code (no RDD or SparkContext anywhere, Spark Connect underneath) but
+#: isolates user code from the cluster's credentials and reaches storage only through Unity
+#: Catalog; that is the serverless variant's setting (:func:`databricks_serverless_job`).
+DATABRICKS_ACCESS_MODE = "DATA_SECURITY_MODE_DEDICATED"
+#: Serverless environment of the serverless variant: its version (Python 3.12, Spark Connect)
+#: and the key the tasks name. ``environment_version`` replaces the older ``client`` field.
+SERVERLESS_ENVIRONMENT_KEY = "trinitylake"
+SERVERLESS_ENVIRONMENT_VERSION = "4"
+SERVERLESS_JOB_NAME = "trinitylake_maintenance_serverless"
+
+
 def databricks_new_cluster() -> dict[str, Any]:
-    """The job cluster every Spark task runs on (AWS node type; change for Azure/GCP)."""
+    """The job cluster every Spark task runs on (AWS node type; change for Azure/GCP).
+
+    Executor credentials: the cluster's instance profile (``aws_attributes``), or
+    ``spark_env_vars`` ``AWS_*`` referencing a secret scope (``{{secrets/<scope>/<key>}}``);
+    never job parameters.
+    """
     return {
-        "spark_version": "17.3.x-scala2.13",
+        "spark_version": DATABRICKS_SPARK_VERSION,
         "node_type_id": "i3.xlarge",
         "num_workers": 2,
-        # Dedicated (single-user) access: the jobs run Python in mapInArrow on executors and
-        # read S3 through fsspec with the credentials of the executors' environment, which
-        # standard (shared) access mode forbids. Executor credentials: an instance profile on
-        # the cluster, or spark_env_vars AWS_* from a secret scope ({{secrets/<scope>/<key>}}).
-        "data_security_mode": "DATA_SECURITY_MODE_DEDICATED",
+        "data_security_mode": DATABRICKS_ACCESS_MODE,
         "spark_conf": dict(SPARK_CONF),
     }
 
@@ -227,8 +244,9 @@ def databricks_job(
     lakehouse_default: str = DEFAULT_LAKEHOUSE,
     export_root_default: str = DEFAULT_EXPORT_ROOT,
     pause_status: str = "PAUSED",
+    serverless: bool = False,
 ) -> dict[str, Any]:
-    """The Jobs API 2.2 job settings of the pipeline (one job cluster, one task per row).
+    """The Jobs API 2.2 job settings of the pipeline (one task per row).
 
     Args:
         root: where ``jobs/`` lives (a workspace path, or a path relative to a bundle file).
@@ -237,6 +255,9 @@ def databricks_job(
         source: ``spark_python_task.source`` (None for bundles, which upload the files).
         lakehouse_default, export_root_default: defaults of the job parameters.
         pause_status: of the daily schedule.
+        serverless: no cluster: every Spark task names the job's serverless environment
+            (``environment_key``), whose ``dependencies`` install the wheel; else one job
+            cluster (:func:`databricks_new_cluster`) with the wheel as a task library.
     """
     wheel = wheel or f"{root}/dist/{WHEEL}"
     conf_root = conf_root or root
@@ -269,19 +290,21 @@ def databricks_job(
             entry["depends_on"] = [{"task_key": GATE_TASK_ID, "outcome": "true"}]
         elif upstream:
             entry["depends_on"] = [{"task_key": upstream}]
+        if serverless:
+            entry |= {"environment_key": SERVERLESS_ENVIRONMENT_KEY, "spark_python_task": spec}
+        else:
+            entry |= {"job_cluster_key": JOB_CLUSTER_KEY, "spark_python_task": spec, "libraries": [{"whl": wheel}]}
         entry |= {
-            "job_cluster_key": JOB_CLUSTER_KEY,
-            "spark_python_task": spec,
-            "libraries": [{"whl": wheel}],
             "timeout_seconds": task.timeout_minutes * 60,
             "max_retries": task.retries,
             "min_retry_interval_millis": 300_000,
             "retry_on_timeout": False,
         }
         tasks.append(entry)
-    return {
-        "name": JOB_NAME,
-        "description": "TrinityLake maintenance: expire versions, clean orphans, weekly export.",
+    job: dict[str, Any] = {
+        "name": SERVERLESS_JOB_NAME if serverless else JOB_NAME,
+        "description": "TrinityLake maintenance: expire versions, clean orphans, weekly export"
+        + (" (serverless)." if serverless else "."),
         "tags": {"project": "trinitylake", "component": "maintenance"},
         "max_concurrent_runs": 1,
         "queue": {"enabled": True},
@@ -290,11 +313,30 @@ def databricks_job(
             {"name": "export_root", "default": export_root_default},
             {"name": "export_weekday", "default": str(DEFAULT_EXPORT_WEEKDAY)},
         ],
-        "job_clusters": [{"job_cluster_key": JOB_CLUSTER_KEY, "new_cluster": databricks_new_cluster()}],
-        "tasks": tasks,
-        "schedule": {
-            "quartz_cron_expression": DAILY_QUARTZ_CRON,
-            "timezone_id": TIMEZONE,
-            "pause_status": pause_status,
-        },
     }
+    if serverless:
+        job["environments"] = [
+            {
+                "environment_key": SERVERLESS_ENVIRONMENT_KEY,
+                "spec": {"environment_version": SERVERLESS_ENVIRONMENT_VERSION, "dependencies": [wheel]},
+            }
+        ]
+    else:
+        job["job_clusters"] = [{"job_cluster_key": JOB_CLUSTER_KEY, "new_cluster": databricks_new_cluster()}]
+    job["tasks"] = tasks
+    job["schedule"] = {
+        "quartz_cron_expression": DAILY_QUARTZ_CRON,
+        "timezone_id": TIMEZONE,
+        "pause_status": pause_status,
+    }
+    return job
+
+
+def databricks_serverless_job(**kwargs: Any) -> dict[str, Any]:
+    """The same pipeline on serverless compute (Spark Connect; see :func:`databricks_job`).
+
+    No cluster and no instance profile: storage is reached through Unity Catalog (external
+    locations, volumes), and the control rows go through the runtime's Delta
+    (``--control-table`` may name a Unity Catalog table).
+    """
+    return databricks_job(serverless=True, **kwargs)

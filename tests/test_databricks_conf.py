@@ -17,6 +17,7 @@ from trinitylake.job_flags import parse_job_args
 
 REPO = Path(__file__).resolve().parent.parent
 JSON_PATH = REPO / "conf" / "databricks" / "trinitylake_maintenance.json"
+SERVERLESS_JSON_PATH = REPO / "conf" / "databricks" / "trinitylake_maintenance_serverless.json"
 SPARK_TASKS = ("expire", "orphans_dry_run", "orphans", "export_weekly")
 
 
@@ -48,13 +49,20 @@ def _by_key(job):
 
 
 def test_committed_files_equal_the_generator_output(generate):
-    assert JSON_PATH.read_text(encoding="utf-8") == generate.render_json(), (
-        "conf/databricks/trinitylake_maintenance.json is stale: run python conf/databricks/generate.py"
-    )
-    assert generate.BUNDLE_RESOURCE_PATH.read_text(encoding="utf-8") == generate.render_bundle_resource(), (
-        "the bundle resource is stale: run python conf/databricks/generate.py"
-    )
+    assert set(generate.OUTPUTS) == {JSON_PATH, SERVERLESS_JSON_PATH, generate.BUNDLE_RESOURCE_PATH,
+                                     generate.SERVERLESS_BUNDLE_RESOURCE_PATH}
+    for path, render in generate.OUTPUTS.items():
+        assert path.is_file(), f"{path.relative_to(REPO)} is missing: run python conf/databricks/generate.py"
+        assert path.read_text(encoding="utf-8") == render(), (
+            f"{path.relative_to(REPO)} is stale: run python conf/databricks/generate.py"
+        )
     assert generate.main(["--check"]) == 0
+
+
+def test_check_names_a_stale_file(generate, monkeypatch, capsys):
+    monkeypatch.setitem(generate.OUTPUTS, SERVERLESS_JSON_PATH, lambda: "{}\n")
+    assert generate.main(["--check"]) == 1
+    assert "trinitylake_maintenance_serverless.json" in capsys.readouterr().err
 
 
 def test_job_settings_round_trip_through_the_sdk(job):
@@ -115,6 +123,61 @@ def test_spark_tasks(job):
         assert {"spark_version", "node_type_id"} <= set(cluster["new_cluster"])
         # An access mode the jobs support (Python on executors, fsspec with executor credentials).
         assert cluster["new_cluster"]["data_security_mode"] == "DATA_SECURITY_MODE_DEDICATED"
+        # A runtime line, not one maintenance release: any 17.3.x (Spark 4, Scala 2.13).
+        assert re.fullmatch(r"\d+\.\d+\.x-scala2\.13", cluster["new_cluster"]["spark_version"])
+
+
+def test_classic_access_mode_is_one_the_sdk_knows(job):
+    compute = pytest.importorskip("databricks.sdk.service.compute")
+    for cluster in job["job_clusters"]:
+        mode = compute.DataSecurityMode(cluster["new_cluster"]["data_security_mode"])
+        assert mode in (compute.DataSecurityMode.DATA_SECURITY_MODE_DEDICATED, compute.DataSecurityMode.SINGLE_USER)
+
+
+@pytest.fixture(scope="module")
+def serverless():
+    return json.loads(SERVERLESS_JSON_PATH.read_text(encoding="utf-8"))
+
+
+def test_serverless_job_has_an_environment_with_the_wheel_and_no_cluster(serverless):
+    assert serverless["name"] == "trinitylake_maintenance_serverless"
+    assert "job_clusters" not in serverless
+    envs = {e["environment_key"]: e["spec"] for e in serverless["environments"]}
+    assert set(envs) == {"trinitylake"}
+    spec = envs["trinitylake"]
+    assert spec["environment_version"] and "client" not in spec  # client: the field's deprecated name
+    assert spec["dependencies"] == ["/Workspace/Shared/trinitylake/dist/trinitylake-0.1.0-py3-none-any.whl"]
+    for task in serverless["tasks"]:
+        assert not {"job_cluster_key", "new_cluster", "existing_cluster_id", "libraries"} & set(task)
+        if "spark_python_task" in task:
+            assert task["environment_key"] in envs
+        else:
+            assert "environment_key" not in task  # the condition task needs no compute
+    assert serverless["schedule"]["pause_status"] == "PAUSED"
+
+
+def test_serverless_job_runs_the_same_tasks_as_the_classic_one(job, serverless):
+    def shape(j):
+        return [(t["task_key"], t.get("depends_on"), t.get("spark_python_task"), t.get("condition_task"),
+                 t.get("timeout_seconds"), t.get("max_retries")) for t in j["tasks"]]
+
+    assert shape(serverless) == shape(job)
+    assert serverless["parameters"] == job["parameters"]
+    assert serverless["max_concurrent_runs"] == 1
+
+
+def test_serverless_job_round_trips_through_the_sdk(serverless, generate):
+    jobs = pytest.importorskip("databricks.sdk.service.jobs")
+    settings = jobs.JobSettings.from_dict(serverless)
+    assert settings.as_dict() == serverless
+    assert settings.environments[0].spec.dependencies == serverless["environments"][0]["spec"]["dependencies"]
+    assert not settings.job_clusters
+    resource = yaml.safe_load(generate.SERVERLESS_BUNDLE_RESOURCE_PATH.read_text(encoding="utf-8"))
+    bundle_job = resource["resources"]["jobs"]["trinitylake_maintenance_serverless"]
+    assert jobs.JobSettings.from_dict(bundle_job).as_dict() == bundle_job
+    assert bundle_job["environments"][0]["spec"]["dependencies"] == ["../../../dist/*.whl"]
+    assert bundle_job["schedule"]["pause_status"] == "PAUSED"  # prod runs the classic job; unpause one
+    assert "job_clusters" not in bundle_job
 
 
 def test_job_level_settings(job):
@@ -168,6 +231,7 @@ def test_databricks_bundle(generate):
     assert {"lakehouse", "export_root"} <= set(bundle["variables"])
     included = {Path(p).resolve() for pattern in bundle["include"] for p in glob.glob(str(REPO / pattern))}
     assert generate.BUNDLE_RESOURCE_PATH.resolve() in included
+    assert generate.SERVERLESS_BUNDLE_RESOURCE_PATH.resolve() in included
     job = yaml.safe_load(generate.BUNDLE_RESOURCE_PATH.read_text(encoding="utf-8"))["resources"]["jobs"][
         "trinitylake_maintenance"
     ]
