@@ -57,12 +57,14 @@ DELTA_JARS := spark-jars/lib/.fetched
 
 # The wheel, and the packed environment spark-submit ships with --archives (venv-pack of a
 # fresh venv holding the wheel and its runtime dependencies; pyspark comes from the cluster).
+# pandas too: pyspark's Arrow paths (mapInArrow on the driver and in the Python workers) import
+# it, and a cluster's bare Python does not have it (tests/integration/test_cluster_path.py).
 dist: venv ## build the wheel and dist/trinitylake-env.tar.gz for spark-submit --archives
 	rm -rf dist $(DIST_ENV)
 	$(BIN)/pip wheel -q --no-deps -w dist .
 	$(PY) -m venv --copies $(DIST_ENV)
 	$(DIST_ENV)/bin/pip install -q --upgrade pip venv-pack
-	$(DIST_ENV)/bin/pip install -q dist/trinitylake-*.whl
+	$(DIST_ENV)/bin/pip install -q dist/trinitylake-*.whl 'pandas>=2.2,<3'
 	$(DIST_ENV)/bin/venv-pack -q -p $(DIST_ENV) -o dist/trinitylake-env.tar.gz --exclude 'lib/python*/site-packages/pip/*' --exclude 'lib/python*/site-packages/venv_pack*'
 	@ls -la dist
 

@@ -8,7 +8,12 @@ Two DAGs built from the one task table in ``trinitylake_tasks.py``::
   (``spark-submit <repo>/jobs/<job>.py --lakehouse ... --conf <repo>/conf/<job>.yaml``, the
   environment of ``make dist`` as ``--archives <repo>/dist/trinitylake-env.tar.gz#env`` run as
   ``./env/bin/python``, Spark properties from ``trinitylake_tasks.SPARK_CONF``; cluster
-  defaults come from the ``spark_default`` connection and the cluster's spark-defaults).
+  defaults come from the ``spark_default`` connection and the cluster's spark-defaults). As in
+  the README's cluster path: the interpreter is the ``spark.pyspark.python`` property, never
+  ``PYSPARK_PYTHON`` in the task's environment (a pip-installed spark-submit runs that relative
+  path on the worker to find ``SPARK_HOME``); the worker's spark-submit needs ``SPARK_HOME`` or
+  the connection's Spark home; the connection's deploy mode is ``cluster`` (in client mode, set
+  ``spark.pyspark.driver.python`` there to a local copy of the environment).
 * ``trinitylake_maintenance_databricks`` submits the same jobs as one-time Databricks runs
   with ``DatabricksSubmitRunOperator`` (for a persistent Databricks job use
   ``conf/databricks/trinitylake_maintenance.json`` or the bundle in ``databricks.yml``).

@@ -28,10 +28,13 @@ def missing() -> list[str]:
     out = []
     for module, dist in REQUIRED.items():
         try:
-            found = importlib.util.find_spec(module) is not None
+            spec = importlib.util.find_spec(module)
         except ModuleNotFoundError:  # the parent package of a dotted name is absent
-            found = False
-        if not found:
+            spec = None
+        # A namespace package (no origin) is only a folder of that name somewhere on sys.path:
+        # under spark-submit, Spark's JARs on PYTHONPATH hold google/protobuf/*.proto, which is
+        # not the protobuf package.
+        if spec is None or spec.origin in (None, "namespace"):
             out.append(dist)
     return out
 

@@ -98,6 +98,9 @@ def test_spark_submit_templates_follow_the_logical_date(dagbag):
     assert expire.conf["spark.archives"] == "/opt/trinitylake/dist/trinitylake-env.tar.gz#env"
     assert expire.py_files is None
     assert expire.conf["spark.pyspark.python"] == "./env/bin/python"
+    # As the README's cluster path: the interpreter as a property, never PYSPARK_PYTHON in the
+    # environment, which a pip-installed spark-submit would run on the worker to find SPARK_HOME.
+    assert not any(k.startswith("PYSPARK_") for k in (expire.env_vars or {}))
     assert expire.conf["spark.sql.session.timeZone"] == "UTC"
     assert expire.application_args == [
         "--lakehouse", "s3://CHANGE-ME/trinitylake",

@@ -1,0 +1,215 @@
+"""The cluster path as the README documents it: ``make dist``, then ``spark-submit`` of each job
+from a virtualenv that holds nothing but ``pyspark``, with the packed environment shipped by
+``--archives dist/trinitylake-env.tar.gz#env``.
+
+* The master is ``local-cluster[1,1,1024]``: one executor in a JVM and working directory of its
+  own, where Spark unpacks the archive as ``./env``, exactly as in a YARN or Kubernetes container.
+  (With ``local[N]`` the executors are threads of the driver's JVM, in its working directory,
+  and Spark unpacks archives in a temporary folder instead: ``./env/bin/python`` is not there.)
+* The driver runs in client mode from the same archive unpacked here (``env/bin/python``,
+  pyspark from ``SPARK_HOME``), so nothing of the project's virtualenv is used.
+* ``SPARK_HOME`` is set: a pip-installed ``spark-submit`` otherwise finds it by running
+  ``$PYSPARK_DRIVER_PYTHON`` / ``$PYSPARK_PYTHON`` first, before any archive is unpacked.
+
+Slow (``make dist`` and a JVM per job): marked ``slow`` (``make test`` runs it; ``make
+test-fast`` does not). An existing ``dist/`` newer than pyproject.toml, the Makefile and every
+file under lib/ is reused; a clean checkout builds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# The first test carries the fixtures' setup (make dist, a venv, four spark-submits): more than the
+# run's default 900 s per test on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(2400)]
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "dist"
+ENV_ARCHIVE = DIST / "trinitylake-env.tar.gz"
+TLAKE = Path(sys.executable).with_name("tlake")
+PYSPARK = "pyspark==4.2.0"
+MASTER = "local-cluster[1,1,1024]"
+ORPHAN = "0000/0000/0000/00000000-cluster-path-orphan.arrow"
+
+
+def _dist_is_current() -> bool:
+    if not ENV_ARCHIVE.is_file() or not list(DIST.glob("trinitylake-*.whl")):
+        return False
+    built = min(p.stat().st_mtime for p in (ENV_ARCHIVE, *DIST.glob("trinitylake-*.whl")))
+    sources = [ROOT / "pyproject.toml", ROOT / "Makefile", *(p for p in (ROOT / "lib").rglob("*") if p.is_file())]
+    return all(p.stat().st_mtime < built for p in sources if "__pycache__" not in p.parts)
+
+
+@pytest.fixture(scope="module")
+def dist() -> Path:
+    if not _dist_is_current():
+        proc = subprocess.run(["make", "dist"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"make dist failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert ENV_ARCHIVE.is_file()
+    return ENV_ARCHIVE
+
+
+@pytest.fixture(scope="module")
+def pyspark_venv(tmp_path_factory) -> Path:
+    """A virtualenv with only pyspark (and py4j, its one dependency)."""
+    venv = tmp_path_factory.mktemp("pyspark-only") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", PYSPARK], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return venv
+
+
+def _spark_home(venv: Path) -> str:
+    return subprocess.run([str(venv / "bin" / "python"), "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the test run's Python and Spark settings."""
+    drop = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "SPARK_REMOTE", "VIRTUAL_ENV",
+            "SPARK_CONNECT_MODE_ENABLED", "PYSPARK_GATEWAY_PORT", "TLAKE_CONTROL_TABLE", "TLAKE_CONTROL_ENGINE")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("TLAKE_TEST")}
+    return {**env, **extra}
+
+
+def _result(output: str) -> dict[str, Any]:
+    """The job's result: the last line of its output that is a result object (spark-submit
+    merges the driver's log into its stdout, and Spark may log JSON lines of its own)."""
+    lines = [ln for ln in output.splitlines() if ln.startswith('{"job": ')]
+    assert lines, output[-3000:]
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="module")
+def cluster(dist, pyspark_venv, tmp_path_factory) -> dict[str, Any]:
+    """Runs walk, expire, orphans (dry run) and export with spark-submit; records what happened."""
+    work = tmp_path_factory.mktemp("cluster-path")
+    # The client-mode driver: the same archive, unpacked as a cluster would.
+    local_env = work / "driver-env"
+    with tarfile.open(dist) as tar:
+        tar.extractall(local_env, filter="tar")
+    lh = work / "lh"
+
+    def tl(*args: str) -> None:
+        proc = subprocess.run([str(TLAKE), "--lakehouse", str(lh), *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+    tl("init", "--txn-ttl", "1s")
+    for ns in ("a", "b", "c"):
+        tl("namespace", "create", ns)
+    orphan = lh / ORPHAN
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"not referenced by any version")
+    time.sleep(2.5)  # past the 1 s transaction TTL: old enough to expire and to be an orphan
+
+    env = _clean_env(SPARK_HOME=_spark_home(pyspark_venv))
+    submit = [str(pyspark_venv / "bin" / "spark-submit"), "--master", MASTER,
+              "--archives", f"{dist}#env",
+              "--conf", "spark.pyspark.python=./env/bin/python",
+              "--conf", f"spark.pyspark.driver.python={local_env / 'bin' / 'python'}",
+              "--conf", "spark.ui.enabled=false"]
+    jobs = {
+        "walk": ["--execution", "distributed"],  # its phases on the executor: ./env/bin/python there
+        "expire": ["--max-version-age", "1s", "--clock-skew-margin", "0s", "--min-versions-to-keep", "1"],
+        "orphans": ["--dry-run"],
+        "export": ["--name", "weekly-1", "--target", str(work / "export")],
+    }
+    out: dict[str, Any] = {"lh": lh, "work": work, "orphan": orphan}
+    for job, args in jobs.items():
+        started = time.perf_counter()
+        proc = subprocess.run([*submit, str(ROOT / "jobs" / f"{job}.py"), "--lakehouse", str(lh), *args],
+                              capture_output=True, text=True, cwd=work, env=env, timeout=600)
+        assert proc.returncode == 0, f"spark-submit jobs/{job}.py exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+        out[job] = _result(proc.stdout)
+        out[f"{job}_seconds"] = time.perf_counter() - started
+    show = subprocess.run([str(TLAKE), "--lakehouse", str(lh), "show", "--all", "--json"], capture_output=True,
+                          text=True, timeout=120, check=True)
+    out["show"] = json.loads(show.stdout)
+    return out
+
+
+def test_walk_runs_its_phases_on_an_executor_with_the_packed_environment(cluster):
+    walk = cluster["walk"]
+    assert walk["status"] == "succeeded"
+    assert walk["details"]["spark"]["started"] is True and walk["details"]["spark"]["mode"] == "classic"
+    assert walk["details"]["execution"]["walk.read_nodes"]["where"] == "distributed"
+    assert walk["counts"]["versions"] == 4 and walk["counts"]["reachable_root"] == 4
+
+
+def test_expire_commits_then_deletes(cluster):
+    expire = cluster["expire"]
+    assert expire["status"] == "succeeded"
+    assert (expire["version_before"], expire["version_after"]) == (3, 4)  # the commit of the new oldest version
+    assert expire["counts"]["versions_expired"] == 3 and expire["counts"]["deleted_roots"] == 3
+
+
+def test_orphans_dry_run_finds_the_planted_file_and_deletes_nothing(cluster):
+    orphans = cluster["orphans"]
+    assert orphans["status"] == "dry_run" and orphans["dry_run"] is True
+    assert orphans["counts"]["candidates"] == 1 and orphans["counts"]["deleted"] == 0
+    assert cluster["orphan"].exists()
+
+
+def test_export_copies_the_current_version(cluster):
+    export = cluster["export"]
+    assert export["status"] == "succeeded"
+    assert export["counts"]["copied"] > 0 and export["counts"]["copied"] == export["counts"]["verified"]
+    target = cluster["work"] / "export"
+    assert (target / "_latest_hint.txt").is_file() and list(target.glob("_lakehouse_def_*.binpb"))
+
+
+def test_every_run_is_audited_in_txn_seq_order(cluster):
+    show = cluster["show"]
+    seqs = [e["txn_seq"] for e in show]
+    assert seqs == sorted(seqs, reverse=True)
+    runs = {e["command"]: e for e in show if e["command"] in ("walk", "expire", "orphans", "export")}
+    assert set(runs) == {"walk", "expire", "orphans", "export"}
+    for job in runs:
+        assert runs[job]["txn_seq"] == cluster[job]["txn_seq"]
+    assert runs["walk"]["txn_seq"] < runs["expire"]["txn_seq"] < runs["orphans"]["txn_seq"] < runs["export"]["txn_seq"]
+    assert runs["orphans"]["state"] == "dry_run" and runs["walk"]["state"] == "read"
+
+
+def test_a_relative_pyspark_python_without_spark_home_breaks_spark_submit(pyspark_venv, tmp_path):
+    """Why the README sets SPARK_HOME: pip's spark-submit runs $PYSPARK_PYTHON to find it."""
+    proc = subprocess.run([str(pyspark_venv / "bin" / "spark-submit"), "--version"], capture_output=True, text=True,
+                          cwd=tmp_path, env=_clean_env(PYSPARK_PYTHON="./env/bin/python"), timeout=120)
+    assert "./env/bin/python: No such file or directory" in proc.stderr
+
+
+def test_a_python_without_the_packages_stops_with_one_line(pyspark_venv, tmp_path):
+    """spark-submit without the packed environment: the driver's Python has only pyspark."""
+    python = pyspark_venv / "bin" / "python"
+    proc = subprocess.run([str(pyspark_venv / "bin" / "spark-submit"), "--master", "local[1]",
+                           "--conf", f"spark.pyspark.driver.python={python}", "--conf", f"spark.pyspark.python={python}",
+                           str(ROOT / "jobs" / "walk.py"), "--lakehouse", str(tmp_path / "lh")],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=_clean_env(SPARK_HOME=_spark_home(pyspark_venv)), timeout=300)
+    output = proc.stdout + proc.stderr  # spark-submit merges the driver's stderr into its stdout
+    assert proc.returncode == 2, output[-3000:]
+    assert "Traceback" not in output
+    lines = [ln for ln in output.splitlines() if ln.startswith("tlake walk:")]
+    assert len(lines) == 1, output[-3000:]
+    assert lines[0].startswith(f"tlake walk: missing Python packages on {python}")
+    for dist in ("trinitylake", "pyyaml", "pyarrow", "deltalake", "mmh3", "fsspec", "s3fs", "protobuf"):
+        assert dist in lines[0]
+    assert "pyspark" not in lines[0].split(":", 2)[2]  # pyspark is there: it is not named
+
+
+def test_make_dist_leaves_no_build_tools_in_the_archive(dist):
+    with tarfile.open(dist) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("site-packages/trinitylake/__init__.py") for n in names)
+    assert not any("site-packages/pip/" in n or "site-packages/venv_pack/" in n for n in names)
+    assert not any("site-packages/pyspark/" in n for n in names)  # the cluster's own pyspark is used
