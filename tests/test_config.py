@@ -118,7 +118,7 @@ def test_export_defaults():
     assert isinstance(cfg, ExportConfig)
     assert (cfg.name, cfg.target) == ("weekly-20261122", "file:///tmp/tl-exports/weekly-20261122")
     assert cfg.version is None and cfg.as_of is None
-    assert (cfg.mode, cfg.depth, cfg.batch_size, cfg.verify_checksum) == ("full", 1, 64, True)
+    assert (cfg.mode, cfg.depth, cfg.batch_size, cfg.verify_checksum) == ("full", 1, 1024, True)
 
 
 def test_uris_are_normalized():

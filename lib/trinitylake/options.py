@@ -202,7 +202,8 @@ _JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {
              "'full' copies every reachable file, 'partial' copies node levels down to depth, 'minimal' only the "
              "root node.", choices=("full", "partial", "minimal")),
         _opt("depth", "int", 1, "Node levels below the root to copy in partial mode (ignored otherwise).", minimum=0),
-        _opt("batch_size", "int", 64, "Files copied per Spark task.", minimum=1),
+        _opt("batch_size", "int", 1024, "Files per plan part: the unit of a copy task, of its result manifest "
+             "and of a resume; node files read per Spark task while planning.", minimum=1),
         _opt("verify_checksum", "bool", True, "Compare the size and checksum of every copied file."),
     ),
 }
