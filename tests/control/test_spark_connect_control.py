@@ -83,6 +83,7 @@ def test_cli_walk_appends_through_spark_delta_on_connect(connect_run):
     assert commits[-2:] == ["spark", "spark"] and "delta-rs" in commits[:-2], commits
 
 
+@pytest.mark.spark
 def test_auto_picks_spark_delta_under_connect(connect_run):
     w = connect_run["worker"]
     assert w["session_module"] == CONNECT
@@ -93,6 +94,7 @@ def test_auto_picks_spark_delta_under_connect(connect_run):
     assert w["spark_seqs"] == [1, 2, 3, 4, 5, 6]  # Spark reads the one table delta-rs also wrote
 
 
+@pytest.mark.spark
 def test_rows_read_back_with_delta_rs_in_txn_seq_order(connect_run):
     from deltalake import DeltaTable
 
@@ -109,6 +111,7 @@ def test_rows_read_back_with_delta_rs_in_txn_seq_order(connect_run):
     assert engines.count("spark") >= 5 and engines.count("delta-rs") >= 3, engines
 
 
+@pytest.mark.spark
 def test_tlake_show_lists_every_entry_newest_first(connect_run):
     show = connect_run["show"]
     seqs = [e["txn_seq"] for e in show]
