@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trinitylake.errors import TrinityLakeError
-from trinitylake.maintenance.export_plan import ExportSpec, PlanRow, export_bytes, md5_hex
+from trinitylake.maintenance.export_plan import (
+    ExportSpec,
+    PlanRow,
+    export_bytes,
+    manifest_bytes,
+    manifest_path,
+    md5_hex,
+    read_manifest,
+    read_plan_part,
+)
 from trinitylake.storage import Storage, parse_uri
 
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -190,3 +200,36 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
     return st, (size, md5)
 
 
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by the fault-injection hook of the tests (a simulated crash mid-copy)."""
+
+
+def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, export_dir: str, checksum: bool,
+              resumed: bool, pmap: Callable[[Callable[[Any], Any], list], list],
+              fail_midway: bool = False) -> CopyStats:
+    """Copy the files of one plan part (`pmap` maps over its rows: threads or a plain loop);
+    write its result manifest when all are verified. The same on the driver's threads, in the
+    driver's copy worker processes and in executor tasks."""
+    rows = read_plan_part(target.read(f"{export_dir}/plan/{name}"))
+    mpath = manifest_path(export_dir, name)
+    recorded = (read_manifest(target, mpath) if resumed else None) or {}
+    if fail_midway:
+        rows = rows[: len(rows) // 2]
+    ensure_dirs = getattr(target, "ensure_dirs", None)
+    if ensure_dirs is not None:
+        ensure_dirs(r.target for r in rows if r.target not in recorded)
+    results = pmap(lambda r: copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target)),
+                   rows)
+    stats = CopyStats()
+    files: dict[str, tuple[int, str]] = {}
+    for r, (st, done) in zip(rows, results, strict=True):
+        stats.add(st)
+        if done is not None:
+            files[r.target] = done
+    if fail_midway:
+        raise InjectedFailure(f"injected failure in plan part {name} after {stats.rows} files")
+    if not stats.failed and files != recorded:
+        target.write(mpath, manifest_bytes(name, files))
+    return stats

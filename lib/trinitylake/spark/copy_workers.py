@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from trinitylake.errors import StorageError
+from trinitylake.storage import Storage
 
 _OK, _FAILED = "ok", "failed"
 
@@ -114,6 +115,27 @@ class CopyWorkers:
         self.close()
 
 
+# Per worker process: the lean views of the two storages (their directory caches persist across
+# the parts this process copies).
+_VIEWS: dict[tuple[str, str], tuple[Storage, Storage]] = {}
+
+
+def _serial_map(fn: Any, items: list) -> list:
+    return [fn(i) for i in items]
+
+
+def copy_part_in_worker(name: str, source: Storage, target: Storage, spec: Any, export_dir: str, checksum: bool,
+                        resumed: bool) -> dict[str, Any]:
+    """Body of a copy worker process: one plan part, its stats as a dict."""
+    from trinitylake.maintenance.export_copy import copy_part
+    from trinitylake.storage.local_files import LocalFiles
+
+    views = _VIEWS.get((source.root, target.root))
+    if views is None:
+        views = _VIEWS[(source.root, target.root)] = (LocalFiles.of(source), LocalFiles.of(target))
+    return copy_part(name, views[0], views[1], spec, export_dir, checksum, resumed, _serial_map).to_dict()
+
+
 def _send(stream: IO[bytes], obj: Any, raw: bool = False) -> None:
     stream.write(obj if raw else pickle.dumps(obj))
     stream.flush()
@@ -125,7 +147,7 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     inp = sys.stdin.buffer
-    from trinitylake.spark.export import copy_part_in_worker  # after the redirection: imports may print
+    import trinitylake.maintenance.export_copy  # noqa: F401 - imported now, after the redirection (imports may print)
 
     setup = pickle.load(inp)
     while True:

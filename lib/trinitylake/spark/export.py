@@ -68,9 +68,11 @@ from trinitylake.lakehouse.roots import check_retained
 from trinitylake.maintenance import export_copy as XC
 from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance import export_target as XT
+from trinitylake.maintenance.export_copy import InjectedFailure
+from trinitylake.maintenance.export_copy import copy_part as _copy_part
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, ddl, rows_of
-from trinitylake.spark.export_planner import Planner, PoolMap, pool_map, raise_failures
+from trinitylake.spark.export_planner import Planner, pool_map, raise_failures
 from trinitylake.storage import Storage, parse_uri
 from trinitylake.storage.local_files import LocalFiles
 
@@ -88,37 +90,7 @@ LOCAL_PROCESSES_MAX = 8
 STATS_SCHEMA = pa.schema([("name", pa.string()), ("stats", pa.string())])
 
 
-class InjectedFailure(RuntimeError):
-    """Raised by the fault-injection hook of the tests (a simulated crash mid-copy)."""
-
-
 # ---- copy --------------------------------------------------------------------------------------
-def _copy_part(name: str, source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
-               resumed: bool, pmap: PoolMap, fail_midway: bool = False) -> XC.CopyStats:
-    """Copy the files of one plan part; write its result manifest when all are verified."""
-    rows = X.read_plan_part(target.read(f"{export_dir}/plan/{name}"))
-    mpath = X.manifest_path(export_dir, name)
-    recorded = (X.read_manifest(target, mpath) if resumed else None) or {}
-    if fail_midway:
-        rows = rows[: len(rows) // 2]
-    ensure_dirs = getattr(target, "ensure_dirs", None)
-    if ensure_dirs is not None:
-        ensure_dirs(r.target for r in rows if r.target not in recorded)
-    results = pmap(lambda r: XC.copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target)),
-                   rows)
-    stats = XC.CopyStats()
-    files: dict[str, tuple[int, str]] = {}
-    for r, (st, done) in zip(rows, results, strict=True):
-        stats.add(st)
-        if done is not None:
-            files[r.target] = done
-    if fail_midway:
-        raise InjectedFailure(f"injected failure in plan part {name} after {stats.rows} files")
-    if not stats.failed and files != recorded:
-        target.write(mpath, X.manifest_bytes(name, files))
-    return stats
-
-
 def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
                   resumed: bool, io_threads: int, fail_midway: bool, batches: Iterator[pa.RecordBatch]
                   ) -> Iterator[pa.RecordBatch]:
@@ -131,24 +103,6 @@ def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_d
             yield batch_of(STATS_SCHEMA, [[name], [json.dumps(st.to_dict())]])
     finally:
         close()
-
-
-# Per worker process (`copy_workers`): the lean views of the two storages (their directory
-# caches persist across the parts this process copies).
-_WORKER_VIEWS: dict[tuple[str, str], tuple[Storage, Storage]] = {}
-
-
-def _serial_map(fn: Callable[[Any], Any], items: list) -> list:
-    return [fn(i) for i in items]
-
-
-def copy_part_in_worker(name: str, source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str,
-                        checksum: bool, resumed: bool) -> dict[str, Any]:
-    """Body of a copy worker process: one plan part, its stats as a dict."""
-    views = _WORKER_VIEWS.get((source.root, target.root))
-    if views is None:
-        views = _WORKER_VIEWS[(source.root, target.root)] = (LocalFiles.of(source), LocalFiles.of(target))
-    return _copy_part(name, views[0], views[1], spec, export_dir, checksum, resumed, _serial_map).to_dict()
 
 
 def copy_processes(n_files: int, n_parts: int, source: Storage, target: Storage) -> int:

@@ -16,6 +16,7 @@ FileExistsError keep their meaning and are never retried.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import json
 import os
@@ -579,22 +580,18 @@ def _open_creating_dirs(path: str) -> Any:
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _mtime_of(d: dict[str, Any]) -> float:
     for k in ("mtime", "LastModified", "last_modified", "created"):
-        v = d.get(k)
-        if v is None:
-            continue
+        v: Any = d.get(k)
         if hasattr(v, "timestamp"):
             return float(v.timestamp())
         try:
             return float(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError):  # absent (None) or not a number
             continue
     return 0.0
 
