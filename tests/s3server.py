@@ -87,6 +87,28 @@ def make_s3_storage(root_uri: str, endpoint_url: str) -> Any:
     return Storage(root_uri, {"endpoint_url": endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY})
 
 
+def _atomic_conditional_puts(mp: pytest.MonkeyPatch) -> None:
+    """Make moto's PutObject check-then-write atomic, as S3's conditional writes are.
+
+    moto checks ``If-None-Match: *`` / ``If-Match`` and then stores the object, and its threaded
+    server runs requests concurrently: two processes racing for the same key could both succeed
+    (test_seq's concurrent S3 allocation saw a duplicate txn_seq about one run in three). AWS S3
+    decides a conditional write atomically; one lock around moto's PutObject does the same here
+    (unconditional PUTs go through it too: the test server needs no throughput)."""
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    lock = threading.Lock()
+    put = S3Response.put_object
+
+    def put_object(self: Any) -> Any:
+        with lock:
+            return put(self)
+
+    mp.setattr(S3Response, "put_object", put_object)
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """Start moto's threaded server once per session and point the AWS environment at fakes."""
@@ -109,6 +131,7 @@ def s3_server() -> Iterator[S3Server]:
     old_level = werkzeug_log.level
     werkzeug_log.setLevel(logging.ERROR)
 
+    _atomic_conditional_puts(mp)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
