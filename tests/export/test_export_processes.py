@@ -115,3 +115,16 @@ def test_small_or_injected_copies_stay_on_the_driver_threads(tmp_path, monkeypat
     # A fault injector lives in this process only: the copy must stay here to meet it.
     with injected(FaultSpec(transient_rate=0.0)):
         assert E.copy_processes(10**6, 1000, src, tgt) == 0
+
+
+@pytest.mark.parametrize("executable", ["", "/nonexistent/bin/python"])
+def test_no_worker_process_can_start_so_the_driver_threads_copy(run, make_lakehouse, tmp_path, processes,
+                                                               monkeypatch, executable):
+    # An embedded interpreter (no sys.executable) or a missing one: the copy stays on threads.
+    lh = make_lakehouse()
+    v = populate(lh)
+    monkeypatch.setattr(sys, "executable", executable)
+    r = run(lh, str(tmp_path / "t"), "n", batch_size=4)
+    assert r.status != "failed" and "copy_processes" not in r.details
+    assert r.counts["copied"] == r.counts["planned"]
+    assert state(Lakehouse.open(str(tmp_path / "t"), audit=False).view()) == state(lh.view(version=v))

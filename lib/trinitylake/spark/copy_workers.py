@@ -36,6 +36,8 @@ class CopyWorkers:
     def __init__(self, n: int):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._procs: list[subprocess.Popen] = []
+        if not sys.executable:
+            raise StorageError("cannot start export copy workers: this interpreter has no sys.executable")
         try:
             for _ in range(n):
                 self._procs.append(subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,

@@ -139,18 +139,26 @@ class _Workers:
         if self.pool is None and self.allowed:
             n = copy_processes(files, LOCAL_PROCESSES_MAX, self.source, self.target)
             if n:
-                from trinitylake.spark.copy_workers import CopyWorkers
-
-                self.pool = CopyWorkers(n)
+                self.pool = self._start(n)
 
     def take(self, n: int) -> Any:
+        """A pool of `n` workers, or None when no worker process can be started here (an
+        embedded interpreter without ``sys.executable``): the copy then runs on threads."""
         if self.pool is not None and self.pool.size != n:
             self.close()
-        if self.pool is None:
-            from trinitylake.spark.copy_workers import CopyWorkers
-
-            self.pool = CopyWorkers(n)
+        if self.pool is None and self.allowed:
+            self.pool = self._start(n)
         return self.pool
+
+    def _start(self, n: int) -> Any:
+        from trinitylake.spark.copy_workers import CopyWorkers
+
+        try:
+            return CopyWorkers(n)
+        except StorageError as e:
+            self.allowed = False
+            log.warning("export copy stays on the driver's threads: %s", e)
+            return None
 
     def close(self) -> None:
         if self.pool is not None:
@@ -349,10 +357,10 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
             with ex.phase("export.copy", where, n_files, f"export {name}: copy {n_files} files ({len(parts)} parts)"):
                 names = [p["name"] for p in parts]
                 n_procs = copy_processes(n_files, len(names), source, target) if fail_after_batches is None else 0
-                if where == LOCAL and n_procs:
+                pool = workers.take(n_procs) if where == LOCAL and n_procs else None
+                if pool is not None:
                     result.details["copy_processes"] = n_procs
-                    total = _copy_processes(workers.take(n_procs), names, source, target, spec, export_dir, checksum,
-                                            resumed)
+                    total = _copy_processes(pool, names, source, target, spec, export_dir, checksum, resumed)
                     workers.close()
                 elif where == LOCAL:
                     total = _copy_local(names, copy, source, target, io_threads, fail_after_batches)
