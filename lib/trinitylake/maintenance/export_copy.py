@@ -200,8 +200,6 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
     return st, (size, md5)
 
 
-
-
 class InjectedFailure(RuntimeError):
     """Raised by the fault-injection hook of the tests (a simulated crash mid-copy)."""
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -256,11 +256,15 @@ class ExportResult(ActionResult):
 
 
 # ---- actions ---------------------------------------------------------------------------------
-class _Action:
-    """One job run to be: its options (the job's own names), then `execute`."""
+R = TypeVar("R", bound=ActionResult)
+
+
+class _Action(Generic[R]):
+    """One job run to be: its options (the job's own names), then `execute`, which returns the
+    job's `result_class`."""
 
     job: ClassVar[str]
-    result_class: ClassVar[type[ActionResult]]
+    result_class: type[R]
 
     def __init__(self, actions: TrinityLakeActions, options: Mapping[str, Any]):
         self._actions = actions
@@ -292,7 +296,7 @@ class _Action:
         overrides = {**a.common_options, **self._options, "lakehouse": a.uri}
         return load_job_config(self.job, a.conf_files.get(self.job), overrides=overrides, env=a.env)
 
-    def execute(self) -> Any:
+    def execute(self) -> R:
         """Run the job on the actions' session; returns its result with its DataFrames.
 
         Raises:
@@ -309,36 +313,24 @@ class _Action:
         return self.result_class(a.spark, result, cfg)
 
 
-class WalkAction(_Action):
+class WalkAction(_Action[WalkResult]):
     job = "walk"
     result_class = WalkResult
 
-    def execute(self) -> WalkResult:
-        return super().execute()
 
-
-class OrphansAction(_Action):
+class OrphansAction(_Action[OrphansResult]):
     job = "orphans"
     result_class = OrphansResult
 
-    def execute(self) -> OrphansResult:
-        return super().execute()
 
-
-class ExpireAction(_Action):
+class ExpireAction(_Action[ExpireResult]):
     job = "expire"
     result_class = ExpireResult
 
-    def execute(self) -> ExpireResult:
-        return super().execute()
 
-
-class ExportAction(_Action):
+class ExportAction(_Action[ExportResult]):
     job = "export"
     result_class = ExportResult
-
-    def execute(self) -> ExportResult:
-        return super().execute()
 
 
 class TrinityLakeActions:
