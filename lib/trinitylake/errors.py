@@ -122,5 +122,11 @@ class StorageError(TrinityLakeError, OSError):
     """
 
 
+class UnknownOutcomeError(StorageError):
+    """An exclusive create was retried, the file now exists, and its bytes cannot be read back:
+    an earlier attempt of ours may have created it, or another writer did. Callers must treat
+    the write as possibly done (a commit keeps every file its root could reference)."""
+
+
 class StoragePermissionError(StorageError, PermissionError):
     """Storage refused the operation (EACCES, S3 403 AccessDenied): never retried."""

@@ -14,13 +14,15 @@ operation took effect, the ambiguous case), and permanent AccessDenied / ENOSPC.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
 import pytest
 
 from tests.reliability._verify import Ack, Verifier
-from trinitylake.errors import StorageError, StoragePermissionError, TrinityLakeError
+from trinitylake.errors import StorageError, StoragePermissionError, TrinityLakeError, UnknownOutcomeError
+from trinitylake.format.paths import root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.storage import Storage
 from trinitylake.storage.faults import FaultSpec, FaultyStorage, injected
@@ -111,6 +113,36 @@ def test_exclusive_create_after_a_hidden_success_is_ours(tmp_path) -> None:
     plain.create_exclusive("_other", b"theirs")
     with pytest.raises(FileExistsError):
         s.create_exclusive("_other", b"mine")
+
+
+def test_exclusive_create_that_cannot_be_read_back_is_unknown(tmp_path) -> None:
+    """The create took effect, its answer was lost, and the retry cannot read the file back:
+    the outcome is unknown, never "another writer's file" (a committer frees the files of a
+    lost race, and the file may be ours)."""
+    s = FaultyStorage(str(tmp_path), spec=FaultSpec(
+        transient_rate=1.0, after_share=1.0, max_consecutive=1, ops=("create_exclusive",),
+        permanent_paths=r"^_root$", permanent_ops=("read",), seed=1))
+    with pytest.raises(UnknownOutcomeError, match="_root"):
+        s.create_exclusive("_root", b"ours")
+    assert Storage(str(tmp_path)).read("_root") == b"ours"
+
+
+def test_commit_whose_root_cannot_be_read_back_keeps_its_files(make_lakehouse) -> None:
+    """Found by the random-fault test in CI: the root create took effect unseen, its retry met
+    the file and could not read it back. The commit took that for a lost race and deleted the
+    files the root it had just created references. It must keep them and fail typed."""
+    base = make_lakehouse()
+    base.create_namespace("ns")
+    verifier = Verifier(base.uri)
+    before = verifier.open().latest_version()
+    nxt = re.escape(root_name(before + 1)) + "$"
+    spec = FaultSpec(transient_rate=1.0, after_share=1.0, max_consecutive=1, ops=("create_exclusive",),
+                     paths=nxt, permanent_paths=nxt, permanent_ops=("read",), seed=1)
+    faulty = Lakehouse(FaultyStorage(base.uri, spec=spec), audit=False)
+    with pytest.raises(StorageError, match="cannot be read back"):
+        faulty.create_table("ns", "t")
+    assert verifier.open().latest_version() == before + 1
+    assert not verifier.check([Ack(before + 1, "ns", "t")])
 
 
 # ---- permanent faults ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 import trinitylake.storage.retry as retry_mod
 import trinitylake.storage.storage as storage_mod
-from trinitylake.errors import InvalidURIError, StorageError
+from trinitylake.errors import InvalidURIError, StorageError, UnknownOutcomeError
 from trinitylake.storage import FileInfo, Storage
 from trinitylake.storage.uri import parse_uri
 
@@ -611,7 +611,18 @@ def test_s3_create_exclusive_maps_412_and_keeps_other_errors(
         raise _wrapped("PreconditionFailed", 412, "At least one of the pre-conditions you specified did not hold")
 
     monkeypatch.setattr(offline_s3.fs, "pipe_file", precondition)
+    # A 412 may be botocore's retry of our own unseen success: the stored bytes decide.
+    monkeypatch.setattr(offline_s3.fs, "cat_file", lambda path, **kw: b"theirs")
     with pytest.raises(FileExistsError, match="already exists: s3://tl-offline/lake/_1"):
+        offline_s3.create_exclusive("_1", b"data")
+    monkeypatch.setattr(offline_s3.fs, "cat_file", lambda path, **kw: b"data")
+    offline_s3.create_exclusive("_1", b"data")
+
+    def unreadable(path: str, **kwargs: Any) -> bytes:
+        raise ConnectionResetError("connection reset reading _1")
+
+    monkeypatch.setattr(offline_s3.fs, "cat_file", unreadable)  # unknown, not a lost race
+    with pytest.raises(UnknownOutcomeError, match="s3://tl-offline/lake/_1"):
         offline_s3.create_exclusive("_1", b"data")
 
     def denied(path: str, data: bytes, mode: str = "overwrite", **kwargs: Any) -> None:

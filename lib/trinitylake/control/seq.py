@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from trinitylake.errors import ControlTableError
+from trinitylake.errors import ControlTableError, UnknownOutcomeError
 from trinitylake.storage import Storage
 
 SEQ_DIGITS = 20
@@ -65,7 +65,8 @@ class SeqAllocator:
         while True:
             try:
                 self.storage.create_exclusive(self.marker_path(n), data)
-            except FileExistsError:
+            except (FileExistsError, UnknownOutcomeError):
+                # Taken, or possibly ours but unreadable: skipping it only leaves a gap.
                 n += 1
                 continue
             # Markers are contiguous up to the newest, so the previous one exists unless a

@@ -24,13 +24,13 @@ import re
 import stat
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 
-from trinitylake.errors import StorageError
+from trinitylake.errors import StorageError, UnknownOutcomeError
 from trinitylake.storage import retry
 from trinitylake.storage.options import s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - RETRY_ATTEMPTS, is_transient: part of this module's API
@@ -291,14 +291,13 @@ class Storage:
         ConditionalRequestConflict). Where the local filesystem cannot hard-link, the file is
         written in place with ``O_EXCL``: still exclusive, but a reader may then see it partial.
 
-        On S3 a retried PUT whose first attempt succeeded unseen gets 412; the stored bytes
-        are then compared with ours, and an identical file counts as our success. The same
-        holds for our own retries after a transient error (the failed attempt may have taken
-        effect): a retry that finds the file holding exactly our bytes succeeded. Every file
-        written this way carries a unique transaction id or UUID, so identical bytes are ours.
+        A retry (S3's own after an unseen success: 412; ours after a transient error) that
+        finds the file holding exactly our bytes succeeded: every file written this way
+        carries a unique transaction id or UUID, so identical bytes are ours.
 
         Raises:
             FileExistsError: another writer created the file first.
+            UnknownOutcomeError: after a retry the file exists but cannot be read back.
             ValueError: `data` is empty. s3fs writes an empty ``xb`` file through ``touch``
                 without the condition and would silently overwrite, so no empty file is ever
                 a commit marker.
@@ -318,12 +317,17 @@ class Storage:
 
         retry.call(attempt, fail=lambda e, n: typed_error("create_exclusive", self._uri_quiet(path), e, n))
 
-    def _holds(self, path: str, data: bytes | bytearray) -> bool:
-        """True when `path` holds exactly `data`; False when it differs or cannot be read."""
+    def _holds(self, path: str, data: bytes | bytearray, read: Callable[[], bytes] | None = None) -> bool:
+        """True when `path` holds exactly `data`, False when other bytes. Unreadable raises
+        UnknownOutcomeError: "another writer's" is not safe, a committer frees the files of a
+        lost race, and were the file ours, its committed root would reference deleted files."""
         try:
-            return self.read(path) == data
-        except Exception:  # noqa: BLE001 - cannot tell: report the conflict, the safe answer
-            return False
+            stored = read() if read is not None else self.read(path)
+        except Exception as e:  # noqa: BLE001 - whatever the reason, the outcome is unknown
+            raise UnknownOutcomeError(
+                f"create of {self._uri_quiet(path)} was retried and the file exists, but it cannot be read back "
+                f"to tell whether an earlier attempt created it: {type(e).__name__}: {e}") from e
+        return stored == data
 
     def _create_exclusive_once(self, fp: str, data: bytes | bytearray, path: str) -> None:
         if self._local():
@@ -352,11 +356,7 @@ class Storage:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
         own win, not a lost race: the stored bytes are ours (every commit file we write carries
         a unique transaction id or UUID). Anything else is another writer's file."""
-        try:
-            stored = self.fs.cat_file(fp)
-        except Exception:  # noqa: BLE001 - cannot tell: report the conflict, the safe answer
-            stored = None
-        if stored != data:
+        if not self._holds(path, data, read=lambda: self.fs.cat_file(fp)):
             raise FileExistsError(f"already exists: {self.uri(path)}")
 
     def _create_exclusive_local(self, fp: str, data: bytes | bytearray, path: str) -> None:
