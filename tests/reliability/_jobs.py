@@ -52,7 +52,15 @@ class ExecutorFaults:
 
     def processes(self, log_dir: str) -> int:
         """How many processes injected faults (the driver and each executor worker)."""
-        return len([n for n in os.listdir(log_dir) if n.startswith("faults-")]) if os.path.isdir(log_dir) else 0
+        return len(self.pids(log_dir))
+
+    @staticmethod
+    def pids(log_dir: str) -> set[int]:
+        """The processes that injected faults (one ``faults-<pid>.log`` each)."""
+        if not os.path.isdir(log_dir):
+            return set()
+        return {int(n[len("faults-"):-len(".log")]) for n in os.listdir(log_dir)
+                if n.startswith("faults-") and n.endswith(".log")}
 
     def close(self) -> None:
         self.off()

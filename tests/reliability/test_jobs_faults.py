@@ -145,7 +145,10 @@ def test_jobs_succeed_under_transient_faults(spark, make_lakehouse, faults, ledg
     ledger.add("faults", "Spark jobs under transient faults (driver and executors)", trials=len(figures),
                faults=total, data_lost=lost, seconds=time.perf_counter() - t_all, jobs=figures)
     assert not problems, problems
-    assert total > 0 and max(f["processes"] for f in figures.values()) > 1, figures
+    # Faults reached the executors' Python workers, not only the driver. Counted over all four
+    # jobs: which worker gets a job's few tasks, and so draws its few faults, is up to Spark.
+    injecting = set().union(*(faults.pids(d) for d in faults.log_dirs))
+    assert total > 0 and injecting - {os.getpid()}, (figures, injecting)
 
 
 def _expect_failure(fn) -> TrinityLakeError:

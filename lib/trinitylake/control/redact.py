@@ -104,13 +104,15 @@ def redact_control_table(control: ControlTable, *, dry_run: bool = False) -> Red
     """
     from deltalake.exceptions import CommitFailedError, DeltaError
 
+    from trinitylake.control.table import read_delta_rows
+
     t0 = time.perf_counter()
     res = RedactResult(dry_run=dry_run)
     if not control.exists():
         raise ControlTableError(f"no control table at {control.uri}")
     def rewrite_once(_n: int) -> None:
         dt = control._load()
-        tbl = dt.to_pyarrow_table()
+        tbl = read_delta_rows(dt)
         res.rows_scanned = tbl.num_rows
         source = redacted_rows(tbl)
         res.rows_redacted = source.num_rows

@@ -19,6 +19,7 @@ also holds files that compaction removed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -410,10 +411,7 @@ class ControlTable:
                     f"control location {self.rows_uri} is not a Delta table but holds files (e.g. {', '.join(foreign)})"
                 )
             return SCHEMA.empty_table()
-        ds = dt.to_pyarrow_dataset()
-        flt = (pc.field("txn_seq") >= since_seq) if since_seq is not None else None
-        tbl = ds.to_table(filter=flt)
-        return _sorted(tbl)
+        return _sorted(read_delta_rows(dt, since_seq))
 
     def records(self, since_seq: int | None = None) -> list[AuditRecord]:
         """All rows as AuditRecords (or those with ``txn_seq >= since_seq``), sorted by
@@ -498,6 +496,27 @@ def _conform(data: pa.Table, target: pa.Schema) -> pa.Table:
         else:
             arrays.append(pa.nulls(data.num_rows, f.type))
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+# The dataset of the last scan stays referenced until the interpreter exits (see read_delta_rows).
+_LAST_SCAN: list[Any] = []
+atexit.register(_LAST_SCAN.clear)
+
+
+def read_delta_rows(dt: DeltaTable, since_seq: int | None = None) -> pa.Table:
+    """The table's rows (those with ``txn_seq >= since_seq``), read through delta-rs's dataset.
+
+    The dataset is kept until the next scan or until exit: its fragments hold a Python
+    filesystem, and when Arrow's threads drop the last reference after a scan while the
+    interpreter shuts down, the process aborts ("terminate called without an active
+    exception", about one `tlake report` in 40 here). Kept, the last reference is ours and is
+    dropped with the GIL held. (delta-rs's QueryBuilder avoids Python filesystems, but its
+    ranged GETs hang against the moto test server.)
+    """
+    ds = dt.to_pyarrow_dataset()
+    tbl = ds.to_table(filter=(pc.field("txn_seq") >= since_seq) if since_seq is not None else None)
+    _LAST_SCAN[:] = [ds]
+    return tbl
 
 
 def _sorted(tbl: pa.Table) -> pa.Table:
