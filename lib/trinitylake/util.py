@@ -1,8 +1,9 @@
-"""Small parsing helpers shared by the CLI, the jobs and the config loader."""
+"""Small helpers shared by the CLI, the jobs, the config loader and the Spark engines."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from trinitylake.errors import ValidationError
 
@@ -20,3 +21,9 @@ def parse_duration_ms(value: str | int | float) -> int:
     if not m:
         raise ValidationError(f"cannot parse duration {value!r}; use e.g. 7d, 36h, 10m, 90s, 500ms")
     return int(float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"])
+
+
+def is_connect_session(spark: Any) -> bool:
+    """True for a Spark Connect client session (``pyspark.sql.connect``: no SparkContext, no
+    RDDs). By module name, so that asking never imports pyspark."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

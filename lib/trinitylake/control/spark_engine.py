@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from trinitylake.errors import ControlTableError
+from trinitylake.util import is_connect_session
 
 ENGINES = ("auto", "spark", "delta-rs")
 
@@ -57,11 +58,6 @@ def session_has_delta(spark: Any) -> bool:
     # A classic session's conf is the whole truth; a Connect server's may not be shown to its
     # clients (Databricks serverless, a shared cluster), so ask the server itself.
     return is_connect_session(spark) and _delta_sql_probe(spark)
-
-
-def is_connect_session(spark: Any) -> bool:
-    """True for a Spark Connect client session (``pyspark.sql.connect``)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 #: A Delta-only statement on a path that never exists: parsed only by a server with Delta's SQL

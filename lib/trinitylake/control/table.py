@@ -19,15 +19,16 @@ also holds files that compaction removed.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
 import time
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -498,25 +499,22 @@ def _conform(data: pa.Table, target: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=target)
 
 
-# The dataset of the last scan stays referenced until the interpreter exits (see read_delta_rows).
-_LAST_SCAN: list[Any] = []
-atexit.register(_LAST_SCAN.clear)
-
-
 def read_delta_rows(dt: DeltaTable, since_seq: int | None = None) -> pa.Table:
     """The table's rows (those with ``txn_seq >= since_seq``), read through delta-rs's dataset.
 
-    The dataset is kept until the next scan or until exit: its fragments hold a Python
-    filesystem, and when Arrow's threads drop the last reference after a scan while the
-    interpreter shuts down, the process aborts ("terminate called without an active
-    exception", about one `tlake report` in 40 here). Kept, the last reference is ours and is
-    dropped with the GIL held. (delta-rs's QueryBuilder avoids Python filesystems, but its
-    ranged GETs hang against the moto test server.)
+    A local table is scanned through Arrow's own local filesystem. delta-rs's default is a
+    Python filesystem, and Arrow's threads release its objects (fragments, read buffers) after
+    the scan; one released while the interpreter exits aborts the process ("terminate called
+    without an active exception": about one `tlake report` in 40 here, and keeping the dataset
+    referenced only moved the release to the read buffers). Remote tables keep delta-rs's
+    filesystem: delta-rs's QueryBuilder avoids it, but its ranged GETs hang on the moto server.
     """
-    ds = dt.to_pyarrow_dataset()
-    tbl = ds.to_table(filter=(pc.field("txn_seq") >= since_seq) if since_seq is not None else None)
-    _LAST_SCAN[:] = [ds]
-    return tbl
+    parsed = urlparse(dt.table_uri)
+    fs = None
+    if parsed.scheme in ("", "file"):
+        fs = pafs.SubTreeFileSystem(unquote(parsed.path), pafs.LocalFileSystem())
+    ds = dt.to_pyarrow_dataset(filesystem=fs)
+    return ds.to_table(filter=(pc.field("txn_seq") >= since_seq) if since_seq is not None else None)
 
 
 def _sorted(tbl: pa.Table) -> pa.Table:

@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from trinitylake import progress
+from trinitylake.util import is_connect_session
 
 log = logging.getLogger("trinitylake.spark")
 
@@ -237,11 +238,6 @@ def warm_arrow() -> None:
 
 
 # ---- sessions --------------------------------------------------------------------------------
-def is_connect_session(spark: Any) -> bool:
-    """True for a Spark Connect session (no SparkContext, no RDDs)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def functions_for(spark: Any) -> Any:
     """The ``functions`` module matching `spark` (see :attr:`Execution.F`)."""
     if is_connect_session(spark):
