@@ -70,6 +70,12 @@ FINDINGS = [
      "StorageError (StoragePermissionError for 403/EACCES), both OSErrors with the original errno."),
     ("faults", "An exclusive create whose success was hidden by an error would be reported as a lost race.",
      "`Storage.create_exclusive` retries, and a retry that finds exactly our bytes counts as our success."),
+    ("faults (CI)", "A commit whose root create took effect unseen, and whose retry could not read the root back "
+                    "(a second fault), took it for a lost race and deleted the node and definition files of the root "
+                    "it had itself created: a committed version referenced a missing table definition.",
+     "A retried exclusive create that cannot read the file back raises `UnknownOutcomeError` (a StorageError), "
+     "never FileExistsError; the commit keeps every file and fails typed; txn_seq markers skip the number. "
+     "Deterministic tests in `tests/reliability/test_faults.py`."),
 ]
 
 
