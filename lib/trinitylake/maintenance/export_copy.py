@@ -205,11 +205,11 @@ class InjectedFailure(RuntimeError):
 
 
 def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, export_dir: str, checksum: bool,
-              resumed: bool, pmap: Callable[[Callable[[Any], Any], list], list],
+              resumed: bool, pmap: Callable[[Callable[[Any], Any], list], list] | None = None,
               fail_midway: bool = False) -> CopyStats:
-    """Copy the files of one plan part (`pmap` maps over its rows: threads or a plain loop);
-    write its result manifest when all are verified. The same on the driver's threads, in the
-    driver's copy worker processes and in executor tasks."""
+    """Copy the files of one plan part (`pmap` maps over its rows, over threads; None: a plain
+    loop); write its result manifest when all are verified. The same on the driver's threads,
+    in the driver's copy worker processes and in executor tasks."""
     rows = read_plan_part(target.read(f"{export_dir}/plan/{name}"))
     mpath = manifest_path(export_dir, name)
     recorded = (read_manifest(target, mpath) if resumed else None) or {}
@@ -218,8 +218,10 @@ def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, exp
     ensure_dirs = getattr(target, "ensure_dirs", None)
     if ensure_dirs is not None:
         ensure_dirs(r.target for r in rows if r.target not in recorded)
-    results = pmap(lambda r: copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target)),
-                   rows)
+    def one(r: PlanRow) -> tuple[CopyStats, tuple[int, str] | None]:
+        return copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target))
+
+    results = pmap(one, rows) if pmap is not None else [one(r) for r in rows]
     stats = CopyStats()
     files: dict[str, tuple[int, str]] = {}
     for r, (st, done) in zip(rows, results, strict=True):

@@ -122,10 +122,6 @@ class CopyWorkers:
 _VIEWS: dict[tuple[str, str], tuple[Storage, Storage]] = {}
 
 
-def _serial_map(fn: Any, items: list) -> list:
-    return [fn(i) for i in items]
-
-
 def copy_part_in_worker(name: str, source: Storage, target: Storage, spec: Any, export_dir: str, checksum: bool,
                         resumed: bool) -> dict[str, Any]:
     """Body of a copy worker process: one plan part, its stats as a dict."""
@@ -135,7 +131,7 @@ def copy_part_in_worker(name: str, source: Storage, target: Storage, spec: Any, 
     views = _VIEWS.get((source.root, target.root))
     if views is None:
         views = _VIEWS[(source.root, target.root)] = (LocalFiles.of(source), LocalFiles.of(target))
-    return copy_part(name, views[0], views[1], spec, export_dir, checksum, resumed, _serial_map).to_dict()
+    return copy_part(name, views[0], views[1], spec, export_dir, checksum, resumed).to_dict()
 
 
 def _send(stream: IO[bytes], obj: Any, raw: bool = False) -> None:
