@@ -16,7 +16,11 @@ $(BIN)/tlake: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(BIN)/tlake
 
+# Bytecode of our own modules, written even where PYTHONDONTWRITEBYTECODE is set (as on our
+# sandboxes): Python still reads it, and compiling them at every start cost each tlake command
+# and each export copy worker 0.2-0.4 s. Only changed files are recompiled.
 venv: $(BIN)/tlake
+	@$(BIN)/python -m compileall -q lib jobs >/dev/null
 
 setup: venv ## create the virtualenv and install the project with its dev tools
 

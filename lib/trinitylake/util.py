@@ -27,3 +27,49 @@ def is_connect_session(spark: Any) -> bool:
     """True for a Spark Connect client session (``pyspark.sql.connect``: no SparkContext, no
     RDDs). By module name, so that asking never imports pyspark."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def refuse_pandas_for_pyarrow() -> None:
+    """Spare a process of ours (the CLI, a spark-submit job) pyarrow's import of pandas.
+
+    pyarrow imports pandas (0.4-0.9 s here) the first time it converts a Python list
+    (``pa.array``, ``Table.from_pylist``, typed or not), to tell pandas objects and missing
+    values from plain ones, in lists that are never pandas objects here. A failed import costs
+    it nothing: it answers "no pandas" and tries again at the next conversion. So a finder
+    refuses ``pandas`` while pyspark (which needs it) is not imported; from pyspark's first
+    import on, pandas imports as usual. Call it at the start of a process we own: a library
+    caller's process is left alone (pandas objects may be handed to pyarrow there).
+    """
+    import sys
+
+    if "pandas" not in sys.modules and _RefusePandas not in sys.meta_path:
+        sys.meta_path.insert(0, _RefusePandas)
+
+
+class _RefusePandas:
+    """The module finder of `refuse_pandas_for_pyarrow`."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+        import sys
+
+        if (name == "pandas" or name.startswith("pandas.")) and "pyspark" not in sys.modules:
+            raise ImportError("pandas is not imported in this process until pyspark is")
+        return None
+
+
+def pandas_back_for_pyarrow() -> None:
+    """Undo `refuse_pandas_for_pyarrow` (before a Spark session starts): pyarrow, which took
+    pandas for absent, imports it now and treats pandas objects as such again."""
+    import sys
+
+    if _RefusePandas not in sys.meta_path:
+        return
+    sys.meta_path.remove(_RefusePandas)
+    import pyarrow as pa
+
+    try:  # a conversion that needs pandas makes pyarrow import it (again)
+        pa.table({"x": pa.array([], pa.int64())}).to_pandas()
+    except ImportError:  # pandas is not installed: nothing to undo
+        pass
+

@@ -45,7 +45,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -56,6 +56,7 @@ from trinitylake.format import keys as K
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import root_name
 from trinitylake.storage import Storage, is_absolute, join_uri, parse_uri
+from trinitylake.storage.uri import is_plain_relative
 
 MODES = ("full", "partial", "minimal")
 EXPORT_DIR = "_export"
@@ -172,6 +173,8 @@ def validate_name(name: str) -> str:
 # ---- pointers ----------------------------------------------------------------------------------
 def local_path(source: Storage, pointer: str) -> str | None:
     """Path of `pointer` relative to the source root, or None for a file outside the source."""
+    if is_plain_relative(pointer):  # what the format writes: nothing to normalize
+        return pointer
     if not is_absolute(pointer):
         return source.relative(pointer)
     try:
@@ -292,11 +295,11 @@ def exported_definition_bytes(data: bytes, where: str) -> bytes:
 
 
 # ---- plan rows -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PlanRow:
+class PlanRow(NamedTuple):
     """One planned file. `size`/`md5` are known for node files (read at plan time to find their
     children; `data` then holds their exported bytes, so the copy never reads them again) and
-    unknown (-1, "") for definition files, which are read once, by the copy."""
+    unknown (-1, "") for definition files, which are read once, by the copy. A named tuple:
+    plans hold one per file, and a frozen dataclass costs several times as much to build."""
 
     target: str
     source: str
@@ -307,14 +310,6 @@ class PlanRow:
     md5: str = ""
     external: int = 0
     data: bytes | None = None
-
-    def as_tuple(self) -> tuple:
-        return (self.target, self.source, self.kind, self.depth, self.action, self.size, self.md5, self.external,
-                self.data)
-
-    @classmethod
-    def from_tuple(cls, t: tuple | list) -> PlanRow:
-        return cls(*t)
 
 
 def plan_node(source: Storage, path: str, depth: int, spec: ExportSpec) -> tuple[PlanRow, NodeRefs]:
@@ -359,10 +354,7 @@ def plan_part_name(index: int) -> str:
 
 
 def plan_table(rows: Iterable[PlanRow]) -> pa.Table:
-    cols: list[list] = [[] for _ in PLAN_COLUMNS]
-    for r in rows:
-        for i, v in enumerate(r.as_tuple()):
-            cols[i].append(v)
+    cols = list(zip(*rows, strict=True)) or [() for _ in PLAN_COLUMNS]
     return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, PLAN_SCHEMA, strict=True)],
                                 schema=PLAN_SCHEMA)
 
@@ -378,7 +370,9 @@ def plan_part_bytes(rows: Iterable[PlanRow]) -> bytes:
 
 
 def read_plan_part(data: bytes) -> list[PlanRow]:
-    table = pq.read_table(pa.BufferReader(data))
+    # ParquetFile, not read_table: read_table goes through pyarrow.dataset, whose import (with
+    # pandas) cost each export copy worker 0.4 s before its first file.
+    table = pq.ParquetFile(pa.BufferReader(data)).read()
     cols = [table.column(n).to_pylist() if n in table.column_names else [None] * table.num_rows
             for n in PLAN_COLUMNS]
     return [PlanRow(*vals) for vals in zip(*cols, strict=True)]

@@ -32,6 +32,7 @@ from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import install_log_redaction, redact_text, redact_value, warn_command_line_secrets
 from trinitylake.spark.execution import Execution, Limits, warm_arrow
+from trinitylake.util import refuse_pandas_for_pyarrow
 
 log = logging.getLogger("trinitylake.jobs")
 
@@ -230,6 +231,8 @@ def main(job: str, argv: Sequence[str] | None = None, *, spark: Any = None) -> i
     """Run `job` from the command line; returns the exit code (see the module docstring)."""
     from trinitylake.job_flags import parse_job_args
 
+    if spark is None:  # a spark-submit process of ours, not a caller's notebook
+        refuse_pandas_for_pyarrow()
     try:
         cfg = parse_job_args(job, list(sys.argv[1:] if argv is None else argv))
     except ConfigError as e:

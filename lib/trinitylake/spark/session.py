@@ -14,6 +14,8 @@ import sys
 import warnings
 from typing import Any
 
+from trinitylake.util import pandas_back_for_pyarrow
+
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -41,6 +43,7 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
     """
     from pyspark.sql import SparkSession
 
+    pandas_back_for_pyarrow()  # pyspark's Arrow conversions on the driver use pandas
     # Executors must run the same interpreter as the driver (the venv's, with our package).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

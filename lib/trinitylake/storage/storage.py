@@ -6,11 +6,11 @@ calls (the sandbox's system calls are slow, and fsspec adds more of them); S3 us
 ``If-None-Match: *``; ``memory://`` is a process-local backend for fast unit tests that honours
 exclusivity as strictly as the others.
 
-Every operation retries transient errors (connection resets, timeouts, EIO, S3 503 SlowDown
-and other 5xx/throttling answers) a bounded number of times with jittered exponential
-backoff, through the one retry helper `trinitylake.storage.retry.call` (tenacity); what still fails, and every permanent error (403, ENOSPC, ...), is raised as a typed
-`StorageError` (also an OSError with the original errno). FileNotFoundError and
-FileExistsError keep their meaning and are never retried.
+Every operation retries transient errors (connection resets, timeouts, EIO, S3 503 SlowDown and
+other 5xx/throttling answers) with jittered exponential backoff, a bounded number of times,
+through the one retry helper `trinitylake.storage.retry.call` (tenacity); what still fails, and
+every permanent error (403, ENOSPC, ...), is raised as a typed `StorageError` (an OSError with
+the original errno). FileNotFoundError and FileExistsError keep their meaning, never retried.
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from trinitylake.errors import StorageError, UnknownOutcomeError
 from trinitylake.storage import retry
 from trinitylake.storage.options import s3_options_from_env
-from trinitylake.storage.retry import (  # noqa: F401 - RETRY_ATTEMPTS, is_transient: part of this module's API
+from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
     RETRY_ATTEMPTS,
     is_conditional_conflict,
     is_precondition_failed,
@@ -42,8 +40,7 @@ from trinitylake.storage.retry import (  # noqa: F401 - RETRY_ATTEMPTS, is_trans
 )
 from trinitylake.storage.uri import ParsedURI, is_absolute, is_plain_relative, join_uri, parse_uri
 
-_MEMORY_LOCK = threading.Lock()
-_FS_LOCK = threading.Lock()
+_MEMORY_LOCK, _FS_LOCK = threading.Lock(), threading.Lock()
 # One filesystem per (scheme, options) per process, shared by every Storage with those options.
 # A new s3fs instance builds its own botocore session and client (0.1-1 s here, against ~25 ms
 # for a warm request), and Spark unpickles a fresh Storage in every task. Cleared after fork.
@@ -52,8 +49,7 @@ _FS_CACHE_PID = [os.getpid()]
 
 # Temporary names of in-flight local writes: ``<target>.tmp-<32 hex>``. Listings skip them.
 _TMP_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
-# DeleteObjects takes at most 1,000 keys per request.
-_S3_DELETE_BATCH = 1000
+_S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
 # AWS answers 409 ConditionalRequestConflict while another conditional write to the same key is
 # in flight; the request did not take effect and must be retried (it then gets 200 or 412).
 _S3_CONFLICT_RETRIES = 6
@@ -135,6 +131,8 @@ class Storage:
             return fs
 
     def _make_fs(self) -> Any:
+        import fsspec  # 0.1-0.2 s of imports that local files never need (they use os)
+
         if self.scheme == "file":
             return fsspec.filesystem("file")
         if self.scheme == "s3":
@@ -158,6 +156,8 @@ class Storage:
 
     def uri(self, path: str) -> str:
         """Canonical absolute URI of a relative path or absolute location."""
+        if is_plain_relative(path):  # every key the format writes: a join (plans do one per file)
+            return f"{self.root}{path}" if self.root.endswith("/") else f"{self.root}/{path}"
         if is_absolute(path):
             return parse_uri(path).uri
         return join_uri(self.root, path)
@@ -167,6 +167,8 @@ class Storage:
 
         A relative path is already relative to the root: it comes back normalized.
         """
+        if is_plain_relative(uri):
+            return uri
         if not is_absolute(uri):
             return join_uri("", uri).lstrip("/")
         full = parse_uri(uri).uri
@@ -177,9 +179,7 @@ class Storage:
 
     def _fs_path(self, path: str) -> str:
         if self.scheme == "file" and is_plain_relative(path):
-            # The common case (every key the format writes): a string join. parse_uri costs
-            # ~0.2 ms a call here, more than the I/O of a small file, and walks, deletes and
-            # copies resolve one path per file.
+            # Every key the format writes: a join (parse_uri costs more than a small file's I/O).
             base = self._parsed.fs_path
             return f"{base}{path}" if base.endswith("/") else f"{base}/{path}"
         if is_absolute(path):
