@@ -52,7 +52,7 @@ def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
 
 def test_every_job_has_the_common_options_first():
     common = ["lakehouse", "master", "control_uri", "storage_options", "spark_conf", "remote", "execution",
-              "local_max_items", "driver_max_rows", "threads", "reference_time", "run_id"]
+              "local_max_items", "driver_max_rows", "threads", "local_threads", "reference_time", "run_id"]
     for job in JOBS:
         assert list(JOB_OPTIONS[job])[: len(common)] == common
         assert "log_level" in JOB_OPTIONS[job]
@@ -483,6 +483,7 @@ def test_flags_round_trip():
         "--local-max-items", "5000",
         "--driver-max-rows", "100000",
         "--threads", "4",
+        "--local-threads", "2",
         "--reference-time", "2026-11-22T03:00:00+00:00",
         "--run-id", "orphans-2026-11-22",
         "--control-engine", "spark",
@@ -514,6 +515,7 @@ def test_flags_round_trip():
         "local_max_items": 5000,
         "driver_max_rows": 100000,
         "threads": 4,
+        "local_threads": 2,
         "reference_time": parse_timestamp("2026-11-22T03:00:00Z"),
         "run_id": "orphans-2026-11-22",
         "control_engine": "spark",

@@ -127,7 +127,7 @@ def _run(spark, lh: Lakehouse, **overrides):
     {"execution": "distributed"},
     {"execution": "auto"},
     # A listing (and walk) past the driver's bound hands the rest over to the executors.
-    {"execution": "auto", "driver_max_rows": 40, "threads": 2},
+    {"execution": "auto", "driver_max_rows": 40, "threads": 2, "local_threads": 2},
 ])
 def test_candidates_equal_the_oracle_wherever_the_phases_run(spark, source, tmp_path, placement):
     lh = _copy(source, tmp_path, "_".join(f"{v}" for v in placement.values()))

@@ -124,7 +124,8 @@ def delete_keys(
     if local:
         key_list = keys if isinstance(keys, list) else keys.column("path").to_pylist()
         with ex.phase(phase, LOCAL, n, f"delete {n} {what}"):
-            got = _delete_keys_here(storage, key_list, batch_size, max_retries, ex.limits.threads, allowed)
+            got = _delete_keys_here(storage, key_list, batch_size, max_retries, ex.limits.io_threads(storage),
+                                    allowed)
         out.deleted, out.failed, out.batches, out.failures = got.deleted, got.failed, got.batches, got.failures
         log.info("deleted %d of %d %s in %d batches on the driver, %d failed", out.deleted, n, what, out.batches,
                  out.failed)
@@ -143,7 +144,8 @@ def delete_keys(
                                                             allowed), _OUTCOME_SCHEMA, parts)
             else:
                 df = ex.map_arrow(source, functools.partial(delete_task, storage, batch_size, max_retries,
-                                                            ex.limits.threads, None), _OUTCOME_SCHEMA, parts)
+                                                            ex.limits.io_threads(storage), None),
+                                  _OUTCOME_SCHEMA, parts)
             rows = df.collect()
         except Exception as e:  # noqa: BLE001 - executor errors arrive wrapped; name the outcome plainly
             if "InjectedFault" in str(e):

@@ -340,7 +340,7 @@ def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResul
                                             definition_min_versions=d.minimum_versions_to_keep or None)
         policy = RetentionPolicy.from_definition(d, max_version_age_ms=max_age, min_versions_to_keep=keep,
                                                  clock_skew_margin_ms=int(cfg.clock_skew_margin))
-        times = RootTimes(lh, threads=ex.limits.threads)
+        times = RootTimes(lh, threads=ex.limits.io_threads(lh.storage))
         plan = plan_expiration(live, times, policy, now)
         new_oldest = plan.oldest_retained
         expired = leftover + list(plan.expired)

@@ -261,7 +261,7 @@ def _top_and_prefixes(storage: Storage, pool: ThreadPoolExecutor) -> tuple[list[
 def list_on_driver(ex: Execution, storage: Storage) -> Listing:
     """The driver's part of the listing (never touches Spark): everything, or (``distributed``,
     or a listing past the driver's bound) the root and the prefixes left in `Listing.rest`."""
-    threads = max(1, ex.limits.threads)
+    threads = ex.limits.io_threads(storage)
     paths: list[str] = []
     sizes: list[int] = []
     mtimes: list[float] = []
@@ -305,7 +305,7 @@ def list_rest_distributed(ex: Execution, storage: Storage, listing: Listing) -> 
     counts = dict(listing.counts, list_tasks=parts, list_prefixes_distributed=len(rest))
     with ex.phase("list.prefixes", DISTRIBUTED, len(rest), f"list {len(rest)} prefixes ({parts} tasks)"):
         df = ex.map_arrow(pa.table({"prefix": pa.array(rest, pa.string())}),
-                          functools.partial(list_task, storage, max(1, ex.limits.threads)), LISTING_SCHEMA, parts)
+                          functools.partial(list_task, storage, ex.limits.io_threads(storage)), LISTING_SCHEMA, parts)
         if listing.table.num_rows:
             df = df.unionByName(ex.to_df(listing.table))
         # Materialized once: the candidates must come from one listing (no re-listing later).
@@ -365,7 +365,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
         # The walk's roots were fixed above (`latest`), so it may run while the driver lists:
         # the walk reads nodes (Python) while the listing waits on the filesystem. Only the
         # walk's thread may start Spark; the listing's executor part waits for it.
-        overlap = ex.mode != DISTRIBUTED
+        overlap = ex.mode != DISTRIBUTED and not os.environ.get("XX_NOOVERLAP")
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orphans-walk") as bg:
             walking = bg.submit(walk) if overlap else None
             t0 = time.perf_counter()

@@ -89,7 +89,8 @@ def execution_for(cfg: Any, job: str, result: JobResult, spark: Any = None) -> E
     """Placement of the job's phases; the session starts only when a phase needs it."""
     limits = Limits(local_max_items=int(getattr(cfg, "local_max_items", Limits.local_max_items)),
                     driver_max_rows=int(getattr(cfg, "driver_max_rows", Limits.driver_max_rows)),
-                    threads=int(getattr(cfg, "threads", Limits.threads)))
+                    threads=int(getattr(cfg, "threads", Limits.threads)),
+                    local_threads=int(getattr(cfg, "local_threads", Limits.local_threads)))
     record: dict[str, Any] = {}
     result.details["execution"] = record
     return Execution(getattr(cfg, "execution", "auto"), spark=spark, session_factory=lambda: session_for(cfg, job),
