@@ -124,8 +124,9 @@ def delete_keys(
     if local:
         key_list = keys if isinstance(keys, list) else keys.column("path").to_pylist()
         with ex.phase(phase, LOCAL, n, f"delete {n} {what}"):
-            got = _delete_keys_here(storage, key_list, batch_size, max_retries, ex.limits.io_threads(storage),
-                                    allowed)
+            # `threads`, local files too: an unlink waits on the filesystem's journal, not on
+            # Python (110k deletes on ext4: 5.7 s with 16 threads, 21 s with one).
+            got = _delete_keys_here(storage, key_list, batch_size, max_retries, ex.limits.threads, allowed)
         out.deleted, out.failed, out.batches, out.failures = got.deleted, got.failed, got.batches, got.failures
         log.info("deleted %d of %d %s in %d batches on the driver, %d failed", out.deleted, n, what, out.batches,
                  out.failed)
@@ -144,8 +145,7 @@ def delete_keys(
                                                             allowed), _OUTCOME_SCHEMA, parts)
             else:
                 df = ex.map_arrow(source, functools.partial(delete_task, storage, batch_size, max_retries,
-                                                            ex.limits.io_threads(storage), None),
-                                  _OUTCOME_SCHEMA, parts)
+                                                            ex.limits.threads, None), _OUTCOME_SCHEMA, parts)
             rows = df.collect()
         except Exception as e:  # noqa: BLE001 - executor errors arrive wrapped; name the outcome plainly
             if "InjectedFault" in str(e):
