@@ -608,6 +608,22 @@ def crossover(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def mixed_runs_notes(rows: list[dict]) -> list[str]:
+    """One note per size whose rows come from runs of different days: their ratios compare
+    different states of the machine's disk (the same cp -r took 150 s one day, 278 s another)."""
+    out = []
+    for files in sorted({r["files"] for r in rows}):
+        by_day: dict[str, list[str]] = {}
+        for r in rows:
+            if r["files"] == files and r.get("date"):
+                by_day.setdefault(str(r["date"])[:10], []).append(f"{r['job']} {r['tool']}")
+        if len(by_day) > 1:
+            out.append(f"At {files:,} files the rows come from runs of {len(by_day)} days; compare rows of one day only "
+                       "(ratios mixing days mix disk states): "
+                       + "; ".join(f"{day}: {', '.join(sorted(t))}" for day, t in sorted(by_day.items())))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(NAME, argv, _extra)
     t_all = time.perf_counter()
@@ -794,6 +810,7 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         crossover_text(cross),
         extrapolation_text(extrap, largest),
         *phase_notes,
+        *mixed_runs_notes(rows),
     ]
     failed = [
         f"{r['job']} {r['tool']} at {r['files']:,} files: {str(r.get('error'))[-300:]}" for r in rows if not r.get("ok")
