@@ -121,8 +121,9 @@ COMMON_OPTIONS: tuple[Option, ...] = (
          minimum=1, maximum=256),
     _opt("local_threads", "int", 1,
          "`threads` for a lakehouse on local files (file://): their system calls are short, and more threads only "
-         "contend for the interpreter lock (16 made an orphans listing and walk 2x slower than 1). Raise it for a "
-         "network filesystem mounted as a local path (NFS, FUSE).", minimum=1, maximum=256),
+         "contend for the interpreter lock (16 made an orphans listing and walk 2x slower than 1). Deletes keep "
+         "`threads` (an unlink waits on the filesystem). Raise it for a network filesystem mounted as a local path "
+         "(NFS, FUSE).", minimum=1, maximum=256),
     _opt("reference_time", "timestamp", None,
          "The instant the job treats as now (ISO-8601 or epoch ms); every age cutoff is measured back from it. "
          "Null means the wall clock; Airflow passes the logical date so that re-runs are idempotent.",

@@ -68,7 +68,7 @@ class Limits:
     driver_max_rows: int = 1_200_000
     #: Threads of a driver-local phase, and I/O threads inside one executor task.
     threads: int = 16
-    #: `threads` over local files (see `io_threads`).
+    #: `threads` over local files (see `io_threads`; deletes keep `threads`).
     local_threads: int = 1
 
     def io_threads(self, *storages: Any) -> int:

@@ -362,10 +362,14 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
     cleanup: list[Any] = []
     reached = None
     try:
-        # The walk's roots were fixed above (`latest`), so it may run while the driver lists:
-        # the walk reads nodes (Python) while the listing waits on the filesystem. Only the
-        # walk's thread may start Spark; the listing's executor part waits for it.
-        overlap = ex.mode != DISTRIBUTED and not os.environ.get("XX_NOOVERLAP")
+        # The walk's roots were fixed above (`latest`), so it may run while the driver lists an
+        # object store: the walk reads nodes (Python) while the listing waits on the network.
+        # Not on local files: there the listing is Python and system calls too, and each stat
+        # hands the interpreter lock to the walk and waits to get it back (20k tables, 121k
+        # files: listing 2.8 s beside the walk, 1.0-1.2 s before it; list + walk 2.0-2.7 s
+        # one after the other, 2.8 s side by side). Only the walk's thread may start Spark;
+        # the listing's executor part waits for it.
+        overlap = ex.mode != DISTRIBUTED and storage.scheme != "file"
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orphans-walk") as bg:
             walking = bg.submit(walk) if overlap else None
             t0 = time.perf_counter()
