@@ -66,6 +66,8 @@ def register(cli: click.Group) -> None:
                   help="where phases run: auto (by size; small exports never start Spark), local (driver threads), "
                        "distributed (Spark executors)")
     @click.option("--threads", type=int, default=None, help="driver threads, and I/O threads per Spark task")
+    @click.option("--local-threads", type=int, default=None,
+                  help="--threads for local files (default 1: more only contend for the interpreter lock)")
     @click.option("--no-verify", is_flag=True, help="check sizes only, not checksums")
     @click.option("--master", default=None, help="Spark master (default local[*])")
     @click.option("--conf", "conf_path", default=None, help="YAML job configuration (e.g. conf/export.yaml)")
@@ -75,6 +77,7 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def export(click_ctx: click.Context, name: str | None, target: str | None, version: int | None, as_of: str | None,
                mode: str | None, depth: int | None, batch_size: int | None, execution: str | None, threads: int | None,
+               local_threads: int | None,
                no_verify: bool, master: str | None, conf_path: str | None, spark_conf: tuple[str, ...],
                as_json: bool) -> None:
         """Export a version to its own root URI (full, partial or minimal), or manage exports."""
@@ -104,6 +107,7 @@ def register(cli: click.Group) -> None:
             "batch_size": batch_size,
             "execution": execution,
             "threads": threads,
+            "local_threads": local_threads,
             "verify_checksum": False if no_verify else None,
             "master": master,
             "spark_conf": _kv(spark_conf, "--spark-conf") or None,
