@@ -99,10 +99,6 @@ class _Group(click.Group):
         return super().parse_args(ctx, args)
 
 
-#: True when `main` runs: this process is the ``tlake`` command, not a caller's (tests invoke `cli`).
-_OWN_PROCESS = False
-
-
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--lakehouse", "lakehouse_uri", envvar="TLAKE_LAKEHOUSE", help="lakehouse root URI (or TLAKE_LAKEHOUSE)")
 @click.option("--storage-option", "storage_options", multiple=True, help="fsspec storage option key=value (e.g. endpoint_url=...)")
@@ -118,8 +114,6 @@ def cli(click_ctx: click.Context, lakehouse_uri: str | None, storage_options: tu
     """TrinityLake lakehouse tool: format operations, time travel, maintenance jobs."""
     if isinstance(click_ctx.obj, Ctx):  # re-entered by `tlake txn` replaying one operation
         return
-    if _OWN_PROCESS:  # a command runs in the tlake process (not --help, not a test's CliRunner)
-        refuse_pandas_for_pyarrow()
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_redaction()
     remember_environment()
@@ -342,8 +336,7 @@ _register_groups()
 def main() -> None:
     import trinitylake
 
-    global _OWN_PROCESS
     mark_process_start(trinitylake.PROCESS_STARTED_MS)
-    _OWN_PROCESS = True
+    refuse_pandas_for_pyarrow()  # this process is the tlake command (tests invoke `cli`, not main)
     cli(prog_name="tlake")
 

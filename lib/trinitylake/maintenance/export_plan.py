@@ -56,7 +56,6 @@ from trinitylake.format import keys as K
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import root_name
 from trinitylake.storage import Storage, is_absolute, join_uri, parse_uri
-from trinitylake.storage.uri import is_plain_relative
 
 MODES = ("full", "partial", "minimal")
 EXPORT_DIR = "_export"
@@ -173,8 +172,6 @@ def validate_name(name: str) -> str:
 # ---- pointers ----------------------------------------------------------------------------------
 def local_path(source: Storage, pointer: str) -> str | None:
     """Path of `pointer` relative to the source root, or None for a file outside the source."""
-    if is_plain_relative(pointer):  # what the format writes: nothing to normalize
-        return pointer
     if not is_absolute(pointer):
         return source.relative(pointer)
     try:
