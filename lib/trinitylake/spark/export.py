@@ -74,6 +74,7 @@ from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, ddl, rows_of
 from trinitylake.spark.export_planner import Planner, pool_map, raise_failures
 from trinitylake.storage import Storage, parse_uri
+from trinitylake.storage.dir_spread import spread_subdirectories
 from trinitylake.storage.local_files import LocalFiles
 
 log = logging.getLogger(__name__)
@@ -298,6 +299,10 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
     export_dir = spec.export_dir
     plan_dir = f"{export_dir}/plan"
     result.plan_location = target.uri(export_dir)
+    if state.empty and target.scheme == "file":
+        # Before the first folder is made in it: see dir_spread (20 s vs 2 s for 21k files on
+        # ext4 without a journal, after a mass delete nearby).
+        spread_subdirectories(parse_uri(target.root).fs_path)
     remote = source.scheme != "file" or target.scheme != "file"
     # Local to local: `local_threads` (one by default: 16 threads copied 21k files in 12.0 s
     # here, one in 9.1 s; threads only hide latency).
