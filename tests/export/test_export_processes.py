@@ -128,3 +128,48 @@ def test_no_worker_process_can_start_so_the_driver_threads_copy(run, make_lakeho
     assert r.status != "failed" and "copy_processes" not in r.details
     assert r.counts["copied"] == r.counts["planned"]
     assert state(Lakehouse.open(str(tmp_path / "t"), audit=False).view()) == state(lh.view(version=v))
+
+
+@pytest.mark.spark
+def test_auto_copies_a_big_plan_in_worker_processes_when_the_executors_share_the_driver(
+    run, make_lakehouse, tmp_path, processes
+):
+    """Big enough for the executors by size, but a ``local[N]`` master has no other cores: the
+    plan is written by Spark, the copy by the driver machine's worker processes."""
+    from trinitylake.spark.execution import Limits
+
+    lh = make_lakehouse()
+    v = populate(lh)
+    r = run(lh, str(tmp_path / "t"), "a", version=v, batch_size=4, execution="auto",
+            limits=Limits(local_max_items=2))
+    assert r.details["execution"]["export.write_plan"]["where"] == "distributed"  # Spark did start
+    assert r.details["execution"]["export.copy"]["where"] == "local" and r.details["copy_processes"] == 2
+    assert state(Lakehouse.open(str(tmp_path / "t"), audit=False).view()) == state(lh.view(version=v))
+    # `distributed` means what it says: the executors copy.
+    d = run(lh, str(tmp_path / "d"), "d", version=v, batch_size=4, execution="distributed")
+    assert d.details["execution"]["export.copy"]["where"] == "distributed" and "copy_processes" not in d.details
+    assert _tree(tmp_path / "t") == _tree(tmp_path / "d")
+
+
+@pytest.mark.spark
+def test_only_a_started_classic_local_session_shares_the_driver(spark):
+    from trinitylake.spark.execution import Execution
+
+    assert Execution("auto", session_factory=lambda: spark).executors_share_the_driver() is False  # not started
+    assert Execution("auto", spark=spark).executors_share_the_driver() is True  # the tests' local[2]
+
+    class Cluster:  # a classic session on a cluster master answers like this
+        class conf:  # noqa: N801
+            @staticmethod
+            def get(key, default=None):
+                return "yarn" if key == "spark.master" else default
+
+    assert Execution("auto", spark=Cluster()).executors_share_the_driver() is False
+
+
+@pytest.mark.spark
+def test_a_spark_connect_session_keeps_the_copy_on_its_executors(connect_spark):
+    from trinitylake.spark.execution import Execution
+
+    # Its server (and so its executors) may run anywhere, whatever master it reports.
+    assert Execution("auto", spark=connect_spark).executors_share_the_driver() is False

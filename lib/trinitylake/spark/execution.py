@@ -46,6 +46,7 @@ from trinitylake.util import is_connect_session
 log = logging.getLogger("trinitylake.spark")
 
 MODES = ("auto", "local", "distributed")
+AUTO = "auto"
 LOCAL = "local"
 DISTRIBUTED = "distributed"
 
@@ -177,6 +178,16 @@ class Execution:
         if self.mode == DISTRIBUTED:
             return items > 0
         return items > (self.limits.local_max_items if limit is None else limit)
+
+    def executors_share_the_driver(self) -> bool:
+        """Whether the started classic session's executors run on the driver's own cores (a
+        ``local``/``local[N]`` master): "distributed" then adds no hardware, only Spark's per-task
+        and Arrow costs. False before a session starts and under Spark Connect (whose server, and
+        so its executors, may be anywhere)."""
+        if not self.started or self.is_connect:
+            return False
+        master = (_conf(self._spark.conf, "spark.master") or "").strip()
+        return master == "local" or re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master) is not None
 
     def fits_driver(self, rows: int) -> bool:
         """Whether a driver-local phase may hold `rows` rows (always in ``local`` mode)."""
