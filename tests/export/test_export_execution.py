@@ -235,3 +235,36 @@ def _has_flags(path) -> bool:
 
     probe = path / "probe"
     return dir_spread.spread_subdirectories(str(probe))
+
+
+@pytest.mark.spark
+def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tmp_path):
+    """Rows of one file arriving from several inputs (the driver's rows, node levels, definition
+    files referenced by several nodes) end as one row of one part: the parts are cut by target."""
+    import pyarrow as pa
+
+    from trinitylake.maintenance import export_plan as X
+    from trinitylake.spark.execution import ddl
+    from trinitylake.spark.export_planner import LEVEL_SCHEMA, Planner
+
+    src, tgt = Storage(str(tmp_path / "src")), Storage(str(tmp_path / "tgt"))
+    spec = X.ExportSpec.make(name="dups", version=1, mode="full", depth=None, source_uri=src.root,
+                             target_uri=tgt.root, source_id="id", order=4)
+    planner = Planner(Execution("distributed", spark=spark), src, tgt, spec, "plan", batch=3, io_threads=1)
+
+    def odf(t, depth):
+        return X.PlanRow(t, src.uri(t), X.KIND_ODF, depth, X.ACTION_COPY)
+
+    held = [odf(f"d{i}.binpb", 1) for i in range(6)]
+    driver = spark.createDataFrame(X.plan_table(held), schema=ddl(X.PLAN_SCHEMA))
+    level = [("odf", f"d{i}.binpb", X.KIND_ODF, 2 + i % 2, X.ACTION_COPY, -1, "", 0, None, None) for i in range(6)]
+    level += [("odf", "e.binpb", X.KIND_ODF, d, X.ACTION_COPY, -1, "", 0, None, None) for d in (5, 3, 4)]
+    level += [("node", "e.binpb", X.KIND_NODE, 7, X.ACTION_COPY, 4, "0" * 32, 0, b"abcd", None)]
+    cols = [list(c) for c in zip(*level, strict=True)]
+    df = spark.createDataFrame(pa.table(cols, schema=LEVEL_SCHEMA), schema=ddl(LEVEL_SCHEMA))
+    planner.upper = len(held) + len(level)
+    index = planner._write_distributed([driver], [df.filter("role = 'node'")], [df.filter("role = 'odf'")])
+    rows = [r for p in index["parts"] for r in X.read_plan_part(tgt.read(f"plan/{p['name']}"))]
+    assert sorted((r.target, r.kind, r.depth) for r in rows) == sorted(
+        [(f"d{i}.binpb", X.KIND_ODF, 1) for i in range(6)] + [("e.binpb", X.KIND_NODE, 7)])
+    assert index["files"] == 8 and sum(p["rows"] for p in index["parts"]) == 7

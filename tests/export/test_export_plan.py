@@ -247,3 +247,18 @@ def test_owning_root_of_format_files():
     assert owning_root("file:///a/b/" + root_name(3)) == "file:///a/b"
     assert owning_root("file:///a/_lakehouse_def_6fcb514b-b878-4c9d-95b7-8dc3a7ce6fd8.binpb") == "file:///a"
     assert owning_root("file:///a/other.txt") is None
+
+
+def test_a_plan_part_merges_the_duplicates_of_a_file():
+    """What the executors' plan writer keeps of rows sorted by target: one per file, a node over
+    a definition file of the same path, then the smallest depth."""
+    from trinitylake.spark.export_planner import dedupe_sorted
+
+    def row(target, kind, depth):
+        return X.PlanRow(target, "file:///s/" + target, kind, depth, X.ACTION_COPY)
+
+    rows = [row("a", X.KIND_ODF, 3), row("a", X.KIND_ODF, 1), row("a", X.KIND_ODF, 2),
+            row("b", X.KIND_ODF, 0), row("b", X.KIND_NODE, 4),
+            row("c", X.KIND_NODE, 2)]
+    assert dedupe_sorted(rows) == [row("a", X.KIND_ODF, 1), row("b", X.KIND_NODE, 4), row("c", X.KIND_NODE, 2)]
+    assert dedupe_sorted([]) == []
