@@ -165,3 +165,26 @@ def test_listings_on_an_object_store_are_written_by_executors(spark, s3_bucket, 
     # A re-run replaces the listing instead of adding to it.
     write_parquet(df.limit(5), uri, s3_storage_options, rows=5)
     assert read_parquet_table(uri, s3_storage_options).num_rows == 5
+
+
+def test_a_local_walk_sized_by_the_second_process_equals_the_reference_walk(walked_lakehouse, monkeypatch):
+    from trinitylake.maintenance import background_sizes as BS
+
+    lh = walked_lakehouse
+    inp = R.walk_input(lh)
+    ref = R.reference_walk(lh, inp.roots, sizes=True)
+    answers: list = []
+    finish = BS.BackgroundSizes.finish
+
+    def spy(self, n):
+        answers.append(finish(self, n))
+        return answers[-1]
+
+    monkeypatch.setattr(BS, "START_AFTER_KEYS", 1)  # start the child at once, this walk is small
+    monkeypatch.setattr(BS.BackgroundSizes, "finish", spy)
+    monkeypatch.setattr(R, "sizes_of", lambda *a, **k: pytest.fail("sized in process, not by the child"))
+    ex = Execution("local", session_factory=lambda: pytest.fail("a local walk must not start Spark"))
+    reached, st = walk_reachable_with_stats(ex, lh, inp.roots)
+    assert len(answers) == 1 and answers[0] is not None and len(answers[0]) > 10
+    got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+    assert got == _expected_rows(ref)

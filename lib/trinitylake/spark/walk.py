@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from trinitylake.errors import CorruptNodeError
 from trinitylake.maintenance import reach as R
+from trinitylake.maintenance.background_sizes import BackgroundSizes
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import (
@@ -253,6 +254,8 @@ class _Walk:
         # Executor-side state (after the hand-over).
         self.checkpoints: list[Any] = []
         self._threads: ThreadPoolExecutor | None = None
+        # Definition sizes taken by a second process while the levels read nodes (`run`).
+        self.sizer: BackgroundSizes | None = None
 
     # -- driver levels --
     def _pool(self) -> ThreadPoolExecutor | None:
@@ -274,11 +277,15 @@ class _Walk:
                 frontier[key] = (base, int(version))
         self.stats.roots = len(frontier)
         frontier = {k: v for k, v in frontier.items() if k not in self.excl_keys}
+        if sizes:
+            self.sizer = BackgroundSizes(self.reader.storage)
         try:
             reached = self._levels(frontier, sizes)
         finally:
             if self._threads is not None:
                 self._threads.shutdown()
+            if self.sizer is not None:
+                self.sizer.close()
         self.stats.seconds = round(time.perf_counter() - t0, 3)
         st = self.stats
         log.info("%s: %d files reachable from %d roots (%s); %d node reads for %d unique nodes in %.2fs (%s)",
@@ -294,6 +301,9 @@ class _Walk:
                 if self._threads is not None:
                     self._threads.shutdown()
                     self._threads = None
+                if self.sizer is not None:  # the executors size what the walk reaches
+                    self.sizer.close()
+                    self.sizer = None
                 return self._run_distributed(frontier, depth, sizes)
             frontier = self._local_level(frontier, depth)
             depth += 1
@@ -308,6 +318,7 @@ class _Walk:
             read = reads = 0
             s_path, s_kind, s_size, s_depth, s_fv = self.selfs
             leaves = self.leaves
+            new_leaves: list[str] | None = [] if self.sizer is not None and self.sizer.active else None
             pool = self._pool() if len(rows) > 1 else None
             try:
                 results = (pool.map(lambda r: R.expand_node(self.reader, r), rows, chunksize=16) if pool
@@ -321,7 +332,11 @@ class _Walk:
                                 nxt[key] = (base or "", fv)
                         elif role == R.ROLE_LEAF:
                             cur_leaf = leaves.get(key)
-                            if cur_leaf is None or (d, fv, kind) < cur_leaf:
+                            if cur_leaf is None:
+                                leaves[key] = (d, fv, kind)
+                                if new_leaves is not None:
+                                    new_leaves.append(key)
+                            elif (d, fv, kind) < cur_leaf:
                                 leaves[key] = (d, fv, kind)
                         elif role == R.ROLE_SELF:
                             s_path.append(key)
@@ -339,6 +354,8 @@ class _Walk:
             if failures:
                 raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
                                        + R.describe_failures(failures[:5], len(failures)))
+            if new_leaves and self.sizer is not None:
+                self.sizer.add(new_leaves)  # in the order `leaves` holds them
             self.visited.update(frontier)
             excl = self.excl_keys
             nxt = {k: v for k, v in nxt.items() if k not in self.visited and k not in excl}
@@ -351,7 +368,7 @@ class _Walk:
     def _finish_local(self, sizes: bool) -> Reached:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
         with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0):
-            lsize = R.sizes_of(self.reader, keys, self.io_threads) if sizes else [-1] * len(keys)
+            lsize = self._sizes(keys) if sizes else [-1] * len(keys)
         leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
         table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
@@ -359,6 +376,18 @@ class _Walk:
         self.leaves = {}
         _summarize_table(table, self.stats)
         return Reached(self.stats, table=table)
+
+    def _sizes(self, keys: list[str]) -> list[int]:
+        """Sizes of `keys` (the leaves kept): from the second process when it took them all,
+        else in this one."""
+        everything = self.sizer.finish(len(self.leaves)) if self.sizer is not None else None
+        if everything is None:
+            return R.sizes_of(self.reader, keys, self.io_threads)
+        kept = set(keys) if len(keys) != len(self.leaves) else None
+        out = everything if kept is None else [s for k, s in zip(self.leaves, everything, strict=True) if k in kept]
+        # -2: the worker's stat failed otherwise than "missing"; the storage answers (retries,
+        # typed errors).
+        return [self.reader.size(k) if s == -2 else s for k, s in zip(keys, out, strict=True)]
 
     # -- executor levels --
     def _keep(self, df: Any) -> Any:
