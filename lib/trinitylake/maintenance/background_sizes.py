@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
+from trinitylake.maintenance import reach as R
 from trinitylake.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -151,3 +152,18 @@ class BackgroundSizes:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def sized_in_order(sizer: BackgroundSizes | None, fed: Collection[str], keys: list[str], reader: R.Reader,
+                   io_threads: int) -> list[int]:
+    """Sizes of `keys` (a subsequence of `fed`, every key the walk met, in the order fed): from
+    the child when it answered for all of `fed`, else sized in this process."""
+    everything = sizer.finish(len(fed)) if sizer is not None else None
+    if everything is None:
+        return R.sizes_of(reader, keys, io_threads)
+    if len(keys) != len(fed):
+        kept = set(keys)
+        everything = [s for k, s in zip(fed, everything, strict=True) if k in kept]
+    # -2: the child's stat failed otherwise than "missing": the storage answers (retries,
+    # typed errors).
+    return [reader.size(k) if s == -2 else s for k, s in zip(keys, everything, strict=True)]

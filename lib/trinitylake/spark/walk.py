@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from trinitylake.errors import CorruptNodeError
 from trinitylake.maintenance import reach as R
-from trinitylake.maintenance.background_sizes import BackgroundSizes
+from trinitylake.maintenance.background_sizes import BackgroundSizes, sized_in_order
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import (
@@ -368,7 +368,7 @@ class _Walk:
     def _finish_local(self, sizes: bool) -> Reached:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
         with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0):
-            lsize = self._sizes(keys) if sizes else [-1] * len(keys)
+            lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else [-1] * len(keys)
         leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
         table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
@@ -376,18 +376,6 @@ class _Walk:
         self.leaves = {}
         _summarize_table(table, self.stats)
         return Reached(self.stats, table=table)
-
-    def _sizes(self, keys: list[str]) -> list[int]:
-        """Sizes of `keys` (the leaves kept): from the second process when it took them all,
-        else in this one."""
-        everything = self.sizer.finish(len(self.leaves)) if self.sizer is not None else None
-        if everything is None:
-            return R.sizes_of(self.reader, keys, self.io_threads)
-        kept = set(keys) if len(keys) != len(self.leaves) else None
-        out = everything if kept is None else [s for k, s in zip(self.leaves, everything, strict=True) if k in kept]
-        # -2: the worker's stat failed otherwise than "missing"; the storage answers (retries,
-        # typed errors).
-        return [self.reader.size(k) if s == -2 else s for k, s in zip(keys, out, strict=True)]
 
     # -- executor levels --
     def _keep(self, df: Any) -> Any:
