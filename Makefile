@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 AIRFLOW_VENV ?= .venv-airflow
 PYTEST_ARGS ?=
 
-.PHONY: jars help setup venv test test-fast test-dags demo bench bench-large lint fmt dist acceptance clean reliability-full
+.PHONY: jars help setup venv test test-fast test-dags demo bench bench-large bench-objstore objstore lint fmt dist acceptance clean reliability-full
 
 help: ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -48,6 +48,16 @@ bench: venv ## run the small default benchmarks (a few minutes)
 
 bench-large: venv ## run the benchmarks at scale
 	$(BIN)/python -m bench.run_all --scale large $(BENCH_ARGS)
+
+# An S3 endpoint with latency (bench/objstore.py): s3s-fs 0.14.1, patched, built once with cargo
+# into .cache/s3s (about 2.5 minutes); bench-objstore starts it behind the delaying proxy, runs
+# bench/bench_objstore.py (walk, export, orphans x local/distributed/auto at 20 and 100 ms) and
+# stops it. The tests need neither: they put the same proxy in front of the moto server.
+objstore: venv ## build the object-store server for the latency benchmarks (s3s-fs, needs cargo)
+	$(BIN)/python -m bench.objstore build
+
+bench-objstore: objstore ## object-store benchmark at 20 and 100 ms a request (BENCH_ARGS='--scale large', ...)
+	$(BIN)/python -m bench.bench_objstore $(BENCH_ARGS)
 
 lint: venv ## ruff, and mypy on lib/trinitylake (settings in pyproject.toml)
 	$(BIN)/ruff check lib jobs tests bench airflow_dags conf

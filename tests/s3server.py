@@ -10,6 +10,9 @@ line with ``-p tests.s3server``). Fixtures:
 - ``s3_bucket`` (function): a fresh, uniquely named bucket; returns ``"s3://<bucket>"``.
 - ``s3_storage_options`` (function): ``{"endpoint_url", "key", "secret"}`` for
   ``Storage(uri, options)``.
+- ``slow_s3`` (function): the same server behind a proxy that delays every request by 20 ms
+  (`bench.objstore.DelayProxy`, standard library only), and a fresh bucket: an object store
+  with latency. Another delay: ``@pytest.mark.parametrize("slow_s3", [100], indirect=True)``.
 
 ``make_s3_storage(root_uri, endpoint_url)`` builds such a Storage directly. Mark the tests that
 use these fixtures with ``@pytest.mark.s3`` so that ``-m "not s3"`` skips the server entirely.
@@ -141,6 +144,36 @@ def s3_server() -> Iterator[S3Server]:
         server.stop()
         werkzeug_log.setLevel(old_level)
         mp.undo()
+
+
+SLOW_S3_DELAY_MS = 20.0
+
+
+@dataclass
+class SlowS3:
+    """The moto server behind a delaying proxy (see the ``slow_s3`` fixture)."""
+
+    endpoint_url: str  # through the proxy
+    bucket: str  # "s3://<bucket>", created for the test
+    delay_ms: float
+    proxy: Any  # bench.objstore.DelayProxy: stats(), reset_stats(), delay_ms
+    server: S3Server  # the moto server itself (no delay)
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {"endpoint_url": self.endpoint_url, "key": self.server.key, "secret": self.server.secret}
+
+
+@pytest.fixture
+def slow_s3(s3_server: S3Server, request: pytest.FixtureRequest) -> Iterator[SlowS3]:
+    """The moto server behind a proxy adding `request.param` ms (default 20) to each request:
+    every chunk a client sends is forwarded that much later (a request pays it once)."""
+    from bench.objstore import DelayProxy
+
+    delay = float(getattr(request, "param", SLOW_S3_DELAY_MS))
+    port = int(s3_server.endpoint_url.rsplit(":", 1)[1])
+    with DelayProxy(port, delay) as proxy:
+        yield SlowS3(proxy.endpoint_url, f"s3://{s3_server.create_bucket()}", delay, proxy, s3_server)
 
 
 @pytest.fixture

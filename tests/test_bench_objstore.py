@@ -1,0 +1,42 @@
+"""The object-store benchmark's ratios compare timings of one run only (bench/bench_objstore.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.bench_objstore import MixedRunsError, Timing, placement_ratios, same_run_ratio
+
+
+def _row(run_id: str, execution: str, wall: float, ok: bool = True, job: str = "export") -> dict:
+    return {"run_id": run_id, "delay_ms": 100.0, "job": job, "execution": execution, "ok": ok, "wall_s": wall}
+
+
+def test_same_run_ratio_refuses_timings_of_two_runs() -> None:
+    assert same_run_ratio(Timing("r1", "a", 30.0), Timing("r1", "b", 10.0)) == 3.0
+    with pytest.raises(MixedRunsError, match="r1.*r2"):
+        same_run_ratio(Timing("r1", "a", 30.0), Timing("r2", "b", 10.0))
+
+
+def test_placement_ratios_of_one_run() -> None:
+    rows = [_row("r1", "local", 300.0), _row("r1", "distributed", 100.0), _row("r1", "auto", 120.0)]
+    ratios, refused = placement_ratios(rows)
+    assert refused == []
+    assert ratios == {
+        "100 ms, export: wall time local / distributed (>1: executors faster)": 3.0,
+        "100 ms, export: wall time auto / faster placement (distributed)": 1.2,
+    }
+
+
+def test_placement_ratios_refuse_rows_merged_from_another_run() -> None:
+    # --merge kept the earlier run's local row; the new run measured distributed and auto.
+    rows = [_row("old", "local", 300.0), _row("new", "distributed", 100.0), _row("new", "auto", 90.0),
+            _row("new", "local", 5.0, job="walk"), _row("new", "distributed", 50.0, job="walk")]
+    ratios, refused = placement_ratios(rows)
+    assert list(ratios) == ["100 ms, walk: wall time local / distributed (>1: executors faster)"]
+    assert ratios["100 ms, walk: wall time local / distributed (>1: executors faster)"] == 0.1
+    assert len(refused) == 1 and "export" in refused[0] and "old" in refused[0] and "new" in refused[0]
+
+
+def test_failed_runs_give_no_ratio() -> None:
+    rows = [_row("r1", "local", 300.0), _row("r1", "distributed", 100.0, ok=False)]
+    assert placement_ratios(rows) == ({}, [])
