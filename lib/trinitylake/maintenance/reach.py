@@ -314,17 +314,81 @@ def _local_sizes(reader: Reader, keys: Sequence[str]) -> list[int] | None:
         os.close(dfd)
 
 
-def sizes_of(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> list[int]:
+def sizes_of(reader: Reader, keys: Sequence[str], io_threads: int = 8, *, listing: bool = True) -> list[int]:
     """Sizes of files by key (-1 for missing ones): local keys by plain ``stat`` in large
-    chunks (`_local_sizes`), others `io_threads` at a time (object stores answer in tens of
-    milliseconds; threads hide that latency)."""
+    chunks (`_local_sizes`); on an object store, many keys from listings of their top-level
+    hash folders (`listed_sizes`: one LIST answers 1,000 sizes, a HEAD one), the rest with
+    one HEAD each, `io_threads` at a time (object stores answer in tens of milliseconds;
+    threads hide that latency). `listing=False`: HEADs only (a task sizing a slice of keys,
+    whose folders other tasks would list again)."""
     local = _local_sizes(reader, keys)
     if local is not None:
         return local
+    if listing:
+        listed = listed_sizes(reader, keys, io_threads)
+        if listed is not None:
+            return listed
     if io_threads <= 1 or len(keys) <= 1:
         return [reader.size(k) for k in keys]
     with ThreadPoolExecutor(max_workers=min(io_threads, len(keys))) as pool:
         return list(pool.map(reader.size, keys, chunksize=64))
+
+
+#: Fewest keys worth sizing by listings instead of a HEAD per key: the hashed keys are
+#: spread over the 16 top-level hash folders, each listed whole (a LIST answers 1,000 sizes;
+#: a folder holds about 1/16 of the lakehouse's hashed files).
+LIST_SIZES_MIN_KEYS = 16
+#: Below this many keys the whole root is listed in one stream of pages (see `listed_sizes`).
+LIST_ONE_STREAM_KEYS = 2000
+
+
+def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> list[int] | None:
+    """Sizes of `keys` on an object store from recursive listings of the top-level hash
+    folders that hold many of them (1,000 sizes per LIST request instead of one HEAD per
+    file); other keys (absolute, at the root, in folders with few keys) by HEAD. A key the
+    listing does not show is missing (-1): S3 listings are strongly consistent. None when the
+    storage is local or too few keys would be sized this way."""
+    st = reader.storage
+    if st.scheme == "file" or len(keys) < LIST_SIZES_MIN_KEYS:
+        return None
+    by_top: dict[str, list[int]] = {}
+    at_root: list[int] = []
+    for i, k in enumerate(keys):
+        if not is_absolute(k):
+            top, sep, _ = k.partition("/")
+            if sep:
+                by_top.setdefault(top, []).append(i)
+            else:
+                at_root.append(i)
+    folders = sorted(by_top)
+    if not folders:
+        return None
+    if len(keys) < LIST_ONE_STREAM_KEYS:
+        # A small lakehouse: one recursive listing of the root, a few pages in a row, costs
+        # fewer requests than a LIST per hash folder at once.
+        by_top = {"*": [i for idx in by_top.values() for i in idx] + at_root}
+        folders = ["*"]
+    elif len(at_root) >= 2:  # lakehouse definitions: one delimited listing of the root
+        by_top[""] = at_root
+        folders.append("")
+
+    def list_folder(top: str) -> dict[str, int]:
+        if top == "*":
+            return {f.path: f.size for f in st.list("")}
+        if not top:
+            return {f.path: f.size for f in st.list_dirs("")[1]}
+        return {f.path: f.size for f in st.list(top)}
+
+    out = [-2] * len(keys)
+    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(folders)))) as pool:
+        for top, sizes in zip(folders, pool.map(list_folder, folders), strict=True):
+            for i in by_top[top]:
+                out[i] = sizes.get(keys[i], -1)
+    rest = [i for i, s in enumerate(out) if s == -2]
+    if rest:
+        for i, s in zip(rest, sizes_of(reader, [keys[i] for i in rest], io_threads, listing=False), strict=True):
+            out[i] = s
+    return out
 
 
 def describe_failures(rows: Sequence[Sequence[Any]], total: int) -> str:

@@ -14,7 +14,10 @@ class JobResult:
     """Outcome of one job run.
 
     `counts` holds file counts (listed, reachable, candidates, deleted, failed, copied, ...),
-    `bytes` byte totals under the same names, `seconds` the wall time of each phase.
+    `bytes` byte totals under the same names, `seconds` the wall time of each phase,
+    `requests` the object-store requests the run sent, by kind (get, put, list, head, delete,
+    other), and the bytes they moved (driver and executors together; see
+    `trinitylake.storage.requests`).
     """
 
     job: str
@@ -30,6 +33,7 @@ class JobResult:
     counts: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
@@ -47,4 +51,7 @@ class JobResult:
             m[f"bytes_{k}"] = float(v)
         for k, s in self.seconds.items():
             m[f"seconds_{k}"] = float(s)
+        for k, n in self.requests.items():
+            if n:
+                m[f"requests_{k}"] = float(n)
         return m

@@ -120,7 +120,10 @@ def delete_keys(
         return out
     n_batches = -(-n // batch_size)
     allowed = budget.take(n_batches) if budget is not None else None
-    local = isinstance(keys, pa.Table | list) and not ex.distributed(n)
+    # One request per batch of keys (S3 DeleteObjects takes 1,000): on an object store `auto`
+    # compares estimated times; deletes rarely justify a Spark job there.
+    local = isinstance(keys, pa.Table | list) and not ex.distributed(n, storage=storage,
+                                                                   requests_per_item=1.0 / batch_size, phase=phase)
     if local:
         key_list = keys if isinstance(keys, list) else keys.column("path").to_pylist()
         with ex.phase(phase, LOCAL, n, f"delete {n} {what}"):

@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from trinitylake import progress
+from trinitylake.storage import requests
 from trinitylake.util import is_connect_session
 
 log = logging.getLogger("trinitylake.spark")
@@ -113,7 +114,8 @@ class Execution:
     """
 
     def __init__(self, mode: str = "auto", *, spark: Any = None, session_factory: Callable[[], Any] | None = None,
-                 limits: Limits | None = None, record: dict[str, Any] | None = None, label: str = "tlake"):
+                 limits: Limits | None = None, record: dict[str, Any] | None = None, label: str = "tlake",
+                 promised: tuple[int, bool] | None = None):
         if mode not in MODES:
             raise ValueError(f"execution mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.mode = mode
@@ -125,6 +127,13 @@ class Execution:
         self.session_seconds = 0.0
         self._parallelism: int | None = None
         self._tag: str | None = None
+        #: Object-store requests the executors' tasks counted and sent back (the driver's own
+        #: are counted in this process; see `trinitylake.storage.requests`).
+        self.executor_requests: dict[str, int] = requests.zero()
+        #: (executor cores, on this machine) the session's master or configuration promises
+        #: before it starts (`placement.promised_slots`); None: unknown.
+        self.promised = promised
+        self._estimates: dict[str, dict[str, Any]] = {}
 
     # ---- the session ---------------------------------------------------------------------
     @property
@@ -170,14 +179,57 @@ class Execution:
         cap = cap if cap and cap > 0 else PARTITIONS_PER_CORE * cores
         return max(1, min(max(math.ceil(n / max(1, per_task)), min(n, cores)), cap))
 
+    def add_executor_requests(self, delta: Any) -> None:
+        """Add a task's request counts (a dict, or its JSON) to the job's."""
+        if isinstance(delta, str):
+            import json
+
+            delta = json.loads(delta) if delta else {}
+        requests.add(self.executor_requests, delta)
+
     # ---- placement -----------------------------------------------------------------------
-    def distributed(self, items: int, limit: int | None = None) -> bool:
-        """Whether a phase of `items` items runs on the executors."""
+    def distributed(self, items: int, limit: int | None = None, *, storage: Any = None, requests_per_item: float = 0.0,
+                    phase: str | None = None, jobs: int = 1) -> bool:
+        """Whether a phase of `items` items runs on the executors.
+
+        ``auto`` over an object store (`storage` not local, `requests_per_item` given): where its
+        estimated time is shorter (`placement.estimate`; recorded into the phase's entry in
+        ``details["execution"]`` when `phase` names it). Over local files: when the items exceed
+        `limit` (default ``local_max_items``), the crossover measured for local disk.
+        """
         if self.mode == LOCAL:
             return False
         if self.mode == DISTRIBUTED:
             return items > 0
+        if storage is not None and getattr(storage, "scheme", "file") != "file" and requests_per_item > 0 and items > 0:
+            est = self.estimate(items * requests_per_item, storage.scheme, items, jobs)
+            if est is not None:
+                if phase:
+                    self._estimates[phase] = est.to_dict()
+                return est.executors_faster
         return items > (self.limits.local_max_items if limit is None else limit)
+
+    def estimate(self, n_requests: float, scheme: str, items: int, jobs: int = 1) -> Any:
+        """`placement.Estimate` of a phase of `n_requests` requests on `scheme`, or None before
+        any request measured the store's latency."""
+        from trinitylake.spark import placement
+
+        lat = requests.latency(scheme)
+        if lat is None:
+            return None
+        cpus_here = os.cpu_count() or 1
+        if self.started:
+            slots = self.default_parallelism()
+            cpus = min(slots, cpus_here) if (self.executors_share_the_driver() or _local_cluster(self._spark)) else slots
+        elif self.promised is not None:
+            slots, here = self.promised
+            cpus = min(slots, cpus_here) if here else slots
+        else:
+            slots = cpus = placement.ASSUMED_SLOTS
+        threads = self.limits.threads
+        tasks = min(items, PARTITIONS_PER_CORE * slots)
+        return placement.estimate(n_requests, lat, threads=threads, slots=slots, cpus=cpus, tasks=tasks,
+                                  session_started=self.started, jobs=jobs)
 
     def executors_share_the_driver(self) -> bool:
         """Whether the started classic session's executors run on the driver's own cores (a
@@ -202,6 +254,9 @@ class Execution:
         entry = self.record.setdefault(name, {"where": where, "items": 0, "seconds": 0.0})
         if entry["where"] != where:
             entry["where"] = "mixed"
+        est = self._estimates.pop(name, None)
+        if est is not None:  # what `auto` expected, beside what happened (`seconds`)
+            entry.setdefault("estimates", []).append({**est, "chose": where})
         entry["items"] += int(items)
         if where == DISTRIBUTED:
             self.describe(f"{what or name} ({items} items)")
@@ -290,6 +345,9 @@ def session_parallelism(spark: Any) -> int:
         return max(1, os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
     if master.strip() == "local":
         return 1
+    m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master.strip())
+    if m:  # executors x cores each, as the master says (no probe job)
+        return max(1, int(m.group(1)) * int(m.group(2)))
     # A cluster: the partitions of a range without an explicit count are Spark's default
     # parallelism (one tiny job; works without SparkContext).
     try:
@@ -299,6 +357,14 @@ def session_parallelism(spark: Any) -> int:
     except Exception:  # noqa: BLE001
         v = _conf(conf, "spark.sql.shuffle.partitions")
         return max(1, int(v)) if v and v.isdigit() else 8
+
+
+def _local_cluster(spark: Any) -> bool:
+    """Whether a classic session's master is ``local-cluster[...]`` (executor JVMs on this machine)."""
+    try:
+        return (_conf(spark.conf, "spark.master") or "").startswith("local-cluster")
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _conf(conf: Any, key: str) -> str | None:

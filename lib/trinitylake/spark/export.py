@@ -73,7 +73,7 @@ from trinitylake.maintenance.export_copy import copy_part as _copy_part
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import AUTO, DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, ddl, rows_of
 from trinitylake.spark.export_planner import Planner, pool_map, raise_failures
-from trinitylake.storage import Storage, parse_uri
+from trinitylake.storage import Storage, parse_uri, requests
 from trinitylake.storage.dir_spread import spread_subdirectories
 from trinitylake.storage.local_files import LocalFiles
 
@@ -100,7 +100,9 @@ def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_d
     pmap, close = pool_map(io_threads)
     try:
         for (name,) in rows_of(batches, "name"):
+            before = requests.snapshot()
             st = _copy_part(name, src, tgt, spec, export_dir, checksum, resumed, pmap, fail_midway)
+            st.requests = requests.since(before)
             yield batch_of(STATS_SCHEMA, [[name], [json.dumps(st.to_dict())]])
     finally:
         close()
@@ -354,7 +356,13 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
         # ---- copy ------------------------------------------------------------------------------
         with _Phase(result, "copy"):
             n_files = planned_files - 1
-            where = DISTRIBUTED if ex.distributed(n_files) else LOCAL
+            # Per copied file one GET of the source (node files come with their bytes in the
+            # plan) and one conditional PUT, verified by the PUT's ETag: on an object store
+            # `auto` compares estimated times (the remote side's latency).
+            remote_side = target if target.scheme != "file" else source
+            per_file = (source.scheme != "file") + (target.scheme != "file")
+            where = DISTRIBUTED if ex.distributed(n_files, storage=remote_side, requests_per_item=per_file,
+                                                  phase="export.copy") else LOCAL
             copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,
                                      checksum=checksum, resumed=resumed)
             n_procs = copy_processes(n_files, len(parts), source, target) if fail_after_batches is None else 0
@@ -474,7 +482,9 @@ def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: 
         parts = ex.partitions(len(chunk), 1)
         df = ex.to_df(table).repartition(parts, "idx") if parts > 1 else ex.to_df(table).coalesce(1)
         for r in df.mapInArrow(fn, ddl(STATS_SCHEMA)).collect():
-            total.add(XC.CopyStats.from_dict(json.loads(r["stats"])))
+            st = XC.CopyStats.from_dict(json.loads(r["stats"]))
+            ex.add_executor_requests(st.requests)
+            total.add(st)
 
     if fail_after is not None:
         n = max(0, min(fail_after, len(names)))

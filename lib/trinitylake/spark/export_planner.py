@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 #: Plan part size on the driver: parts are the unit of resume there, not of parallelism (the
 #: driver's threads copy files of several parts at once), and every part costs two small files.
 LOCAL_PART_ROWS = 1024
+#: Parts a plan over an object store is cut into at least, and the fewest rows of one (each
+#: part costs a GET of its rows and a PUT of its manifest).
+REMOTE_MIN_PARTS = 64
+REMOTE_PART_MIN_ROWS = 32
 #: A planned row held on the driver weighs this many of the walk's rows (`ROW_BYTES`): a plan
 #: row, its level tuple and the dict entries (measured: a 1.1M-file plan held on the driver
 #: peaked at 1.79 GB, against 691 MB for a walk of the same files).
@@ -192,7 +196,10 @@ class Planner:
             # `order` entries (children or definition files), each a plan row.
             held = len(self.nodes) + len(self.odfs) + len(frontier) + self.node_bytes // ROW_BYTES
             after = held + len(frontier) * max(1, self.spec.order)
-            if self.ex.distributed(len(frontier)) or not self.ex.fits_driver(after * PLAN_ROW_WEIGHT):
+            # One GET per node file: on an object store `auto` compares estimated times.
+            on_executors = self.ex.distributed(len(frontier), storage=self.source, requests_per_item=1,
+                                               phase="export.plan_nodes")
+            if on_executors or not self.ex.fits_driver(after * PLAN_ROW_WEIGHT):
                 return self._run_distributed(frontier, depth)
             frontier = self._local_level(frontier, depth)
             depth += 1
@@ -258,6 +265,11 @@ class Planner:
         rows = self._rows()
         self.nodes, self.odfs, self.node_bytes = {}, {}, 0
         per = max(self.batch, LOCAL_PART_ROWS)
+        if self.source.scheme != "file" or self.target.scheme != "file":
+            # An object store: a part is a copy task, and its files wait on round trips, not on
+            # a core. At least `REMOTE_MIN_PARTS` parts, so that every executor core has tasks
+            # (2,205 files made 3 parts of 1,024: 3 tasks for 4 executors).
+            per = min(per, max(REMOTE_PART_MIN_ROWS, math.ceil(len(rows) / REMOTE_MIN_PARTS)))
         chunks = [rows[i : i + per] for i in range(0, len(rows), per)]
         with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
             pmap, close = pool_map(min(self.io_threads, len(chunks)))
@@ -303,7 +315,14 @@ class Planner:
                     fn = functools.partial(_level_batches, self.source, spec, self.io_threads)
                     df = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
                     out = keep(df.mapInArrow(fn, ddl(LEVEL_SCHEMA)))
-                    roles = {r["role"]: int(r["n"]) for r in out.groupBy("role").agg(F.count("*").alias("n")).collect()}
+                    # The level's role counts and the size of the next frontier in one small job
+                    # (each Spark job costs a second or more on a cluster; this was three).
+                    role = F.col("role")
+                    aggs = [F.sum((role == r).cast("long")).alias(r) for r in (ROLE_MISSING, ROLE_ERROR, ROLE_NODE,
+                                                                               ROLE_ODF)]
+                    aggs.append(F.countDistinct(F.when(role == ROLE_CHILD, F.col("target"))).alias("next"))
+                    got = out.agg(*aggs).collect()[0].asDict()
+                    roles = {k: int(v or 0) for k, v in got.items()}
                     bad = roles.get(ROLE_MISSING, 0) + roles.get(ROLE_ERROR, 0)
                     if bad:
                         sample = (out.filter(F.col("role").isin(ROLE_MISSING, ROLE_ERROR)).select("role", "error")
@@ -316,9 +335,9 @@ class Planner:
                     odf_parts.append(out.filter(F.col("role") == ROLE_ODF))
                     # A tree: children of this level were never visited before (a cycle ends
                     # at MAX_DEPTH); only duplicates within the level are merged.
-                    nxt = out.filter(F.col("role") == ROLE_CHILD).groupBy("target").agg(F.min("depth").alias("depth"))
-                    frontier = keep(nxt)
-                    n_next = frontier.count()
+                    # Computed from the checkpointed level when the next level reads it.
+                    frontier = out.filter(F.col("role") == ROLE_CHILD).groupBy("target").agg(F.min("depth").alias("depth"))
+                    n_next = roles["next"]
                 self.levels.append({"depth": depth, "nodes": n, "where": DISTRIBUTED, "tasks": parts,
                                     "seconds": round(time.perf_counter() - t, 3)})
                 log.info("export %r: depth %d read %d nodes in %d tasks, %d children", spec.name, depth, n, parts,
@@ -353,6 +372,8 @@ class Planner:
         # definition file referenced from several nodes) and writes its part. A groupBy before
         # it, with its checkpoint and count, cost 61 s of a 1.1M-file plan.
         n_parts = max(1, math.ceil(self.upper / self.batch))
+        if source.scheme != "file" or self.target.scheme != "file":  # see `_write_local`
+            n_parts = max(n_parts, min(REMOTE_MIN_PARTS, math.ceil(self.upper / REMOTE_PART_MIN_ROWS)))
         with ex.phase("export.write_plan", DISTRIBUTED, self.upper,
                       f"export {spec.name}: write the plan ({n_parts} parts)") as entry:
             fn = functools.partial(_part_batches, self.target, self.plan_dir)

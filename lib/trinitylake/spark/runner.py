@@ -32,6 +32,7 @@ from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import install_log_redaction, redact_text, redact_value, warn_command_line_secrets
 from trinitylake.spark.execution import Execution, Limits, warm_arrow
+from trinitylake.storage import requests
 from trinitylake.util import refuse_pandas_for_pyarrow
 
 log = logging.getLogger("trinitylake.jobs")
@@ -93,8 +94,13 @@ def execution_for(cfg: Any, job: str, result: JobResult, spark: Any = None) -> E
                     local_threads=int(getattr(cfg, "local_threads", Limits.local_threads)))
     record: dict[str, Any] = {}
     result.details["execution"] = record
+    from trinitylake.spark.placement import promised_slots
+
+    # spark-submit's master is in its JVM, not in the config: unknown until the session starts.
+    submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    promised = None if submitted else promised_slots(getattr(cfg, "master", None), dict(getattr(cfg, "spark_conf", {}) or {}))
     return Execution(getattr(cfg, "execution", "auto"), spark=spark, session_factory=lambda: session_for(cfg, job),
-                     limits=limits, record=record, label=f"tlake {job} {cfg.run_id}")
+                     limits=limits, record=record, label=f"tlake {job} {cfg.run_id}", promised=promised)
 
 
 def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakehouse: Any = None) -> JobResult:
@@ -131,6 +137,7 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     result.txn_seq = job_begin(lakehouse.auditor, job, cfg.run_id, arguments, result.version_before)
     log.info("%s %s started on %s (version %s, txn_seq %s, execution %s)", job, cfg.run_id, lakehouse.uri,
              result.version_before, result.txn_seq, ex.mode)
+    counted = requests.snapshot()
     try:
         result = fn(ex, lakehouse, cfg, result)
         if result.status == "running":
@@ -138,14 +145,14 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     except BaseException as e:
         result.status = "failed"
         result.error = redact_text(f"{type(e).__name__}: {e}")
-        _finish(ex, lakehouse, result)
+        _finish(ex, lakehouse, result, counted)
         _end(lakehouse, job, cfg, arguments, started, result, e)
         if isinstance(e, KeyboardInterrupt | SystemExit):
             raise
         raise JobFailedError(f"{job} {cfg.run_id} failed: {result.error}", result) from e
     if not result.dry_run:
         _prune_bookkeeping(lakehouse, job, cfg, result)
-    _finish(ex, lakehouse, result)
+    _finish(ex, lakehouse, result, counted)
     _end(lakehouse, job, cfg, arguments, started, result, None)
     return result
 
@@ -198,8 +205,10 @@ def _prune_bookkeeping(lakehouse: Any, job: str, cfg: Any, result: JobResult) ->
         result.details["bookkeeping"] = {"error": redact_text(f"{type(e).__name__}: {e}")}
 
 
-def _finish(ex: Execution, lakehouse: Any, result: JobResult) -> None:
-    """Record whether (and how) Spark was used."""
+def _finish(ex: Execution, lakehouse: Any, result: JobResult, counted: dict[str, int]) -> None:
+    """Record whether (and how) Spark was used, and the requests the run sent (the driver's
+    since `counted`, plus what the executors' tasks sent back)."""
+    result.requests = requests.add(requests.since(counted), ex.executor_requests)
     result.details["spark"] = {"started": ex.started, "session_seconds": ex.session_seconds,
                                "mode": "connect" if ex.is_connect else ("classic" if ex.started else None)}
     if ex.started:

@@ -160,9 +160,35 @@ def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Itera
 def size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function sizing definition rows (LEAF_SCHEMA in, OUTPUT_SCHEMA out)."""
     for chunk in chunks(rows_of(batches, "path", "kind", "depth", "first_version"), _CHUNK):
-        sizes = R.sizes_of(reader, [r[0] for r in chunk], io_threads)
+        # listing=False: this task holds a slice of the keys; folder listings are a phase of
+        # their own (`list_size_batches`).
+        sizes = R.sizes_of(reader, [r[0] for r in chunk], io_threads, listing=False)
         yield batch_of(OUTPUT_SCHEMA, [[r[0] for r in chunk], [r[1] for r in chunk], [int(s) for s in sizes],
                                        [r[2] for r in chunk], [r[3] for r in chunk]])
+
+
+LISTED_SCHEMA = pa.schema([("path", pa.string()), ("listed_size", pa.int64())])
+#: The top-level hash folders of the format (``bbbb/``): hashed files live below them.
+HASH_FOLDERS = [format(i, "04b") for i in range(16)]
+_HASHED_KEY = r"^[01]{4}/"
+
+
+def list_size_batches(storage: Any, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: every file (path, size) under the task's folders, listed
+    recursively (an object store answers 1,000 sizes per LIST request)."""
+    folders = [f for b in batches for f in b.column(0).to_pylist()]
+    if not folders:
+        return
+
+    def one(folder: str) -> pa.RecordBatch:
+        files = list(storage.list(folder))
+        return pa.RecordBatch.from_arrays([pa.array([f.path for f in files], pa.string()),
+                                           pa.array([int(f.size) for f in files], pa.int64())], schema=LISTED_SCHEMA)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(folders)))) as pool:
+        for b in pool.map(one, folders):
+            if b.num_rows:
+                yield b
 
 
 # ---- the walk -----------------------------------------------------------------------------
@@ -297,7 +323,10 @@ class _Walk:
         depth = 0
         while frontier:
             held = len(self.visited) + len(self.leaves) + len(frontier)
-            if self.excl_df is not None or self.ex.distributed(len(frontier)) or not self.ex.fits_driver(held):
+            # One GET per node file: on an object store `auto` compares estimated times.
+            on_executors = self.ex.distributed(len(frontier), storage=self.reader.storage, requests_per_item=1,
+                                               phase=f"{self.name}.read_nodes")
+            if self.excl_df is not None or on_executors or not self.ex.fits_driver(held):
                 if self._threads is not None:
                     self._threads.shutdown()
                     self._threads = None
@@ -490,6 +519,21 @@ class _Walk:
             leaves = leaves.join(excl, "path", "left_anti")
         leaves = self._keep(leaves)
         n = leaves.count()
+        if sizes and n and self.reader.storage.scheme != "file":
+            # Object store: hashed definitions sized from listings of the 16 hash folders (a
+            # LIST per 1,000 files instead of a HEAD per file), the others by HEAD.
+            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n):
+                listed = ex.map_arrow(pa.table({"folder": pa.array(HASH_FOLDERS, pa.string())}),
+                                      functools.partial(list_size_batches, self.reader.storage, self.io_threads),
+                                      LISTED_SCHEMA, ex.partitions(len(HASH_FOLDERS), 1))
+                hashed = F.col("path").rlike(_HASHED_KEY)
+                by_list = (leaves.filter(hashed).join(listed, "path", "left")
+                           .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(-1)).cast("long").alias("size"),
+                                   "depth", "first_version"))
+                others = leaves.filter(~hashed)
+                by_head = ex.map_arrow(others, functools.partial(size_batches, self.reader, self.io_threads),
+                                       OUTPUT_SCHEMA, 1)
+                return self._keep(selfs.unionByName(by_list).unionByName(by_head))
         if sizes and n:
             parts = ex.partitions(n, max(self.batch_size, 1024), self.parallelism)
             with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n):

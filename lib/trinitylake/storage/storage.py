@@ -23,13 +23,14 @@ import os
 import re
 import stat
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from trinitylake.errors import StorageError, UnknownOutcomeError
-from trinitylake.storage import retry
+from trinitylake.storage import requests, retry
 from trinitylake.storage.options import s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
     RETRY_ATTEMPTS,
@@ -49,6 +50,8 @@ _FS_CACHE_PID = [os.getpid()]
 
 # Temporary names of in-flight local writes: ``<target>.tmp-<32 hex>``. Listings skip them.
 _TMP_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
+#: HTTP connections an S3 client keeps (more than any phase's I/O threads).
+MAX_POOL_CONNECTIONS = 64
 _S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
 # AWS answers 409 ConditionalRequestConflict while another conditional write to the same key is
 # in flight; the request did not take effect and must be retried (it then gets 200 or 412).
@@ -145,8 +148,15 @@ class Storage:
             # parent directory: a file another writer created since then looks missing (and
             # info() even calls it a zero-size directory). Version discovery must see it.
             opts.setdefault("use_listings_cache", False)
+            # botocore keeps 10 connections per client by default: 16 I/O threads (or a copy
+            # task's) would queue behind them, each waiting a round trip for a free one.
+            config_kwargs = dict(opts.pop("config_kwargs", None) or {})
+            config_kwargs.setdefault("max_pool_connections", MAX_POOL_CONNECTIONS)
+            opts["config_kwargs"] = config_kwargs
             opts.pop("skip_instance_cache", None)  # we cache (see _FS_CACHE), fsspec must not
-            return fsspec.filesystem("s3", client_kwargs=client_kwargs, skip_instance_cache=True, **opts)
+            fs = fsspec.filesystem("s3", client_kwargs=client_kwargs, skip_instance_cache=True, **opts)
+            requests.instrument_s3fs(fs)  # every request counted by kind (job results show them)
+            return fs
         return fsspec.filesystem(self.scheme, **self.options)
 
     def for_uri(self, uri: str) -> Storage:
@@ -217,16 +227,28 @@ class Storage:
     def read(self, path: str) -> bytes:
         """Whole file content. Raises FileNotFoundError naming the URI."""
         fp = self._fs_path(path)
+        if self._local():
+            try:
+                return self._retrying("read", path, self._read_once, fp)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
+        t0 = time.perf_counter()
         try:
-            return self._retrying("read", path, self._read_once, fp)
+            data: bytes = self._retrying("read", path, self._read_once, fp)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
+        requests.observe(self.scheme, time.perf_counter() - t0)  # the store's latency (placement)
+        return data
 
     def _read_once(self, fp: str) -> bytes:
         if self._local():
             with open(fp, "rb") as f:
                 return f.read()
-        return self.fs.cat_file(fp)
+        # max_concurrency=1: else s3fs first sends a HEAD for the size (to split big files into
+        # ranged GETs), a second round trip per read of our small files.
+        data = self.fs.cat_file(fp, max_concurrency=1)
+        requests.record("bytes_read", len(data))
+        return data
 
     def exists(self, path: str) -> bool:
         """True when `path` is a file. A directory (or an S3 key prefix) is not a file."""
@@ -235,11 +257,34 @@ class Storage:
     def _exists_once(self, fp: str) -> bool:
         if self._local():
             return os.path.isfile(fp)
+        if self.scheme == "s3":
+            return self._head_s3(fp) is not None
         try:
             d = self.fs.info(fp)
         except FileNotFoundError:
             return False
         return d.get("type") != "directory"
+
+    def head_s3(self, path: str) -> dict[str, Any] | None:
+        """S3 only: ``{"size", "mtime", "ETag"}`` of `path` from one HEAD, None when missing."""
+        if self.scheme != "s3":
+            raise StorageError(f"head_s3 needs an s3:// storage, this one is {self.root}")
+        return self._retrying("info", path, self._head_s3, self._fs_path(path))
+
+    def _head_s3(self, fp: str) -> dict[str, Any] | None:
+        """One HEAD of the object `fp` (bucket/key): its size, mtime and ETag, or None when it
+        does not exist. s3fs's ``info`` follows a 404 with a LIST (to call the key a
+        directory), a second request for every probe of a missing file (version discovery
+        probes one per call)."""
+        bucket, _, key = fp.partition("/")
+        if not key:
+            return None
+        try:
+            out = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return None
+        return {"size": int(out.get("ContentLength") or 0), "mtime": out.get("LastModified"),
+                "ETag": out.get("ETag")}
 
     def info(self, path: str) -> FileInfo:
         """Size and mtime of a file. Raises FileNotFoundError for a missing file or a directory."""
@@ -252,6 +297,11 @@ class Storage:
                 if not stat.S_ISREG(st.st_mode):
                     raise FileNotFoundError(fp)
                 return FileInfo(path, st.st_size, st.st_mtime)
+            if self.scheme == "s3":
+                h = self._head_s3(fp)
+                if h is None:
+                    raise FileNotFoundError(fp)
+                return FileInfo(path, h["size"], _mtime_of(h))
             d = self.fs.info(fp)
             if d.get("type") == "directory":
                 raise FileNotFoundError(fp)
@@ -282,8 +332,11 @@ class Storage:
             return
         self.fs.pipe_file(fp, data)
 
-    def create_exclusive(self, path: str, data: bytes | bytearray | memoryview) -> None:
+    def create_exclusive(self, path: str, data: bytes | bytearray | memoryview) -> str | None:
         """Create `path` with `data` only if it does not exist: the commit primitive.
+
+        Returns the ETag the store answered the PUT with (S3; for a single-part upload it is the
+        MD5 of what it stored, so a copy needs no HEAD to verify), else None.
 
         Readers never see partial content: locally the bytes go to a temporary name that is
         hard-linked into place (``link`` fails if the target exists, like ``O_EXCL``); on S3 a
@@ -307,15 +360,18 @@ class Storage:
             raise ValueError(f"refusing to create empty file {self.uri(path)} exclusively")
         fp = self._fs_path(path)
 
-        def attempt(n: int) -> None:
+        def attempt(n: int) -> str | None:
             try:
-                self._io("create_exclusive", path, self._create_exclusive_once, fp, data, path)
+                etag = self._io("create_exclusive", path, self._create_exclusive_once, fp, data, path)
+                return etag if isinstance(etag, str) else None
             except FileExistsError:
                 if n > 1 and self._holds(path, data):
-                    return  # an earlier attempt of ours took effect before it failed
+                    return None  # an earlier attempt of ours took effect before it failed
                 raise
 
-        retry.call(attempt, fail=lambda e, n: typed_error("create_exclusive", self._uri_quiet(path), e, n))
+        out: str | None = retry.call(attempt, fail=lambda e, n: typed_error("create_exclusive", self._uri_quiet(path),
+                                                                            e, n))
+        return out
 
     def _holds(self, path: str, data: bytes | bytearray, read: Callable[[], bytes] | None = None) -> bool:
         """True when `path` holds exactly `data`, False when other bytes. Unreadable raises
@@ -329,28 +385,33 @@ class Storage:
                 f"to tell whether an earlier attempt created it: {type(e).__name__}: {e}") from e
         return stored == data
 
-    def _create_exclusive_once(self, fp: str, data: bytes | bytearray, path: str) -> None:
+    def _create_exclusive_once(self, fp: str, data: bytes | bytearray, path: str) -> str | None:
         if self._local():
             self._create_exclusive_local(fp, data, path)
-            return
+            return None
         if self.scheme == "memory":
             with _MEMORY_LOCK:
                 if self.fs.exists(fp):
                     raise FileExistsError(f"already exists: {self.uri(path)}")
                 self.fs.pipe_file(fp, data)
-            return
+            return None
 
-        def put(_n: int) -> None:
+        def put(_n: int) -> str | None:
             try:
-                self.fs.pipe_file(fp, data, mode="create")
+                out = self.fs.pipe_file(fp, data, mode="create")
             except FileExistsError:
                 self._raise_unless_ours(fp, data, path)
+                return None
             except OSError as e:  # a 412 without the If-None-Match detail is a generic OSError
                 if not is_precondition_failed(e):
                     raise
                 self._raise_unless_ours(fp, data, path)
+                return None
+            etag = out.get("ETag") if isinstance(out, dict) else None
+            return str(etag) if etag else None
 
-        retry.call(put, retry_on=is_conditional_conflict, attempts=_S3_CONFLICT_RETRIES + 1)
+        etag: str | None = retry.call(put, retry_on=is_conditional_conflict, attempts=_S3_CONFLICT_RETRIES + 1)
+        return etag
 
     def _raise_unless_ours(self, fp: str, data: bytes | bytearray, path: str) -> None:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our

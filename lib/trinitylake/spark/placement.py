@@ -1,0 +1,96 @@
+"""Where a phase over an object store finishes first: its time estimated on the driver and on
+the executors, from what can be measured before it runs.
+
+A phase over an object store is bound by requests: each waits a round trip (10-100 ms), and a
+Python client spends about `CPU_PER_REQUEST` of its interpreter on each. The driver overlaps
+`threads` of them in one interpreter; the executors overlap ``slots x threads`` in as many
+interpreters, after Spark's own costs (starting a session, a job, its tasks):
+
+    driver    = requests / min(threads / latency, 1 / CPU_PER_REQUEST)
+    executors = start + job + tasks x per_task / slots
+                + requests / min(slots x threads / latency, cpus / CPU_PER_REQUEST)
+
+`latency` is the median of the job's first single requests (`storage.requests.latency`);
+`slots` the executor cores the session has (or, before it starts, what its master or
+configuration promises); `cpus` the cores that run them (on a ``local[N]`` or ``local-cluster``
+master, this machine's). Local files are not estimated this way: their per-item cost is CPU in
+one interpreter, and the item-count thresholds measured for them stay (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: Interpreter time a Python S3 client spends per request (signing, HTTP, parsing): 2-3 ms
+#: measured on our machines (ENVIRONMENT.md), so one interpreter tops out near 400 requests/s.
+CPU_PER_REQUEST = 0.0025
+#: Spark's own costs, measured here (BENCHMARKS.md): a classic session 6-8 s (a local-cluster
+#: of 4 executor JVMs ~10 s), a job's scheduling and Python worker start ~1-4 s, a Python
+#: task ~30 ms.
+SESSION_START = 8.0
+JOB_OVERHEAD = 2.0
+TASK_OVERHEAD = 0.03
+#: Executor cores assumed for a session whose size cannot be read before it starts.
+ASSUMED_SLOTS = 8
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A phase's estimated seconds in each place, and what the estimate rests on."""
+
+    driver_s: float
+    executors_s: float
+    requests: float
+    latency_ms: float
+    driver_threads: int
+    slots: int
+    cpus: int
+
+    @property
+    def executors_faster(self) -> bool:
+        return self.executors_s < self.driver_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("driver_s", "executors_s", "requests", "latency_ms"):
+            d[k] = round(float(d[k]), 3)
+        return d
+
+
+def estimate(requests: float, latency_s: float, *, threads: int, slots: int, cpus: int, tasks: int,
+             session_started: bool, jobs: int = 1) -> Estimate:
+    """Seconds of a phase of `requests` requests on the driver and on the executors (see the
+    module doc). `jobs`: Spark jobs the phase runs (a walk runs one per level)."""
+    latency_s = max(latency_s, 1e-4)
+    threads, slots, cpus = max(1, threads), max(1, slots), max(1, cpus)
+    driver_rate = min(threads / latency_s, 1.0 / CPU_PER_REQUEST)
+    executor_rate = min(slots * threads / latency_s, cpus / CPU_PER_REQUEST)
+    overhead = (0.0 if session_started else SESSION_START) + jobs * JOB_OVERHEAD + tasks * TASK_OVERHEAD / slots
+    return Estimate(driver_s=requests / driver_rate, executors_s=overhead + requests / executor_rate,
+                    requests=requests, latency_ms=latency_s * 1000.0, driver_threads=threads, slots=slots, cpus=cpus)
+
+
+def promised_slots(master: str | None, conf: dict[str, str] | None = None) -> tuple[int, bool] | None:
+    """Executor cores a session will have, read from its master or configuration before it
+    starts: (cores, on this machine), or None when nothing says (a cluster manager's default,
+    Spark Connect)."""
+    conf = conf or {}
+    m = (master or conf.get("spark.master") or "").strip()
+    if m == "local":
+        return 1, True
+    hit = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", m)
+    if hit:
+        return (os.cpu_count() or 1) if hit.group(1) == "*" else int(hit.group(1)), True
+    hit = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", m)
+    if hit:
+        return int(hit.group(1)) * int(hit.group(2)), True
+    inst, cores = conf.get("spark.executor.instances"), conf.get("spark.executor.cores")
+    if inst and inst.isdigit():
+        return int(inst) * (int(cores) if cores and cores.isdigit() else 1), False
+    dyn = conf.get("spark.dynamicAllocation.maxExecutors")
+    if dyn and dyn.isdigit() and int(dyn) < 10_000:
+        return int(dyn) * (int(cores) if cores and cores.isdigit() else 1), False
+    return None

@@ -1,0 +1,106 @@
+"""Object-store requests counted by kind, against the request model, on the test S3 server.
+
+The model (ARCHITECTURE.md, "Requests are the cost"): one GET per file read, one PUT per file
+written (verified by its ETag, no HEAD), one LIST per 1,000 listed keys, one DELETE per 1,000
+deleted keys. Expected counts come from that model and from the independent oracle
+(`tests.oracle`), never from the job's own counts.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.oracle.jobs import run_local
+from tests.spark.conftest import reach
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.storage import Storage, requests
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.mark.parametrize(("method", "url", "kind"), [
+    ("GET", "http://127.0.0.1:9000/bucket/a/b.arrow", "get"),
+    ("GET", "http://127.0.0.1:9000/bucket?list-type=2&prefix=a%2F", "list"),
+    ("GET", "https://bucket.s3.amazonaws.com/?list-type=2&continuation-token=x", "list"),
+    ("GET", "http://127.0.0.1:9000/bucket?delimiter=%2F", "list"),
+    ("PUT", "http://127.0.0.1:9000/bucket/a", "put"),
+    ("HEAD", "http://127.0.0.1:9000/bucket/a", "head"),
+    ("POST", "http://127.0.0.1:9000/bucket?delete", "delete"),
+    ("DELETE", "http://127.0.0.1:9000/bucket/a", "delete"),
+    ("POST", "http://127.0.0.1:9000/bucket/a?uploads", "other"),
+])
+def test_kind_of_a_request(method, url, kind):
+    assert requests.kind_of(method, url) == kind
+
+
+def _cost(fn):
+    before = requests.snapshot()
+    fn()
+    return {k: v for k, v in requests.since(before).items() if v}
+
+
+def test_each_storage_operation_costs_what_the_model_says(s3_bucket, s3_storage_options):
+    st = Storage(f"{s3_bucket}/req", s3_storage_options)
+    assert _cost(lambda: st.create_exclusive("a/x", b"hello")) == {"put": 1, "bytes_written": 5}
+    assert _cost(lambda: st.write("a/y", b"hi")) == {"put": 1, "bytes_written": 2}
+    # No HEAD before the GET (s3fs sends one to size a ranged read unless told otherwise).
+    assert _cost(lambda: st.read("a/x")) == {"get": 1, "bytes_read": 5}
+    assert _cost(lambda: st.info("a/x")) == {"head": 1}
+    with pytest.raises(FileExistsError):
+        st.create_exclusive("a/x", b"other")
+    # 1,001 more files: a recursive listing is two LIST pages, a bulk delete two requests.
+    names = [f"many/{i:05d}" for i in range(1001)]  # written through boto3: a plain put each
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda n: st.write(n, b"."), names))
+    assert _cost(lambda: list(st.list("many"))) == {"list": math.ceil(1001 / 1000)}
+    assert _cost(lambda: st.delete(names)) == {"delete": math.ceil(1001 / 1000)}
+
+
+def test_a_put_is_verified_by_its_etag(s3_bucket, s3_storage_options):
+    import hashlib
+
+    st = Storage(f"{s3_bucket}/etag", s3_storage_options)
+    etag = st.create_exclusive("f", b"content")
+    assert etag is not None and etag.strip('"') == hashlib.md5(b"content").hexdigest()  # noqa: S324
+
+
+def test_walk_and_export_requests_match_the_model(s3_bucket, s3_storage_options):
+    uri, opts = f"{s3_bucket}/model/lh", s3_storage_options
+    lh = Lakehouse.create(uri, storage_options=opts, order=4, node_max_bytes=4096, audit=False)
+    for c in range(3):  # 60 definitions in 3 versions (moto answers ~250 requests/s)
+        t = lh.begin()
+        for i in range(20):
+            t.create_namespace(f"ns{c}_{i}")
+        t.commit()
+    versions = range(0, lh.latest_version() + 1)
+    oracle = reach(lh, versions)
+    node_files = len(oracle.paths("root")) + len(oracle.paths("node"))
+    files = len(oracle.paths())
+
+    walk = run_local("walk", uri, storage_options=opts)
+    r = walk.requests
+    # One GET per node file, plus the version hint and the lakehouse definition it starts from.
+    assert node_files <= r["get"] <= node_files + 4, r
+    # Sizes come from listings (at most the 16 hash folders, paginated), not a HEAD per file.
+    assert r["head"] <= 4, r
+    # The root listed in one stream of pages (a small lakehouse), plus a few delimited
+    # listings of the root's bookkeeping (versions, distributed transactions, exports).
+    assert r["list"] <= math.ceil(files / 1000) + 7, r
+
+    latest = reach(lh, [lh.latest_version()])
+    exported = len(latest.paths())
+    exp = run_local("export", uri, storage_options=opts, name="m1", target=f"{s3_bucket}/model/x1", mode="full")
+    r = exp.requests
+    parts = exp.counts["batches"]
+    # Per exported file one PUT (no HEAD: the PUT's ETag verifies it), per definition one GET
+    # of its source, per node one GET while planning; per plan part a PUT of its rows, a GET
+    # of them and a PUT of its manifest; around them a bounded amount of bookkeeping (the
+    # export's records and hints, the commit that records it, version discovery). One more
+    # request per file would break these bounds (60 definitions).
+    bookkeeping = 20
+    assert r["put"] <= exported + 2 * parts + bookkeeping, r
+    assert r["get"] <= exported + parts + bookkeeping, r
+    assert r["head"] <= bookkeeping, r
