@@ -191,6 +191,13 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
         t.add_row(f"bytes: {k}", _human_bytes(result.bytes[k]))
     for k, v in result.seconds.items():
         t.add_row(f"seconds: {k}", f"{v:.2f}")
+    req = result.requests or {}
+    if any(req.values()):  # object-store requests: what the run cost
+        kinds = [k for k in ("get", "put", "list", "head", "delete", "other") if req.get(k)]
+        total = sum(int(req.get(k, 0)) for k in kinds)
+        t.add_row("requests", f"{total:,} (" + ", ".join(f"{k.upper()} {int(req[k]):,}" for k in kinds) + ")")
+        t.add_row("bytes: store read / written",
+                  f"{_human_bytes(int(req.get('bytes_read', 0)))} / {_human_bytes(int(req.get('bytes_written', 0)))}")
     if result.plan_location:
         t.add_row("plan", redact_text(result.plan_location))
     if result.output_location:

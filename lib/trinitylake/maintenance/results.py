@@ -51,7 +51,13 @@ class JobResult:
             m[f"bytes_{k}"] = float(v)
         for k, s in self.seconds.items():
             m[f"seconds_{k}"] = float(s)
-        for k, n in self.requests.items():
-            if n:
-                m[f"requests_{k}"] = float(n)
+        if any(self.requests.values()):
+            total = 0
+            for k, n in self.requests.items():
+                if k.startswith("bytes_"):  # bytes_read / bytes_written: formatted as bytes
+                    m[k] = float(n)
+                else:
+                    m[f"requests_{k}"] = float(n)
+                    total += int(n)
+            m["requests_total"] = float(total)
         return m

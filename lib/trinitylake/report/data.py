@@ -43,6 +43,7 @@ KEY_METRICS = (
     "files_reachable",
     "files_listed",
     "files_failed",
+    "requests_total",
 )
 
 

@@ -30,13 +30,13 @@ from trinitylake.errors import StorageError
 from trinitylake.maintenance.deletion import delete_with_retries
 from trinitylake.spark.common import DeleteBudget, InjectedFault
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, as_execution
-from trinitylake.storage import Storage
+from trinitylake.storage import Storage, requests
 
 log = logging.getLogger(__name__)
 
 _SAMPLE = 5
 _OUTCOME_SCHEMA = pa.schema([("deleted", pa.int64()), ("failed", pa.int64()), ("batches", pa.int64()),
-                             ("sample", pa.string())])
+                             ("sample", pa.string()), ("requests", pa.string())])
 
 
 @dataclass
@@ -67,10 +67,12 @@ def delete_task(storage: Storage, batch_size: int, max_retries: int, threads: in
     `allowed` (fault injection) is how many batches this task may run before it "dies"."""
     import json
 
+    before = requests.snapshot()
     keys = [k for b in batches for k in b.column(b.schema.get_field_index("path")).to_pylist()]
     out = _delete_keys_here(storage, keys, batch_size, max_retries, threads, allowed)
     yield pa.RecordBatch.from_pylist([{"deleted": out.deleted, "failed": out.failed, "batches": out.batches,
-                                       "sample": json.dumps(out.failures)}], schema=_OUTCOME_SCHEMA)
+                                       "sample": json.dumps(out.failures),
+                                       "requests": json.dumps(requests.since(before))}], schema=_OUTCOME_SCHEMA)
 
 
 def _delete_keys_here(storage: Storage, keys: list[str], batch_size: int, max_retries: int, threads: int,
@@ -162,6 +164,7 @@ def delete_keys(
         out.deleted += int(r["deleted"])
         out.failed += int(r["failed"])
         out.batches += int(r["batches"])
+        ex.add_executor_requests(r["requests"])
         out.failures.extend([tuple(x) for x in json.loads(r["sample"])][: max(0, _SAMPLE - len(out.failures))])
     log.info("deleted %d of %d %s in %d batches (%d tasks), %d failed", out.deleted, n, what, out.batches, parts,
              out.failed)

@@ -312,6 +312,17 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
 
     # Copy workers (local files, big plans) start during planning; closed whatever happens.
     workers = _Workers(source, target, allowed=ex.mode != DISTRIBUTED and fail_after_batches is None)
+    remote_side = target if target.scheme != "file" else source
+    per_file = (source.scheme != "file") + (target.scheme != "file")
+
+    def on_level(files: int) -> None:
+        """After each planned level, with the files the plan is expected to hold: start what
+        the copy will need, so that it starts while planning goes on (worker processes for a
+        big local copy; the Spark session when the copy will go to the executors)."""
+        workers.expect(files)
+        if ex.mode == AUTO and per_file and ex.distributed(files, storage=remote_side, requests_per_item=per_file):
+            ex.prestart()
+
     try:
         # ---- plan ----------------------------------------------------------------------------
         with _Phase(result, "plan"):
@@ -326,7 +337,7 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
                                            "started_at": datetime.now(UTC).isoformat()}))
                 try:
                     index = Planner(ex, source, target, spec, plan_dir, batch, io_threads,
-                                    on_level=workers.expect).run(ref, root_refs)
+                                    on_level=on_level).run(ref, root_refs)
                 except BaseException:
                     if created_here:
                         _cleanup(target, export_dir)
@@ -359,8 +370,6 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
             # Per copied file one GET of the source (node files come with their bytes in the
             # plan) and one conditional PUT, verified by the PUT's ETag: on an object store
             # `auto` compares estimated times (the remote side's latency).
-            remote_side = target if target.scheme != "file" else source
-            per_file = (source.scheme != "file") + (target.scheme != "file")
             where = DISTRIBUTED if ex.distributed(n_files, storage=remote_side, requests_per_item=per_file,
                                                   phase="export.copy") else LOCAL
             copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,

@@ -6,6 +6,7 @@ The module doc of `trinitylake.spark.export` tells the whole job."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import time
@@ -27,7 +28,7 @@ from trinitylake.errors import (
 )
 from trinitylake.maintenance import export_plan as X
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
-from trinitylake.storage import Storage
+from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,10 @@ LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("target", pa.string()), ("kind
 FRONTIER_SCHEMA = pa.schema([("target", pa.string()), ("depth", pa.int32())])
 PARTS_SCHEMA = pa.schema([("idx", pa.int64()), ("name", pa.string())])
 SUMMARY_SCHEMA = pa.schema([("name", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
-                            ("unsized", pa.int64()), ("rewritten", pa.int64()), ("external", pa.int64())])
+                            ("unsized", pa.int64()), ("rewritten", pa.int64()), ("external", pa.int64()),
+                            ("requests", pa.string())])
 ROLE_NODE, ROLE_CHILD, ROLE_ODF, ROLE_MISSING, ROLE_ERROR = "node", "child", "odf", "missing", "error"
+ROLE_REQUESTS = "requests"  # one row per task: its object-store requests (JSON in `error`)
 
 
 #: ``pmap(fn, items)``: a map over the driver's thread pool (sequential for one thread).
@@ -95,6 +98,7 @@ def _expand(source: Storage, spec: X.ExportSpec, pmap: PoolMap, items: list[tupl
 def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of one plan level: frontier (target, depth) in, `LEVEL_SCHEMA` out."""
+    before = requests.snapshot()
     src = LocalFiles.of(source)
     pmap, close = pool_map(io_threads)
     try:
@@ -103,6 +107,9 @@ def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches
             yield batch_of(LEVEL_SCHEMA, [list(c) for c in zip(*out, strict=True)] if out else [[] for _ in LEVEL_SCHEMA])
     finally:
         close()
+    # The task's object-store requests, as one row the driver sums (`ROLE_REQUESTS`).
+    yield batch_of(LEVEL_SCHEMA, [[ROLE_REQUESTS], [""], [""], [0], [""], [-1], [""], [0], [None],
+                                  [json.dumps(requests.since(before))]])
 
 
 def _failure(missing: list[str], errors: list[str], what: str, version: int) -> None:
@@ -143,7 +150,9 @@ def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBat
     rows = dedupe_sorted([X.PlanRow(*vals) for vals in zip(*cols, strict=True)])
     ctx = TaskContext.get()
     name = X.plan_part_name(ctx.partitionId()) if ctx is not None else f"part-{uuid.uuid4().hex}.parquet"
+    before = requests.snapshot()
     s = _write_part(target, plan_dir, name, rows)
+    s["requests"] = json.dumps(requests.since(before))
     yield batch_of(SUMMARY_SCHEMA, [[s[f.name]] for f in SUMMARY_SCHEMA])
 
 
@@ -321,7 +330,10 @@ class Planner:
                     aggs = [F.sum((role == r).cast("long")).alias(r) for r in (ROLE_MISSING, ROLE_ERROR, ROLE_NODE,
                                                                                ROLE_ODF)]
                     aggs.append(F.countDistinct(F.when(role == ROLE_CHILD, F.col("target"))).alias("next"))
+                    aggs.append(F.collect_list(F.when(role == ROLE_REQUESTS, F.col("error"))).alias("requests"))
                     got = out.agg(*aggs).collect()[0].asDict()
+                    for counted in got.pop("requests") or []:
+                        ex.add_executor_requests(counted)
                     roles = {k: int(v or 0) for k, v in got.items()}
                     bad = roles.get(ROLE_MISSING, 0) + roles.get(ROLE_ERROR, 0)
                     if bad:
@@ -379,5 +391,7 @@ class Planner:
             fn = functools.partial(_part_batches, self.target, self.plan_dir)
             summaries = [r.asDict() for r in allrows.repartition(n_parts, "target")
                          .mapInArrow(fn, ddl(SUMMARY_SCHEMA)).collect()]
+            for r in summaries:
+                ex.add_executor_requests(r.pop("requests", None))
             entry["items"] += sum(int(r["rows"]) for r in summaries) - self.upper  # the rows written
         return self._index([{k: int(v) if k != "name" else v for k, v in s.items()} for s in summaries])

@@ -242,6 +242,14 @@ def _top_and_prefixes(storage: Storage, pool: ThreadPoolExecutor) -> tuple[list[
         top_dirs, [(f.path, f.size, f.mtime) for f in top_files])
     prefixes: list[str] = []
     not_owned_second = 0
+    if storage.scheme != "file":
+        # An object store lists 1,000 keys per request under any prefix: the 16 top-level hash
+        # folders, each listed recursively, cost the model's LIST per 1,000 keys (plus one per
+        # folder), where the 256 second-level prefixes cost 273 requests for 20k files. Files
+        # that are not format-owned come back marked so (`listing_batch`).
+        counts = {"top_level_files": len(top_files), "skipped_folders": len(skipped), "hash_folders": len(hash_dirs),
+                  "list_prefixes": len(hash_dirs), "list_tasks": 0, "not_owned": not_owned_top}
+        return owned_top, list(hash_dirs), counts, skipped
 
     def second(d: str) -> tuple[list[str], int]:
         subdirs, files = storage.list_dirs(d)

@@ -31,7 +31,7 @@ from typing import Any
 from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import install_log_redaction, redact_text, redact_value, warn_command_line_secrets
-from trinitylake.spark.execution import Execution, Limits, warm_arrow
+from trinitylake.spark.execution import DISTRIBUTED, Execution, Limits, warm_arrow
 from trinitylake.storage import requests
 from trinitylake.util import refuse_pandas_for_pyarrow
 
@@ -132,6 +132,8 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     lakehouse.arguments = arguments
     result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
     ex = execution_for(cfg, job, result, spark)
+    if ex.mode == DISTRIBUTED:
+        ex.prestart()  # every phase will need it: its start overlaps the steps before the first
     result.version_before = lakehouse.latest_version()
     started = datetime.now(UTC)
     result.txn_seq = job_begin(lakehouse.auditor, job, cfg.run_id, arguments, result.version_before)
