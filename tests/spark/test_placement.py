@@ -19,7 +19,7 @@ class _Store:
 
 def test_latency_bound_work_goes_to_the_executors():
     # 17,436 requests (8,718 files x GET + PUT) at 100 ms: the driver's 16 threads make 160/s
-    # (109 s); 4 executors x 16 threads 640/s, capped by 2 cores at 800/s: 27 s + 8 + 2 + tasks.
+    # (109 s); 4 executors x 16 threads 640/s, under 2 cores' 1,000/s: 27 s + 8 + 2 + tasks.
     est = P.estimate(17_436, 0.1, threads=16, slots=4, cpus=2, tasks=16, session_started=False)
     assert est.driver_s == pytest.approx(17_436 / 160)
     assert est.executors_s == pytest.approx(P.SESSION_START + P.JOB_OVERHEAD + 16 * P.TASK_OVERHEAD / 4 + 17_436 / 640)
@@ -31,21 +31,21 @@ def test_small_or_fast_work_stays_on_the_driver():
     assert not P.estimate(137, 0.1, threads=16, slots=4, cpus=2, tasks=16, session_started=False).executors_faster
     # Even with the session up, one job's overhead is more than 0.9 s.
     assert not P.estimate(137, 0.1, threads=16, slots=4, cpus=2, tasks=16, session_started=True).executors_faster
-    # A fast store: the driver's interpreter (400 requests/s) is the limit on both sides, and 2
-    # cores give the executors only twice that: 20k requests are 50 s against 25 s + 10 s.
+    # A fast store: the driver's interpreter (500 requests/s) is the limit on both sides, and 2
+    # cores give the executors only twice that: 20k requests are 40 s against 20 s + 10 s.
     fast = P.estimate(20_000, 0.001, threads=16, slots=4, cpus=2, tasks=16, session_started=False)
-    assert fast.driver_s == pytest.approx(50.0)
-    assert fast.executors_s == pytest.approx(10.12 + 25.0)
+    assert fast.driver_s == pytest.approx(40.0)
+    assert fast.executors_s == pytest.approx(10.12 + 20.0)
     assert fast.executors_faster
     # ... and with a single core of executors, never.
     assert not P.estimate(20_000, 0.001, threads=16, slots=1, cpus=1, tasks=4, session_started=False).executors_faster
 
 
 def test_a_cluster_wins_where_this_machine_cannot():
-    # 100 executor cores at 25 ms: 200k requests take 2,000/16*25ms = 312 s on the driver (its
-    # interpreter caps it at 500 s), 200k / 40,000/s = 5 s on the executors.
+    # 100 executor cores at 25 ms: 200k requests take 200,000/640 = 312 s at 16 threads (its
+    # interpreter caps it at 500/s: 400 s), 200k / 50,000/s = 4 s on the executors.
     est = P.estimate(200_000, 0.025, threads=16, slots=100, cpus=100, tasks=400, session_started=True)
-    assert est.driver_s == pytest.approx(500.0)
+    assert est.driver_s == pytest.approx(400.0)
     assert est.executors_s < 20 and est.executors_faster
 
 

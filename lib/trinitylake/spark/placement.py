@@ -24,9 +24,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-#: Interpreter time a Python S3 client spends per request (signing, HTTP, parsing): 2-3 ms
-#: measured on our machines (ENVIRONMENT.md), so one interpreter tops out near 400 requests/s.
-CPU_PER_REQUEST = 0.0025
+#: Interpreter time a Python S3 client spends per request (signing, HTTP, parsing): 1.75-2.3 ms
+#: measured here with our lean client settings (`storage.storage._LEAN_CLIENT`; 2.5-2.7 ms with
+#: botocore's defaults), so one interpreter tops out near 500 requests/s.
+CPU_PER_REQUEST = 0.002
 #: Spark's own costs, measured here (BENCHMARKS.md): a classic session 6-8 s (a local-cluster
 #: of 4 executor JVMs ~10 s), a job's scheduling and Python worker start ~1-4 s, a Python
 #: task ~30 ms.
