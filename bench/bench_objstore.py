@@ -259,6 +259,7 @@ def _run_job(store: Any, run_id: str, delay: float, job: str, execution: str, ar
         "errors": sum(v["errors"] for v in stats["kinds"].values()),
         "server_s": round(stats["server_s"], 3),
         "server_ms_per_req": round(1000 * stats["server_s"] / timed, 3) if timed else None,
+        "proxy_lag_ms": round(stats["loop_lag_ms"], 2) if stats["loop_lag_ms"] is not None else None,
         "load_1m": round(load, 2),
         "error": error,
     }
@@ -316,7 +317,8 @@ def server_rows(store: Any, run_id: str, n: int, delays: list[float]) -> list[di
         store.proxy.delay_ms = delay
         store.proxy.reset_stats()
         res = _client_run(url, store, n if delay == 0 else max(20, n // 10), threads)
-        stats = store.proxy.stats()["kinds"] if target == "proxy" else {}
+        snap = store.proxy.stats() if target == "proxy" else {}
+        stats = snap.get("kinds") or {}
         for op, r in res.items():
             k = stats.get(op) or {}
             rows.append({
@@ -329,6 +331,7 @@ def server_rows(store: Any, run_id: str, n: int, delays: list[float]) -> list[di
                 "ms_per_request": round(1000 * r["seconds"] / r["requests"], 3) if threads == 1 else None,
                 "requests_per_s": round(r["requests"] / r["seconds"], 1),
                 "server_ms": round(1000 * k["server_s"] / k["timed"], 3) if k.get("timed") else None,
+                "proxy_lag_ms": round(snap["loop_lag_ms"], 2) if snap.get("loop_lag_ms") is not None else None,
             })
     return rows
 
@@ -336,8 +339,9 @@ def server_rows(store: Any, run_id: str, n: int, delays: list[float]) -> list[di
 # ---- output ----------------------------------------------------------------------------------------
 JOB_COLUMNS = ["delay_ms", "job", "execution", "ok", "wall_s", "spark_start_s", "phases", "placed", "files",
                "requests", "get", "put", "list", "head", "delete", "errors", "server_ms_per_req", "server_s",
-               "load_1m"]
-SERVER_COLUMNS = ["target", "delay_ms", "threads", "op", "requests", "ms_per_request", "requests_per_s", "server_ms"]
+               "proxy_lag_ms", "load_1m"]
+SERVER_COLUMNS = ["target", "delay_ms", "threads", "op", "requests", "ms_per_request", "requests_per_s", "server_ms",
+                  "proxy_lag_ms"]
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -443,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         "phases: the job's own seconds by phase (some overlap: the orphans listing runs beside the walk). "
         "placed: where each phase ran (l: driver, d: executors). requests, get..delete, errors: counted by the "
         "proxy for the driver and the executors together. server_ms_per_req: mean time the server took per "
-        "request (last byte forwarded to last byte of the answer), the added delay excluded.",
+        "request (last byte forwarded to last byte of the answer), the added delay excluded; it includes the time "
+        "the server waits for a CPU, as the executors' JVMs and Python workers share the same cores. "
+        "proxy_lag_ms: how late the proxy's own loop ran on average (its measurements are that much inflated).",
         "Every ratio compares two rows of the same run (run_id); ratios across runs are refused.",
         f"load_1m: the machine's load average when the run started ({os.cpu_count()} cores); other work on the "
         "machine slows Spark's start above all.",

@@ -300,6 +300,9 @@ class _Stats:
     unparsed_connections: int = 0
     kinds: dict[str, _KindStats] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
+    lag_samples: int = 0  # the proxy's own event loop: how late a 50 ms timer fired
+    lag_s: float = 0.0
+    lag_max_s: float = 0.0
 
     def snapshot(self) -> dict[str, Any]:
         kinds = {k: vars(v).copy() for k, v in sorted(self.kinds.items())}
@@ -316,6 +319,8 @@ class _Stats:
             "statuses": dict(sorted(self.statuses.items())),
             "server_s": server_s,
             "server_ms_per_request": 1000.0 * server_s / timed if timed else None,
+            "loop_lag_ms": 1000.0 * self.lag_s / self.lag_samples if self.lag_samples else None,
+            "loop_lag_max_ms": 1000.0 * self.lag_max_s if self.lag_samples else None,
             "kinds": kinds,
         }
 
@@ -326,8 +331,9 @@ class DelayProxy:
     ``start()`` runs it on an event loop in a daemon thread and returns the port; ``stop()``
     closes it and every connection. Also a context manager (``with DelayProxy(p, 20) as px``).
     ``delay_ms`` may be changed while it runs (chunks already queued keep their due time).
-    ``stats()`` / ``reset_stats()``: requests by kind, answers by status, bytes, and the
-    server's time summed over the requests (see the module docstring).
+    ``stats()`` / ``reset_stats()``: requests by kind, answers by status, bytes, the server's
+    time summed over the requests (see the module docstring), and how late the proxy's own
+    loop ran (``loop_lag_ms``: on a starved machine every time it measures is inflated).
 
     It sets TCP_QUICKACK on its upstream sockets before each read: s3s-fs writes an answer's
     headers and body separately with Nagle's algorithm on, so a receiver that delays its ACK
@@ -363,6 +369,20 @@ class DelayProxy:
         self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
+        watch = asyncio.ensure_future(self._watch_lag())
+        self._tasks.add(watch)
+
+    async def _watch_lag(self, every: float = 0.05) -> None:
+        """How late the proxy's loop runs (CPU starvation inflates every time it measures:
+        delays and the server's time alike)."""
+        while True:
+            t0 = time.monotonic()
+            await asyncio.sleep(every)
+            lag = max(0.0, time.monotonic() - t0 - every)
+            s = self._stats
+            s.lag_samples += 1
+            s.lag_s += lag
+            s.lag_max_s = max(s.lag_max_s, lag)
 
     async def _close(self) -> None:
         if self._server is not None:
