@@ -107,3 +107,38 @@ class _Session:
 
 def test_parallelism_of_a_local_cluster_is_read_from_its_master():
     assert session_parallelism(_Session({"spark.master": "local-cluster[4,1,1024]"})) == 4
+
+
+def test_a_session_started_early_is_waited_for_and_its_failure_raised_where_needed():
+    import threading
+
+    gate = threading.Event()
+    made = []
+
+    def factory():
+        gate.wait(5)
+        made.append(1)
+        return _Session({"spark.master": "local[3]"})
+
+    ex = Execution(DISTRIBUTED, session_factory=factory, start_s=30.0)
+    ex.prestart()
+    ex.prestart()  # once only
+    assert not ex.started
+    gate.set()
+    assert ex.spark.conf.get("spark.master") == "local[3]" and made == [1]
+    assert ex.started
+
+    def broken():
+        raise RuntimeError("no cluster today")
+
+    ex = Execution(DISTRIBUTED, session_factory=broken)
+    ex.prestart()
+    with pytest.raises(RuntimeError, match="no cluster today"):
+        _ = ex.spark
+
+
+def test_the_start_cost_counts_executors_started_on_this_machine(monkeypatch):
+    monkeypatch.setattr(P.os, "cpu_count", lambda: 2)
+    assert P.start_seconds("local[2]") == P.SESSION_START
+    assert P.start_seconds("local-cluster[4,1,1024]") == P.SESSION_START + 4 * P.LOCAL_EXECUTOR_START / 2
+    assert P.start_seconds(None, {"spark.master": "yarn"}) == P.SESSION_START

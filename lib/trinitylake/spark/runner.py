@@ -94,13 +94,15 @@ def execution_for(cfg: Any, job: str, result: JobResult, spark: Any = None) -> E
                     local_threads=int(getattr(cfg, "local_threads", Limits.local_threads)))
     record: dict[str, Any] = {}
     result.details["execution"] = record
-    from trinitylake.spark.placement import promised_slots
+    from trinitylake.spark.placement import promised_slots, start_seconds
 
     # spark-submit's master is in its JVM, not in the config: unknown until the session starts.
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
-    promised = None if submitted else promised_slots(getattr(cfg, "master", None), dict(getattr(cfg, "spark_conf", {}) or {}))
+    master, conf = getattr(cfg, "master", None), dict(getattr(cfg, "spark_conf", {}) or {})
+    promised = None if submitted else promised_slots(master, conf)
     return Execution(getattr(cfg, "execution", "auto"), spark=spark, session_factory=lambda: session_for(cfg, job),
-                     limits=limits, record=record, label=f"tlake {job} {cfg.run_id}", promised=promised)
+                     limits=limits, record=record, label=f"tlake {job} {cfg.run_id}", promised=promised,
+                     start_s=None if submitted else start_seconds(master, conf))
 
 
 def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakehouse: Any = None) -> JobResult:
