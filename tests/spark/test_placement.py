@@ -63,7 +63,10 @@ def test_promised_slots(master, conf, expected):
     assert P.promised_slots(master, conf) == expected
 
 
-def test_auto_decides_by_the_measured_latency_and_records_the_estimate():
+def test_auto_decides_by_the_measured_latency_and_records_the_estimate(monkeypatch):
+    from trinitylake.spark import execution
+
+    monkeypatch.setattr(execution, "_load", lambda: 0.0)  # an idle machine
     scheme = "slowstore-placement-test"  # a scheme of its own: latency samples are per process
     ex = Execution(AUTO, session_factory=lambda: None, promised=(4, True), record={})
     store = _Store(scheme)
@@ -142,3 +145,22 @@ def test_the_start_cost_counts_executors_started_on_this_machine(monkeypatch):
     assert P.start_seconds("local[2]") == P.SESSION_START
     assert P.start_seconds("local-cluster[4,1,1024]") == P.SESSION_START + 4 * P.LOCAL_EXECUTOR_START / 2
     assert P.start_seconds(None, {"spark.master": "yarn"}) == P.SESSION_START
+
+
+def test_a_busy_machine_makes_executors_on_it_dearer(monkeypatch):
+    from trinitylake.spark import execution
+
+    monkeypatch.setattr(execution.os, "cpu_count", lambda: 2)
+    scheme = "slowstore-busy-test"
+    requests.observe(scheme, 0.1)
+    ex = Execution(AUTO, session_factory=lambda: None, promised=(4, True), start_s=44.0)
+    monkeypatch.setattr(execution, "_load", lambda: 1.0)
+    idle = ex.estimate(17_436, scheme, 8_718)
+    monkeypatch.setattr(execution, "_load", lambda: 8.0)  # four times what 2 cores run
+    busy = ex.estimate(17_436, scheme, 8_718)
+    assert idle.cpus == 2 and busy.cpus == 1
+    assert busy.executors_s > idle.executors_s + 3 * 44.0 - 1
+    assert busy.driver_s == idle.driver_s
+    # A cluster elsewhere is not slowed by this machine's load.
+    far = Execution(AUTO, session_factory=lambda: None, promised=(40, False), start_s=8.0)
+    assert far.estimate(17_436, scheme, 8_718).cpus == 40
