@@ -24,6 +24,15 @@ def test_latency_bound_work_goes_to_the_executors():
     assert est.driver_s == pytest.approx(17_436 / 160)
     assert est.executors_s == pytest.approx(P.SESSION_START + P.JOB_OVERHEAD + 16 * P.TASK_OVERHEAD / 4 + 17_436 / 640)
     assert est.executors_faster
+    # The same executors as a local-cluster on the driver's own 2 cores: 4 executor starts on
+    # them (44 s), and each request costs the machine about 3x the client's CPU (measured):
+    # 333/s, 52 s + 44 + 2, not clearly faster than 109 s.
+    start = P.SESSION_START + 4 * P.LOCAL_EXECUTOR_START / 2
+    here = P.estimate(17_436, 0.1, threads=16, slots=4, cpus=2, tasks=16, session_started=False, here=True,
+                      start_s=start)
+    assert here.executors_s == pytest.approx(start + 2.12 + 17_436 / (2 / (P.CPU_PER_REQUEST * P.HERE_CPU_FACTOR)))
+    assert here.executors_s < here.driver_s < here.executors_s * P.EXECUTOR_MARGIN
+    assert not here.executors_faster
 
 
 def test_small_or_fast_work_stays_on_the_driver():
@@ -68,7 +77,7 @@ def test_auto_decides_by_the_measured_latency_and_records_the_estimate(monkeypat
 
     monkeypatch.setattr(execution, "_load", lambda: 0.0)  # an idle machine
     scheme = "slowstore-placement-test"  # a scheme of its own: latency samples are per process
-    ex = Execution(AUTO, session_factory=lambda: None, promised=(4, True), record={})
+    ex = Execution(AUTO, session_factory=lambda: None, promised=(16, False), record={})
     store = _Store(scheme)
     # No request measured yet: the local-disk thresholds decide (8,718 < local_max_items).
     assert not ex.distributed(8_718, storage=store, requests_per_item=2, phase="export.copy")
@@ -80,7 +89,7 @@ def test_auto_decides_by_the_measured_latency_and_records_the_estimate(monkeypat
     with ex.phase("export.copy", DISTRIBUTED, 8_718):
         pass
     est = ex.record["export.copy"]["estimates"][0]
-    assert est["chose"] == DISTRIBUTED and est["slots"] == 4 and est["latency_ms"] == pytest.approx(100.0)
+    assert est["chose"] == DISTRIBUTED and est["slots"] == 16 and est["latency_ms"] == pytest.approx(100.0)
     assert est["executors_s"] < est["driver_s"]
     # Local files keep the item-count rule, whatever was measured elsewhere.
     assert not ex.distributed(8_718, storage=_Store("file"), requests_per_item=2)

@@ -281,7 +281,7 @@ class Execution:
         if self._starting is not None:  # already starting (`prestart`): count half of it
             start /= 2
         return placement.estimate(n_requests, lat, threads=threads, slots=slots, cpus=cpus, tasks=tasks,
-                                  session_started=self.started, jobs=jobs, start_s=start)
+                                  session_started=self.started, jobs=jobs, start_s=start, here=here)
 
     def executors_share_the_driver(self) -> bool:
         """Whether the started classic session's executors run on the driver's own cores (a

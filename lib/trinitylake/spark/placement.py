@@ -38,6 +38,13 @@ TASK_OVERHEAD = 0.03
 #: and start its Python worker before the first task: measured with 4 executors on 2 cores,
 #: 29 s to the session and 18 s more for the first job (against ~8 s and ~4 s for local[2]).
 LOCAL_EXECUTOR_START = 18.0
+#: Executors on the driver's own machine (local[N], local-cluster) share its cores with the
+#: driver, their JVMs and Arrow hand-overs (and, on our benchmark machines, with the store's
+#: server and latency proxy): a 4-executor local-cluster copied 8,717 files (17.4k requests)
+#: in 52-92 s on 2 cores, 190-335 requests/s, about 3x the client's CPU per request.
+HERE_CPU_FACTOR = 3.0
+#: How much faster the executors' estimate must be to move a phase there (`Estimate.executors_faster`).
+EXECUTOR_MARGIN = 1.25
 #: Executor cores assumed for a session whose size cannot be read before it starts.
 ASSUMED_SLOTS = 8
 
@@ -66,7 +73,10 @@ class Estimate:
 
     @property
     def executors_faster(self) -> bool:
-        return self.executors_s < self.driver_s
+        """Clearly faster: by `EXECUTOR_MARGIN`, since a Spark estimate is the less certain
+        one (a session's start varies 2-3x with the machine's load) and a wrong move to the
+        executors costs far more than a phase kept on the driver."""
+        return self.executors_s * EXECUTOR_MARGIN < self.driver_s
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -76,14 +86,15 @@ class Estimate:
 
 
 def estimate(requests: float, latency_s: float, *, threads: int, slots: int, cpus: int, tasks: int,
-             session_started: bool, jobs: int = 1, start_s: float = SESSION_START) -> Estimate:
+             session_started: bool, jobs: int = 1, start_s: float = SESSION_START, here: bool = False) -> Estimate:
     """Seconds of a phase of `requests` requests on the driver and on the executors (see the
     module doc). `jobs`: Spark jobs the phase runs (a walk runs one per level); `start_s`: what
-    starting the session costs when it is not up (`start_seconds`)."""
+    starting the session costs when it is not up (`start_seconds`); `here`: the executors run on
+    the driver's machine (`HERE_CPU_FACTOR`)."""
     latency_s = max(latency_s, 1e-4)
     threads, slots, cpus = max(1, threads), max(1, slots), max(1, cpus)
     driver_rate = min(threads / latency_s, 1.0 / CPU_PER_REQUEST)
-    executor_rate = min(slots * threads / latency_s, cpus / CPU_PER_REQUEST)
+    executor_rate = min(slots * threads / latency_s, cpus / (CPU_PER_REQUEST * (HERE_CPU_FACTOR if here else 1.0)))
     overhead = (0.0 if session_started else start_s) + jobs * JOB_OVERHEAD + tasks * TASK_OVERHEAD / slots
     return Estimate(driver_s=requests / driver_rate, executors_s=overhead + requests / executor_rate,
                     requests=requests, latency_ms=latency_s * 1000.0, driver_threads=threads, slots=slots, cpus=cpus)
