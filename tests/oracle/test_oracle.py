@@ -88,23 +88,29 @@ def test_garbage_is_an_oracle_error_and_bases_follow_full_uris():
 
 
 def test_a_reference_rule_broken_in_the_library_walk_is_caught(tmp_path, monkeypatch):
-    """Mutation check: the library's walk forgets the definitions in non-root key tables (a
-    rule `reference_walk` shares, so expected sets computed by it would agree). Expire then
+    """Mutation check: the library's walk forgets the definitions in non-root key tables (in
+    its batch node reader, `maintenance.node_batch`, which every walk uses). Expire then
     deletes definitions retained versions still use, and the oracle reports them."""
+    import numpy as np
+
     from tests.oracle.jobs import TTL_MS, run_local
-    from trinitylake.maintenance import reach as R
+    from trinitylake.format.node_arrow import VALUE
+    from trinitylake.maintenance import node_batch as NB
 
     lh = Lakehouse.create(str(tmp_path / "m"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
     build_history(lh, seed=5, ops=30)
     o = Oracle(lh.uri)
     before = o.snapshot()
-    original = R.node_references
+    original = NB.decode_pointers
 
-    def forgetful(node, *, is_root, where="node"):
-        refs = original(node, is_root=is_root, where=where)
-        return refs if is_root else [(p, k) for p, k in refs if p not in set(node.values)]
+    def forgetful(datas, where, **kw):
+        out = original(datas, where, **kw)
+        non_root = np.array([out.lakehouse_def[n] is None for n in out.node.tolist()], bool)
+        keep = ~((out.kind == VALUE) & non_root)
+        out.node, out.kind, out.pointer = out.node[keep], out.kind[keep], out.pointer.filter(pa.array(keep))
+        return out
 
-    monkeypatch.setattr(R, "node_references", forgetful)
+    monkeypatch.setattr(NB, "decode_pointers", forgetful)
     run_local("expire", lh.uri, min_versions_to_keep=3)
     monkeypatch.undo()
     problems = o.problems(before)

@@ -1,9 +1,11 @@
 """Reachability: what one node file references, how pointers become comparable keys, and a
 single-process reference walk.
 
-Engine-agnostic. The Spark walk (`trinitylake.spark.walk`) runs :func:`expand_node_rows` inside
-executors' ``mapPartitions``; the tests and benchmarks run :func:`reference_walk` in one
-process. Both follow the same rules, written down here once:
+Engine-agnostic. The Spark walk (`trinitylake.spark.walk`) reads node files in batches with
+`trinitylake.maintenance.node_batch` (Arrow arrays, many files a call), on the driver and inside
+executors' ``mapInArrow``; :func:`expand_node` here is the one-file reader the tests and
+benchmarks' :func:`reference_walk` runs in one process, and the reference the batch reader is
+tested against. Both follow the same rules, written down here once:
 
 **Keys.** Every file is named by a *walk key*: its path relative to the lakehouse root when it
 lies inside the root (``0110/0000/1011/01111000-node-….arrow``, ``_0100….arrow``), otherwise
@@ -220,7 +222,10 @@ OutRow = tuple[str, str, str, int, int, int, "str | None", "str | None"]
 
 
 def expand_node(reader: Reader, row: Sequence[Any]) -> tuple[list[OutRow], int]:
-    """Read one node file and return its rows (see the ROLE_* constants) and 1 if it was read."""
+    """Read one node file and return its rows (see the ROLE_* constants) and 1 if it was read.
+
+    The one-file reference reader (`reference_walk`); walks read many files a call with
+    `trinitylake.maintenance.node_batch`, which emits the same rows and errors."""
     key, base, fv, depth, is_root = row[0], row[1], int(row[2]), int(row[3]), bool(row[4])
     kind = KIND_ROOT if is_root else KIND_NODE
     try:

@@ -3,15 +3,17 @@
 Every level of the walk decides where it runs (`trinitylake.spark.execution`):
 
 * **on the driver** while the level's frontier is at most ``local_max_items`` node files and
-  the walk holds at most ``driver_max_rows`` rows: a thread pool reads the frontier
-  (`trinitylake.maintenance.reach.expand_node_rows`), children are deduplicated in a dict
-  against a set of visited keys;
+  the walk holds at most ``driver_max_rows`` rows: the frontier is read and decoded in batches
+  of many files (`trinitylake.maintenance.node_batch`: Arrow arrays, no Python object per
+  pointer; a thread pool reads object stores), children and definitions are deduplicated per
+  batch with numpy and only the distinct ones meet the driver's dicts (against a set of
+  visited keys);
 * **on the executors** otherwise: the frontier is a DataFrame, each task reads a batch of
-  node files through ``mapInArrow`` and emits the node's own row, its children and its
-  definitions as one Arrow batch; children are deduplicated per level (``groupBy(path)``,
-  smallest first_version) and against every node visited so far (``left_anti``). Every level's
-  result is checkpointed (``localCheckpoint``), so the query plan stays flat however deep the
-  tree; role counts come back as one small aggregate per level.
+  node files through ``mapInArrow`` (the same batch reader) and emits the node's own row, its
+  children and its definitions as Arrow batches; children are deduplicated per level
+  (``groupBy(path)``, smallest first_version) and against every node visited so far
+  (``left_anti``). Every level's result is checkpointed (``localCheckpoint``), so the query
+  plan stays flat however deep the tree; role counts come back as one small aggregate per level.
 
 A walk starts on the driver and hands over to the executors (once, for its remaining levels)
 when a level grows past the thresholds, so a small lakehouse never starts Spark and a large one
@@ -37,10 +39,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from trinitylake.errors import CorruptNodeError
+from trinitylake.maintenance import node_batch as NB
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance.background_sizes import BackgroundSizes, sized_in_order
 from trinitylake.maintenance.plan import run_dir, write_json
@@ -64,9 +68,7 @@ OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size"
 OUTPUT_COLUMNS = tuple(OUTPUT_SCHEMA.names)
 OUTPUT_DDL = "path string, kind string, size bigint, depth int, first_version bigint"
 FRONTIER_SCHEMA = pa.schema([("path", pa.string()), ("base", pa.string()), ("first_version", pa.int64())])
-LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
-                          ("depth", pa.int32()), ("first_version", pa.int64()), ("base", pa.string()),
-                          ("error", pa.string())])
+LEVEL_SCHEMA = NB.LEVEL_SCHEMA  # role, path, kind, size, depth, first_version, base, error
 LEAF_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("depth", pa.int32()),
                          ("first_version", pa.int64())])
 KEYS_SCHEMA = pa.schema([("path", pa.string())])
@@ -146,15 +148,16 @@ class Reached:
 def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of one level: frontier batches (path, base, first_version) in,
-    one `LEVEL_SCHEMA` batch per chunk of node files out."""
-    for chunk in chunks(rows_of(batches, "path", "base", "first_version"), _CHUNK):
-        cols: list[list[Any]] = [[] for _ in LEVEL_SCHEMA]
-        rows = [(p, b, fv, depth, depth == 0) for p, b, fv in chunk]
-        for emitted, _ in R.expand_node_rows(reader, rows, io_threads):
-            for row in emitted:
-                for c, v in zip(cols, row, strict=True):
-                    c.append(v)
-        yield batch_of(LEVEL_SCHEMA, cols)
+    `LEVEL_SCHEMA` batches out (`node_batch`: per chunk of node files, its nodes' rows, then
+    their children and definitions, then bad pointers)."""
+    pool = ThreadPoolExecutor(max_workers=io_threads) if io_threads > 1 and NB.wants_threads(reader) else None
+    try:
+        for chunk in chunks(rows_of(batches, "path", "base", "first_version"), _CHUNK):
+            rows = [(p, b, fv, depth, depth == 0) for p, b, fv in chunk]
+            yield from NB.expand_rows(reader, rows, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown()
 
 
 def size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -343,43 +346,21 @@ class _Walk:
         rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in frontier.items()]
         with self.ex.phase(f"{self.name}.read_nodes", LOCAL, len(rows)):
             nxt: dict[str, tuple[str, int]] = {}
-            failures: list[tuple[str, int, str | None]] = []
+            failures: list[tuple[str, int, str]] = []
             read = reads = 0
-            s_path, s_kind, s_size, s_depth, s_fv = self.selfs
-            leaves = self.leaves
             new_leaves: list[str] | None = [] if self.sizer is not None and self.sizer.active else None
-            pool = self._pool() if len(rows) > 1 else None
-            try:
-                results = (pool.map(lambda r: R.expand_node(self.reader, r), rows, chunksize=16) if pool
-                           else (R.expand_node(self.reader, r) for r in rows))
-                for emitted, n in results:
-                    reads += n
-                    for role, key, kind, size, d, fv, base, err in emitted:
-                        if role == R.ROLE_CHILD:
-                            cur = nxt.get(key)
-                            if cur is None or (fv, base) < (cur[1], cur[0]):
-                                nxt[key] = (base or "", fv)
-                        elif role == R.ROLE_LEAF:
-                            cur_leaf = leaves.get(key)
-                            if cur_leaf is None:
-                                leaves[key] = (d, fv, kind)
-                                if new_leaves is not None:
-                                    new_leaves.append(key)
-                            elif (d, fv, kind) < cur_leaf:
-                                leaves[key] = (d, fv, kind)
-                        elif role == R.ROLE_SELF:
-                            s_path.append(key)
-                            s_kind.append(kind)
-                            s_size.append(size)
-                            s_depth.append(d)
-                            s_fv.append(fv)
-                            read += 1
-                        elif role == R.ROLE_MISSING and self.tolerate_missing:
-                            self.stats.missing += 1
-                        else:
-                            failures.append((key, fv, err))
-            finally:
-                pass  # the pool is shared by every level; run() shuts it down
+            pool = self._pool() if len(rows) > 1 else None  # shared by every level; run() shuts it down
+            level_leaves = NB.LevelLeaves(depth + 1, self.leaves, new_leaves)
+            # Not `exact`: the merges below keep the smallest per key, which per-node deduplication would not change.
+            for batch in NB.iter_expand(self.reader, rows, pool, exact=False):
+                reads += batch.reads
+                ok = batch.role == NB.SELF
+                read += self._add_selfs(batch, ok, depth)
+                if self.tolerate_missing:
+                    self.stats.missing += int(np.count_nonzero(batch.role == NB.MISSING))
+                failures += batch.failures(self.tolerate_missing)
+                NB.merge_children(batch, nxt)
+                level_leaves.add(batch)
             if failures:
                 raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
                                        + R.describe_failures(failures[:5], len(failures)))
@@ -393,6 +374,19 @@ class _Walk:
         self.stats.levels.append({"depth": depth, "frontier": len(rows), "read": read, "where": LOCAL, "tasks": 0,
                                   "next": len(nxt), "seconds": round(time.perf_counter() - lt, 3)})
         return nxt
+
+    def _add_selfs(self, batch: NB.NodeBatch, ok: np.ndarray, depth: int) -> int:
+        """The rows of the nodes read in `batch` (``ok``), into the driver's columns."""
+        idx = np.flatnonzero(ok)
+        if not idx.size:
+            return 0
+        s_path, s_kind, s_size, s_depth, s_fv = self.selfs
+        s_path.extend(batch.keys if idx.size == len(batch) else [batch.keys[i] for i in idx.tolist()])
+        s_kind.extend(np.where(batch.is_root[idx], R.KIND_ROOT, R.KIND_NODE).tolist())
+        s_size.extend(batch.size[idx].tolist())
+        s_depth.extend([depth] * idx.size)
+        s_fv.extend(batch.first_version[idx].tolist())
+        return int(idx.size)
 
     def _finish_local(self, sizes: bool) -> Reached:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
