@@ -193,9 +193,10 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
         t.add_row(f"seconds: {k}", f"{v:.2f}")
     req = result.requests or {}
     if any(req.values()):  # object-store requests: what the run cost
-        kinds = [k for k in ("get", "put", "list", "head", "delete", "other") if req.get(k)]
-        total = sum(int(req.get(k, 0)) for k in kinds)
-        t.add_row("requests", f"{total:,} (" + ", ".join(f"{k.upper()} {int(req[k]):,}" for k in kinds) + ")")
+        from trinitylake.storage import requests  # not at import: `tlake --help` skips storage
+
+        kinds = [k for k in requests.KINDS if req.get(k)]
+        t.add_row("requests", f"{requests.total_requests(req):,} (" + ", ".join(f"{k.upper()} {int(req[k]):,}" for k in kinds) + ")")
         t.add_row("bytes: store read / written",
                   f"{_human_bytes(int(req.get('bytes_read', 0)))} / {_human_bytes(int(req.get('bytes_written', 0)))}")
     if result.plan_location:

@@ -24,7 +24,7 @@ from trinitylake.maintenance.export_plan import (
     read_manifest,
     read_plan_part,
 )
-from trinitylake.storage import Storage
+from trinitylake.storage import Storage, requests
 
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -117,7 +117,7 @@ class CopyStats:
         self.source_reads += other.source_reads
         self.seconds_verify += other.seconds_verify
         if other.requests:
-            self.requests = {k: self.requests.get(k, 0) + int(v) for k, v in {**self.requests, **other.requests}.items()}
+            self.requests = requests.add(dict(self.requests), other.requests)
         if other.conflicts or other.missing_sources or other.errors:
             for k in ("conflicts", "missing_sources", "errors"):
                 getattr(self, k).extend(getattr(other, k)[: max(0, 20 - len(getattr(self, k)))])

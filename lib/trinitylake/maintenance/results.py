@@ -52,12 +52,10 @@ class JobResult:
         for k, s in self.seconds.items():
             m[f"seconds_{k}"] = float(s)
         if any(self.requests.values()):
-            total = 0
+            from trinitylake.storage import requests  # not at import: the CLI's start-up skips storage
+
             for k, n in self.requests.items():
-                if k.startswith("bytes_"):  # bytes_read / bytes_written: formatted as bytes
-                    m[k] = float(n)
-                else:
-                    m[f"requests_{k}"] = float(n)
-                    total += int(n)
-            m["requests_total"] = float(total)
+                # bytes_read / bytes_written keep their names: formatted as bytes.
+                m[k if k.startswith("bytes_") else f"requests_{k}"] = float(n)
+            m["requests_total"] = float(requests.total_requests(self.requests))
         return m

@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from trinitylake import progress
+from trinitylake.spark import placement
 from trinitylake.storage import requests
 from trinitylake.util import is_connect_session
 
@@ -252,8 +253,6 @@ class Execution:
     def estimate(self, n_requests: float, scheme: str, items: int, jobs: int = 1) -> Any:
         """`placement.Estimate` of a phase of `n_requests` requests on `scheme`, or None before
         any request measured the store's latency."""
-        from trinitylake.spark import placement
-
         lat = requests.latency(scheme)
         if lat is None:
             return None
@@ -414,15 +413,10 @@ def session_parallelism(spark: Any) -> int:
     v = _conf(conf, "spark.default.parallelism")
     if v and v.isdigit():
         return max(1, int(v))
-    master = _conf(conf, "spark.master") or ""
-    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
-    if m:
-        return max(1, os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
-    if master.strip() == "local":
-        return 1
-    m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master.strip())
-    if m:  # executors x cores each, as the master says (no probe job)
-        return max(1, int(m.group(1)) * int(m.group(2)))
+    # local, local[N], local-cluster[E,C,M]: the cores the master names (no probe job).
+    named = placement.promised_slots(_conf(conf, "spark.master") or "")
+    if named is not None and named[1]:
+        return max(1, named[0])
     # A cluster: the partitions of a range without an explicit count are Spark's default
     # parallelism (one tiny job; works without SparkContext).
     try:

@@ -45,6 +45,8 @@ LOCAL_EXECUTOR_START = 18.0
 HERE_CPU_FACTOR = 3.0
 #: How much faster the executors' estimate must be to move a phase there (`Estimate.executors_faster`).
 EXECUTOR_MARGIN = 1.25
+#: ``local-cluster[executors, cores each, MiB each]``: executor JVMs on this machine.
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
 #: Executor cores assumed for a session whose size cannot be read before it starts.
 ASSUMED_SLOTS = 8
 
@@ -53,7 +55,7 @@ def start_seconds(master: str | None, conf: dict[str, str] | None = None) -> flo
     """Seconds from asking for a session to its first task: `SESSION_START`, plus, for a
     ``local-cluster[E,C,M]`` master, E executor starts sharing this machine's cores."""
     m = (master or (conf or {}).get("spark.master") or "").strip()
-    hit = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*\d+\s*,\s*\d+\s*\]", m)
+    hit = _LOCAL_CLUSTER.fullmatch(m)
     if hit:
         return SESSION_START + LOCAL_EXECUTOR_START * int(hit.group(1)) / max(1, os.cpu_count() or 1)
     return SESSION_START
@@ -111,7 +113,7 @@ def promised_slots(master: str | None, conf: dict[str, str] | None = None) -> tu
     hit = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", m)
     if hit:
         return (os.cpu_count() or 1) if hit.group(1) == "*" else int(hit.group(1)), True
-    hit = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", m)
+    hit = _LOCAL_CLUSTER.fullmatch(m)
     if hit:
         return int(hit.group(1)) * int(hit.group(2)), True
     inst, cores = conf.get("spark.executor.instances"), conf.get("spark.executor.cores")

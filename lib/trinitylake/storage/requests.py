@@ -132,12 +132,9 @@ def _on_send(request: Any, **_: Any) -> None:
 
 
 def instrument_client(client: Any) -> None:
-    """Count every request `client` (a botocore or aiobotocore S3 client) sends."""
-    events = client.meta.events
-    if getattr(client, "_tlake_counted", False):
-        return
-    events.register("before-send.s3", _on_send, unique_id="trinitylake-request-count")
-    client._tlake_counted = True
+    """Count every request `client` (a botocore or aiobotocore S3 client) sends (once: the
+    handler's unique id makes a second registration a no-op)."""
+    client.meta.events.register("before-send.s3", _on_send, unique_id="trinitylake-request-count")
 
 
 def instrument_s3fs(fs: Any) -> None:

@@ -236,17 +236,13 @@ class Storage:
     def read(self, path: str) -> bytes:
         """Whole file content. Raises FileNotFoundError naming the URI."""
         fp = self._fs_path(path)
-        if self._local():
-            try:
-                return self._retrying("read", path, self._read_once, fp)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
         t0 = time.perf_counter()
         try:
             data: bytes = self._retrying("read", path, self._read_once, fp)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
-        requests.observe(self.scheme, time.perf_counter() - t0)  # the store's latency (placement)
+        if not self._local():
+            requests.observe(self.scheme, time.perf_counter() - t0)  # the store's latency (placement)
         return data
 
     def _read_once(self, fp: str) -> bytes:
