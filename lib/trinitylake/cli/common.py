@@ -79,6 +79,8 @@ def handle_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
         try:
             return fn(*args, **kwargs)
         except TrinityLakeError as e:
+            if _replaying():
+                raise  # `tlake txn` replays this line: it prints the error once, naming the line
             err_console.print(f"[red]error[/red] ({type(e).__name__}): {escape(redact_text(str(e)))}", highlight=False,
                               markup=True)
             sys.exit(1)
@@ -87,6 +89,12 @@ def handle_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
             sys.exit(1)
 
     return wrapper
+
+
+def _replaying() -> bool:
+    """True while `tlake txn` replays an operation line into its local transaction."""
+    click_ctx = click.get_current_context(silent=True)
+    return click_ctx is not None and getattr(click_ctx.obj, "txn", None) is not None
 
 
 def parse_time(value: str) -> datetime:

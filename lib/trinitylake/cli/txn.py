@@ -19,7 +19,7 @@ import click
 from rich.table import Table
 
 from trinitylake.cli.common import Ctx, console, emit, handle_errors
-from trinitylake.errors import ValidationError
+from trinitylake.errors import TrinityLakeError, ValidationError
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.transaction import Transaction
@@ -123,13 +123,13 @@ def register(cli: click.Group) -> None:
         rows = list_transactions(ctx.lakehouse(), include_closed=include_closed)
 
         def render(rows: list[dict[str, Any]]) -> None:
-            t = Table("id", "state", "begin version", "staged", "expires at (ms)", "isolation")
+            t = Table("id", "state", "begin version", "staged", "expires at (UTC)", "isolation")
             for r in rows:
                 t.add_row(r["id"], r["state"] + (" (expired)" if r["expired"] else ""), str(r["begin_version"]),
-                          str(r["staged"]), str(r["expire_at_millis"]), r["isolation"])
+                          str(r["staged"]), r["expire_at"], r["isolation"])
             console.print(t)
 
-        emit(rows, as_json, render)
+        emit([with_iso_times(r) for r in rows], as_json, render)
 
     @txn.command("show")
     @click.argument("txn_id")
@@ -141,13 +141,45 @@ def register(cli: click.Group) -> None:
         from trinitylake.cli.common import _print_kv
         from trinitylake.lakehouse.distributed import DistributedTransaction
 
-        emit(DistributedTransaction.load(ctx.lakehouse(), txn_id).info(), as_json, _print_kv)
+        info = with_iso_times(DistributedTransaction.load(ctx.lakehouse(), txn_id).info())
+        # Operator text gives times as ISO-8601 only; --json keeps the epoch milliseconds as well.
+        emit(info, as_json, lambda d: _print_kv({k: v for k, v in d.items() if not k.endswith("_millis")}))
+
+
+def with_iso_times(info: dict[str, Any]) -> dict[str, Any]:
+    """`info` with an ISO-8601 UTC field beside each ``*_millis`` one (``began_at``, ``expire_at``)."""
+    from trinitylake.values import format_timestamp
+
+    out: dict[str, Any] = {}
+    for k, v in info.items():
+        if k.endswith("_millis") and isinstance(v, int):
+            out[k.removesuffix("_millis")] = format_timestamp(v)
+        out[k] = v
+    return out
 
 
 def _run_local(cli: click.Group, ctx: Ctx, isolation: str | None, ops_file: TextIO) -> None:
     lh = ctx.lakehouse()
     t = lh.begin(isolation=isolation)
     ctx.txn = t
+    try:
+        n = _replay(cli, ctx, ops_file)
+    except BaseException:
+        # Nothing was committed: the definition files the replayed lines wrote are unreferenced.
+        ctx.txn = None
+        t.rollback()
+        raise
+    ctx.txn = None
+    lh.command = "txn"
+    version = t.commit(command="txn", arguments={"ops": t.ops, "isolation": t.isolation})
+    click.echo(f"committed {n} operations as version {version}" if version is not None else "nothing to commit")
+
+
+def _replay(cli: click.Group, ctx: Ctx, ops_file: TextIO) -> int:
+    """Run each line of `ops_file` as a CLI write verb staged into ``ctx.txn``; the count run.
+
+    A line's typed error is raised again naming the line (the verb's own error handler leaves
+    it to us while ``ctx.txn`` is set, so the user reads one line)."""
     n = 0
     for lineno, line in enumerate(ops_file, 1):
         line = line.strip()
@@ -162,12 +194,12 @@ def _run_local(cli: click.Group, ctx: Ctx, isolation: str | None, ops_file: Text
         try:
             cli.main(args=args, prog_name="tlake", obj=ctx, standalone_mode=False)
         except click.ClickException as e:
-            raise ValidationError(f"line {lineno}: {e.format_message()}") from None
+            raise ValidationError(f"line {lineno}: {e.format_message().rstrip('.')}; nothing was committed") from None
+        except TrinityLakeError as e:
+            e.args = (f"line {lineno} ({line!r}): {e}; nothing was committed",)
+            raise
         except SystemExit as e:
             if e.code:
                 raise ValidationError(f"line {lineno} failed: {line!r}; nothing was committed") from None
         n += 1
-    ctx.txn = None
-    lh.command = "txn"
-    version = t.commit(command="txn", arguments={"ops": t.ops, "isolation": t.isolation})
-    click.echo(f"committed {n} operations as version {version}" if version is not None else "nothing to commit")
+    return n

@@ -255,7 +255,9 @@ class DistributedTransaction:
                                          f"it can no longer {for_what}")
         expired = (at_ms if at_ms is not None else _now_ms()) >= s.d.expire_at_millis + CLOCK_TOLERANCE_MS
         if expired and for_what != "abort":  # an expired transaction may still be aborted (cleanup)
-            raise TransactionExpiredError(f"distributed transaction {self.id} expired at {s.d.expire_at_millis} ms "
+            from trinitylake.values import format_timestamp
+
+            raise TransactionExpiredError(f"distributed transaction {self.id} expired at {format_timestamp(s.d.expire_at_millis)} "
                                           f"(began at version {root_version(s.d.beginning_root_node_file_path)}); "
                                           f"it can no longer {for_what}")
         return s

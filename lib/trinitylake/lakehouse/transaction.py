@@ -261,8 +261,11 @@ class Transaction(LakehouseView):
             while True:
                 self.attempts += 1
                 if _now_ms() >= self.expire_at_millis:
+                    from trinitylake.values import format_timestamp
+
                     raise TransactionExpiredError(
-                        f"transaction {self.id} expired at {self.expire_at_millis} ms (began at version {self.begin_version}); it can no longer commit"
+                        f"transaction {self.id} expired at {format_timestamp(self.expire_at_millis)} "
+                        f"(began at version {self.begin_version}); it can no longer commit"
                     )
                 # The txn_seq is allocated after the base root was read, so it is larger than
                 # the base's: txn_seq order equals version order along the chain.
@@ -315,10 +318,18 @@ class Transaction(LakehouseView):
             left = self._discard(attempt_files + self.staged_files)
             if left:
                 e = type(e)(f"{e}; files left for the orphan job: {', '.join(left)}")
-            lh.auditor.failed(None, self.id, command, arguments, self.started, self.begin_version, type(e).__name__, str(e),
+            # The last attempt's txn_seq (None when the first attempt expired before taking
+            # one: failed() then takes one), so the seq this commit took has its row.
+            lh.auditor.failed(seq, self.id, command, arguments, self.started, self.begin_version, type(e).__name__, str(e),
                               isolation=self.isolation, attempts=self.attempts)
             raise e from None
         except BaseException as e:
+            if seq is not None and not ambiguous and isinstance(e, Exception):
+                # A command that took a txn_seq and failed before its root (e.g. `export drop`
+                # of an unknown name) leaves a failed row at that seq: every seq has a row.
+                self.closed = True
+                lh.auditor.failed(seq, self.id, command, arguments, self.started, self.begin_version,
+                                  type(e).__name__, str(e), isolation=self.isolation, attempts=self.attempts)
             if ambiguous:
                 # The root may exist (a timeout after the write took effect): keep every file
                 # it could reference; if it does not exist, the orphan job collects them.
