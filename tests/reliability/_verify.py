@@ -1,11 +1,14 @@
-"""Invariant checks shared by the reliability tests.
+"""Invariant checks shared by the reliability tests, computed by the independent oracle
+(`tests.oracle`: a reader written from the spec that shares no code with the library's tree,
+walk, storage or retention rules). The library is used here only to open a lakehouse for the
+tests that drive it (`Verifier.open`); no expected value comes from it.
 
 A lakehouse is healthy when
 
-* versions are contiguous from the oldest listed root to the latest (no gaps, no fork);
-* every version reads: its root and lakehouse definition load, every namespace and table
-  lists, and every file its tree references exists (a walk with no missing node and no
-  missing definition);
+* versions are contiguous from the committed ``oldest_retained_version`` to the latest root
+  listed (no gaps, no fork);
+* every version reads: its root and lakehouse definition parse, its tree merges, every key
+  decodes, and every file its tree references exists (the oracle's walk finds nothing missing);
 * every acknowledged commit (a version whose commit call returned) that is still retained is
   present and holds what that commit wrote.
 
@@ -18,10 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinitylake.errors import TrinityLakeError
-from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.reach import Reader, reference_walk
-from trinitylake.storage.faults import uninstall
+from tests.format.oracle import root_name
+from tests.oracle import expect as E
+from tests.oracle.reader import NodeFile, OracleError
+
+try:
+    from tests.support.faults import uninstall
+except ImportError:  # before the fault injector moved under tests/
+    from trinitylake.storage.faults import uninstall  # type: ignore[no-redef]
 
 
 @dataclass
@@ -44,9 +51,21 @@ class Verifier:
     problems: list[str] = field(default_factory=list)
     versions_read: int = 0
     floor_seen: int = 0
+    _nodes: dict[str, NodeFile] = field(default_factory=dict, repr=False)
 
-    def open(self) -> Lakehouse:
+    def open(self) -> Any:
+        """The library's `Lakehouse` (for tests that drive it; never for an expected value)."""
+        from trinitylake.lakehouse import Lakehouse
+
         return Lakehouse.open(self.uri, storage_options=self.options, audit=False)
+
+    def oracle(self) -> Any:
+        return E.oracle_for(self.uri, self.options)
+
+    def latest(self) -> int:
+        """The latest version: the highest root file listed, by the oracle."""
+        uninstall()
+        return E.latest_version(self.oracle())
 
     def check(self, new_acks: list[Ack] = (), *, one_table_per_version_from: int | None = None) -> list[str]:
         """Check the lakehouse now; returns (and accumulates) the problems found.
@@ -57,47 +76,41 @@ class Verifier:
         uninstall()  # the checks themselves never run under injected faults
         found: list[str] = []
         self.acks.extend(new_acks)
+        o = self.oracle()
         try:
-            lh = self.open()
-            latest = lh.latest_version()
-            listed = sorted(v for v in lh._listed_versions() if v <= latest)
-        except TrinityLakeError as e:
-            found.append(f"cannot open the lakehouse: {type(e).__name__}: {e}")
+            listed = o.listed_versions()
+            latest, d = o.latest()
+        except OracleError as e:
+            found.append(f"cannot open the lakehouse: {e}")
             self.problems.extend(found)
             return found
-        d = lh.load_root(latest).lakehouse_def
         # The floor is what the lakehouse committed to keep, never the oldest root that happens
         # to be left: an expire that deleted one retained root too many must be reported.
-        retained_floor = int(getattr(d, "oldest_retained_version", 0) or 0)
+        retained_floor = int(d.oldest_retained_version)
         if retained_floor < self.floor_seen:
             found.append(f"oldest_retained_version went down from {self.floor_seen} to {retained_floor}")
         self.floor_seen = max(self.floor_seen, retained_floor)
-        gaps = sorted(set(range(retained_floor, latest + 1)) - set(listed))
+        present = set(listed)
+        gaps = sorted(set(range(retained_floor, latest + 1)) - present)
         if gaps:
             found.append(f"versions missing between {retained_floor} and {latest}: {gaps[:10]}")
         start = max(retained_floor, self.verified_upto + 1)
-        new_versions = [v for v in range(start, latest + 1) if v in set(listed)]
+        new_versions = [v for v in range(start, latest + 1) if v in present]
         for v in new_versions:
             try:
-                view = lh.view(version=v)
-                names = set()
-                for ns in view.list_namespaces():
-                    for t in view.list_tables(ns):
-                        names.add(f"{ns}.{t}")
-                self.tables[v] = frozenset(names)
+                self.tables[v] = E.tables(o, v, self._nodes)
                 self.versions_read += 1
-            except TrinityLakeError as e:
+            except (OracleError, UnicodeDecodeError) as e:
                 found.append(f"version {v} does not read: {type(e).__name__}: {e}")
         if new_versions:
             try:
-                walk = reference_walk(Reader(lh.storage.root, lh.storage.options), [(v, _root(v)) for v in new_versions],
-                                      exclude=self.verified_files, sizes=True)
-                missing = sorted(k for k, r in walk.rows.items() if r.size < 0)
-                if missing:
-                    found.append(f"{len(missing)} referenced files are missing, e.g. {missing[:3]}")
+                walk = E.walk(o, [(v, f"{o.root}/{root_name(v)}") for v in new_versions],
+                              exclude=self.verified_files)
+                if walk.missing:
+                    found.append(f"{len(walk.missing)} referenced files are missing, e.g. {sorted(walk.missing)[:3]}")
                 self.verified_files.update(k for k, r in walk.rows.items() if r.size >= 0)
-            except TrinityLakeError as e:
-                found.append(f"versions {new_versions[0]}..{new_versions[-1]} do not walk: {type(e).__name__}: {e}")
+            except OracleError as e:
+                found.append(f"versions {new_versions[0]}..{new_versions[-1]} do not walk: {e}")
         if one_table_per_version_from is not None:
             for v in new_versions:
                 if v <= one_table_per_version_from or v - 1 not in self.tables or v not in self.tables:
@@ -123,26 +136,29 @@ class Verifier:
 
     def recheck_acks(self) -> list[str]:
         """Every acknowledged version that is still retained holds its table (read afresh)."""
+        uninstall()
         found = []
-        lh = self.open()
-        d = lh.load_root(lh.latest_version()).lakehouse_def
-        floor = int(getattr(d, "oldest_retained_version", 0) or 0)  # committed, not the oldest root left
+        o = self.oracle()
+        floor = E.floor(o)  # committed, not the oldest root left
         for a in self.acks:
             if a.version < floor:
                 continue
             try:
-                if not lh.view(version=a.version).table_exists(a.ns, a.table):
+                if f"{a.ns}.{a.table}" not in E.tables(o, a.version):
                     found.append(f"acknowledged version {a.version} lost {a.ns}.{a.table}")
-            except TrinityLakeError as e:
+            except (OracleError, UnicodeDecodeError) as e:
                 found.append(f"acknowledged version {a.version} does not read: {type(e).__name__}: {e}")
         self.problems.extend(found)
         return found
 
 
-def _root(v: int) -> str:
-    from trinitylake.format.paths import root_name
-
-    return root_name(v)
+def missing_reachable(uri: str, options: dict[str, Any] | None = None) -> tuple[int, int]:
+    """(files the live roots reach that are missing, files they reach), by the oracle: every
+    retained version from the committed floor, every export root and pinned version."""
+    uninstall()
+    o = E.oracle_for(uri, options)
+    w = E.live_walk(o)
+    return len(w.missing), len(w.rows)
 
 
 def parse_acks(path: str) -> list[Ack]:

@@ -34,13 +34,12 @@ def _run_trials(tmp_path, verifier: Verifier, trials: list[tuple[str, str | None
     ctx = _workers.context()
     stats = {"killed": 0, "killed_by_point": 0, "killed_by_timer": 0, "finished_before_kill": 0, "acked": 0,
              "durable_unacked": 0, "probe_commits": 0}
-    lh = verifier.open()
     rng = random.Random(len(trials))
     for k, (label, point, delay) in enumerate(trials):
         out = str(tmp_path / f"trial-{k}.log")
         crash_commit = rng.randrange(0, 4)
         commits = crash_commit + 1 if point else 10_000
-        before = lh.latest_version()
+        before = verifier.latest()
         p = ctx.Process(target=_workers.crash_writer,
                         args=(verifier.uri, options, "ns", f"k{k}_", commits, point, crash_commit, out))
         p.start()
@@ -62,7 +61,7 @@ def _run_trials(tmp_path, verifier: Verifier, trials: list[tuple[str, str | None
             stats["finished_before_kill"] += 1
         stats["acked"] += len(acks)
         problems = verifier.check(acks, one_table_per_version_from=1)
-        latest = verifier.open().latest_version()
+        latest = verifier.latest()
         stats["durable_unacked"] += (latest - before) - len(acks)
         if point in ("after_root", "after_hint"):
             assert latest - before == len(acks) + 1, f"trial {k}: the killed commit's version {latest} is missing"

@@ -61,12 +61,12 @@ def _commit_concurrently(uri: str, options, writers: int, commits: int, spec: Fa
 def _transient_run(ledger, name: str, uri: str, options, commits: int, kinds: tuple[str, ...], rate: float) -> None:
     verifier = Verifier(uri, options)
     assert not verifier.check()
-    before = verifier.open().latest_version()
+    before = verifier.latest()
     spec = FaultSpec(transient_rate=rate, transient_kinds=kinds, after_share=0.3, max_consecutive=2, seed=11)
     t0 = time.perf_counter()
     acks, errors, n_faults, counts = _commit_concurrently(uri, options, 2, commits // 2, spec)
     problems = [] if errors else verifier.check(acks)
-    latest = verifier.open().latest_version()
+    latest = verifier.latest()
     lost = len(problems) + len(errors) + (0 if errors else abs((latest - before) - len(acks)))
     ledger.add("faults", name, trials=len(acks), faults=n_faults, data_lost=len(problems),
                seconds=time.perf_counter() - t0, commits_failed=len(errors), ambiguous=counts.get("after", 0),
@@ -134,14 +134,14 @@ def test_commit_whose_root_cannot_be_read_back_keeps_its_files(make_lakehouse) -
     base = make_lakehouse()
     base.create_namespace("ns")
     verifier = Verifier(base.uri)
-    before = verifier.open().latest_version()
+    before = verifier.latest()
     nxt = re.escape(root_name(before + 1)) + "$"
     spec = FaultSpec(transient_rate=1.0, after_share=1.0, max_consecutive=1, ops=("create_exclusive",),
                      paths=nxt, permanent_paths=nxt, permanent_ops=("read",), seed=1)
     faulty = Lakehouse(FaultyStorage(base.uri, spec=spec), audit=False)
     with pytest.raises(StorageError, match="cannot be read back"):
         faulty.create_table("ns", "t")
-    assert verifier.open().latest_version() == before + 1
+    assert verifier.latest() == before + 1
     assert not verifier.check([Ack(before + 1, "ns", "t")])
 
 
@@ -171,14 +171,14 @@ def test_permanent_faults_fail_cleanly(make_lakehouse, ledger, scenario: str) ->
     acks: list[Ack] = []
     t0 = time.perf_counter()
     for i in range(8):
-        before = verifier.open().latest_version()
+        before = verifier.latest()
         try:
             v = faulty.create_table("ns", f"x{i}")
             acks.append(Ack(v, "ns", f"x{i}"))
         except TrinityLakeError as e:
             failures.append(e)
             assert isinstance(e, StorageError), f"{scenario}: {type(e).__name__}: {e}"
-            assert verifier.open().latest_version() == before, f"{scenario}: a failed commit became visible"
+            assert verifier.latest() == before, f"{scenario}: a failed commit became visible"
         assert not verifier.check(acks[-1:] if acks and acks[-1].version > before else []), scenario
     n_faults = faulty.storage.injector.injected
     ledger.add("faults", f"permanent: {scenario}", trials=8, faults=n_faults, data_lost=len(verifier.problems),
@@ -209,12 +209,12 @@ def test_random_permanent_and_transient_faults(make_lakehouse, ledger, scale) ->
     untyped: list[BaseException] = []
     t0 = time.perf_counter()
     for i in range(scale.permanent_fault_commits):
-        before = verifier.open().latest_version()
+        before = verifier.latest()
         try:
             v = faulty.create_table("ns", f"r{i}")
         except TrinityLakeError:
             failed += 1
-            after = verifier.open().latest_version()
+            after = verifier.latest()
             assert after in (before, before + 1)
             if after == before + 1:
                 # The only outcome that may be unknown to the writer: its root was created but

@@ -23,28 +23,15 @@ import time
 
 import pytest
 
+from tests.oracle import expect as E
 from tests.reliability import _workers
 from tests.reliability._jobs import run
-from tests.reliability._verify import Verifier, parse_acks
-from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.reach import Reader, reference_walk
+from tests.reliability._verify import Verifier, missing_reachable, parse_acks
 from trinitylake.storage.faults import FaultSpec, count_logged
 
 pytestmark = pytest.mark.spark
 
 TTL_MS = 5000
-
-
-def missing_reachable(lh: Lakehouse) -> tuple[int, int]:
-    """(files reachable from the retained versions that are missing, files reachable)."""
-    latest = lh.latest_version()
-    floor = max(lh.oldest_version(), int(lh.load_root(latest).lakehouse_def.oldest_retained_version))
-    from trinitylake.format.paths import root_name
-
-    walk = reference_walk(Reader(lh.storage.root), [(v, root_name(v)) for v in range(floor, latest + 1)],
-                          tolerate_missing=True, sizes=True)
-    missing = len(walk.missing) + sum(1 for r in walk.rows.values() if r.size < 0)
-    return missing, len(walk.rows) + len(walk.missing)
 
 
 def test_concurrent_writers_with_expire_and_orphans(spark, make_lakehouse, tmp_path, ledger, scale) -> None:
@@ -77,8 +64,7 @@ def test_concurrent_writers_with_expire_and_orphans(spark, make_lakehouse, tmp_p
         result, seconds = run(spark, job, lh.uri, **overrides)
         if job == "expire" and result.details.get("commit_version") is not None:
             expire_commits += 1
-        fresh = Lakehouse.open(lh.uri, audit=False)
-        missing, reach = missing_reachable(fresh)
+        missing, reach = missing_reachable(lh.uri)
         deleted_reachable += missing
         found = Verifier(lh.uri).check()
         problems.extend(found)
@@ -118,9 +104,8 @@ def test_concurrent_writers_with_expire_and_orphans(spark, make_lakehouse, tmp_p
     verifier = Verifier(lh.uri)
     problems += verifier.check(acks)
     problems += verifier.recheck_acks()
-    final = Lakehouse.open(lh.uri, audit=False)
-    latest = final.latest_version()
-    floor = int(final.load_root(latest).lakehouse_def.oldest_retained_version)
+    oracle = E.oracle_for(lh.uri)
+    latest, floor = E.latest_version(oracle), E.floor(oracle)
     expired_acks = sum(1 for a in acks if a.version < floor)
     n_faults = count_logged(log_dir)["total"]
     ledger.add("stress", f"{scale.stress_writers} writers x {scale.stress_commits} commits with concurrent expire "
