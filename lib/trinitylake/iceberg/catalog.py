@@ -1,0 +1,587 @@
+"""`TrinityLakeCatalog`: a PyIceberg catalog whose namespaces and tables are a lakehouse's.
+
+* A namespace is a lakehouse namespace (flat: one level), its properties the NamespaceDef's.
+* A table is a lakehouse table: a TableDef with ``table_format`` ICEBERG, ``table_type``
+  MANAGED and the table's current metadata file in ``format_properties["metadata_location"]``
+  (the previous one in ``previous_metadata_location``), as the Java reference stores them.
+* ``commit_table`` is one lakehouse transaction: it reads the table's current metadata location
+  in the transaction, checks the commit's requirements against that metadata, writes the new
+  metadata file with PyIceberg's own helpers (`MetastoreCatalog._update_and_stage_table`,
+  `_write_metadata`) and repoints the table. Commits of other objects that landed meanwhile are
+  rebased over by the lakehouse's conflict rules; a commit to the same table (its metadata
+  location changed) is a conflict, raised as PyIceberg's ``CommitFailedException``.
+* `TrinityLakeCatalog.multi_table_transaction` commits changes to several tables in one
+  lakehouse version, or none.
+* Time travel: the properties ``version`` (a version number), ``as-of`` (ISO-8601 or epoch
+  milliseconds) or ``export`` (an export name) give a read-only catalog of that version
+  (`at_version`, `as_of`, `at_export` make one from a catalog).
+
+Properties: ``lakehouse`` (its URI, required), ``warehouse`` (where new tables go; default
+``<lakehouse>/warehouse``), ``lakehouse.storage.<key>`` (fsspec options of the lakehouse's
+storage), ``control-uri`` and ``audit`` (``false``: no control-table rows), and PyIceberg's
+FileIO properties for the tables' files.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NoSuchViewError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.io import load_file_io
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
+
+from trinitylake.errors import (
+    AlreadyExistsError,
+    ObjectNotFoundError,
+    TransactionConflictError,
+    TransactionExpiredError,
+    UnknownOutcomeError,
+    ValidationError,
+)
+from trinitylake.format import definitions as D
+from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
+from trinitylake.storage import is_absolute
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.update import TableRequirement, TableUpdate
+    from pyiceberg.view import View
+    from pyiceberg.view.metadata import ViewVersion
+
+log = logging.getLogger(__name__)
+
+LAKEHOUSE = "lakehouse"
+WAREHOUSE = "warehouse"
+VERSION, AS_OF, EXPORT = "version", "as-of", "export"
+STORAGE_PREFIX = "lakehouse.storage."
+METADATA_LOCATION = "metadata_location"
+PREVIOUS_METADATA_LOCATION = "previous_metadata_location"
+TABLE_DEFAULT_PREFIX = "table-default."
+TABLE_DEFAULTS = {"commit.retry.num-retries": "0"}
+
+
+class ReadOnlyCatalogError(ValidationError):
+    """A write through a catalog pinned to a past version (time travel) or an export."""
+
+
+def _flag(value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    return str(value).strip().lower() not in ("false", "0", "no", "off")
+
+
+def _parse_as_of(value: str) -> datetime | int:
+    v = str(value).strip()
+    if v.isdigit():
+        return int(v)
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError(f"cannot parse as-of {value!r}; use ISO-8601 or epoch milliseconds") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _response(metadata: TableMetadata, location: str) -> CommitTableResponse:
+    return CommitTableResponse(metadata=metadata, metadata_location=location)  # type: ignore[call-arg]
+
+
+def _check_base(table: Table, current: Table | None) -> None:
+    """The optimistic check of a commit: the table it was built on is the current one (its
+    metadata location did not change since it was loaded), as the Hive and Glue catalogs check."""
+    if current is None or isinstance(table, StagedTable):
+        return
+    if table.metadata_location != current.metadata_location:
+        ns, name = current.name()
+        raise CommitFailedException(
+            f"table {ns}.{name} was changed by a concurrent commit: its metadata is now {current.metadata_location}, "
+            f"this commit was built on {table.metadata_location}; reload the table and retry"
+        )
+
+
+class TrinityLakeCatalog(MetastoreCatalog):
+    """PyIceberg catalog on a TrinityLake lakehouse (see the module doc)."""
+
+    lakehouse: Lakehouse
+
+    def __init__(self, name: str, **properties: str):
+        super().__init__(name, **properties)
+        uri = properties.get(LAKEHOUSE)
+        if not uri:
+            raise ValueError(f"catalog {name!r}: the property {LAKEHOUSE!r} (the lakehouse URI) is required")
+        options = {k[len(STORAGE_PREFIX):]: v for k, v in properties.items() if k.startswith(STORAGE_PREFIX)}
+        self.lakehouse = Lakehouse.open(uri, storage_options=options or None, control_uri=properties.get("control-uri"),
+                                        audit=_flag(properties.get("audit"), True))
+        self.lakehouse.command = "iceberg"
+        if not self.properties.get(WAREHOUSE):
+            self.properties = {**self.properties, WAREHOUSE: self.lakehouse.uri.rstrip("/") + "/warehouse"}
+        given = [k for k in (VERSION, AS_OF, EXPORT) if properties.get(k) not in (None, "")]
+        if len(given) > 1:
+            raise ValueError(f"catalog {name!r}: give at most one of {VERSION}, {AS_OF} and {EXPORT}, got {given}")
+        self._pinned: RootRef | None = None
+        if given:
+            k = given[0]
+            v = str(properties[k])
+            if k == VERSION:
+                self._pinned = self.lakehouse.root_at(version=int(v))
+            elif k == AS_OF:
+                self._pinned = self.lakehouse.root_at(as_of=_parse_as_of(v))
+            else:
+                self._pinned = self.lakehouse.root_at(snapshot=v)
+        self._mtx: MultiTableTransaction | None = None
+
+    # ---- time travel ------------------------------------------------------------------------
+    @property
+    def read_only(self) -> bool:
+        return self._pinned is not None
+
+    @property
+    def version(self) -> int:
+        """The version this catalog reads: its pinned one, or the latest now."""
+        return self._pinned.version if self._pinned is not None else self.lakehouse.latest_version()
+
+    def _travel(self, key: str, value: str) -> TrinityLakeCatalog:
+        props = {k: v for k, v in self.properties.items() if k not in (VERSION, AS_OF, EXPORT)}
+        return type(self)(self.name, **{**props, key: value})
+
+    def at_version(self, version: int) -> TrinityLakeCatalog:
+        """A read-only catalog of lakehouse version `version`."""
+        return self._travel(VERSION, str(version))
+
+    def as_of(self, when: datetime | int | str) -> TrinityLakeCatalog:
+        """A read-only catalog of the newest version created at or before `when`."""
+        text = when.isoformat() if isinstance(when, datetime) else str(when)
+        return self._travel(AS_OF, text)
+
+    def at_export(self, name: str) -> TrinityLakeCatalog:
+        """A read-only catalog of the exported snapshot `name` (read from the export's storage)."""
+        return self._travel(EXPORT, name)
+
+    def _view(self) -> LakehouseView:
+        return LakehouseView(self.lakehouse, self._pinned) if self._pinned is not None else self.lakehouse.view()
+
+    def _check_writable(self, what: str) -> None:
+        if self._pinned is not None:
+            raise ReadOnlyCatalogError(f"catalog {self.name!r} reads version {self._pinned.version} of "
+                                       f"{self.lakehouse.uri} (time travel) and is read-only: cannot {what}")
+
+    def _begin(self, what: str) -> Transaction:
+        self._check_writable(what)
+        return self.lakehouse.begin()
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _ns(self, namespace: str | Identifier) -> str:
+        return self.identifier_to_database(namespace, NoSuchNamespaceError)
+
+    def _ident(self, identifier: str | Identifier) -> tuple[str, str]:
+        return self.identifier_to_database_and_table(identifier, NoSuchTableError)
+
+    def _absolute(self, location: str) -> str:
+        return location if is_absolute(location) else self.lakehouse.storage.uri(location)
+
+    def _table_in(self, view: LakehouseView, ns: str, table: str, catalog: TrinityLakeCatalog | None = None
+                  ) -> Table | None:
+        """The table as `view` sees it (None when it does not exist)."""
+        try:
+            d = view.load_table(ns, table)
+        except ObjectNotFoundError:
+            return None
+        if D.table_format_name(d) != "ICEBERG":
+            raise NoSuchTableError(f"table {ns}.{table} is a {D.table_format_name(d)} table, not an Iceberg table")
+        location = d.format_properties.get(METADATA_LOCATION)
+        if not location:
+            raise NoSuchTableError(f"table {ns}.{table} has no {METADATA_LOCATION} (no Iceberg metadata yet)")
+        location = self._absolute(location)
+        io = load_file_io(properties=self.properties, location=location)
+        metadata = FromInputFile.table_metadata(io.new_input(location))
+        return Table(identifier=(ns, table), metadata=metadata, metadata_location=location,
+                     io=self._load_file_io(metadata.properties, location), catalog=catalog or self)
+
+    def _commit(self, txn: Transaction, what: str, written: list[str]) -> int | None:
+        """Commit `txn`; a conflict becomes CommitFailedException (and the metadata files this
+        commit wrote, referenced by nothing, are deleted), an unknown outcome
+        CommitStateUnknownException (they are kept: the commit may have landed)."""
+        try:
+            return txn.commit(command=f"iceberg {what}", arguments={"catalog": self.name, "operation": what})
+        except (TransactionConflictError, TransactionExpiredError) as e:
+            self._delete_quietly(written)
+            raise CommitFailedException(f"{what}: {e}") from e
+        except UnknownOutcomeError as e:
+            raise CommitStateUnknownException(f"{what}: {e}") from e
+
+    def _delete_quietly(self, locations: list[str]) -> None:
+        for loc in locations:
+            try:
+                load_file_io(properties=self.properties, location=loc).delete(loc)
+            except Exception as e:  # noqa: BLE001 - best effort: an unreferenced metadata file
+                log.warning("could not delete unreferenced metadata file %s: %s", loc, e)
+
+    @staticmethod
+    def _abandon(txn: Transaction) -> None:
+        if not txn.closed:
+            txn.rollback()
+
+    # ---- tables ------------------------------------------------------------------------------
+    def create_table(
+        self,
+        identifier: str | Identifier,
+        schema: Schema | pa.Schema,
+        location: str | None = None,
+        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        sort_order: SortOrder = UNSORTED_SORT_ORDER,
+        properties: Properties = EMPTY_DICT,
+    ) -> Table:
+        ns, table = self._ident(identifier)
+        self._check_writable(f"create table {ns}.{table}")
+        if not self._view().namespace_exists(ns):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+        if self._view().table_exists(ns, table):
+            raise TableAlreadyExistsError(f"Table {ns}.{table} already exists")
+        staged = self._create_staged_table((ns, table), schema, location, partition_spec, sort_order, properties)
+        self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        self._create_def(ns, table, staged.metadata_location, f"create table {ns}.{table}")
+        return self.load_table((ns, table))
+
+    def table_defaults(self) -> dict[str, str]:
+        """Properties every table created through this catalog starts with: ours, then the
+        catalog's ``table-default.<key>`` properties (the Java catalogs' convention).
+
+        Ours: ``commit.retry.num-retries`` 0. PyIceberg re-applies a failed append on the
+        refreshed table by itself; a commit whose table changed since it was loaded is refused
+        instead (CommitFailedException), and the writer decides whether its change still holds.
+        A catalog or table property of 4 brings PyIceberg's retries back."""
+        out = dict(TABLE_DEFAULTS)
+        out.update({k[len(TABLE_DEFAULT_PREFIX):]: v for k, v in self.properties.items()
+                    if k.startswith(TABLE_DEFAULT_PREFIX)})
+        return out
+
+    def _create_staged_table(self, identifier: str | Identifier, schema: Schema | pa.Schema,
+                             location: str | None = None,
+                             partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+                             sort_order: SortOrder = UNSORTED_SORT_ORDER,
+                             properties: Properties = EMPTY_DICT) -> StagedTable:
+        props = {**self.table_defaults(), **properties}
+        return super()._create_staged_table(identifier, schema, location, partition_spec, sort_order, props)
+
+    def _create_def(self, ns: str, table: str, metadata_location: str, what: str) -> None:
+        txn = self._begin(what)
+        try:
+            txn.create_table(ns, table, metadata_location=metadata_location, table_type="managed")
+        except AlreadyExistsError as e:
+            self._abandon(txn)
+            raise TableAlreadyExistsError(f"Table {ns}.{table} already exists") from e
+        except ObjectNotFoundError as e:
+            self._abandon(txn)
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
+        self._commit(txn, what, [])
+
+    def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
+        ns, table = self._ident(identifier)
+        self._check_writable(f"register table {ns}.{table}")
+        io = load_file_io(properties=self.properties, location=metadata_location)
+        FromInputFile.table_metadata(io.new_input(metadata_location))  # refuse what does not read as Iceberg metadata
+        if overwrite and self._view().table_exists(ns, table):
+            txn = self._begin(f"register table {ns}.{table}")
+            txn.alter_table(ns, table, metadata_location=metadata_location)
+            self._commit(txn, f"register table {ns}.{table}", [])
+        else:
+            self._create_def(ns, table, metadata_location, f"register table {ns}.{table}")
+        return self.load_table((ns, table))
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        ns, table = self._ident(identifier)
+        t = self._table_in(self._view(), ns, table)
+        if t is None:
+            raise NoSuchTableError(f"Table does not exist: {ns}.{table} (lakehouse version {self.version})")
+        return t
+
+    def drop_table(self, identifier: str | Identifier) -> None:
+        ns, table = self._ident(identifier)
+        txn = self._begin(f"drop table {ns}.{table}")
+        try:
+            txn.drop_table(ns, table)
+        except ObjectNotFoundError as e:
+            self._abandon(txn)
+            raise NoSuchTableError(f"Table does not exist: {ns}.{table}") from e
+        self._commit(txn, f"drop table {ns}.{table}", [])
+
+    def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
+        ns, table = self._ident(from_identifier)
+        to_ns, to_table = self._ident(to_identifier)
+        what = f"rename table {ns}.{table} to {to_ns}.{to_table}"
+        txn = self._begin(what)
+        try:
+            d = txn.load_table(ns, table)
+            txn.create_table(to_ns, to_table, table_type=D.table_type_name(d).lower(),
+                             properties=dict(d.properties), format_properties=dict(d.format_properties))
+            txn.drop_table(ns, table)
+        except ObjectNotFoundError as e:
+            self._abandon(txn)
+            if not txn.namespace_exists(to_ns):
+                raise NoSuchNamespaceError(f"Namespace does not exist: {to_ns}") from e
+            raise NoSuchTableError(f"Table does not exist: {ns}.{table}") from e
+        except AlreadyExistsError as e:
+            self._abandon(txn)
+            raise TableAlreadyExistsError(f"Table {to_ns}.{to_table} already exists") from e
+        self._commit(txn, what, [])
+        return self.load_table((to_ns, to_table))
+
+    def commit_table(self, table: Table, requirements: tuple[TableRequirement, ...],
+                     updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
+        """Commit `updates` to `table` as one lakehouse version (see the module doc).
+
+        Raises:
+            CommitFailedException: a requirement does not hold for the table's current metadata,
+                or the table was changed by a concurrent commit.
+            CommitStateUnknownException: the lakehouse commit's outcome is unknown.
+        """
+        if self._mtx is not None:
+            return self._mtx.stage(table, requirements, updates)
+        ns, name = self._ident(table.name())
+        what = f"commit table {ns}.{name}"
+        txn = self._begin(what)
+        written: list[str] = []
+        try:
+            current = self._table_in(txn, ns, name)
+            _check_base(table, current)
+            staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
+            if current is not None and staged.metadata == current.metadata:
+                self._abandon(txn)
+                return _response(current.metadata, current.metadata_location)
+            self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+            written.append(staged.metadata_location)
+            if current is None:
+                txn.create_table(ns, name, metadata_location=staged.metadata_location, table_type="managed")
+            else:
+                txn.alter_table(ns, name, metadata_location=staged.metadata_location)
+        except BaseException:
+            self._abandon(txn)
+            self._delete_quietly(written)
+            raise
+        self._commit(txn, what, written)
+        return _response(staged.metadata, staged.metadata_location)
+
+    def multi_table_transaction(self) -> MultiTableTransaction:
+        """Changes to several tables committed as one lakehouse version, all or nothing::
+
+            with catalog.multi_table_transaction() as mtx:
+                mtx.load_table("sales.orders").append(orders)
+                mtx.load_table("sales.lines").append(lines)
+
+        Tables loaded through `mtx` stage their commits (their metadata files are written, the
+        lakehouse is not touched); leaving the block commits them all in one version, and an
+        exception inside it commits nothing.
+        """
+        self._check_writable("begin a multi-table transaction")
+        return MultiTableTransaction(self)
+
+    # ---- namespaces --------------------------------------------------------------------------
+    def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
+        ns = self.identifier_to_database(namespace)
+        txn = self._begin(f"create namespace {ns}")
+        try:
+            txn.create_namespace(ns, dict(properties))
+        except AlreadyExistsError as e:
+            self._abandon(txn)
+            raise NamespaceAlreadyExistsError(f"Namespace {ns} already exists") from e
+        self._commit(txn, f"create namespace {ns}", [])
+
+    def drop_namespace(self, namespace: str | Identifier) -> None:
+        ns = self._ns(namespace)
+        txn = self._begin(f"drop namespace {ns}")
+        try:
+            txn.drop_namespace(ns)
+        except ObjectNotFoundError as e:
+            self._abandon(txn)
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
+        except ValidationError as e:
+            self._abandon(txn)
+            raise NamespaceNotEmptyError(f"Namespace {ns} is not empty: {e}") from e
+        self._commit(txn, f"drop namespace {ns}", [])
+
+    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
+        parent = self.identifier_to_tuple(namespace)
+        view = self._view()
+        if parent:
+            if len(parent) == 1 and view.namespace_exists(parent[0]):
+                return []  # lakehouse namespaces are flat
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
+        return [(n,) for n in view.list_namespaces()]
+
+    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
+        ns = self._ns(namespace)
+        try:
+            return [(ns, t) for t in self._view().list_tables(ns)]
+        except ObjectNotFoundError as e:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
+
+    def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
+        ns = self._ns(namespace)
+        try:
+            return dict(self._view().load_namespace(ns).properties)
+        except ObjectNotFoundError as e:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
+
+    def update_namespace_properties(self, namespace: str | Identifier, removals: set[str] | None = None,
+                                    updates: Properties = EMPTY_DICT) -> PropertiesUpdateSummary:
+        ns = self._ns(namespace)
+        current = self.load_namespace_properties(ns)
+        summary, _ = self._get_updated_props_and_update_summary(current, removals, updates)
+        txn = self._begin(f"alter namespace {ns}")
+        try:
+            txn.alter_namespace(ns, set_properties=dict(updates), remove=sorted(removals or ()))
+        except ObjectNotFoundError as e:
+            self._abandon(txn)
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
+        self._commit(txn, f"alter namespace {ns}", [])
+        return summary
+
+    # ---- views: not stored through this catalog -----------------------------------------------
+    def list_views(self, namespace: str | Identifier) -> list[Identifier]:
+        return []
+
+    def view_exists(self, identifier: str | Identifier) -> bool:
+        return False
+
+    def load_view(self, identifier: str | Identifier) -> View:
+        raise NoSuchViewError(f"View does not exist: {identifier} (this catalog holds no Iceberg views)")
+
+    def drop_view(self, identifier: str | Identifier) -> None:
+        raise NoSuchViewError(f"View does not exist: {identifier} (this catalog holds no Iceberg views)")
+
+    def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
+        raise NotImplementedError("Iceberg views are not supported by the TrinityLake catalog")
+
+    def create_view(self, identifier: str | Identifier, schema: Schema | pa.Schema, view_version: ViewVersion,
+                    location: str | None = None, properties: Properties = EMPTY_DICT) -> View:
+        raise NotImplementedError("Iceberg views are not supported by the TrinityLake catalog")
+
+
+class MultiTableTransaction:
+    """Commits to several tables as one lakehouse version (`TrinityLakeCatalog.multi_table_transaction`).
+
+    Reads see the version current when the transaction began, plus what it staged. Every
+    table's commit is checked against its staged metadata as it is made (PyIceberg's
+    requirements); at `commit` the lakehouse transaction changes every table's metadata location
+    at once, and fails as a whole (CommitFailedException) when any of these tables was changed
+    by a concurrent commit.
+    """
+
+    def __init__(self, catalog: TrinityLakeCatalog):
+        self.catalog = catalog
+        self.txn = catalog.lakehouse.begin()
+        self._stager = copy.copy(catalog)
+        self._stager._mtx = self
+        self._tables: dict[tuple[str, str], Table | None] = {}  # current as staged
+        self._pending: dict[tuple[str, str], str] = {}  # new metadata locations
+        self._written: list[str] = []
+        self.version: int | None = None
+
+    def __enter__(self) -> MultiTableTransaction:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def _current(self, key: tuple[str, str]) -> Table | None:
+        if key not in self._tables:
+            self._tables[key] = self.catalog._table_in(self.txn, key[0], key[1], self._stager)
+        return self._tables[key]
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        key = self.catalog._ident(identifier)
+        t = self._current(key)
+        if t is None:
+            raise NoSuchTableError(f"Table does not exist: {key[0]}.{key[1]}")
+        return Table(identifier=key, metadata=t.metadata, metadata_location=t.metadata_location, io=t.io,
+                     catalog=self._stager)
+
+    def create_table(self, identifier: str | Identifier, schema: Schema | pa.Schema, location: str | None = None,
+                     partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+                     sort_order: SortOrder = UNSORTED_SORT_ORDER, properties: Properties = EMPTY_DICT) -> Table:
+        key = self.catalog._ident(identifier)
+        if not self.txn.namespace_exists(key[0]):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {key[0]}")
+        if self._current(key) is not None:
+            raise TableAlreadyExistsError(f"Table {key[0]}.{key[1]} already exists")
+        staged = self.catalog._create_staged_table(key, schema, location, partition_spec, sort_order, properties)
+        self.catalog._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        self._written.append(staged.metadata_location)
+        t = Table(identifier=key, metadata=staged.metadata, metadata_location=staged.metadata_location,
+                  io=staged.io, catalog=self._stager)
+        self._tables[key] = t
+        self._pending[key] = staged.metadata_location
+        return self.load_table(key)
+
+    def drop_table(self, identifier: str | Identifier) -> None:
+        key = self.catalog._ident(identifier)
+        if self._current(key) is None:
+            raise NoSuchTableError(f"Table does not exist: {key[0]}.{key[1]}")
+        self._tables[key] = None
+        self._pending.pop(key, None)
+        self.txn.drop_table(*key)
+
+    def stage(self, table: Table, requirements: tuple[TableRequirement, ...],
+              updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
+        """A table's commit inside the transaction: checked and written now, published at `commit`."""
+        if self.txn.closed:
+            raise CommitFailedException("the multi-table transaction is already closed")
+        key = self.catalog._ident(table.name())
+        current = self._current(key)
+        _check_base(table, current)
+        staged = self.catalog._update_and_stage_table(current, key, requirements, updates)
+        if current is not None and staged.metadata == current.metadata:
+            return _response(current.metadata, current.metadata_location)
+        self.catalog._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        self._written.append(staged.metadata_location)
+        self._tables[key] = Table(identifier=key, metadata=staged.metadata,
+                                  metadata_location=staged.metadata_location, io=staged.io, catalog=self._stager)
+        self._pending[key] = staged.metadata_location
+        return _response(staged.metadata, staged.metadata_location)
+
+    def commit(self) -> int | None:
+        """Publish every staged table in one lakehouse version; returns it (None: nothing staged)."""
+        names = ", ".join(f"{ns}.{t}" for ns, t in sorted(self._pending))
+        what = f"multi-table commit of {names}" if names else "multi-table commit"
+        try:
+            for (ns, t), location in sorted(self._pending.items()):
+                if self.txn.table_exists(ns, t):
+                    self.txn.alter_table(ns, t, metadata_location=location)
+                else:
+                    self.txn.create_table(ns, t, metadata_location=location, table_type="managed")
+        except BaseException:
+            self.rollback()
+            raise
+        self.version = self.catalog._commit(self.txn, what, self._written)
+        return self.version
+
+    def rollback(self) -> None:
+        """Commit nothing; the metadata files staged so far are deleted (best effort)."""
+        if not self.txn.closed:
+            self.txn.rollback()
+        self.catalog._delete_quietly(self._written)
+        self._written = []
+
