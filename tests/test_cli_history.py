@@ -97,3 +97,101 @@ def test_txn_show_and_list_print_iso_times(tl):
     assert "expires at (UTC)" in listed and re.search(ISO, listed) and not re.search(r"\b1\d{12}\b", listed), listed
     info = json.loads(_ok(tl("txn", "show", txn_id, "--json")).stdout)
     assert re.fullmatch(ISO, info["expire_at"]) and isinstance(info["expire_at_millis"], int)
+
+
+# ---- tlake show -----------------------------------------------------------------------------
+def test_show_gives_one_row_per_export_naming_it(tl, lh_path, tmp_path):
+    _ok(tl("init"))
+    _ok(tl("namespace", "create", "a"))
+    _ok(tl("export", "--name", "weekly-1", "--target", str(tmp_path / "w1")))
+    _ok(tl("export", "drop", "weekly-1"))
+    rows = _show(tl)
+    exports = [e for e in rows if e["command"].startswith("export")]
+    assert [(e["label"], e["version"], e["state"]) for e in exports] == [
+        ("export drop weekly-1", 3, "committed"), ("export weekly-1", 2, "committed")]
+    run = exports[1]
+    assert len(run["commit_seqs"]) == 1 and run["commit_seqs"][0] > run["txn_seq"]  # its recording commit, folded in
+    assert [e["version"] for e in rows].count(2) == 1
+    text = _ok(tl("show")).stdout
+    assert re.search(r"│ export weekly-1\s+│", text) and re.search(r"│ export drop weekly-1\s+│", text), text
+    assert f"(commit {run['commit_seqs'][0]})" in text
+
+
+def test_show_says_how_many_rows_it_hides(tl):
+    _ok(tl("init"))
+    _ok(tl("namespace", "create", "a"))
+    _ok(tl("walk"))
+    _ok(tl("walk"))
+    _ok(tl("expire", "--dry-run"))
+    out = _ok(tl("show")).stdout
+    assert out.rstrip().splitlines()[-1] == "3 rows hidden (2 walks, 1 dry run): --all shows them"
+    assert "hidden" not in _ok(tl("show", "--all")).stdout
+    assert "hidden" not in _ok(tl("show", "--job", "walk")).stdout
+    assert [e["command"] for e in _show(tl)] == ["namespace create", "init"]  # --json: the rows only
+
+
+# ---- tlake versions -------------------------------------------------------------------------
+def test_versions_labels_a_rollback_with_its_target_and_source(tl):
+    _ok(tl("init"))
+    for ns in ("a", "b", "c", "d"):
+        _ok(tl("namespace", "create", ns))
+    _ok(tl("rollback", "--to", "2"))
+    out = _ok(tl("versions")).stdout
+    row5 = next(ln for ln in out.splitlines() if ln.startswith("│ 5 "))
+    assert "rollback to v2 (from v4)" in row5, out
+    assert "rollback of" not in out
+    v5 = json.loads(_ok(tl("versions", "--json")).stdout)[5]
+    assert (v5["rollback_to_version"], v5["rollback_from_version"]) == (2, 4)
+    assert _show(tl, "--version", "5")[0]["rollback_to"] == 2
+
+
+# ---- a corrupt old root -------------------------------------------------------------------
+def _corrupt_root(lh_path: str, version: int) -> str:
+    from trinitylake.format.paths import root_name
+
+    path = os.path.join(lh_path, root_name(version))
+    data = bytearray(open(path, "rb").read())
+    mid = len(data) // 2
+    data[mid:mid + 2] = bytes(b ^ 0xFF for b in data[mid:mid + 2])
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _snapshot(root: str) -> dict[str, tuple[int, int]]:
+    out = {}
+    for d, _dirs, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            st = os.stat(p)
+            out[os.path.relpath(p, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def test_corrupt_old_root_is_marked_in_versions_and_report(tl, lh_path, tmp_path):
+    _ok(tl("init"))
+    for ns in ("a", "b", "c"):
+        _ok(tl("namespace", "create", ns))
+    _corrupt_root(lh_path, 1)
+    before = _snapshot(lh_path)
+
+    out = _ok(tl("versions")).stdout
+    row1 = [ln for ln in out.splitlines() if ln.startswith("│ 1 ")][0]
+    assert "corrupt: CorruptNodeError: node file" in row1, out
+    rows = json.loads(_ok(tl("versions", "--json")).stdout)
+    assert [r["version"] for r in rows] == [0, 1, 2, 3]
+    assert rows[1]["corrupt"].startswith("CorruptNodeError: node file ") and "\n" not in rows[1]["corrupt"]
+    assert [r["corrupt"] for r in (rows[0], rows[2], rows[3])] == [None, None, None]
+    assert rows[3]["changes"] == 1
+
+    report = tmp_path / "r.html"
+    r = _ok(tl("report", "--out", str(report), "--json"))
+    summary = json.loads(r.stdout)
+    assert (summary["oldest_version"], summary["latest_version"]) == (0, 3)
+    page = report.read_text()
+    version_row = page[page.index('<tr data-version="1">'):]
+    version_row = version_row[:version_row.index("</tr>")]
+    assert "corrupt: CorruptNodeError: node file" in version_row
+    assert "1 version root(s) cannot be read and are marked corrupt: v1." in page
+    report.unlink()
+    assert _snapshot(lh_path) == before  # neither wrote anything (no audit row, no reconcile)

@@ -139,7 +139,7 @@ def test_rollback_expire_and_export_marks(page, built):
     timeline = page[page.index('id="timeline"'):page.index('id="jobs"')]
     assert f'data-version="{built.rollback_version}" data-kind="rollback"' in timeline
     assert f"↺ v{built.rollback_to}" in timeline
-    assert f"rollback of v{built.rollback_version - 1} to the content of v{built.rollback_to}" in timeline
+    assert f"rollback to v{built.rollback_to} (from v{built.rollback_version - 1})" in timeline
     assert 'data-kind="expire"' in timeline and 'data-kind="export"' in timeline
     assert f"expire #{built.expire_seq}" in timeline and f"export #{built.export_seq}" in timeline
     assert f'data-snapshot-version="{built.rollback_version}"' in timeline

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
-from rich.table import Table
 
 from trinitylake.cli.common import (
     _ARGV_KEY,
@@ -16,7 +15,6 @@ from trinitylake.cli.common import (
     _kv,
     _print_kv,
     _print_names,
-    console,
     emit,
     handle_errors,
     mark_process_start,
@@ -299,17 +297,10 @@ def table_describe(ctx: Ctx, full_name: str, version: int | None, as_of: str | N
 @click.pass_obj
 @handle_errors
 def versions(ctx: Ctx, as_json: bool) -> None:
-    """List the available versions (oldest first), rollbacks marked."""
-    rows = ctx.lakehouse().versions()
+    """List the available versions (oldest first), rollbacks and unreadable roots marked."""
+    from trinitylake.cli.show import render_versions
 
-    def render(rows: list[dict[str, Any]]) -> None:
-        t = Table("version", "created at (UTC)", "txn_seq", "changes", "note")
-        for r in rows:
-            note = f"rollback of v{r['rollback_from_version']}" if r["rollback_from_version"] is not None else ""
-            t.add_row(str(r["version"]), r["created_at"], str(r["txn_seq"] or ""), str(r["changes"]), note)
-        console.print(t)
-
-    emit(rows, as_json, render)
+    emit(ctx.lakehouse().versions(), as_json, render_versions)
 
 
 @cli.command()

@@ -37,12 +37,16 @@ class VersionInfo:
     version: int
     txn_seq: int | None
     txn_id: str | None
-    created_at_millis: int
+    created_at_millis: int | None  # None only for a corrupt root
     rollback_from: int | None = None
     changes: list[str] = field(default_factory=list)
+    rollback_to: int | None = None
+    corrupt: str | None = None  # "<ErrorClass>: <message>" when the root could not be read
 
     @property
-    def created_at(self) -> datetime:
+    def created_at(self) -> datetime | None:
+        if self.created_at_millis is None:
+            return None
         return datetime.fromtimestamp(self.created_at_millis / 1000.0, tz=UTC)
 
 
@@ -68,6 +72,18 @@ class HistoryEntry:
     rollback_from: int | None = None
     isolation: str | None = None
     attempts: int | None = None
+    rollback_to: int | None = None
+    corrupt: str | None = None  # its version's root could not be read (see VersionInfo.corrupt)
+    commit_seqs: list[int] = field(default_factory=list)  # a job run's own commits, folded into its entry
+
+    @property
+    def label(self) -> str:
+        """What the operator reads in the command column: the command, naming the export an
+        ``export``/``export drop`` run is about."""
+        name = self.arguments.get("name") if isinstance(self.arguments, dict) else None
+        if isinstance(name, str) and name and self.command in ("export", "export drop"):
+            return f"{self.command} {name}"
+        return self.command
 
     @property
     def state(self) -> str:
@@ -94,6 +110,7 @@ class HistoryEntry:
             "record_type": self.record_type,
             "state": self.state,
             "command": self.command,
+            "label": self.label,
             "txn_id": self.txn_id,
             "started_at": ts(self.started_at),
             "ended_at": ts(self.ended_at),
@@ -107,8 +124,11 @@ class HistoryEntry:
             "host": self.host,
             "parent_seq": self.parent_seq,
             "rollback_from": self.rollback_from,
+            "rollback_to": self.rollback_to,
             "isolation": self.isolation,
             "attempts": self.attempts,
+            "corrupt": self.corrupt,
+            "commit_seqs": list(self.commit_seqs),
         }
 
 
@@ -190,6 +210,12 @@ def _fill_from_version(e: HistoryEntry, v: VersionInfo, below: int | None = None
     if v.changes:
         e.changes = list(v.changes)
     e.rollback_from = v.rollback_from
+    if v.rollback_to is not None:
+        e.rollback_to = v.rollback_to
+    elif v.rollback_from is not None and e.rollback_to is None:
+        to = e.arguments.get("to") if isinstance(e.arguments, dict) else None
+        e.rollback_to = to if isinstance(to, int) and not isinstance(to, bool) else None
+    e.corrupt = v.corrupt
     e.txn_id = e.txn_id or v.txn_id
     if e.started_at is None:
         e.started_at = v.created_at
@@ -234,6 +260,26 @@ def _matches_job(command: str, job: str) -> bool:
     return command == job or command.startswith(job + " ")
 
 
+def _fold_job_commits(ordered: list[HistoryEntry]) -> list[HistoryEntry]:
+    """A job run and the commit it made for the same version (an export recording itself,
+    an expiration raising the floor) as ONE entry: the run's, listing the commit's txn_seq in
+    ``commit_seqs`` and taking its changes. Commits of a run that made several versions, or
+    whose run has no version, stay entries of their own."""
+    by_seq = {e.txn_seq: e for e in ordered if e.txn_seq is not None}
+    out = []
+    for e in ordered:
+        run = by_seq.get(e.parent_seq) if e.parent_seq is not None else None
+        if (run is not None and run is not e and e.txn_seq is not None and e.version is not None
+                and run.version == e.version and e.record_type in ("committed", "recovered")):
+            run.commit_seqs.append(e.txn_seq)
+            if not run.changes:
+                run.changes = list(e.changes)
+            run.corrupt = run.corrupt or e.corrupt
+            continue
+        out.append(e)
+    return out
+
+
 def build_history(
     records: list[AuditRecord],
     versions: list[VersionInfo],
@@ -255,6 +301,8 @@ def build_history(
       rows, e.g. the ``begin`` of a writer that died after committing); unsequenced versions
       are placed as described in the module docstring.
     * A version's changes come from ``VersionInfo.changes`` (the tree diff) when non-empty.
+    * A job run's commit of the run's own version is folded into the run's entry (its
+      txn_seq listed in ``commit_seqs``): one entry per export, not two with one version.
     * Read-only runs (state ``read`` or ``dry_run``, see `HistoryEntry.state`) are hidden
       unless `include_reads` or a `job` filter is given (a job's history lists every run of
       it); a job run that is the parent of other entries is not read-only.
@@ -322,6 +370,7 @@ def build_history(
     ordered = [e for _, e in keyed]
 
     parents = {e.parent_seq for e in ordered if e.parent_seq is not None}
+    ordered = _fold_job_commits(ordered)
     since_utc = _utc(since)
     job_seqs: set[int] = set()
     if job is not None:

@@ -38,6 +38,9 @@ SYS_N_KEYS = "n_keys"
 # produced a version (recovery of audit rows never depends on timestamps).
 SYS_TXN_ID = "txn_id"
 SYS_TXN_SEQ = "txn_seq"
+# A rollback's root also names the root whose content it took (the spec records only the
+# root rolled back from), so `tlake versions` can say "rollback to v2 (from v4)".
+SYS_ROLLBACK_TO_ROOT = "rollback_to_root"
 
 
 def schema_prefix(schema_id: int) -> str:

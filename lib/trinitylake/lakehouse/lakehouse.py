@@ -289,24 +289,39 @@ class Lakehouse:
         return LakehouseView(self, self.root_at(version, as_of, snapshot))
 
     def versions(self) -> list[dict[str, Any]]:
-        """Every available version, oldest first, with its commit facts."""
+        """Every available version, oldest first, with its commit facts. A root that cannot be
+        read is listed with ``corrupt`` = its typed error in one line (None for the others), so
+        one bad old version does not hide the rest."""
+        from trinitylake.errors import TrinityLakeError
+
         latest = self.latest_version()
         listed = [v for v in self._listed_versions() if v <= latest]
-        out = []
+        out: list[dict[str, Any]] = []
         for v in listed:
-            r = self.load_root(v)
-            out.append(
-                {
+            try:
+                r = self.load_root(v)
+                row: dict[str, Any] = {
                     "version": v,
                     "created_at": _fmt_ms(r.created_at_millis),
                     "created_at_millis": r.created_at_millis,
                     "txn_id": r.txn_id,
                     "txn_seq": r.txn_seq,
-                    "previous_version": root_version(r.previous_root) if r.previous_root else None,
-                    "rollback_from_version": root_version(r.rollback_from_root) if r.rollback_from_root else None,
-                    "changes": len(self.change_set(v).keys),
+                    "previous_version": _version_of(r.previous_root),
+                    "rollback_from_version": _version_of(r.rollback_from_root),
+                    "rollback_to_version": _version_of(r.rollback_to_root),
+                    "changes": None,
+                    "corrupt": None,
                 }
-            )
+            except TrinityLakeError as e:
+                row = {"version": v, "created_at": None, "created_at_millis": None, "txn_id": None, "txn_seq": None,
+                       "previous_version": None, "rollback_from_version": None, "rollback_to_version": None,
+                       "changes": None, "corrupt": _one_line(e)}
+            else:
+                try:
+                    row["changes"] = len(self.change_set(v, r).keys)
+                except TrinityLakeError as e:  # e.g. the previous root, diffed against, is corrupt
+                    row["changes_error"] = _one_line(e)
+            out.append(row)
         return out
 
     def version_info(self, version: int) -> VersionInfo:
@@ -319,13 +334,27 @@ class Lakehouse:
             txn_seq=r.txn_seq,
             txn_id=r.txn_id,
             created_at_millis=r.created_at_millis,
-            rollback_from=root_version(r.rollback_from_root) if r.rollback_from_root else None,
+            rollback_from=_version_of(r.rollback_from_root),
+            rollback_to=_version_of(r.rollback_to_root),
             changes=self._safe_changes(version),
         )
 
-    def version_infos(self) -> list:
+    def version_infos(self) -> list[VersionInfo]:
+        """`version_info` of every available version; a root that cannot be read gives an
+        info with only ``corrupt`` set (its typed error in one line) instead of failing."""
+        from trinitylake.control import VersionInfo
+        from trinitylake.errors import TrinityLakeError
+
         latest = self.latest_version()
-        return [self.version_info(v) for v in self._listed_versions() if v <= latest]
+        out = []
+        for v in self._listed_versions():
+            if v > latest:
+                continue
+            try:
+                out.append(self.version_info(v))
+            except TrinityLakeError as e:
+                out.append(VersionInfo(version=v, txn_seq=None, txn_id=None, created_at_millis=None, corrupt=_one_line(e)))
+        return out
 
     # ---- change sets ------------------------------------------------------------------------
     def change_set(self, version: int, ref: RootRef | None = None) -> ChangeSet:
@@ -465,6 +494,7 @@ class Lakehouse:
             lakehouse_def=cur.def_path,
             previous_root=root_name(latest),
             rollback_from_root=root_name(latest),
+            rollback_to_root=root_name(to),
             txn_id=txn_id,
             txn_seq=seq,
         )
@@ -513,6 +543,15 @@ class Lakehouse:
         except Exception as e:  # noqa: BLE001 - the audit row must not fail a committed version
             log.warning("could not describe changes of version %s: %s", version, e)
             return []
+
+
+def _version_of(root: str | None) -> int | None:
+    return root_version(root) if root else None
+
+
+def _one_line(e: BaseException) -> str:
+    """``<ErrorClass>: <message>`` on one line, for a listing that marks a bad version."""
+    return f"{type(e).__name__}: " + " ".join(str(e).split())
 
 
 def _fmt_ms(ms: int) -> str:

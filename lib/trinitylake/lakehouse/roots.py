@@ -42,6 +42,10 @@ class RootRef:
         return self.node.system.get(K.SYS_ROLLBACK_FROM_ROOT)
 
     @property
+    def rollback_to_root(self) -> str | None:
+        return self.node.system.get(K.SYS_ROLLBACK_TO_ROOT)
+
+    @property
     def txn_id(self) -> str | None:
         return self.node.system.get(K.SYS_TXN_ID)
 
@@ -57,6 +61,7 @@ def root_system_rows(
     lakehouse_def: str,
     previous_root: str | None = None,
     rollback_from_root: str | None = None,
+    rollback_to_root: str | None = None,
     txn_id: str | None = None,
     txn_seq: int | None = None,
 ) -> dict[str, str]:
@@ -65,6 +70,8 @@ def root_system_rows(
         rows[K.SYS_PREVIOUS_ROOT] = previous_root
     if rollback_from_root is not None:
         rows[K.SYS_ROLLBACK_FROM_ROOT] = rollback_from_root
+    if rollback_to_root is not None:
+        rows[K.SYS_ROLLBACK_TO_ROOT] = rollback_to_root
     if txn_id is not None:
         rows[K.SYS_TXN_ID] = txn_id
     if txn_seq is not None:

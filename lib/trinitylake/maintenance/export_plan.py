@@ -224,7 +224,7 @@ def export_node(node: Node, depth: int, spec: ExportSpec, source: Storage) -> tu
     refs = NodeRefs()
     changed = False
     if depth == 0:
-        for k in (K.SYS_PREVIOUS_ROOT, K.SYS_ROLLBACK_FROM_ROOT, K.SYS_TXN_SEQ):
+        for k in (K.SYS_PREVIOUS_ROOT, K.SYS_ROLLBACK_FROM_ROOT, K.SYS_ROLLBACK_TO_ROOT, K.SYS_TXN_SEQ):
             if k in out.system:
                 del out.system[k]
                 changed = True

@@ -63,6 +63,7 @@ class VersionPoint:
     changes: list[str] = field(default_factory=list)
     state: str = ""  # final state of the transaction that made it (committed, recovered, ...)
     snapshots: list[str] = field(default_factory=list)  # exported snapshots pinned to it
+    corrupt: str | None = None  # its root exists but cannot be read: the typed error, one line
 
     @property
     def created_at(self) -> datetime | None:
@@ -88,14 +89,37 @@ class JobRun:
     commits: list[int] = field(default_factory=list)  # versions committed by the run's transactions
 
     @property
+    def name(self) -> str:
+        """The job (or command) this run is of: its command's first word, except ``export
+        drop`` (forgetting an export is not an export)."""
+        words = self.job.lower().split()
+        if words[:2] == ["export", "drop"]:
+            return "export drop"
+        return words[0] if words else "job"
+
+    @property
     def kind(self) -> str:
-        """The job's family for marks and colours: expire, export or other."""
-        word = self.job.split()[0].lower() if self.job.split() else ""
-        if word.startswith("expire"):
+        """The job's family for marks and colours: expire, export, export drop or other."""
+        name = self.name
+        if name == "export drop":
+            return name
+        if name.startswith("expire"):
             return "expire"
-        if word.startswith("export"):
+        if name.startswith("export"):
             return "export"
         return "other"
+
+    @property
+    def label(self) -> str:
+        """The run as the job table names it: ``export weekly-1``, ``export drop weekly-1``, ``expire``."""
+        export = self.arguments.get("name") if self.kind in ("export", "export drop") else None
+        return f"{self.name} {export}" if isinstance(export, str) and export else self.name
+
+    def shown_arguments(self) -> dict[str, Any]:
+        """The arguments worth reading: those of a job that differ from its option defaults
+        (`trinitylake.options`), without the ones every run has (lakehouse, run id, control
+        location derived from the lakehouse, a reference time that is the run's own start)."""
+        return non_default_arguments(self.name, self.arguments, self.started_at)
 
     @property
     def duration_s(self) -> float | None:
@@ -208,6 +232,47 @@ class ReportData:
         }
 
 
+# ---- arguments ------------------------------------------------------------------------------
+_ALWAYS_HIDDEN = frozenset({"lakehouse", "run_id", "argv"})
+_REFERENCE_SLACK_S = 60.0  # a reference_time this close to the start is the wall clock's
+
+
+def non_default_arguments(job: str, arguments: dict[str, Any], started_at: datetime | None = None) -> dict[str, Any]:
+    """`arguments` of a run of `job` without the values its options default to.
+
+    A job of `trinitylake.options` compares each value with its option's parsed default;
+    ``control_uri`` equal to ``<lakehouse>/_control``, ``output`` equal to
+    ``<lakehouse>/_maintenance/<job>/<run_id>`` and a ``reference_time`` within a minute of
+    `started_at` count as defaults (they are derived when not given). Other commands keep
+    every argument but the command line (``argv``).
+    """
+    from trinitylake.options import JOB_OPTIONS
+
+    options = JOB_OPTIONS.get(job)
+    out: dict[str, Any] = {}
+    for k, v in sorted(arguments.items()):
+        if k in _ALWAYS_HIDDEN:
+            continue
+        opt = options.get(k) if options is not None else None
+        if opt is not None:
+            try:
+                default = opt.parse(opt.default)
+            except ValueError:
+                default = opt.default
+            if v == default or (isinstance(v, dict) and not v and not default):
+                continue
+            if k == "control_uri" and isinstance(v, str) and v.rstrip("/") == f"{arguments.get('lakehouse', '')}".rstrip("/") + "/_control":
+                continue
+            if k == "output" and isinstance(v, str) and v == (
+                    f"{arguments.get('lakehouse', '')}".rstrip("/") + f"/_maintenance/{job}/{arguments.get('run_id')}"):
+                continue
+            if k == "reference_time" and isinstance(v, int | float) and started_at is not None \
+                    and abs(v / 1000 - started_at.timestamp()) <= _REFERENCE_SLACK_S:
+                continue
+        out[k] = v
+    return out
+
+
 # ---- collection ------------------------------------------------------------------------------
 def is_job(command: str, parent_seq: int | None, metrics: dict[str, float] | None = None) -> bool:
     """A maintenance job run, as opposed to a transaction (a job's own commits carry its
@@ -294,13 +359,22 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
         entry = entry_by_version.get(i.version)
         p = VersionPoint(
             version=i.version, created_at_millis=i.created_at_millis, available=True, txn_seq=i.txn_seq,
-            command=entry.command if entry else "", rollback_from=i.rollback_from, changes=list(i.changes),
+            command=entry.label if entry else "", rollback_from=i.rollback_from, changes=list(i.changes),
             state=entry.record_type if entry else "", snapshots=sorted(pins.get(i.version, [])),
+            corrupt=i.corrupt,
         )
+        if p.txn_seq is None and entry is not None and i.corrupt is not None:
+            p.txn_seq = entry.txn_seq  # the root cannot say; the audit row that made it can
         p.kind = _kind(p, entry, jobs_by_seq)
-        if p.kind == "rollback" and entry is not None:
-            p.rollback_to = _as_int((entry.arguments or {}).get("to"))
+        if p.kind == "rollback":
+            p.rollback_to = i.rollback_to
+            if p.rollback_to is None and entry is not None:
+                p.rollback_to = _as_int((entry.arguments or {}).get("to"))
         points.append(p)
+    corrupt = [i for i in infos if i.corrupt is not None]
+    if corrupt:
+        notes.append(f"{len(corrupt)} version root(s) cannot be read and are marked corrupt: "
+                     + ", ".join(f"v{i.version}" for i in corrupt[:10]) + (" …" if len(corrupt) > 10 else "") + ".")
     oldest = min(available) if available else latest
     for e in entries:
         if e.version is None or e.version in available or e.version >= oldest:
@@ -327,15 +401,16 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
             counts[kind] += 1
 
     # Reachable files of the newest versions.
-    walk_versions = sorted(available)[-max_versions:]
-    capped = len(available) > len(walk_versions)
+    readable = sorted(i.version for i in infos if i.corrupt is None)
+    walk_versions = readable[-max_versions:]
+    capped = len(readable) > len(walk_versions)
     t0 = time.monotonic()
     walker = ReachWalker(lh)
     reach = [walker.version(v) for v in walk_versions]
     walk_seconds = time.monotonic() - t0
     if capped:
         notes.append(
-            f"Reachable files are shown for the newest {len(walk_versions)} of {len(available)} available versions "
+            f"Reachable files are shown for the newest {len(walk_versions)} of {len(readable)} readable versions "
             f"(--max-versions {max_versions})."
         )
     missing = sum(r.missing for r in reach)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from trinitylake.report.data import JobRun, Reach, ReportData, VersionPoint
 from trinitylake.report.lanes import STATE_COLORS, STATE_LABELS, LabelPlacer, density_lane, job_name, jobs_lane
@@ -200,7 +200,9 @@ def _version_title(p: VersionPoint) -> str:
     if p.command:
         parts.append(p.command)
     if p.kind == "rollback":
-        parts.append(f"rollback of v{p.rollback_from}" + (f" to the content of v{p.rollback_to}" if p.rollback_to is not None else ""))
+        parts.append((f"rollback to v{p.rollback_to} " if p.rollback_to is not None else "rollback ") + f"(from v{p.rollback_from})")
+    if p.corrupt:
+        parts.append(f"corrupt: {p.corrupt}")
     if p.kind == "expired":
         parts.append("expired")
     if p.snapshots:
@@ -351,12 +353,18 @@ def _metrics_chips(j: JobRun) -> str:
             + "</div></details>")
 
 
+def _arg_text(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str, ensure_ascii=False)
+
+
 def _args(j: JobRun) -> str:
-    if not j.arguments:
+    """The run's non-default arguments as ``key=value`` (every argument in the tooltip)."""
+    shown = j.shown_arguments()
+    if not shown:
         return ""
-    text = json.dumps(j.arguments, sort_keys=True, default=str, ensure_ascii=False)
-    short = text if len(text) <= 160 else text[:157] + "…"
-    return f'<div class="args mono" title="{esc(text[:2000])}">{esc(short)}</div>'
+    text = " ".join(f"{k}={_arg_text(v)}" for k, v in shown.items())
+    every = json.dumps(j.arguments, sort_keys=True, default=str, ensure_ascii=False)
+    return f'<div class="args mono" title="{esc(every[:2000])}">{esc(text)}</div>'
 
 
 def _jobs_section(d: ReportData) -> str:
@@ -410,7 +418,7 @@ def _job_table(runs: list[JobRun]) -> str:
             versions = f"at v{j.version_before}"
         err = f'<div class="err">{esc(j.error[:600])}</div>' if j.error else ""
         parts.append(
-            f'<tr data-job="{esc(j.job)}" data-state="{esc(j.state)}"><td class="job"><b>{esc(j.job)}</b>{_args(j)}{err}</td>'
+            f'<tr data-job="{esc(j.job)}" data-state="{esc(j.state)}"><td class="job"><b>{esc(j.label)}</b>{_args(j)}{err}</td>'
             f'<td class="num">{esc("" if j.txn_seq is None else j.txn_seq)}</td>'
             f'<td><span class="badge {STATE_CLASS.get(j.state, "")}">{esc(j.state)}</span></td>'
             f'<td class="nowrap">{esc(fmt_time(j.started_at))}</td>'
@@ -508,6 +516,8 @@ def _versions_table(d: ReportData, pts: list[VersionPoint]) -> str:
         r = reach.get(p.version)
         kind = p.kind + (f" → v{p.rollback_to}" if p.kind == "rollback" and p.rollback_to is not None else "")
         ch = "; ".join(p.changes[:4]) + (f"; … {len(p.changes) - 4} more" if len(p.changes) > 4 else "")
+        if p.corrupt:
+            ch = f"corrupt: {p.corrupt}" + (f"; {ch}" if ch else "")
         snaps = "".join(f' <span class="badge" style="background:#ede9fe;color:#5b21b6">⚑ {esc(s)}</span>' for s in p.snapshots)
         out.append(
             f'<tr data-version="{p.version}"><td class="num"><b>{p.version}</b></td>'

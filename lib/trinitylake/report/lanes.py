@@ -41,7 +41,7 @@ BUCKET_PX = 8  # commits closer than this on the axis share one density bar
 
 
 def job_name(j: JobRun) -> str:
-    return (j.job.split() or ["job"])[0]
+    return j.name
 
 
 def jobs_lane(jobs: Sequence[JobRun], xscale: Callable[[float], float], *, width: int, margin_lr: tuple[int, int],
