@@ -195,3 +195,40 @@ def test_corrupt_old_root_is_marked_in_versions_and_report(tl, lh_path, tmp_path
     assert "1 version root(s) cannot be read and are marked corrupt: v1." in page
     report.unlink()
     assert _snapshot(lh_path) == before  # neither wrote anything (no audit row, no reconcile)
+
+
+def test_failed_job_prints_its_error_once(tl, lh_path):
+    _ok(tl("init"))
+    for ns in ("a", "b", "c"):
+        _ok(tl("namespace", "create", ns))
+    _corrupt_root(lh_path, 1)
+    r = tl("expire", "--dry-run")
+    assert r.exit_code == 1
+    both = r.stdout + r.stderr
+    assert both.count("is not a readable Arrow IPC file") == 1, both
+    assert r.stderr.strip().splitlines()[-1].startswith("error (CorruptNodeError): node file ")
+
+
+# ---- tlake report: job runs -------------------------------------------------------------------
+def test_report_job_runs_show_non_default_arguments_export_names_and_export_drop(tl, tmp_path):
+    _ok(tl("init"))
+    _ok(tl("namespace", "create", "a"))
+    target = tmp_path / "w1"
+    _ok(tl("export", "--name", "weekly-1", "--target", str(target), "--threads", "3"))
+    _ok(tl("export", "drop", "weekly-1"))
+    _ok(tl("walk"))
+    report = tmp_path / "r.html"
+    _ok(tl("report", "--out", str(report)))
+    page = report.read_text()
+
+    def job_cell(label: str) -> str:
+        i = page.index(f"<td class=\"job\"><b>{label}</b>")
+        return page[i:page.index("</td>", i)]
+
+    export = job_cell("export weekly-1")
+    args = re.search(r'<div class="args mono"[^>]*>([^<]*)</div>', export).group(1)
+    assert args == f"name=weekly-1 target=file://{target} threads=3"  # only what differs from the defaults
+    drop = job_cell("export drop weekly-1")
+    assert re.search(r'<div class="args mono"[^>]*>name=weekly-1</div>', drop)
+    assert '<tr data-job="export drop"' in page
+    assert '<div class="args mono"' not in job_cell("walk")  # a walk with every default shows none

@@ -17,6 +17,7 @@ Exit codes: 0 ok, 1 job error, 2 configuration error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -138,7 +139,8 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
         if as_json:
             click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         else:
-            render_result(result)
+            # The typed error line below says it; the result would say it a second time.
+            render_result(dataclasses.replace(result, error=None) if error is not None else result)
     if error is not None:
         err_console.print(f"[red]error[/red] ({type(error).__name__}): {escape(redact_text(str(error)))}", highlight=False)
         sys.exit(2 if isinstance(error, ConfigError) else 1)
