@@ -69,7 +69,6 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.databricks.operators.databricks import DatabricksSubmitRunOperator
 from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
 from airflow.sdk import DAG, BaseOperator, Param
@@ -79,6 +78,7 @@ if _HERE not in sys.path:  # the DAG folder is on sys.path in Airflow, not alway
     sys.path.insert(0, _HERE)
 import trinitylake_alerts as alerts  # noqa: E402
 import trinitylake_tasks as tl  # noqa: E402
+from trinitylake_spark import TrinityLakeSparkSubmitOperator  # noqa: E402
 
 DAG_ID = "trinitylake_maintenance"
 DATABRICKS_DAG_ID = "trinitylake_maintenance_databricks"
@@ -201,14 +201,17 @@ REPO = _setting("trinitylake_repo", "trinitylake_repo", tl.DEFAULT_REPO)
 
 
 def _spark_submit_task(task: tl.MaintenanceTask) -> BaseOperator:
-    return SparkSubmitOperator(
+    return TrinityLakeSparkSubmitOperator(
         task_id=task.task_id,
+        repo=REPO,
+        env_archive=f"dist/{tl.ENV_ARCHIVE}",
         doc_md=task.description,
         conn_id=SPARK_CONN_ID,
         name=f"trinitylake-{task.task_id}",
         application=f"{REPO}/jobs/{task.job}.py",
         # spark.archives is --archives as a property: `conf` is templated, the operator's own
-        # `archives` argument is not (and REPO is a template).
+        # `archives` argument is not (and REPO is a template). With a local master the operator
+        # drops it and runs the environment unpacked on the worker (trinitylake_spark.py).
         conf={**tl.SPARK_CONF, **tl.ENV_ARCHIVE_CONF, "spark.archives": f"{REPO}/dist/{tl.ENV_ARCHIVE}#env"},
         application_args=tl.job_arguments(
             task,

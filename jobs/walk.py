@@ -12,7 +12,7 @@ from _preflight import require  # noqa: E402
 
 require("walk")
 
-from trinitylake.spark.runner import main  # noqa: E402 - after the dependency check
+from _outcome import main  # noqa: E402 - after the dependency check (the runner's main, plus $TLAKE_RESULT_FILE)
 
 if __name__ == "__main__":
     sys.exit(main("walk", sys.argv[1:]))

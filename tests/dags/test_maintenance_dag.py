@@ -83,10 +83,13 @@ def test_dag_shape(dagbag, dag_id):
 
 
 def test_operator_types(dagbag):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     spark = dagbag.dags["trinitylake_maintenance"]
     dbx = dagbag.dags["trinitylake_maintenance_databricks"]
     for task_id in ("expire", "orphans_dry_run", "orphans", "export_weekly"):
-        assert spark.get_task(task_id).task_type == "SparkSubmitOperator"
+        assert spark.get_task(task_id).task_type == "TrinityLakeSparkSubmitOperator"
+        assert isinstance(spark.get_task(task_id), SparkSubmitOperator)
         assert dbx.get_task(task_id).task_type == "DatabricksSubmitRunOperator"
 
 

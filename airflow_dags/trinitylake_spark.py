@@ -1,0 +1,224 @@
+"""``TrinityLakeSparkSubmitOperator``: ``SparkSubmitOperator`` for the TrinityLake jobs.
+
+What it adds, all decided when the task runs (parsing touches neither the connection nor the
+disk):
+
+* **The job's Python, by where the driver runs** (the ``spark_default`` connection's master
+  and deploy mode):
+
+  - ``local[...]`` master: there are no executors to ship an archive to (Spark unpacks
+    ``--archives`` into a temporary folder, where ``./env/bin/python`` is not). The driver and
+    the Python workers run the environment of ``make dist`` unpacked once on this worker into
+    ``<repo>/build/airflow-env/<sha256 of the tarball, 16 hex>/`` (a new tarball gets a new
+    folder; the unpacking is atomic, so concurrent tasks never see half an environment), as
+    ``spark.pyspark.python`` and ``spark.pyspark.driver.python``; no ``spark.archives``.
+  - client mode on a cluster (YARN, standalone, Kubernetes): the executors get
+    ``spark.archives <repo>/dist/trinitylake-env.tar.gz#env`` and run ``./env/bin/python``; the
+    driver, on this worker, runs the same environment unpacked here.
+  - cluster mode: driver and executors run ``./env/bin/python`` from the archive.
+
+* **spark-submit**: the ``spark-submit`` on the worker's ``PATH``; else ``$SPARK_HOME/bin``;
+  else the pip-installed pyspark of ``<repo>/.venv`` (``make venv``). None of these: the task
+  fails at once (no retries) saying so.
+
+* **Results and errors**: where the driver runs on this worker (local and client mode), the
+  job writes its outcome to the file ``TLAKE_RESULT_FILE`` names (``jobs/_outcome.py``). The
+  job's result (the JSON ``tlake <job> --json`` prints) becomes the task's XCom
+  ``return_value``. A permanent error (a typed error no retry can change: a missing lakehouse,
+  an export name that exists, a refused unsafe operation, a bad option, ...) fails the task
+  with ``AirflowFailException``: no retries. Anything else (a storage failure that outlived its
+  own retries, a commit conflict, Spark or the JVM dying) raises as before and is retried. In
+  cluster mode no file comes back: every failure is retried (exit code 2, a configuration
+  error, is permanent everywhere spark-submit reports it).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+try:  # Airflow 3
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+except ImportError:  # pragma: no cover - Airflow 2
+    from airflow.exceptions import AirflowException, AirflowFailException  # type: ignore[no-redef]
+
+RESULT_FILE_ENV = "TLAKE_RESULT_FILE"  # jobs/_outcome.py
+ENV_CACHE = ("build", "airflow-env")
+ARCHIVE_PYTHON = "./env/bin/python"
+#: Exit code of a configuration error (trinitylake.spark.runner.EXIT_CONFIG; _preflight's missing packages).
+EXIT_CONFIG = 2
+_EXIT_RE = re.compile(r"Error code is: (\d+)")
+
+
+def driver_location(connection: dict[str, Any]) -> str:
+    """``local`` (a ``local[...]`` master), ``cluster`` (deploy mode cluster) or ``client``."""
+    master = str(connection.get("master") or "")
+    if master == "local" or master.startswith("local[") or master.startswith("local-cluster["):
+        return "local" if not master.startswith("local-cluster[") else "client"
+    return "cluster" if connection.get("deploy_mode") == "cluster" else "client"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def unpacked_environment(archive: Path, cache_root: Path, log: Any = None) -> Path:
+    """The venv-pack `archive` unpacked under `cache_root/<sha16>` (once per tarball); returns
+    its folder. Idempotent and safe under concurrency: unpacked into a temporary sibling, then
+    renamed into place."""
+    if not archive.is_file():
+        raise AirflowFailException(
+            f"no {archive}: run `make dist` in the repository the DAG points at (the trinitylake_repo Variable)")
+    key = _sha256(archive)[:16]
+    target = cache_root / key
+    if (target / "bin" / "python").exists():
+        return target
+    cache_root.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="tar")
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another task unpacked the same tarball first
+            if not (target / "bin" / "python").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if log is not None:
+        log.info("unpacked %s into %s in %.1f s", archive, target, time.monotonic() - started)
+    _prune(cache_root, keep=target)
+    return target
+
+
+def _prune(cache_root: Path, keep: Path, older_than_s: float = 86_400) -> None:
+    """Environments of earlier tarballs, unused for a day (a task of an older tarball that is
+    still running keeps its folder for that long)."""
+    now = time.time()
+    for entry in cache_root.iterdir():
+        if entry != keep and entry.is_dir() and now - entry.stat().st_mtime > older_than_s:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def find_spark_submit(binary: str, repo: Path) -> str | None:
+    """The folder to put on PATH for `binary` (None: it is on PATH already). Raises
+    AirflowFailException when there is none."""
+    if shutil.which(binary):
+        return None
+    candidates = []
+    if os.environ.get("SPARK_HOME"):
+        candidates.append(Path(os.environ["SPARK_HOME"]) / "bin")
+    candidates += [Path(p).parent for p in sorted(glob.glob(str(repo / ".venv/lib/python3*/site-packages/pyspark/bin/"
+                                                                     + binary)))]
+    for folder in candidates:
+        if (folder / binary).is_file():
+            return str(folder)
+    raise AirflowFailException(
+        f"{binary} is not on this worker's PATH, nor in $SPARK_HOME/bin or {repo}/.venv (make venv): install Spark "
+        f"(or pip install pyspark) on the worker and put its bin/ on PATH, or set SPARK_HOME")
+
+
+def read_outcome(path: str | None) -> dict[str, Any] | None:
+    if not path or not os.path.exists(path) or os.path.getsize(path) == 0:
+        return None
+    try:
+        with open(path) as f:
+            outcome = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return outcome if isinstance(outcome, dict) else None
+
+
+class TrinityLakeSparkSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator of one TrinityLake job (see the module docstring).
+
+    Args:
+        repo: the checkout with jobs/, conf/ and dist/ (templated: the trinitylake_repo Variable).
+        env_archive: the tarball of ``make dist``, relative to ``repo``.
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "repo")
+
+    def __init__(self, *, repo: str, env_archive: str = "dist/trinitylake-env.tar.gz", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.repo = repo
+        self.env_archive = env_archive
+
+    def _prepare(self) -> str | None:
+        """Set the interpreter, the archive, PATH and the result file for where the driver
+        runs; returns the result file's path (None where none comes back)."""
+        repo = Path(self.repo)
+        probe = self._get_hook()  # resolves the connection: master and deploy mode
+        where = driver_location(probe._connection)
+        binary = probe._connection.get("spark_binary") or "spark-submit"
+        folder = find_spark_submit(binary, repo)
+        if folder:
+            self.log.info("spark-submit from %s", folder)
+            os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
+        conf = dict(self.conf or {})
+        self.log.info("master %s, deploy mode %s: the driver runs %s", probe._connection.get("master"),
+                      probe._connection.get("deploy_mode") or "client",
+                      "here" if where != "cluster" else "on the cluster")
+        result_file = None
+        if where != "cluster":
+            python = str(unpacked_environment(repo / self.env_archive, repo.joinpath(*ENV_CACHE), self.log)
+                         / "bin" / "python")
+            conf["spark.pyspark.driver.python"] = python
+            if where == "local":  # no executors to ship the archive to
+                conf.pop("spark.archives", None)
+                conf["spark.pyspark.python"] = python
+            if not probe._is_kubernetes:  # k8s client mode passes env_vars only to a driver pod
+                fd, result_file = tempfile.mkstemp(prefix=f"tlake-{self.task_id}-", suffix=".json")
+                os.close(fd)
+                os.unlink(result_file)  # the job creates it; an empty leftover never reads as an outcome
+                self.env_vars = {**(self.env_vars or {}), RESULT_FILE_ENV: result_file}
+        self.conf = conf
+        self._hook = self._get_hook()  # with the final conf and environment
+        return result_file
+
+    def execute(self, context: Any) -> Any:
+        result_file = self._prepare()
+        try:
+            super().execute(context)
+        except AirflowException as e:
+            outcome = read_outcome(result_file)
+            self._raise_for(outcome, e, context)
+            raise
+        finally:
+            outcome = read_outcome(result_file)
+            if result_file and os.path.exists(result_file):
+                os.unlink(result_file)
+        return (outcome or {}).get("result")
+
+    def _raise_for(self, outcome: dict[str, Any] | None, error: AirflowException, context: Any) -> None:
+        """AirflowFailException (no retries) for a permanent error; else nothing (the caller re-raises)."""
+        if outcome is not None and outcome.get("result") is not None:
+            try:
+                context["ti"].xcom_push(key="failed_result", value=outcome["result"])
+            except Exception as push_error:  # noqa: BLE001 - the job's own failure matters more
+                self.log.warning("could not push the failed result to XCom: %s", push_error)
+        match = _EXIT_RE.search(str(error))
+        exit_code = outcome.get("exit_code") if outcome else int(match.group(1)) if match else None
+        permanent = bool(outcome.get("permanent")) if outcome else exit_code == EXIT_CONFIG
+        what = (f"{outcome.get('error_type') or 'error'}: {outcome.get('error') or 'see the log above'}" if outcome
+                else f"spark-submit exit code {exit_code}")
+        if permanent:
+            self.log.error("%s failed with a permanent error, not retried: %s", self.task_id, what)
+            raise AirflowFailException(f"{self.task_id}: {what} (permanent: not retried; fix it, then clear the task)")
+        self.log.warning("%s failed with a transient error, retried while retries remain: %s", self.task_id, what)

@@ -1,0 +1,115 @@
+"""The job's outcome as a file, for the orchestrator that ran it (Airflow).
+
+``spark-submit`` hands its caller one thing: an exit code. Where ``TLAKE_RESULT_FILE`` names a
+path (the Airflow operator sets it when the driver runs on the worker: ``local[...]`` masters
+and client mode), :func:`main` runs the job as `trinitylake.spark.runner.main` does and then
+writes one JSON object there::
+
+    {"job": "export", "exit_code": 1, "status": "failed",
+     "error_type": "AlreadyExistsError", "error": "an export named ...",
+     "permanent": true, "result": {...the JobResult, as printed on stdout...}}
+
+``permanent`` says whether running the job again could change anything: a typed error about
+the input or the lakehouse (a missing lakehouse, an export name that exists, a refused unsafe
+operation, a corrupt node, a bad option, storage that refuses or is full) is permanent; a
+storage failure that outlived its retries, a commit conflict, and anything untyped (Spark, the
+JVM, memory) are transient. The operator fails permanent errors without retries and lets
+transient ones retry, and pushes ``result`` to XCom.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+RESULT_FILE_ENV = "TLAKE_RESULT_FILE"
+
+
+def is_permanent(exc: BaseException | None, exit_code: int) -> bool:
+    """True when a re-run of the same job cannot succeed without someone changing something."""
+    from trinitylake import errors
+
+    if exc is None:
+        return exit_code == 2  # a configuration error before the job started
+    transient: tuple[type[BaseException], ...] = (errors.CommitConflictError, errors.TransactionConflictError)
+    # Storage errors an operator fixes (permission, a file on the path, read-only, full); the
+    # subclasses that name them may not exist in every version of the library.
+    fixed_by_operator = tuple(
+        c for c in (getattr(errors, n, None) for n in ("StoragePermissionError", "StorageNotADirectoryError",
+                                                        "StorageReadOnlyError", "StorageFullError"))
+        if isinstance(c, type))
+    if isinstance(exc, fixed_by_operator):
+        return True
+    if isinstance(exc, (errors.StorageError, *transient)):
+        return False
+    return isinstance(exc, errors.TrinityLakeError)
+
+
+def _cause(exc: BaseException | None) -> BaseException | None:
+    """The error a job failed with (`JobFailedError` wraps it as its cause)."""
+    if exc is not None and type(exc).__name__ == "JobFailedError" and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
+
+
+def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseException | None) -> None:
+    from trinitylake.redact import redact_text
+
+    cause = _cause(exc)
+    if result is None and exc is not None:
+        result = getattr(exc, "result", None)
+    outcome = {
+        "job": job,
+        "exit_code": exit_code,
+        "status": getattr(result, "status", None) or ("failed" if exit_code else "succeeded"),
+        "error_type": type(cause).__name__ if cause is not None else ("ConfigError" if exit_code == 2 else None),
+        "error": redact_text(str(cause)) if cause is not None else None,
+        "permanent": bool(exit_code) and is_permanent(cause, exit_code),
+        "result": result.to_dict() if hasattr(result, "to_dict") else None,
+    }
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(outcome, f, default=str)
+    os.replace(tmp, path)
+
+
+def main(job: str, argv: Sequence[str]) -> int:
+    """`trinitylake.spark.runner.main`, plus the outcome file when ``TLAKE_RESULT_FILE`` is set."""
+    from trinitylake.spark import runner
+
+    path = os.environ.get(RESULT_FILE_ENV, "").strip()
+    if not path:
+        return runner.main(job, argv)
+    seen: dict[str, Any] = {}
+    run_job = runner.run_job
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        try:
+            seen["result"] = run_job(*args, **kwargs)
+        except BaseException as e:
+            seen["error"] = e
+            raise
+        return seen["result"]
+
+    runner.run_job = recording  # main() looks it up at call time
+    try:
+        code = runner.main(job, argv)
+    except SystemExit as e:  # --help
+        code = e.code if isinstance(e.code, int) else 1
+        if code:
+            write_outcome(path, job, code, None, seen.get("error"))
+        raise
+    except BaseException as e:  # untyped: the runner lets it through (a traceback follows)
+        write_outcome(path, job, 1, None, seen.get("error", e))
+        raise
+    finally:
+        runner.run_job = run_job
+    write_outcome(path, job, code, seen.get("result"), seen.get("error"))
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover - the jobs import main()
+    sys.exit(main(sys.argv[1], sys.argv[2:]))
