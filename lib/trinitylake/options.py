@@ -210,6 +210,12 @@ _JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {
         _opt("batch_size", "int", 1024, "Files per plan part: the unit of a copy task, of its result manifest "
              "and of a resume; node files read per Spark task while planning.", minimum=1),
         _opt("verify_checksum", "bool", True, "Compare the size and checksum of every copied file."),
+        _opt("with_tables", "bool", False,
+             "Also copy the Iceberg tables whose metadata lives under the lakehouse's root (metadata, manifest "
+             "lists, manifests, data and delete files), rewriting their paths to the target; full exports only."),
+        _opt("table_snapshots", "choice", "all",
+             "With with_tables: 'all' copies every retained snapshot of each table, 'current' only the current one.",
+             choices=("all", "current")),
     ),
 }
 # fmt: on

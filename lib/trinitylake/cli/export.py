@@ -39,6 +39,16 @@ def _summary(r: dict[str, Any]) -> str:
         + ("" if (d.get("spark") or {}).get("started") else " (Spark not started)"),
         f"  root: {d.get('root')}",
     ]
+    tables = d.get("tables")
+    if tables:
+        lines.append(f"  tables: {tables.get('copied_tables', 0)} of {tables.get('tables', 0)} copied with "
+                     f"{tables.get('snapshots', 0)} snapshots ({tables.get('snapshots_mode')}), "
+                     f"{tables.get('files', 0)} files ({tables.get('copied', 0)} copied, "
+                     f"{tables.get('skipped', 0)} already there), {tables.get('bytes_copied', 0)} bytes, "
+                     f"on the {tables.get('where', 'driver')}")
+        lines += [f"  table left as a pointer: {p}" for p in tables.get("left_as_pointers", [])]
+        if tables.get("external_files"):
+            lines.append(f"  {tables['external_files']} table files outside the lakehouse stay where they are")
     if d.get("pinned_version") is not None:
         lines.append(f"  pins source version {d['pinned_version']} ({c.get('external_refs', 0)} references into the source)")
     if d.get("recorded_in_version") is not None:
@@ -69,6 +79,10 @@ def register(cli: click.Group) -> None:
     @click.option("--local-threads", type=int, default=None,
                   help="--threads for local files (default 1: more only contend for the interpreter lock)")
     @click.option("--no-verify", is_flag=True, help="check sizes only, not checksums")
+    @click.option("--with-tables", "with_tables", is_flag=True, default=None,
+                  help="also copy the Iceberg tables under the lakehouse (metadata, manifests, data), paths rewritten")
+    @click.option("--table-snapshots", type=click.Choice(["all", "current"]), default=None,
+                  help="with --with-tables: every retained snapshot (default) or the current one only")
     @click.option("--master", default=None, help="Spark master (default local[*])")
     @click.option("--conf", "conf_path", default=None, help="YAML job configuration (e.g. conf/export.yaml)")
     @click.option("--spark-conf", multiple=True, help="Spark property key=value")
@@ -78,7 +92,8 @@ def register(cli: click.Group) -> None:
     def export(click_ctx: click.Context, name: str | None, target: str | None, version: int | None, as_of: str | None,
                mode: str | None, depth: int | None, batch_size: int | None, execution: str | None, threads: int | None,
                local_threads: int | None,
-               no_verify: bool, master: str | None, conf_path: str | None, spark_conf: tuple[str, ...],
+               no_verify: bool, with_tables: bool | None, table_snapshots: str | None, master: str | None,
+               conf_path: str | None, spark_conf: tuple[str, ...],
                as_json: bool) -> None:
         """Export a version to its own root URI (full, partial or minimal), or manage exports."""
         if click_ctx.invoked_subcommand is not None:
@@ -109,6 +124,8 @@ def register(cli: click.Group) -> None:
             "threads": threads,
             "local_threads": local_threads,
             "verify_checksum": False if no_verify else None,
+            "with_tables": True if with_tables else None,
+            "table_snapshots": table_snapshots,
             "master": master,
             "spark_conf": _kv(spark_conf, "--spark-conf") or None,
         }

@@ -99,6 +99,9 @@ class ExportSpec:
     target_uri: str
     source_id: str
     order: int
+    #: Export the Iceberg tables too (`trinitylake.iceberg.export_tables`): the copy rewrites
+    #: table definitions' metadata locations under the source root to the target root.
+    with_tables: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -106,15 +109,17 @@ class ExportSpec:
 
     @classmethod
     def make(cls, *, name: str, version: int, mode: str, depth: int | None, source_uri: str, target_uri: str,
-             source_id: str, order: int) -> ExportSpec:
+             source_id: str, order: int, with_tables: bool = False) -> ExportSpec:
         validate_name(name)
+        if with_tables and mode != "full":
+            raise ValidationError(f"an export with tables is a full export, not {mode!r}")
         if mode == "partial":
             if depth is None or depth < 0:
                 raise ValidationError(f"a partial export needs a depth >= 0, got {depth!r}")
             d = int(depth)
         else:
             d = -1 if mode == "full" else 0
-        return cls(name, int(version), mode, d, source_uri, target_uri, source_id, int(order))
+        return cls(name, int(version), mode, d, source_uri, target_uri, source_id, int(order), bool(with_tables))
 
     def copies_node(self, depth: int) -> bool:
         """True when a node at `depth` is copied to the target."""
@@ -141,7 +146,9 @@ class ExportSpec:
 
     def describe(self) -> dict[str, Any]:
         """What `export.json` records (and a resumed run must match)."""
+        extra = {"with_tables": True} if self.with_tables else {}
         return {
+            **extra,
             "format": FORMAT_TAG,
             "name": self.name,
             "version": self.version,
@@ -155,7 +162,8 @@ class ExportSpec:
 
     def same_export(self, recorded: dict[str, Any]) -> bool:
         mine = self.describe()
-        return all(recorded.get(k) == mine[k] for k in ("name", "version", "mode", "depth", "source_id", "root"))
+        return (all(recorded.get(k) == mine[k] for k in ("name", "version", "mode", "depth", "source_id", "root"))
+                and bool(recorded.get("with_tables", False)) == self.with_tables)
 
 
 def validate_name(name: str) -> str:
@@ -330,6 +338,35 @@ def plan_file(source: Storage, path: str, kind: str, depth: int) -> PlanRow:
     return PlanRow(path, source.uri(path), kind, depth, ACTION_REWRITE if kind == KIND_DEF else ACTION_COPY)
 
 
+def exported_table_def_bytes(data: bytes, where: str, spec: ExportSpec, source: Storage) -> bytes:
+    """A definition file as an export with tables stores it: a TableDef's ``metadata_location``
+    and ``previous_metadata_location`` under the source root point at the same paths under the
+    target root (where `trinitylake.iceberg.export_tables` copies the table). Every other
+    definition file, and a TableDef of a table elsewhere, comes back as it was.
+
+    Definition files do not say what they hold: only a TableDef has format properties (field 9;
+    namespace and view definitions have no such field), so bytes that do not parse as one, or
+    parse without them, are not a table's."""
+    from trinitylake.errors import CorruptDefinitionError
+
+    try:
+        d = D.loads(D.TableDef, data, where)
+    except CorruptDefinitionError:
+        return data
+    if not d.format_properties:
+        return data
+    changed = False
+    for key in ("metadata_location", "previous_metadata_location"):
+        loc = d.format_properties.get(key)
+        if not loc or not is_absolute(loc):
+            continue  # a relative location resolves against the exported root as it is
+        rel = local_path(source, loc)
+        if rel:
+            d.format_properties[key] = join_uri(parse_uri(spec.target_uri).uri, rel)
+            changed = True
+    return D.dumps(d) if changed else data
+
+
 def export_bytes(row: PlanRow, source: Storage, spec: ExportSpec) -> tuple[bytes, bool]:
     """The bytes a planned file has at the target, and whether they differ from the source's:
     a node's from the plan, a definition file's read (once) from the source."""
@@ -341,6 +378,9 @@ def export_bytes(row: PlanRow, source: Storage, spec: ExportSpec) -> tuple[bytes
         return out, out is not data
     if row.kind == KIND_DEF:
         out = exported_definition_bytes(data, row.source)
+        return out, out is not data
+    if row.kind == KIND_ODF and spec.with_tables:
+        out = exported_table_def_bytes(data, row.source, spec, source)
         return out, out is not data
     return data, False
 

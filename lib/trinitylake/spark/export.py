@@ -260,7 +260,8 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
         # root file while its other files are being deleted. Refuse before copying anything.
         check_retained(current_def, ref.version, f"export {name!r}")
         spec = X.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
-                                 target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order)
+                                 target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order,
+                                 with_tables=bool(getattr(cfg, "with_tables", False)))
         needs_record = XT.check_name_free(current_def, name, spec.root_uri)
         if recorded is not None and not spec.same_export(recorded):
             raise ValidationError(
@@ -398,6 +399,13 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
     finally:
         workers.close()
 
+    # ---- tables (with_tables): copied and rewritten before the root (trinitylake.iceberg) -------------
+    if spec.with_tables:
+        from trinitylake.iceberg.export_tables import export_tables_phase
+
+        with _Phase(result, "tables"):
+            export_tables_phase(lakehouse, ref, source, target, cfg, result, io_threads)
+
     # ---- commit: the root last, then the record in the source -----------------------------------
     with _Phase(result, "commit"):
         t = time.perf_counter()
@@ -431,6 +439,10 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
                                        "recorded_in_version": version_after}))
         except Exception as e:  # noqa: BLE001 - bookkeeping only; the export is complete
             log.warning("could not update %s: %s", target.uri(f"{export_dir}/export.json"), e)
+        if spec.with_tables:  # nothing at the target names the source (trinitylake.iceberg)
+            from trinitylake.iceberg.export_tables import seal_export_records
+
+            seal_export_records(target, export_dir, source)
 
     result.counts.update(_counts(total))
     result.bytes.update({"copied": total.copied_bytes, "skipped": total.skipped_bytes,
