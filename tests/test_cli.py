@@ -111,7 +111,7 @@ def test_versions_time_travel_and_rollback(populated, lh_path):
     assert _json(tl("table", "list", "sales", "--json"))["tables"] == ["t1", "t2"]
     rows = _json(tl("versions", "--json"))
     assert rows[-1]["version"] == 7 and rows[-1]["rollback_from_version"] == 6 and rows[-1]["previous_version"] == 6
-    assert "rollback of v6" in _ok(tl("versions")).stdout
+    assert "rollback to v3 (from v6)" in _ok(tl("versions")).stdout
     _fails(tl("table", "list", "sales", "--version", "99"), "VersionNotFoundError", "latest version is 7")
     _fails(tl("table", "list", "sales", "--as-of", "not-a-time"), "ValidationError")
     _fails(tl("rollback", "--to", "7"), "older version")
