@@ -92,27 +92,19 @@ def write_minimal_export(lh, version: int, target_uri: str, name: str, pin: bool
     return loc
 
 
-def library_reads(lh) -> tuple[set[str], set[str]]:
-    """An independent oracle: the root and node files the library's own tree code loads when
-    it reads every version in full, and the definitions those versions resolve to."""
-    from trinitylake.lakehouse.view import LakehouseView
+def oracle_reads(lh) -> tuple[set[str], set[str]]:
+    """What the independent oracle (`tests.oracle`) reads to list every listed version in full:
+    the root and node files its merge-on-read loads, and the definition files the merged keys
+    resolve to (paths relative to the lakehouse root). Nothing here runs the library's reads."""
+    from tests.oracle import expect as E
 
-    store = lh.node_store(lh.storage)
-    loaded: set[str] = set()
-    orig = store.load
-
-    def load(path):
-        loaded.add(path)
-        return orig(path)
-
-    store.load = load
+    o = E.oracle_of(lh)
+    nodes: set[str] = set()
     defs: set[str] = set()
-    try:
-        for v in [x["version"] for x in lh.versions()]:
-            ref = lh.load_root(v)
-            loaded.add(root_name(v))
-            defs.add(ref.def_path)
-            defs.update(p for _, p in LakehouseView(lh, ref).all_items())
-    finally:
-        store.load = orig
-    return loaded, defs
+    for v in o.listed_versions():
+        uri = f"{o.root}/{root_name(v)}"
+        cache: dict = {}
+        defs.update(o.relative(u) or u for u in E.merged_keys(o, uri, cache).values())
+        nodes.add(root_name(v))
+        nodes.update(o.relative(u) or u for u in cache)
+    return nodes, defs

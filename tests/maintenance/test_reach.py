@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.maintenance.helpers import build_history, library_reads, write_minimal_export
+from tests.maintenance.helpers import build_history, oracle_reads, write_minimal_export
 from trinitylake.errors import CorruptNodeError, InvalidURIError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.node import Message, Node
 from trinitylake.format.paths import is_format_owned, root_name
@@ -68,9 +68,9 @@ def test_reference_walk_reaches_every_file_of_a_history_and_reads_each_node_once
     inp = R.walk_input(lh)
     assert inp.roots == [(v, root_name(v)) for v in range(lh.latest_version() + 1)]
     w = R.reference_walk(lh, inp.roots, sizes=True)
-    # Nothing has expired: the walk reaches what the library's own reads reach (and any
+    # Nothing has expired: the walk reaches what the oracle reads to list every version (and any
     # definition a node still names); every one of those files exists.
-    nodes, defs = library_reads(lh)
+    nodes, defs = oracle_reads(lh)
     assert w.paths("node") | w.paths("root") == nodes
     assert defs <= w.paths() <= _owned_files(lh)
     nodes = w.paths("node") | w.paths("root")

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from tests.oracle.expect import is_owned
 from trinitylake.config import load_job_config
-from trinitylake.format.paths import hashed_path, is_format_owned, lakehouse_def_name
+from trinitylake.format.paths import hashed_path, lakehouse_def_name
 from trinitylake.spark.runner import run_job
 
 TTL_MS = 1000  # lakehouses of these tests use a 1 s transaction TTL so that ages pass quickly
@@ -24,7 +25,8 @@ def run(spark, job: str, lh_or_uri, *, audit: bool = False, **overrides):
 
 
 def owned_files(storage) -> set[str]:
-    return {f.path for f in storage.list("") if is_format_owned(f.path)}
+    """Files present whose names the format owns, by the oracle's pattern (not the library's)."""
+    return {f.path for f in storage.list("") if is_owned(f.path)}
 
 
 def reach(lh, versions, extra_roots=()):

@@ -1,6 +1,6 @@
 """Orphan cleanup: the age floor, references through another scheme or authority, and the
 same candidates wherever the phases run (driver threads, executors, a listing handed over
-midway, Spark Connect), equal to an oracle built from the reference walk."""
+midway, Spark Connect), equal to what the independent oracle (`tests.oracle`) expects."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import time
 
 import pytest
 
+from tests.oracle import expect as E
 from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant, run
 from trinitylake.errors import UnsafeOperationError
-from trinitylake.format.paths import hashed_path, is_format_owned
+from trinitylake.format.paths import hashed_path
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance import reach as R
 from trinitylake.spark import runner
 from trinitylake.spark.orphans import LocalDeleteStorage, list_prefix
 from trinitylake.spark.output import read_parquet_table
@@ -100,10 +100,9 @@ def source(tmp_path_factory):
 
 
 def _oracle(lh: Lakehouse, cutoff_s: float) -> set[str]:
-    """owned & older than the cutoff & not reached by the single-process reference walk."""
-    reached = set(R.reference_walk(lh, R.walk_input(lh).roots).rows)
-    return {f.path for f in lh.storage.list("") if is_format_owned(f.path) and 0 < f.mtime < cutoff_s
-            and f.path not in reached}
+    """By the oracle: format-owned, older than the cutoff, reached by no live root (its own
+    choice of live roots, its own walk and listing)."""
+    return E.orphans(E.oracle_of(lh), cutoff_s)
 
 
 def _copy(source: str, tmp_path, name: str) -> Lakehouse:
@@ -174,8 +173,7 @@ def test_a_walk_that_fails_refuses_the_run_in_both_placements(spark, source, tmp
         lh = _copy(source, tmp_path, f"broken-{execution}")
         before = owned_files(lh.storage)
         # Remove one node file that a retained version reaches.
-        ref = R.reference_walk(lh, R.walk_input(lh).roots)
-        node = next(k for k, r in ref.rows.items() if r.kind == "node")
+        node = sorted(E.live_walk(E.oracle_of(lh), sizes=False).paths("node"))[0]
         lh.storage.delete([node])
         with pytest.raises(JobFailedError) as err:
             _run(spark, lh, execution=execution)

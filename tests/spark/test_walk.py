@@ -1,4 +1,5 @@
-"""The distributed walk against the single-process reference walk, and the walk job."""
+"""The distributed and local walks against the independent oracle (`tests.oracle`: its own
+choice of live roots, its own walk with depth, first_version and sizes), and the walk job."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import os
 import pytest
 from chispa import assert_df_equality
 
-from tests.maintenance.helpers import build_history, library_reads, write_minimal_export
+from tests.format.oracle import root_name
+from tests.maintenance.helpers import build_history, oracle_reads, write_minimal_export
+from tests.oracle import expect as E
 from tests.spark.conftest import owned_files
 from trinitylake.control import ControlTable
 from trinitylake.errors import CorruptNodeError
-from trinitylake.maintenance import reach as R
 from trinitylake.spark import runner
 from trinitylake.spark.execution import Execution, Limits
 from trinitylake.spark.output import read_parquet_table
@@ -33,25 +35,33 @@ def walked_lakehouse(tmp_path_factory):
     return lh
 
 
-def _expected_rows(ref):
-    return sorted((r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values())
+def _expected(lh) -> E.Walk:
+    """What the oracle says every live root reaches, with sizes, depths and first versions."""
+    return E.live_walk(E.oracle_of(lh))
 
 
-def test_distributed_walk_equals_the_reference_walk(spark, walked_lakehouse):
+def _roots(lh) -> list[tuple[int, str]]:
+    """The roots the job is given: the oracle's live roots (paths relative to the lakehouse
+    root inside it, as a caller names them; full URIs elsewhere)."""
+    o = E.oracle_of(lh)
+    return [(v, o.relative(u) or u) for v, u in E.live_entries(o)]
+
+
+def test_distributed_walk_equals_the_oracle(spark, walked_lakehouse):
     lh = walked_lakehouse
-    inp = R.walk_input(lh)
-    assert inp.export_roots, "the export root is part of the default walk"
-    ref = R.reference_walk(lh, inp.roots, sizes=True)
-    reached, st = walk_reachable_with_stats(spark, lh, inp.roots, batch_size=4)
+    exports = E.export_roots(E.oracle_of(lh))
+    assert exports, "the export root is live"
+    ref = _expected(lh)
+    reached, st = walk_reachable_with_stats(spark, lh, _roots(lh), batch_size=4)
     df = reached.df
     assert not reached.is_local and st.where == "distributed"
     try:
-        expected = spark.createDataFrame(_expected_rows(ref), OUTPUT_DDL)
+        expected = spark.createDataFrame(ref.tuples(), OUTPUT_DDL)
         assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
         # Every node file (shared by many versions, at different depths) was read once.
         assert st.node_reads == st.unique_nodes == ref.node_reads
         assert st.read_ratio == 1.0
-        assert st.files == {k: len(ref.paths(k)) for k in R.KINDS if ref.paths(k)}
+        assert st.files == ref.counts()
         assert len(st.levels) >= 3
         # Batches: ceil(n / batch_size) tasks per level (at least one per core while nodes
         # last), never more than 4 x default parallelism (local[2] -> 8).
@@ -60,28 +70,27 @@ def test_distributed_walk_equals_the_reference_walk(spark, walked_lakehouse):
         assert max(level["tasks"] for level in st.levels) == 8, "the biggest level hits the cap"
         # The source files of the minimal export are reachable; the export's root is outside.
         roots = {r["path"] for r in df.filter("kind = 'root'").collect()}
-        assert inp.export_roots["e1"] in roots
-        # Nothing has expired: the walk reaches exactly what the library itself reads.
+        assert exports["e1"] in roots
+        # Nothing has expired: the walk reaches exactly what the oracle reads to list every version.
         inside = {r["path"] for r in df.filter("path not like '%://%'").select("path").collect()}
         assert inside <= owned_files(lh.storage)
-        nodes, defs = library_reads(lh)
-        assert {r["path"] for r in df.filter("kind in ('node', 'root')").collect()} - {inp.export_roots["e1"]} == nodes
+        nodes, defs = oracle_reads(lh)
+        assert {r["path"] for r in df.filter("kind in ('node', 'root')").collect()} - {exports["e1"]} == nodes
         assert defs <= inside
     finally:
         reached.release()
 
 
-def test_local_walk_equals_the_reference_walk_without_starting_spark(walked_lakehouse):
+def test_local_walk_equals_the_oracle_without_starting_spark(walked_lakehouse):
     lh = walked_lakehouse
-    inp = R.walk_input(lh)
-    ref = R.reference_walk(lh, inp.roots, sizes=True)
+    ref = _expected(lh)
     ex = Execution("local", session_factory=lambda: pytest.fail("a local walk must not start Spark"))
-    reached, st = walk_reachable_with_stats(ex, lh, inp.roots)
+    reached, st = walk_reachable_with_stats(ex, lh, _roots(lh))
     assert reached.is_local and st.where == "local" and not ex.started
     got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
-    assert got == _expected_rows(ref)
+    assert got == ref.tuples()
     assert st.node_reads == st.unique_nodes == ref.node_reads
-    assert st.files == {k: len(ref.paths(k)) for k in R.KINDS if ref.paths(k)}
+    assert st.files == ref.counts()
     assert ex.record["walk.read_nodes"]["where"] == "local"
 
 
@@ -89,8 +98,10 @@ def test_a_walk_that_outgrows_the_driver_hands_over_to_the_executors(spark, walk
     """auto: levels start on the driver; once a level is bigger than local_max_items the rest
     of the walk runs on the executors, and the result is the same."""
     lh = walked_lakehouse
-    roots = [R.walk_input(lh).roots[-1]]  # one root: one node at depth 0, several below it
-    ref = R.reference_walk(lh, roots, sizes=True)
+    o = E.oracle_of(lh)
+    latest = E.latest_version(o)
+    roots = [(latest, root_name(latest))]  # one root: one node at depth 0, several below it
+    ref = E.walk(o, [(latest, f"{o.root}/{root_name(latest)}")])
     ex = Execution("auto", spark=spark, limits=Limits(local_max_items=1))
     reached, st = walk_reachable_with_stats(ex, lh, roots, batch_size=4)
     try:
@@ -98,7 +109,7 @@ def test_a_walk_that_outgrows_the_driver_hands_over_to_the_executors(spark, walk
         assert wheres[0] == "local" and "distributed" in wheres, wheres
         assert wheres == sorted(wheres, key=lambda w: w == "distributed"), "one hand-over, never back"
         got = sorted(tuple(r) for r in reached.df.select("path", "kind", "size", "depth", "first_version").collect())
-        assert got == _expected_rows(ref)
+        assert got == ref.tuples()
         assert st.node_reads == st.unique_nodes == ref.node_reads
     finally:
         reached.release()
@@ -106,12 +117,12 @@ def test_a_walk_that_outgrows_the_driver_hands_over_to_the_executors(spark, walk
 
 def test_driver_row_bound_moves_the_walk_to_the_executors(spark, walked_lakehouse):
     lh = walked_lakehouse
-    inp = R.walk_input(lh)
-    ex = Execution("auto", spark=spark, limits=Limits(driver_max_rows=len(inp.roots) + 5))
-    reached, st = walk_reachable_with_stats(ex, lh, inp.roots, batch_size=4)
+    roots = _roots(lh)
+    ex = Execution("auto", spark=spark, limits=Limits(driver_max_rows=len(roots) + 5))
+    reached, st = walk_reachable_with_stats(ex, lh, roots, batch_size=4)
     try:
         assert not reached.is_local
-        assert st.total_files == len(R.reference_walk(lh, inp.roots).rows)
+        assert st.total_files == len(_expected(lh).rows)
     finally:
         reached.release()
 
@@ -139,13 +150,13 @@ def test_walk_job_writes_the_listing_summary_and_audit_rows(spark, walked_lakeho
 def test_a_corrupt_node_fails_the_walk_clearly(spark, make_lakehouse):
     lh = make_lakehouse()
     build_history(lh, seed=2, ops=14)
-    inp = R.walk_input(lh)
-    victim = sorted(R.reference_walk(lh, inp.roots).paths("node"))[0]
+    roots = _roots(lh)
+    victim = sorted(_expected(lh).paths("node"))[0]
     path = lh.storage.root[len("file://"):] + "/" + victim
     with open(path, "wb") as f:
         f.write(b"ARROW1 but not really")
     with pytest.raises(CorruptNodeError, match=victim.rsplit("-", 1)[-1]):
-        walk_reachable(spark, lh, inp.roots)
+        walk_reachable(spark, lh, roots)
     for mode in ("local", "distributed"):
         code = runner.main("walk", ["--lakehouse", lh.uri, "--run-id", "walk-corrupt", "--execution", mode],
                            spark=spark)
@@ -167,12 +178,12 @@ def test_listings_on_an_object_store_are_written_by_executors(spark, s3_bucket, 
     assert read_parquet_table(uri, s3_storage_options).num_rows == 5
 
 
-def test_a_local_walk_sized_by_the_second_process_equals_the_reference_walk(walked_lakehouse, monkeypatch):
+def test_a_local_walk_sized_by_the_second_process_equals_the_oracle(walked_lakehouse, monkeypatch):
     from trinitylake.maintenance import background_sizes as BS
+    from trinitylake.maintenance import reach as R
 
     lh = walked_lakehouse
-    inp = R.walk_input(lh)
-    ref = R.reference_walk(lh, inp.roots, sizes=True)
+    ref = _expected(lh)
     answers: list = []
     finish = BS.BackgroundSizes.finish
 
@@ -184,7 +195,7 @@ def test_a_local_walk_sized_by_the_second_process_equals_the_reference_walk(walk
     monkeypatch.setattr(BS.BackgroundSizes, "finish", spy)
     monkeypatch.setattr(R, "sizes_of", lambda *a, **k: pytest.fail("sized in process, not by the child"))
     ex = Execution("local", session_factory=lambda: pytest.fail("a local walk must not start Spark"))
-    reached, st = walk_reachable_with_stats(ex, lh, inp.roots)
+    reached, st = walk_reachable_with_stats(ex, lh, _roots(lh))
     assert len(answers) == 1 and answers[0] is not None and len(answers[0]) > 10
     got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
-    assert got == _expected_rows(ref)
+    assert got == ref.tuples()
