@@ -130,3 +130,15 @@ class UnknownOutcomeError(StorageError):
 
 class StoragePermissionError(StorageError, PermissionError):
     """Storage refused the operation (EACCES, S3 403 AccessDenied): never retried."""
+
+
+class StorageNotADirectoryError(StorageError, NotADirectoryError):
+    """A folder on the path is a file (ENOTDIR), e.g. a lakehouse URI naming a file."""
+
+
+class StorageReadOnlyError(StorageError):
+    """The file system is mounted read-only (EROFS): nothing can be written there."""
+
+
+class StorageFullError(StorageError):
+    """No space left on the device, or the disk quota is spent (ENOSPC, EDQUOT)."""

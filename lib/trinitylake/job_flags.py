@@ -64,15 +64,17 @@ def parse_job_args(
     env: Mapping[str, str] | None = None,
     *,
     now_ms: int | None = None,
+    prog: str | None = None,
 ) -> JobConfig:
-    """Parse a job's command line (``sys.argv[1:]`` by default) into its config.
+    """Parse a job's command line (``sys.argv[1:]`` by default) into its config; `prog` is
+    the command the user typed (``tlake orphans``), named in errors (default ``jobs/<job>.py``).
 
     ``--help`` prints the job's help and exits 0, as a command line does.
 
     Raises:
         ConfigError: bad or unknown flag, or any error of `trinitylake.config.load_job_config`.
     """
-    prog = f"jobs/{job}.py"
+    prog = prog or f"jobs/{job}.py"
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         ctx = job_command(job).make_context(prog, args)

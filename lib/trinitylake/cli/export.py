@@ -130,8 +130,16 @@ def register(cli: click.Group) -> None:
             "spark_conf": _kv(spark_conf, "--spark-conf") or None,
         }
         cfg = load_job_config("export", conf_path, overrides=overrides)
+        from trinitylake.cli.jobs import progress_display
+        from trinitylake.spark.common import add_progress_listener
+
         try:
-            result = run_job("export", cfg, audit=ctx.audit)
+            with progress_display(f"tlake export {cfg.run_id}") as status:
+                remove = add_progress_listener(status)
+                try:
+                    result = run_job("export", cfg, audit=ctx.audit)
+                finally:
+                    remove()
         except JobFailedError as e:
             # The typed error of the export (name clash, expired version, bad target, ...)
             # is what the user needs to read; the runner has recorded the failed run.

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -119,13 +120,13 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
 
     ctx = click_ctx.obj
     try:
-        cfg = parse_job_args(job, job_argv(ctx, master, click_ctx.args))
+        cfg = parse_job_args(job, job_argv(ctx, master, click_ctx.args), prog=f"tlake {job}")
     except ConfigError as e:
         err_console.print(f"[red]error[/red] (ConfigError): {escape(redact_text(str(e)))}", highlight=False)
         sys.exit(2)
     result: JobResult | None = None
     error: BaseException | None = None
-    with _progress_display(f"tlake {job} {cfg.run_id}") as status:
+    with progress_display(f"tlake {job} {cfg.run_id}") as status:
         remove = add_progress_listener(status)
         try:
             result = run_job(job, cfg, audit=ctx.audit)
@@ -147,7 +148,7 @@ def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) 
 
 
 @contextmanager
-def _progress_display(title: str) -> Iterator[Callable[[str], None]]:
+def progress_display(title: str) -> Iterator[Callable[[str], None]]:
     """Progress with counts while a job runs; yields the function that shows a bare message.
 
     On a terminal: rich bars (done/total, rate, elapsed) on stderr. Otherwise (Airflow, cron, a
@@ -174,21 +175,53 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def outcome_lines(result: JobResult) -> list[str]:
+    """Why a run did what it did, in words: above all why nothing was expired or deleted (the
+    counts alone say `0` and hide the reason)."""
+    c, d = result.counts, result.details
+    lines: list[str] = []
+    if result.job == "expire":
+        n = int(c.get("versions_expired", 0)) + int(c.get("versions_leftover", 0))
+        reason = d.get("stop_reason")
+        if n == 0:
+            lines.append("nothing expired" + (f": {reason}" if reason else ""))
+        else:
+            verb = "would expire" if result.dry_run else "expired"
+            lines.append(f"{verb} {n:,} versions (oldest retained now {d.get('oldest_retained_after')})"
+                         + (f"; stopped because {reason}" if reason else ""))
+    if result.job in ("expire", "orphans") and result.status in ("succeeded", "dry_run"):
+        cands = int(c.get("candidates", 0))
+        if result.dry_run:
+            lines.append(f"dry run: {cands:,} files would be deleted; nothing was deleted")
+        elif cands == 0 and result.job == "orphans":
+            young = int(c.get("too_young", 0))
+            lines.append(f"nothing deleted: every format-owned file is reachable or younger than the cutoff "
+                         f"{d.get('cutoff', '')} ({young:,} younger)".replace(" (0 younger)", ""))
+        elif int(c.get("failed", 0)):
+            lines.append(f"{int(c['failed']):,} of {cands:,} deletes failed; the next run retries them")
+    return lines
+
+
 def render_result(result: JobResult, console: Console | None = None) -> None:
-    """The summary table of a job result."""
+    """A job result as a "measure / value" table of counts, bytes, seconds and requests, then
+    the paths (lakehouse, plan, output) as whole lines: a table cell folds a long path
+    mid-token, a line lets the terminal wrap it and keeps it copyable."""
     console = console or out_console
     colour = {"succeeded": "green", "dry_run": "cyan", "failed": "red"}.get(result.status, "yellow")
-    t = Table(title=f"tlake {result.job} {result.run_id}: [{colour}]{result.status}[/{colour}]", title_justify="left")
-    t.add_column("", style="bold")
-    t.add_column("value", justify="right", overflow="fold")
-    t.add_row("lakehouse", redact_text(result.lakehouse))
+    console.print(f"tlake {result.job} {result.run_id}: [{colour}]{result.status}[/{colour}]", highlight=False)
+    for line in outcome_lines(result):
+        console.print(f"  {escape(redact_text(line))}", highlight=False, soft_wrap=True)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    t.add_column("measure", no_wrap=True)
+    t.add_column("value", no_wrap=True)
     versions = f"{result.version_before}" + (
         f" -> {result.version_after}" if result.version_after not in (None, result.version_before) else "")
     t.add_row("version", versions)
     if result.txn_seq is not None:
         t.add_row("txn_seq", str(result.txn_seq))
     for k in sorted(result.counts):
-        t.add_row(f"files: {k}" if not k.startswith(("versions", "node_", "unique_")) else k, f"{result.counts[k]:,}")
+        t.add_row(f"files: {k}" if not k.startswith(("versions", "node_", "unique_", "delete_")) else k,
+                  f"{result.counts[k]:,}")
     for k in sorted(result.bytes):
         t.add_row(f"bytes: {k}", _human_bytes(result.bytes[k]))
     for k, v in result.seconds.items():
@@ -201,12 +234,12 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
         t.add_row("requests", f"{requests.total_requests(req):,} (" + ", ".join(f"{k.upper()} {int(req[k]):,}" for k in kinds) + ")")
         t.add_row("bytes: store read / written",
                   f"{_human_bytes(int(req.get('bytes_read', 0)))} / {_human_bytes(int(req.get('bytes_written', 0)))}")
-    if result.plan_location:
-        t.add_row("plan", redact_text(result.plan_location))
-    if result.output_location:
-        t.add_row("output", redact_text(result.output_location))
-    for w in result.details.get("warnings") or []:
-        t.add_row("warning", escape(redact_text(str(w))))
-    if result.error:
-        t.add_row("error", escape(redact_text(result.error)))
     console.print(t)
+    paths = [("lakehouse", result.lakehouse), ("plan", result.plan_location), ("output", result.output_location)]
+    for label, value in paths:
+        if value:
+            console.print(f"{label}: {escape(redact_text(value))}", highlight=False, soft_wrap=True)
+    for w in result.details.get("warnings") or []:
+        console.print(f"[yellow]warning[/yellow]: {escape(redact_text(str(w)))}", highlight=False, soft_wrap=True)
+    if result.error:
+        console.print(f"[red]error[/red]: {escape(redact_text(result.error))}", highlight=False, soft_wrap=True)

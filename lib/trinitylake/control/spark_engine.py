@@ -18,7 +18,9 @@ without it.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +28,8 @@ import pyarrow as pa
 
 from trinitylake.errors import ControlTableError
 from trinitylake.util import is_connect_session
+
+log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "spark", "delta-rs")
 
@@ -69,18 +73,48 @@ _DELTA_ANSWERS = ("DELTA_", "is not a Delta table", "PATH_NOT_FOUND", "DeltaAnal
 _NO_DELTA_ANSWERS = ("PARSE_SYNTAX_ERROR", "ParseException", "DATA_SOURCE_NOT_FOUND")
 
 
+# The probe's answer per Connect session: a job asks several times (control table, actions),
+# and each probe is a failed statement on the server.
+_probe_answers: dict[str, bool] = {}
+
+
+class _ThisThreadOnly(logging.Filter):
+    """Drops the records of one thread: pyspark logs every failed statement with its query
+    context at ERROR (``SQLQueryContextLogger``, with the server's stack: ~10 KB a record),
+    and the probe fails on purpose."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread
+
+
 def _delta_sql_probe(spark: Any) -> bool:
     """Whether the server behind `spark` parses Delta's SQL (`DELTA_PROBE_SQL`): a Delta error
     about the missing table means yes; a parse error, or anything else, means no (delta-rs then
-    writes the rows, which always works)."""
+    writes the rows, which always works). Asked once per session; the failed statement is
+    logged at DEBUG here, not at ERROR by pyspark."""
+    key = str(getattr(spark, "session_id", "") or id(spark))
+    if key in _probe_answers:
+        return _probe_answers[key]
+    quiet = _ThisThreadOnly()
+    loggers = [logging.getLogger(n) for n in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
+    for lg in loggers:
+        lg.addFilter(quiet)
     try:
         spark.sql(DELTA_PROBE_SQL).collect()
-        return True  # a server that describes even a missing path has Delta
+        answer = True  # a server that describes even a missing path has Delta
     except Exception as e:  # noqa: BLE001 - the answer is in the error
         text = f"{type(e).__name__}: {e}"
-        if any(k in text for k in _NO_DELTA_ANSWERS):
-            return False
-        return any(k in text for k in _DELTA_ANSWERS)
+        answer = not any(k in text for k in _NO_DELTA_ANSWERS) and any(k in text for k in _DELTA_ANSWERS)
+        log.debug("Delta probe of the Connect server: %s -> %s", text.splitlines()[0][:300], answer)
+    finally:
+        for lg in loggers:
+            lg.removeFilter(quiet)
+    _probe_answers[key] = answer
+    return answer
 
 
 def _sql_type(t: pa.DataType) -> str:

@@ -475,10 +475,15 @@ def _arrow_schema_of(rows: SparkDeltaRows) -> pa.Schema:
     return pa.schema(fields)
 
 
+# delta-rs quotes Rust's io::Error as `Os { code: 20, kind: NotADirectory, message: "Not a
+# directory" }`; an operator needs the message (with the path delta-rs printed before it).
+_RUST_OS_ERROR = re.compile(r'\s*(?:Error:\s*)?Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}')
+
+
 def _first_line(e: BaseException) -> str:
-    """delta-rs errors carry multi-line backtraces; keep the message."""
+    """delta-rs errors carry multi-line backtraces and Rust debug forms; keep the message."""
     lines = []
-    for ln in str(e).splitlines():
+    for ln in _RUST_OS_ERROR.sub(lambda m: f": {m.group(1)}", str(e)).replace(":: ", ": ").splitlines():
         ln = ln.strip().lstrip("\u21b3").strip()
         if re.match(r"^\d+: ", ln):  # start of a Rust backtrace
             break

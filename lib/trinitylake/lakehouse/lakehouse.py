@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import (
     AlreadyExistsError,
+    ControlTableError,
     LakehouseNotFoundError,
     SnapshotNotFoundError,
+    StorageNotADirectoryError,
     TransactionConflictError,
     UnsupportedVersionError,
     ValidationError,
@@ -94,7 +96,11 @@ class Lakehouse:
         d.properties.update(properties or {})
         started = datetime.now(UTC)
         txn_id = str(uuid.uuid4())
-        seq = lh.auditor.allocate_seq(txn_id, create=True)
+        try:
+            seq = lh.auditor.allocate_seq(txn_id, create=True)
+        except ControlTableError as e:
+            _refuse_file_root(storage, "cannot create a lakehouse at", e)
+            raise
         def_path = lakehouse_def_name()
         storage.create_exclusive(def_path, D.dumps(d))
         root = Node(system=root_system_rows(created_at_millis=_now_ms(), lakehouse_def=def_path, txn_id=txn_id, txn_seq=seq))
@@ -112,7 +118,11 @@ class Lakehouse:
     def open(cls, uri: str, *, storage_options: dict | None = None, control_uri: str | None = None, audit: bool = True) -> Lakehouse:
         """Open an existing lakehouse (any root file present, not only v0)."""
         lh = cls(Storage(uri, storage_options), control_uri=control_uri, audit=audit)
-        lh.latest_version()  # raises LakehouseNotFoundError
+        try:
+            lh.latest_version()  # raises LakehouseNotFoundError
+        except StorageNotADirectoryError as e:
+            _refuse_file_root(lh.storage, "no lakehouse at", e)
+            raise
         return lh
 
     # ---- storage helpers --------------------------------------------------------------
@@ -556,3 +566,16 @@ def _one_line(e: BaseException) -> str:
 
 def _fmt_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _refuse_file_root(storage: Storage, what: str, cause: BaseException) -> None:
+    """Raise a one-line StorageNotADirectoryError when the lakehouse location is a file, the
+    usual cause of `cause` (a typo'd --lakehouse): the path then says what to fix. Probed only
+    on this failure path, so opening a lakehouse costs no extra request."""
+    try:
+        is_file = storage.exists("")
+    except Exception:  # noqa: BLE001 - the probe only words the error; `cause` is raised anyway
+        return
+    if is_file:
+        raise StorageNotADirectoryError(f"{what} {storage.root.rstrip('/')}: it is a file, not a folder") from cause
+

@@ -27,6 +27,7 @@ from typing import Any
 from trinitylake.config import DEFAULT_MAX_VERSION_AGE_MS, DEFAULT_MIN_VERSIONS_TO_KEEP, format_timestamp
 from trinitylake.errors import UnsafeOperationError, ValidationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS, LakehouseDef
+from trinitylake.values import format_duration
 
 
 @dataclass(frozen=True)
@@ -148,12 +149,12 @@ def plan_expiration(
         max_age = policy.overrides_ms.get(u, policy.max_version_age_ms)
         if not now_ms - created > max_age:
             stop_version = u
-            reason = f"version {u} (created {format_timestamp(created)}) is not older than its maximum age {max_age} ms"
+            reason = f"version {u} (created {format_timestamp(created)}) is not older than its maximum age {format_duration(max_age)}"
             break
         if not created < txn_cutoff:
             stop_version = u
             reason = (f"version {u} is younger than the transaction TTL plus clock skew margin "
-                      f"({policy.txn_ttl_ms + policy.clock_skew_margin_ms} ms)")
+                      f"({format_duration(policy.txn_ttl_ms + policy.clock_skew_margin_ms)})")
             break
         succ = vs[i + 1]
         if succ != u + 1:

@@ -418,6 +418,13 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
                  result.counts["listed"], n_owned, lcounts["list_prefixes"],
                  LOCAL if listing.is_local else DISTRIBUTED)
         fill_walk_counts(result, rst)
+        # The walk here does not size what it reaches (the diff needs paths only): leave out
+        # the byte counts it did not measure rather than print them as 0 B.
+        unsized = [k for k in rst.files if rst.files[k] and not rst.bytes.get(k)]
+        for k in unsized:
+            result.bytes.pop(f"reachable_{k}", None)
+        if unsized:
+            result.bytes.pop("reachable", None)
         doc["walk"] = {"roots": rst.roots, "files": rst.files, "exports": inp.export_roots,
                        "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
 

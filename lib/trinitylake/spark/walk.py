@@ -344,7 +344,7 @@ class _Walk:
     def _local_level(self, frontier: dict[str, tuple[str, int]], depth: int) -> dict[str, tuple[str, int]]:
         lt = time.perf_counter()
         rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in frontier.items()]
-        with self.ex.phase(f"{self.name}.read_nodes", LOCAL, len(rows)):
+        with self.ex.phase(f"{self.name}.read_nodes", LOCAL, len(rows), f"read {len(rows)} node files at depth {depth}"):
             nxt: dict[str, tuple[str, int]] = {}
             failures: list[tuple[str, int, str]] = []
             read = reads = 0
@@ -390,7 +390,8 @@ class _Walk:
 
     def _finish_local(self, sizes: bool) -> Reached:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
-        with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0):
+        with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0,
+                           f"size {len(keys) if sizes else 0} definition files"):
             lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else [-1] * len(keys)
         leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
@@ -439,7 +440,7 @@ class _Walk:
                 lt = time.perf_counter()
                 parts = ex.partitions(n, self.batch_size, self.parallelism)
                 with ex.phase(f"{self.name}.read_nodes", DISTRIBUTED, n,
-                              f"{self.label}: read {n} node files at depth {depth} ({parts} tasks)"):
+                              f"read {n} node files at depth {depth} ({parts} tasks)"):
                     fn = functools.partial(expand_batches, self.reader, self.io_threads, depth)
                     out = self._keep(ex.map_arrow(frontier, fn, LEVEL_SCHEMA, parts))
                     roles = {r["role"]: (int(r["n"]), int(r["read"] or 0)) for r in
@@ -516,7 +517,7 @@ class _Walk:
         if sizes and n and self.reader.storage.scheme != "file":
             # Object store: hashed definitions sized from listings of the 16 hash folders (a
             # LIST per 1,000 files instead of a HEAD per file), the others by HEAD.
-            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n):
+            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n, f"size {n} definition files (listings)"):
                 listed = ex.map_arrow(pa.table({"folder": pa.array(HASH_FOLDERS, pa.string())}),
                                       functools.partial(list_size_batches, self.reader.storage, self.io_threads),
                                       LISTED_SCHEMA, ex.partitions(len(HASH_FOLDERS), 1))
@@ -530,7 +531,7 @@ class _Walk:
                 return self._keep(selfs.unionByName(by_list).unionByName(by_head))
         if sizes and n:
             parts = ex.partitions(n, max(self.batch_size, 1024), self.parallelism)
-            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n):
+            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n, f"size {n} definition files ({parts} tasks)"):
                 sized = ex.map_arrow(leaves, functools.partial(size_batches, self.reader, self.io_threads),
                                      OUTPUT_SCHEMA, parts)
                 # Materialized inside the phase, so its seconds are the stat work (lazy otherwise).

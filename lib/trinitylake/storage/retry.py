@@ -16,7 +16,13 @@ from typing import NoReturn, TypeVar
 
 import tenacity
 
-from trinitylake.errors import StorageError, StoragePermissionError
+from trinitylake.errors import (
+    StorageError,
+    StorageFullError,
+    StorageNotADirectoryError,
+    StoragePermissionError,
+    StorageReadOnlyError,
+)
 
 T = TypeVar("T")
 
@@ -105,7 +111,23 @@ def is_transient(exc: BaseException) -> bool:
 
 # Errors that answer the question asked (no such file, already exists, not a file): callers
 # handle them, they are never retried nor wrapped.
-_NOT_TYPED = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, StorageError)
+_NOT_TYPED = (FileNotFoundError, FileExistsError, IsADirectoryError, StorageError)
+
+# OS errors an operator fixes outside our code: each gets its own type and a plain reason, so
+# the one line a command prints says what is wrong with which path (not errno prose and a
+# repeated path). ENOTDIR stays a NotADirectoryError (its type subclasses it) for the callers
+# that treat "a file where a folder should be" as "nothing there".
+# Storage operations as an operator reads them in an error line.
+_OP_WORDS = {"create_exclusive": "create", "exists": "check", "info": "stat", "list_dirs": "list",
+             "delete_many": "delete"}
+_OS_ERRORS: dict[int, tuple[type[StorageError], str]] = {
+    errno.ENOTDIR: (StorageNotADirectoryError, "a folder on its path is a file, not a directory"),
+    errno.EROFS: (StorageReadOnlyError, "the file system is read-only"),
+    errno.ENOSPC: (StorageFullError, "no space left on the device"),
+    errno.EDQUOT: (StorageFullError, "the disk quota is exceeded"),
+    errno.EACCES: (StoragePermissionError, "permission denied"),
+    errno.EPERM: (StoragePermissionError, "operation not permitted"),
+}
 
 
 def _is_io_error(exc: BaseException) -> bool:
@@ -119,9 +141,16 @@ def typed_error(op: str, uri: str, exc: BaseException, attempts: int) -> BaseExc
     errno and as the cause; anything else (programming errors) unchanged."""
     if isinstance(exc, _NOT_TYPED) or not _is_io_error(exc):
         return exc
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    code = exc.errno if isinstance(exc, OSError) else None
+    known = _OS_ERRORS.get(code) if code is not None else None
+    if known is not None:
+        cls, reason = known
+        typed = cls(f"cannot {_OP_WORDS.get(op, op)} {uri}{tries}: {reason}")
+        typed.errno = code
+        return typed
     codes, statuses = client_error_codes(exc, follow_context=False)
     denied = isinstance(exc, PermissionError) or "AccessDenied" in codes or 403 in statuses
-    tries = f" after {attempts} attempts" if attempts > 1 else ""
     err = (StoragePermissionError if denied else StorageError)(
         f"storage {op} of {uri} failed{tries}: {type(exc).__name__}: {exc}")
     err.errno = getattr(exc, "errno", None)
