@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 AIRFLOW_VENV ?= .venv-airflow
 PYTEST_ARGS ?=
 
-.PHONY: jars help setup venv test test-fast test-dags demo bench bench-large bench-objstore objstore lint fmt dist acceptance clean reliability-full
+.PHONY: tools jars help setup venv test test-fast test-dags demo bench bench-large bench-objstore objstore lint fmt dist acceptance clean reliability-full
 
 help: ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -24,7 +24,25 @@ venv: $(BIN)/tlake
 
 setup: venv ## create the virtualenv and install the project with its dev tools
 
-test: venv jars ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
+# What the tests need besides Python 3.11, a JDK and make: Maven (`make jars` fetches Delta's
+# Spark JARs with it), a Java runtime, and chromium (the HTML report's browser test). Each one
+# missing is installed with apt-get (sudo unless root); without apt-get, one line says what to
+# install and make stops. `make test` and `make jars` depend on it; `make demo` needs none of it.
+SYSTEM_TOOLS := mvn:maven java:openjdk-17-jre-headless chromium:chromium
+tools: ## install Maven and chromium when missing (apt-get), or say in one line what to install
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	if command -v apt-get >/dev/null 2>&1; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  echo "make: installing$$missing (apt-get)"; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || \
+	  { echo "make: could not install$$missing with apt-get: install them (Debian package names), then run make again"; exit 1; }; \
+	else \
+	  echo "make: missing$$missing (Debian package names): install Maven, a Java 17 runtime and chromium, then run make again"; exit 1; \
+	fi
+
+test: venv tools jars ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-dags
 
@@ -37,7 +55,9 @@ $(AIRFLOW_VENV)/bin/airflow: airflow_dags/requirements.txt
 	$(AIRFLOW_VENV)/bin/pip install -q -r airflow_dags/requirements.txt
 	@touch $(AIRFLOW_VENV)/bin/airflow
 
-test-dags: $(AIRFLOW_VENV)/bin/airflow ## parse and check the Airflow DAGs in their own virtualenv
+# The DAG tests run `airflow dags test` of the spark-submit DAG against a real lakehouse: they
+# need the main venv (tlake, pyspark's spark-submit) and the packed environment of `make dist`.
+test-dags: $(AIRFLOW_VENV)/bin/airflow venv $(DIST_ARCHIVE) ## the Airflow DAGs in their own virtualenv, with a live `airflow dags test`
 	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/dags
 
 demo: venv ## build a demo lakehouse and run every maintenance job on it
@@ -73,7 +93,15 @@ DELTA_JARS := spark-jars/lib/.fetched
 # fresh venv holding the wheel and its runtime dependencies; pyspark comes from the cluster).
 # pandas too: pyspark's Arrow paths (mapInArrow on the driver and in the Python workers) import
 # it, and a cluster's bare Python does not have it (tests/integration/test_cluster_path.py).
+DIST_ARCHIVE := dist/trinitylake-env.tar.gz
+DIST_SOURCES := pyproject.toml $(shell find lib -name '*.py' -o -name '*.proto' -o -name '*.properties' 2>/dev/null)
+
 dist: venv ## build the wheel and dist/trinitylake-env.tar.gz for spark-submit --archives
+	rm -rf dist $(DIST_ENV)
+	$(MAKE) --no-print-directory $(DIST_ARCHIVE)
+
+# Rebuilt only when the library changed (the DAG tests depend on it; `make dist` always rebuilds).
+$(DIST_ARCHIVE): $(DIST_SOURCES) | venv
 	rm -rf dist $(DIST_ENV)
 	$(BIN)/pip wheel -q --no-deps -w dist .
 	$(PY) -m venv --copies $(DIST_ENV)
@@ -83,8 +111,7 @@ dist: venv ## build the wheel and dist/trinitylake-env.tar.gz for spark-submit -
 	@ls -la dist
 
 # Delta's Spark JARs (spark-jars/pom.xml) from Maven Central, for get_spark(delta=True).
-$(DELTA_JARS): spark-jars/pom.xml
-	@command -v mvn >/dev/null || { echo "make jars needs Maven (mvn) and a JDK: apt-get install maven"; exit 1; }
+$(DELTA_JARS): spark-jars/pom.xml | tools
 	rm -rf spark-jars/lib
 	mvn -q -B -f spark-jars/pom.xml dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime
 	@touch $@

@@ -1,8 +1,9 @@
 """Failure alerts and the one-lakehouse guard of the TrinityLake maintenance DAGs.
 
 * :class:`MaintenanceFailureNotifier`: the DAGs' ``on_failure_callback`` (every task and the
-  DAG run). It logs one ERROR line naming the DAG, task, run, lakehouse and the ``tlake show
-  --job`` command that lists the job's runs, and hands the same message to a hook the
+  DAG run). It logs one ERROR line naming the DAG, task, run, the lakehouse (the task's
+  rendered ``--lakehouse``, else the param, else the ``trinitylake_lakehouse`` Variable) and a
+  runnable ``tlake --lakehouse <uri> show --job <job>`` command that lists the job's runs, and hands the same message to a hook the
   deployment chooses: the Variable ``trinitylake_failure_hook`` (UI, secrets backend or
   ``AIRFLOW_VAR_TRINITYLAKE_FAILURE_HOOK``) naming ``package.module:function``, called with
   the message dict (post to Slack, open a page, ...). No hook set: the log line is the alert.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +26,45 @@ from airflow.sdk import BaseNotifier
 log = logging.getLogger("airflow.task")
 
 FAILURE_HOOK_VARIABLE = "trinitylake_failure_hook"
+LAKEHOUSE_VARIABLE = "trinitylake_lakehouse"
 ACTIVE_STATES = ["queued", "running"]
+
+
+def _rendered_lakehouse(task: Any) -> str | None:
+    """``--lakehouse`` of the task's rendered arguments (the lakehouse the job ran on)."""
+    args = getattr(task, "application_args", None)
+    if args is None:
+        args = (getattr(task, "spark_python_task", None) or {}).get("parameters")
+    args = list(args or [])
+    if "--lakehouse" in args[:-1]:
+        value = str(args[args.index("--lakehouse") + 1])
+        if value and "{{" not in value:
+            return value
+    return None
+
+
+def lakehouse_of(context: dict[str, Any]) -> str:
+    """The lakehouse a failed run was maintaining: the task's rendered ``--lakehouse``, else the
+    ``lakehouse`` param, else the ``trinitylake_lakehouse`` Variable, else the DAG's default."""
+    found = _rendered_lakehouse(context.get("task") or getattr(context.get("ti"), "task", None))
+    found = found or (context.get("params") or {}).get("lakehouse")
+    if not found:
+        try:
+            found = context["var"]["value"].get(LAKEHOUSE_VARIABLE, None)
+        except Exception:  # noqa: BLE001 - no accessor in this context: ask the Variable API
+            found = None
+    if not found:
+        try:
+            from airflow.sdk import Variable
+
+            found = Variable.get(LAKEHOUSE_VARIABLE, default=None)
+        except Exception:  # noqa: BLE001 - an alert never fails on its own lookup
+            found = None
+    if not found:
+        from trinitylake_tasks import DEFAULT_LAKEHOUSE
+
+        found = DEFAULT_LAKEHOUSE
+    return str(found)
 
 
 def failure_message(context: dict[str, Any]) -> dict[str, Any]:
@@ -32,10 +72,9 @@ def failure_message(context: dict[str, Any]) -> dict[str, Any]:
     ti = context.get("ti") or context.get("task_instance")
     dag = context.get("dag")
     dag_run = context.get("dag_run")
-    params = context.get("params") or {}
     task_id = getattr(ti, "task_id", None)
     job = task_id.removesuffix("_dry_run").removesuffix("_weekly") if task_id else None
-    lakehouse = params.get("lakehouse") or "(the trinitylake_lakehouse Variable)"
+    lakehouse = lakehouse_of(context)
     msg = {
         "dag_id": getattr(dag, "dag_id", None) or getattr(ti, "dag_id", None),
         "task_id": task_id,
@@ -44,10 +83,12 @@ def failure_message(context: dict[str, Any]) -> dict[str, Any]:
         "lakehouse": lakehouse,
         "error": str(context.get("exception") or context.get("reason") or ""),
         "log_url": getattr(ti, "log_url", None),
+        # Runnable as it stands: the lakehouse quoted for a shell, the job's own runs.
+        "command": f"tlake --lakehouse {shlex.quote(lakehouse)} show" + (f" --job {job}" if job else ""),
     }
     msg["text"] = (f"TrinityLake maintenance failed: {msg['dag_id']}.{task_id or '(run)'} run {msg['run_id']} "
                    f"on {lakehouse}: {msg['error'] or 'see the task log'}"
-                   + (f" - its runs: tlake --lakehouse {lakehouse} show --job {job}" if job else ""))
+                   + f" - its runs: {msg['command']}")
     return msg
 
 
