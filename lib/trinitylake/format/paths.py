@@ -18,7 +18,7 @@ from trinitylake.errors import ValidationError
 ROOT_RE = re.compile(r"^_[01]{64}\.arrow$")
 HASHED_RE = re.compile(r"^([01]{4})/([01]{4})/([01]{4})/([01]{8})-(.+)$")
 LAKEHOUSE_DEF_RE = re.compile(r"^_lakehouse_def_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.binpb$")
-OWNED_HASHED_RE = re.compile(r"^[01]{4}/[01]{4}/[01]{4}/[01]{8}-.+\.(arrow|binpb)$")
+OWNED_HASHED_RE = re.compile(r"^[01]{4}/[01]{4}/[01]{4}/[01]{8}-[^/]+\.(arrow|binpb)$")
 HINT_FILE = "_latest_hint.txt"
 MAX_VERSION = (1 << 64) - 1
 

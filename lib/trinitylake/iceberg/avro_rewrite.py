@@ -118,7 +118,7 @@ class _Codec:
         if t == "enum":
             return d.read_int()
         if t == "array":
-            out = []
+            out: list[Any] = []
             while (n := d.read_int()) != 0:
                 if n < 0:
                     n = -n
@@ -184,16 +184,21 @@ class _Codec:
 
 
 # ---- block codecs ------------------------------------------------------------------------------
+def _known_codec(codec: str) -> Any:
+    from pyiceberg.avro.codecs import KNOWN_CODECS
+
+    c = {str(k): v for k, v in KNOWN_CODECS.items()}.get(codec)
+    if c is None:
+        raise AvroRewriteError(f"unsupported Avro codec {codec!r}")
+    return c
+
+
 def _decompress(codec: str, data: bytes) -> bytes:
     if codec == "null":
         return data
     if codec == "deflate":
         return zlib.decompress(data, -15)
-    from pyiceberg.avro.codecs import KNOWN_CODECS
-
-    c = KNOWN_CODECS.get(codec)
-    if c is None:
-        raise AvroRewriteError(f"unsupported Avro codec {codec!r}")
+    c = _known_codec(codec)
     return c.decompress(data)
 
 
@@ -203,11 +208,7 @@ def _compress(codec: str, data: bytes) -> bytes:
     if codec == "deflate":
         z = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
         return z.compress(data) + z.flush()
-    from pyiceberg.avro.codecs import KNOWN_CODECS
-
-    c = KNOWN_CODECS.get(codec)
-    if c is None:
-        raise AvroRewriteError(f"unsupported Avro codec {codec!r}")
+    c = _known_codec(codec)
     return c.compress(data)[0]
 
 
@@ -268,7 +269,7 @@ def rewrite_avro(data: bytes, fn: RecordFn, meta_fn: Callable[[str], str] | None
             if new != text:
                 meta[k] = new.encode("utf-8")
     out = io.BytesIO()
-    e = BinaryEncoder(out)  # type: ignore[arg-type]
+    e = BinaryEncoder(out)
     e.write(MAGIC)
     e.write_int(len(meta))
     for k, v in meta.items():
@@ -278,7 +279,7 @@ def rewrite_avro(data: bytes, fn: RecordFn, meta_fn: Callable[[str], str] | None
     e.write(sync)
     for count, records in blocks:
         buf = io.BytesIO()
-        be = BinaryEncoder(buf)  # type: ignore[arg-type]
+        be = BinaryEncoder(buf)
         for r in records:
             codec.write(codec.schema, fn(r), be)
         payload = _compress(codec_name, buf.getvalue())
