@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS_DIR, TMP_DIR, parse_args, ratio, write_result
+from bench.common import REPO_ROOT, RESULTS_DIR, TMP_DIR, machine_info, parse_args, ratio, write_result
 
 PEERS = Path(os.environ.get("TLAKE_PEERS_DIR", "/work/shared/acceptance/lib"))
 PY = sys.executable
@@ -481,7 +481,37 @@ def measure_size(args: Any, cache: Path, tables: int, versions: int, env: dict[s
         r.setdefault("planted", None)
         r["generator_s"] = gen.get("seconds")
         r["date"] = date
+        r["run"] = RUN_ID  # ratios pair rows of one run only (`same_run`)
+        r["git"] = GIT
     return rows
+
+
+# The run that measures now: rows keep it, so that a ratio is printed only when both its sides
+# come from one run of one clean commit (rows of sizes not re-measured are kept in the file).
+RUN_ID = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+GIT = (machine_info().get("git") or "unknown")
+
+
+def run_of(r: dict[str, Any]) -> str:
+    """The run a row comes from (rows written before runs were recorded: their size's date)."""
+    return str(r.get("run") or f"date {r.get('date')}")
+
+
+def same_run(a: dict[str, Any] | None, b: dict[str, Any] | None, refused: list[str], label: str) -> bool:
+    """Whether a ratio of rows `a` and `b` may be printed: both measured, in one run, on a
+    clean tree. Otherwise the reason is added to `refused` (printed instead of the ratio)."""
+    if a is None or b is None:
+        return False
+    if run_of(a) != run_of(b):
+        refused.append(f"{label}: not printed, its sides come from different runs ({a['tool']}: {run_of(a)}; "
+                       f"{b['tool']}: {run_of(b)}); re-measure both with `python -m bench.bench_scale --sizes "
+                       f"{a['tables']}:{a['versions']} --fresh`")
+        return False
+    dirty = [str(r.get("git")) for r in (a, b) if str(r.get("git", "")).endswith("+dirty")]
+    if dirty:
+        refused.append(f"{label}: not printed, measured on a tree with uncommitted changes ({dirty[0]})")
+        return False
+    return True
 
 
 # ---- analysis -----------------------------------------------------------------------------------
@@ -667,10 +697,10 @@ def write_rows(
     report(args, rows, sorted({(r["tables"], r["versions"]) for r in rows}), secs)
 
 
-def _best(rows: list[dict[str, Any]], files: int, job: str, tool: str) -> float | None:
+def _best_row(rows: list[dict[str, Any]], files: int, job: str, tool: str) -> dict[str, Any] | None:
     for r in rows:
         if r["files"] == files and r["job"] == job and r["tool"] == tool and r.get("ok"):
-            return r["seconds"]
+            return r
     return None
 
 
@@ -748,16 +778,19 @@ def extrapolation_text(extrap: dict[str, Any], largest: int | None) -> str:
 def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]], secs: float) -> int:
     sizes = sorted({r["files"] for r in rows})
     ratios: dict[str, float | None] = {}
+    refused: list[str] = []
     for f in sizes:
         lab = f"{f:,} files"
-        peer_w = _best(rows, f, "walk", "peer: tlwalk.py (serial pyarrow)")
+        peer_w = _best_row(rows, f, "walk", "peer: tlwalk.py (serial pyarrow)")
         for mode in ("auto", "local", "distributed", "connect"):
-            s = _best(rows, f, "walk", f"tlake {mode}")
-            if s and peer_w:
-                ratios[f"walk seconds, tlake {mode} / tlwalk.py, {lab}"] = ratio(s, peer_w)
-        loc, dist = _best(rows, f, "walk", "tlake local"), _best(rows, f, "walk", "tlake distributed")
-        if loc and dist:
-            ratios[f"walk seconds, tlake distributed / tlake local, {lab}"] = ratio(dist, loc)
+            w = _best_row(rows, f, "walk", f"tlake {mode}")
+            label = f"walk seconds, tlake {mode} / tlwalk.py, {lab}"
+            if same_run(w, peer_w, refused, label) and w and peer_w:
+                ratios[label] = ratio(w["seconds"], peer_w["seconds"])
+        loc, dist = _best_row(rows, f, "walk", "tlake local"), _best_row(rows, f, "walk", "tlake distributed")
+        label = f"walk seconds, tlake distributed / tlake local, {lab}"
+        if same_run(dist, loc, refused, label) and loc and dist:
+            ratios[label] = ratio(dist["seconds"], loc["seconds"])
         vac = next((r for r in rows if r["files"] == f and r["tool"].startswith("peer: delta-rs")), None)
         orph = next(
             (
@@ -767,7 +800,8 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
             ),
             None,
         )
-        if vac and orph and vac["items_per_s"] and orph["items_per_s"]:
+        label = f"orphans files/s, delta-rs vacuum / tlake auto (same number of orphans), {lab}"
+        if same_run(vac, orph, refused, label) and vac and orph and vac["items_per_s"] and orph["items_per_s"]:
             ratios[f"orphans files/s, delta-rs vacuum / tlake auto (same number of orphans), {lab}"] = ratio(
                 vac["items_per_s"], orph["items_per_s"]
             )
@@ -776,7 +810,8 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
             (r for r in rows if r["files"] == f and r["job"] == "export" and r["tool"] == "tlake auto" and r.get("ok")),
             None,
         )
-        if cp and exp and cp["mb_per_s"] and exp["mb_per_s"]:
+        label = f"export bytes/s, cp -r / tlake export auto, {lab}"
+        if same_run(cp, exp, refused, label) and cp and exp and cp["mb_per_s"] and exp["mb_per_s"]:
             ratios[f"export bytes/s, cp -r / tlake export auto, {lab}"] = ratio(cp["mb_per_s"], exp["mb_per_s"])
     cross = crossover(rows)
     largest = max(sizes) if sizes else None
@@ -811,6 +846,7 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         extrapolation_text(extrap, largest),
         *phase_notes,
         *mixed_runs_notes(rows),
+        *[f"REFUSED: {x}" for x in refused],
     ]
     failed = [
         f"{r['job']} {r['tool']} at {r['files']:,} files: {str(r.get('error'))[-300:]}" for r in rows if not r.get("ok")
