@@ -25,6 +25,32 @@ tlake_test_seams.install()  # crash points and delete budgets of in-process runs
 
 pytest_plugins = ["tests.s3server"]
 
+#: The Hypothesis seed of this run (see `pytest_configure`).
+HYPOTHESIS_SEED: int | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Every run tries new inputs: unless ``--hypothesis-seed`` (or ``TLAKE_HYPOTHESIS_SEED``)
+    names one, a fresh random seed is drawn and handed to Hypothesis's plugin (which reads the
+    option after this hook). The seed is printed in the header and, for a failure, by
+    Hypothesis; replay a run with ``--hypothesis-seed=<seed>``."""
+    global HYPOTHESIS_SEED
+    import secrets
+
+    given = config.getoption("--hypothesis-seed", default=None) or os.environ.get("TLAKE_HYPOTHESIS_SEED")
+    seed = int(given) if given is not None else secrets.randbelow(2**32)
+    config.option.hypothesis_seed = str(seed)
+    HYPOTHESIS_SEED = seed
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis seed: {HYPOTHESIS_SEED} (replay with --hypothesis-seed={HYPOTHESIS_SEED})"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    terminalreporter.write_line(f"hypothesis seed: {HYPOTHESIS_SEED} (replay with --hypothesis-seed={HYPOTHESIS_SEED})")
+
 
 @pytest.fixture(scope="session")
 def spark():

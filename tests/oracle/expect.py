@@ -69,7 +69,7 @@ def floor(o: Oracle) -> int:
     return int(o.latest()[1].oldest_retained_version)
 
 
-def retained_versions(o: Oracle) -> list[int]:
+def kept_versions(o: Oracle) -> list[int]:
     """Listed versions from the committed floor to the latest."""
     latest, d = o.latest()
     return [v for v in o.listed_versions() if d.oldest_retained_version <= v <= latest]
@@ -387,6 +387,6 @@ def root_files(o: Oracle) -> list[str]:
 __all__ = [
     "Row", "Walk", "contents", "decode", "export_contents", "export_roots", "expired_files", "floor", "is_owned",
     "latest_version", "listing", "live_entries", "live_walk", "merged_keys", "oracle_for", "oracle_of", "orphans",
-    "owned", "retained_versions", "root_files", "size", "tables", "unreferenced", "version_contents",
+    "owned", "kept_versions", "root_files", "size", "tables", "unreferenced", "version_contents",
     "version_files", "walk",
 ]

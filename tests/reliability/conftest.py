@@ -112,13 +112,45 @@ class Ledger:
         return {"categories": dict(cats), "total": total}
 
 
+def git_state() -> dict[str, Any]:
+    """The commit the suite measures (short hash) and whether the working tree differed from it
+    (``dirty``; ``lib_dirty``: in lib/ itself), so that RELIABILITY.md can name what it measured."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(HERE))
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=7", "HEAD")
+        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None, "lib_dirty": None}
+    return {"commit": commit or None, "dirty": bool(changed),
+            "lib_dirty": any(p.startswith("lib/") or " -> lib/" in p for p in changed)}
+
+
+def _hypothesis_seed() -> int | None:
+    try:
+        from tests.conftest import HYPOTHESIS_SEED
+    except ImportError:
+        return None
+    return HYPOTHESIS_SEED
+
+
 _LEDGER = Ledger()
+_GIT: dict[str, Any] = {}
 _OUTCOMES = {"passed": 0, "failed": 0, "skipped": 0}
 
 
 @pytest.fixture(scope="session")
 def ledger() -> Ledger:
     return _LEDGER
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _GIT.update(git_state())  # what is measured: the tree as the run starts
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -137,6 +169,7 @@ def _write_oracle(session: pytest.Session, name: str, record: bool) -> None:
     doc = {"scale": name, "scale_parameters": SCALES[name].__dict__,
            "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
+           "git": dict(_GIT), "hypothesis_seed": _hypothesis_seed(),
            "outcomes": dict(_OUTCOMES), **_LEDGER.summary(entries), "tests": entries}
     targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-oracle-{name}.json")]
     if record and _OUTCOMES.get("failed", 0) == 0:
@@ -163,6 +196,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_seconds": round(time.time() - _LEDGER.started, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
+        "git": dict(_GIT),
+        "hypothesis_seed": _hypothesis_seed(),
         "outcomes": dict(_OUTCOMES),
         **_LEDGER.summary(entries),
         "tests": entries,

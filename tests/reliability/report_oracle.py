@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.reliability.report import measured
+
 WHAT = """\
 The destructive jobs' expected results come from an **oracle that shares no code with the walk**:
 `tests/oracle/reader.py`, a TrinityLake reader written from the spec with pyarrow and the protobuf
@@ -66,7 +68,8 @@ def render_oracle(full: dict[str, Any] | None, ci: dict[str, Any] | None) -> lis
                   f"{_n(t['trials'])} trials, {_n(t['faults'])} SIGKILLs and injected faults, "
                   f"**data lost: {_n(t['data_lost'])}**. Hypothesis: `max_examples={params.get('property_examples')}`, "
                   f"`stateful_step_count={params.get('property_steps')}`, `deadline=None`"
-                  + (", `derandomize=True`" if label == "ci" else "") + ".", "",
+                  + (f", seed {doc['hypothesis_seed']}" if doc.get("hypothesis_seed") is not None else "")
+                  + (f"; {measured(doc)}" if doc.get("git") else "") + ".", "",
                   "| test | trials | kills / faults | data lost | seconds | figures |", "|---|---:|---:|---:|---:|---|"]
         for e in sorted(doc["tests"], key=lambda e: e["test"]):
             lines.append(f"| {e['test']} | {_n(e['trials'])} | {_n(e['faults'])} | {_n(e['data_lost'])} | "

@@ -22,3 +22,11 @@ def test_render_reports_every_category_and_the_totals() -> None:
         assert f"| {cat} |" in text
     assert text.count("| **total** |") == 2  # full and ci
     assert "Defects the suite found" in text
+
+
+def test_the_report_names_the_commit_it_measured_and_can_lead_with_the_ci_scale() -> None:
+    ci = {**_doc("ci"), "git": {"commit": "abc1234", "dirty": True, "lib_dirty": False}, "hypothesis_seed": 7}
+    text = report.render(_doc("full"), ci, "ci")
+    assert "Measured at commit `abc1234` (working tree with uncommitted changes, none in lib/), **ci scale**" in text
+    assert "Hypothesis seed 7" in text and "## Tests (ci scale)" in text
+    assert "commit not recorded" in text  # the full-scale run beside it did not record one

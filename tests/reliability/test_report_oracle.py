@@ -18,7 +18,7 @@ def _doc(scale: str) -> dict:
 
 def test_the_oracle_section_reports_both_scales_hypothesis_settings_and_data_lost() -> None:
     text = "\n".join(render_oracle(_doc("full"), _doc("ci")))
-    assert text.count("**data lost: 0**") == 2 and "`max_examples=200`" in text and "`derandomize=True`" in text
+    assert text.count("**data lost: 0**") == 2 and "`max_examples=200`" in text and "derandomize" not in text
     assert "| SIGKILL and re-run: expire (S3) | 3 | 3 | 0 | 20.0 | points a, b |" in text
     assert "VersionExpiredError" in text and "shares no code" in text
 
