@@ -110,6 +110,22 @@ class MaintenanceFailureNotifier(BaseNotifier):
         # The Variable is read when the callback runs (a template), never at parse time.
         self.hook = hook if hook is not None else "{{ var.value.get('" + FAILURE_HOOK_VARIABLE + "', '') }}"
 
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """As BaseNotifier's, also where the DAG-run callback gets a SerializedDAG without a
+        template environment (Airflow 3.3's `airflow dags test` runs DAG callbacks so): the hook
+        Variable is then read through the Variable API."""
+        try:
+            super().render_template_fields(context, jinja_env)
+        except AttributeError:
+            if "{{" in (self.hook or ""):
+                try:
+                    from airflow.sdk import Variable
+
+                    self.hook = Variable.get(FAILURE_HOOK_VARIABLE, default="") or ""
+                except Exception:  # noqa: BLE001 - the log line still alerts
+                    log.warning("could not read the %s Variable: failures only logged", FAILURE_HOOK_VARIABLE)
+                    self.hook = ""
+
     def notify(self, context: dict[str, Any]) -> None:
         msg = failure_message(context)
         log.error("%s", msg["text"])

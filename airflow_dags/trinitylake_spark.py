@@ -124,8 +124,8 @@ def find_spark_submit(binary: str, repo: Path) -> str | None:
     candidates = []
     if os.environ.get("SPARK_HOME"):
         candidates.append(Path(os.environ["SPARK_HOME"]) / "bin")
-    candidates += [Path(p).parent for p in sorted(glob.glob(str(repo / ".venv/lib/python3*/site-packages/pyspark/bin/"
-                                                                     + binary)))]
+    candidates += [Path(p).parent for p in sorted(glob.glob(str(repo / ".venv/lib/python3*/site-packages/pyspark/bin"
+                                                                     / binary)))]
     for folder in candidates:
         if (folder / binary).is_file():
             return str(folder)

@@ -78,13 +78,21 @@ def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseExc
 
 def main(job: str, argv: Sequence[str]) -> int:
     """`trinitylake.spark.runner.main`, plus the outcome file when ``TLAKE_RESULT_FILE`` is set."""
+    from trinitylake import job_flags
     from trinitylake.spark import runner
 
     path = os.environ.get(RESULT_FILE_ENV, "").strip()
     if not path:
         return runner.main(job, argv)
     seen: dict[str, Any] = {}
-    run_job = runner.run_job
+    run_job, parse_job_args = runner.run_job, job_flags.parse_job_args
+
+    def parsing(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return parse_job_args(*args, **kwargs)
+        except BaseException as e:  # a ConfigError: the runner prints it and exits 2
+            seen["error"] = e
+            raise
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -94,7 +102,8 @@ def main(job: str, argv: Sequence[str]) -> int:
             raise
         return seen["result"]
 
-    runner.run_job = recording  # main() looks it up at call time
+    # main() looks both up at call time (parse_job_args is imported inside it).
+    runner.run_job, job_flags.parse_job_args = recording, parsing
     try:
         code = runner.main(job, argv)
     except SystemExit as e:  # --help
@@ -106,7 +115,7 @@ def main(job: str, argv: Sequence[str]) -> int:
         write_outcome(path, job, 1, None, seen.get("error", e))
         raise
     finally:
-        runner.run_job = run_job
+        runner.run_job, job_flags.parse_job_args = run_job, parse_job_args
     write_outcome(path, job, code, seen.get("result"), seen.get("error"))
     return code
 

@@ -127,3 +127,35 @@ def test_failure_notifier_without_hook_only_logs(monkeypatch, caplog):
     assert "show --job expire" in caplog.text
     with pytest.raises(ValueError, match="package.module:function"):
         resolve_hook("no_colon")
+
+
+def test_failure_notifier_as_a_dag_run_callback_of_dags_test(monkeypatch, caplog):
+    """`airflow dags test` (Airflow 3.3) runs the DAG's callback with a SerializedDAG, which has
+    no template environment: the alert still names the lakehouse and calls the hook."""
+    from trinitylake_alerts import MaintenanceFailureNotifier
+
+    received = []
+    hooks = types.ModuleType("tl_test_hooks_run")
+    hooks.page = received.append
+    monkeypatch.setitem(sys.modules, "tl_test_hooks_run", hooks)
+    monkeypatch.setenv("AIRFLOW_VAR_TRINITYLAKE_FAILURE_HOOK", "tl_test_hooks_run:page")
+    monkeypatch.setenv("AIRFLOW_VAR_TRINITYLAKE_LAKEHOUSE", "/data/my lh")
+    context = {"dag": types.SimpleNamespace(dag_id="trinitylake_maintenance"),
+               "dag_run": types.SimpleNamespace(run_id="manual__1"), "params": {"lakehouse": ""}, "reason": "task_failure"}
+    with caplog.at_level("ERROR"):
+        MaintenanceFailureNotifier()(context)
+    assert len(received) == 1
+    assert received[0]["lakehouse"] == "/data/my lh"
+    assert received[0]["command"] == "tlake --lakehouse '/data/my lh' show"
+    assert "(the trinitylake_lakehouse Variable)" not in caplog.text
+
+
+def test_failure_alert_names_the_rendered_lakehouse_and_a_runnable_command(dagbag):
+    from trinitylake_alerts import failure_message
+
+    task = _render(dagbag.dags["trinitylake_maintenance"], "export_weekly", SUNDAY)
+    ti = types.SimpleNamespace(task_id="export_weekly", dag_id="trinitylake_maintenance", task=task)
+    msg = failure_message({"ti": ti, "task": task, "params": {"lakehouse": ""}, "exception": RuntimeError("x")})
+    assert msg["lakehouse"] == "s3://CHANGE-ME/trinitylake"
+    assert msg["command"] == "tlake --lakehouse s3://CHANGE-ME/trinitylake show --job export"
+    assert msg["command"] in msg["text"]
