@@ -101,16 +101,14 @@ def run(request):
     from trinitylake.spark.execution import Execution
     from trinitylake.spark.export import run_export
 
-    def go(lh, target, name, *, target_storage_options=None, fail_after_batches=None, execution="local", limits=None,
-           **kw):
+    def go(lh, target, name, *, target_storage_options=None, execution="local", limits=None, **kw):
         cfg = export_cfg(lh, target, name, **kw)
         result = JobResult(job="export", run_id=cfg.run_id, lakehouse=lh.uri)
         record: dict = {}
         result.details["execution"] = record
         ex = Execution(execution, session_factory=lambda: request.getfixturevalue("spark"), record=record,
                        limits=limits)
-        return run_export(ex, lh, cfg, result, target_storage_options=target_storage_options,
-                          fail_after_batches=fail_after_batches)
+        return run_export(ex, lh, cfg, result, target_storage_options=target_storage_options)
 
     return go
 

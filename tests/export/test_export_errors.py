@@ -11,6 +11,7 @@ from trinitylake.errors import (
     AlreadyExistsError,
     ConfigError,
     InvalidURIError,
+    StorageError,
     UnsafeOperationError,
     ValidationError,
     VersionExpiredError,
@@ -116,12 +117,16 @@ def test_name_clashes_and_conflicting_exports(spark, run, lh, tmp_path):
 
 
 def test_unfinished_export_with_other_options_is_not_mixed_up(spark, run, lh, tmp_path):
-    from trinitylake.spark.export import InjectedFailure
+    from tests.support.faults import FaultSpec, injected
 
     v = lh.latest_version()
     target = str(tmp_path / "t")
-    with pytest.raises(InjectedFailure):
-        run(lh, target, "e", fail_after_batches=0, batch_size=2)
+    # The target refuses every copied file (a permanent fault at the storage): the plan is
+    # persisted, nothing is copied, the export stays unfinished.
+    refused = FaultSpec(permanent_paths=r"^(?!_export/)", permanent_ops=("create_exclusive",))
+    with injected(refused), pytest.raises(StorageError):
+        run(lh, target, "e", batch_size=2)
+    assert Storage(target).exists("_export/e/plan/_plan.json")
     lh.create_namespace("later")
     with pytest.raises(ValidationError, match="unfinished|already holds an export named"):
         run(lh, target, "e", version=lh.latest_version())

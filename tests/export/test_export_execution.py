@@ -8,13 +8,13 @@ import os
 
 import pytest
 
+from tests.support.faults import FaultSpec, injected
 from trinitylake.format.paths import is_root_name, root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import Execution
 from trinitylake.spark.export import run_export
 from trinitylake.storage import Storage
-from trinitylake.storage.faults import FaultSpec, injected
 
 from .conftest import export_cfg, populate, reachable, root_files, state, target_files
 
@@ -131,17 +131,25 @@ def test_resume_after_an_injected_copy_failure_copies_only_what_is_missing(run, 
 
 
 def test_local_crash_mid_part_is_invisible_and_resumable(run, make_lakehouse, tmp_path):
-    from trinitylake.spark.export import InjectedFailure
+    """The export's own process (the driver's copy threads) SIGKILLed right after its third
+    target file: the files copied stay, nothing is visible, a re-run finishes."""
+    import subprocess
+    import sys
 
     lh = make_lakehouse()
     v = populate(lh)
     target = str(tmp_path / "t")
-    with pytest.raises(InjectedFailure):
-        run(lh, target, "c1", fail_after_batches=0)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((root, os.environ.get("PYTHONPATH", "")))}
+    proc = subprocess.run([sys.executable, "-m", "tests.oracle.killer", "--op", "create_exclusive", "--nth", "3",
+                           "--when", "after", "--root", Storage(target).root, "export", "--lakehouse", lh.uri,
+                           "--execution", "local", "--name", "c1", "--target", target, "--version", str(v),
+                           "--control-uri", str(tmp_path / "control")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, f"the export was not killed (rc {proc.returncode}): {proc.stderr[-3000:]}"
     tgt = Storage(target)
     half = target_files(tgt)
     assert half and root_files(tgt) == [] and "c1" not in lh.definition().exported_snapshots
-    assert not any(f.path.startswith("_export/c1/copied/") for f in tgt.list("_export"))  # no part finished
     r = run(lh, target, "c1")
     assert r.details["resumed"] and r.counts["skipped"] == len(half)
     assert r.counts["copied"] == r.counts["planned"] - len(half)

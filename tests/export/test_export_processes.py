@@ -60,18 +60,30 @@ def test_a_source_file_missing_in_a_worker_is_a_typed_error_naming_it(run, make_
     assert "m" not in lh.definition().exported_snapshots
 
 
-def test_a_dead_worker_fails_the_copy_and_a_rerun_finishes_it(run, make_lakehouse, tmp_path, processes, monkeypatch):
+def test_a_worker_killed_mid_copy_fails_the_copy_and_a_rerun_finishes_it(run, make_lakehouse, tmp_path, processes,
+                                                                          monkeypatch):
+    from tests.support.faults import ENV, FaultSpec, kill_pids
+
     lh = make_lakehouse()
     v = populate(lh)
     target = str(tmp_path / "t")
-    # A worker that exits at once, like one killed by the OOM killer before its first answer.
-    monkeypatch.setattr(sys, "executable", "/bin/true")
-    with pytest.raises(StorageError, match="copy"):
+    # The copy worker processes (not this one) start with the test's fault hook: the first of
+    # them to create its third target file is SIGKILLed right after it, like one the OOM
+    # killer took mid-part.
+    log_dir = str(tmp_path / "faults")
+    kill = FaultSpec(kill_op="create_exclusive", kill_nth=3, kill_when="after", kill_paths=r"^(?!_export/)",
+                     kill_token=str(tmp_path / "killed"), log_dir=log_dir)
+    monkeypatch.setenv(ENV, kill.to_json())
+    with pytest.raises(StorageError, match=r"copy worker \(pid \d+\) died"):
         run(lh, target, "d", batch_size=4)
-    assert root_files(Storage(target)) == [] and "d" not in lh.definition().exported_snapshots
-    monkeypatch.undo()
+    killed = kill_pids(log_dir)
+    assert len(killed) == 1 and os.getpid() not in killed, "one copy worker was really killed"
+    present = target_files(Storage(target))
+    assert len(present) >= 3 and root_files(Storage(target)) == [] and "d" not in lh.definition().exported_snapshots
+    monkeypatch.delenv(ENV)
     r = run(lh, target, "d")
     assert r.details["resumed"] and r.counts["copied"] + r.counts["skipped"] == r.counts["planned"]
+    assert r.counts["skipped"] >= len(present)
     assert len(set(target_files(Storage(target))) - {"_latest_hint.txt"}) == r.counts["planned"]
     assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
 
@@ -86,9 +98,7 @@ def test_an_exception_inside_a_worker_names_the_part(tmp_path):
         pool.map(["part-00000.parquet", "part-00001.parquet"], (src, tgt, None, "_export/none", True, False))
 
 
-def test_small_or_injected_copies_stay_on_the_driver_threads(tmp_path, monkeypatch):
-    from trinitylake.storage.faults import FaultSpec, injected
-
+def test_small_copies_stay_on_the_driver_threads(tmp_path, monkeypatch):
     monkeypatch.setattr(E.os, "cpu_count", lambda: 2)
     src, tgt = Storage(str(tmp_path / "s")), Storage(str(tmp_path / "t"))
     assert E.copy_processes(E.LOCAL_PROCESS_MIN_FILES - 1, 10, src, tgt) == 0
@@ -112,9 +122,25 @@ def test_small_or_injected_copies_stay_on_the_driver_threads(tmp_path, monkeypat
     never = E._Workers(src, tgt, allowed=False)
     never.expect(10**6)
     assert never.pool is None
-    # A fault injector lives in this process only: the copy must stay here to meet it.
-    with injected(FaultSpec(transient_rate=0.0)):
-        assert E.copy_processes(10**6, 1000, src, tgt) == 0
+
+
+def test_storage_faults_reach_the_copy_workers(run, make_lakehouse, tmp_path, processes):
+    """Faults injected at the storage (transient, some after the create took effect) reach the
+    worker processes, whose storage retries them: the export is exact."""
+    from tests.support.faults import FaultSpec, count_logged, injected
+
+    lh = make_lakehouse()
+    v = populate(lh)
+    log_dir = str(tmp_path / "faults")
+    spec = FaultSpec(transient_rate=0.2, after_share=0.3, max_consecutive=2, ops=("read", "create_exclusive", "info"),
+                     seed=4, log_dir=log_dir)
+    with injected(spec):
+        r = run(lh, str(tmp_path / "t"), "f", version=v, batch_size=4)
+    assert r.details["copy_processes"] == 2
+    pids = {int(n[len("faults-"):-len(".log")]) for n in os.listdir(log_dir)}
+    assert pids - {os.getpid()}, "faults were injected in the copy worker processes"
+    assert count_logged(log_dir)["total"] > 0
+    assert state(Lakehouse.open(str(tmp_path / "t"), audit=False).view()) == state(lh.view(version=v))
 
 
 @pytest.mark.parametrize("executable", ["", "/nonexistent/bin/python"])

@@ -8,10 +8,11 @@ import time
 
 import pytest
 
+from trinitylake.errors import StorageError
 from trinitylake.format.paths import HINT_FILE, root_name
 from trinitylake.lakehouse import Lakehouse
+from trinitylake.maintenance.export_plan import read_manifest
 from trinitylake.maintenance.export_target import drop_export
-from trinitylake.spark.export import InjectedFailure
 from trinitylake.storage import Storage
 
 from .conftest import (
@@ -153,13 +154,21 @@ def test_incremental_export_to_the_same_target_copies_only_new_files(run, make_l
 
 
 @pytest.mark.parametrize("resume_on", ["local", "distributed"])
-def test_killed_export_resumes_without_recopying_verified_files(run, make_lakehouse, tmp_path, resume_on):
+def test_killed_export_resumes_without_recopying_verified_files(spark, run, make_lakehouse, tmp_path, resume_on):
+    from tests.support.faults import FaultSpec, in_spark_workers, kill_pids
+
     lh = make_lakehouse()
     v = populate(lh)
     target = str(tmp_path / "killed")
 
-    with pytest.raises(InjectedFailure):
-        run(lh, target, "k1", batch_size=4, fail_after_batches=2, execution="distributed")
+    # The executors copy (the production `_copy_batches`); the first of their Python workers to
+    # create its sixth target file is SIGKILLed right after it, mid-part.
+    kill = FaultSpec(kill_op="create_exclusive", kill_nth=6, kill_when="after", kill_paths=r"^(?!_export/)",
+                     kill_token=str(tmp_path / "killed-token"))
+    with in_spark_workers(spark, kill, str(tmp_path / "faults")) as log_dir, pytest.raises(StorageError):
+        run(lh, target, "k1", batch_size=4, execution="distributed")
+    killed = kill_pids(log_dir)
+    assert len(killed) == 1 and os.getpid() not in killed, "one executor worker was really killed"
 
     tgt = Storage(target)
     assert root_files(tgt) == []  # not visible: the root is written last
@@ -168,9 +177,12 @@ def test_killed_export_resumes_without_recopying_verified_files(run, make_lakeho
         Lakehouse.open(target, audit=False)
     present = target_files(tgt)
     parts = json.loads(tgt.read("_export/k1/plan/_plan.json"))["parts"]
-    assert len(parts) >= 3
-    # Two whole batches and half of the third were copied before the crash.
-    assert len(present) == parts[0]["rows"] + parts[1]["rows"] + parts[2]["rows"] // 2 > 0
+    planned = sum(p["rows"] for p in parts) + 1
+    assert len(parts) >= 3 and 6 <= len(present) < planned - 1  # some copied, not all
+    manifested: set[str] = set()
+    for p in parts:
+        manifested |= set(read_manifest(tgt, f"_export/k1/copied/{p['name'].removesuffix('.parquet')}.json") or {})
+    assert manifested <= set(present)
     stamps = {p: os.stat(os.path.join(target, p)).st_mtime_ns for p in present}
 
     r = run(lh, target, "k1", batch_size=4, execution=resume_on)  # same options, no version given: resumes v
@@ -180,8 +192,9 @@ def test_killed_export_resumes_without_recopying_verified_files(run, make_lakeho
     assert r.counts["copied"] == r.counts["planned"] - len(present)
     assert r.counts["verified"] == r.counts["planned"]
     # Only the missing files were read from the source: the nodes come with the plan, the
-    # definition files of the two finished parts were verified at the target from their manifests.
-    assert r.counts["source_reads"] <= r.counts["copied"] + parts[2]["rows"] // 2
+    # definition files of finished parts were verified at the target from their manifests; files
+    # of unfinished parts already there are read to be compared.
+    assert r.counts["source_reads"] <= r.counts["copied"] + len(set(present) - manifested)
     assert all(os.stat(os.path.join(target, p)).st_mtime_ns == t for p, t in stamps.items())  # not rewritten
     assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
     assert lh.definition().exported_snapshots["k1"].endswith(root_name(v))

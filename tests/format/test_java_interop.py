@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 
 from tests.format import oracle
+from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import StoragePermissionError, UndecodableKeyError
 from trinitylake.format import definitions as D
 from trinitylake.format.node import deserialize
 from trinitylake.format.paths import is_format_owned, root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance import reach as R
-from trinitylake.storage.faults import FaultSpec, injected
 
 NS_MAX = T_MAX = 8
 

@@ -35,6 +35,9 @@ def test_orphans_and_expire_leave_table_files_alone(tmp_path):
     root = str(tmp_path / "lh")
     tables = {f for f in files_under(root) if f.startswith(("warehouse/", "0110/0101/0000/01010101-t/"))}
     assert tables and not any(is_format_owned(f) for f in tables)
+    # A format file's name has no folder after its hash prefix: a table's file never matches.
+    assert not is_format_owned("0110/0101/0000/01010101-t/data/part-0.arrow")
+    assert not is_format_owned("0110/0101/0000/01010101-t/metadata/x.binpb")
     time.sleep(1.5)  # past the transaction TTL: versions may expire, files are old enough
     res = run("orphans", lh, older_than=0, unsafe_min_age=True)
     assert res.status == "succeeded"

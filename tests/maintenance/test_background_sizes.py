@@ -9,7 +9,6 @@ import pytest
 
 from trinitylake.maintenance.background_sizes import BackgroundSizes
 from trinitylake.storage import Storage
-from trinitylake.storage.faults import FaultSpec, FaultyStorage
 
 
 @pytest.fixture
@@ -62,12 +61,3 @@ def test_a_dead_child_means_no_answer(tree):
         s._proc.wait()
         s.add(keys[5:])  # writing to a dead child fails, or its answer is short
         assert s.finish(len(keys)) is None
-
-
-def test_a_fault_injected_storage_sizes_in_process(tree):
-    root, keys = tree
-    faulty = FaultyStorage(str(root), spec=FaultSpec())  # its faults live in this process only
-    s = BackgroundSizes(faulty, start_after=1)
-    assert not s.active
-    s.add(keys)
-    assert s.finish(len(keys)) is None

@@ -17,6 +17,7 @@ from tests.format.test_java_interop import write_java_lakehouse
 from tests.format.test_node_arrow import _ipc
 from tests.maintenance.helpers import build_history, write_minimal_export
 from tests.oracle.reader import Oracle, base_of, parse_node
+from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import CorruptNodeError
 from trinitylake.format import node_arrow
 from trinitylake.format.node import Message, Node, serialize
@@ -26,7 +27,6 @@ from trinitylake.maintenance import node_batch as NB
 from trinitylake.maintenance import reach as R
 from trinitylake.spark.execution import Execution
 from trinitylake.spark.walk import walk_reachable_with_stats
-from trinitylake.storage.faults import FaultSpec, injected
 from trinitylake.storage.uri import is_plain_relative
 
 
@@ -228,14 +228,15 @@ def test_batches_of_any_size_give_the_same_rows(exported):
     assert sum(len(b) for b in NB.iter_expand(reader, rows, max_files=5)) == len(rows)
 
 
-def test_reads_through_the_storage_when_a_fault_injector_is_hooked_in(exported):
-    """The plain-file fast path is for a direct local storage only: with faults injected,
-    reads take the storage's retries (and its typed errors), and the rows stay the same."""
+def test_read_faults_on_the_plain_file_path_are_retried_through_the_storage(exported):
+    """The plain-file path (``open`` relative to the root's descriptor) meets the faults the
+    disk answers (injected at the system call, and at the storage below its retries): a failed
+    read is asked again through the storage, whose retries take it; the rows stay the same."""
     rows = _frontier(exported)
     expected = _rows_of(NB.expand_rows(R.Reader(exported.storage.root), rows))
     with injected(FaultSpec(transient_rate=0.3, ops=("read",), seed=5)) as inj:
         reader = R.Reader(exported.storage.root)
-        assert NB.wants_threads(reader)
+        assert not NB.wants_threads(reader)  # the production path, faults or not
         with ThreadPoolExecutor(4) as pool:
             got = _rows_of(NB.expand_rows(reader, rows, pool))
         assert inj.injected > 0

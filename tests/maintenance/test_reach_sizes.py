@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import StorageError
 from trinitylake.maintenance import reach as R
-from trinitylake.storage.faults import FaultSpec, FaultyStorage, injected
 
 
 @pytest.fixture
@@ -50,21 +50,24 @@ def test_keys_outside_the_root_go_through_the_storage(tree, tmp_path_factory):
     assert R.sizes_of(reader, mixed) == _expected(root, keys[:5]) + [5]
 
 
-def test_an_injected_fault_is_never_bypassed(tree):
-    # With a fault injector hooked into the storage seam (process-wide or per storage), sizes
-    # go key by key through the seam, so permanent faults surface as typed errors.
+def test_a_permanent_fault_of_the_disk_surfaces_as_a_typed_error(tree):
+    # A ``stat`` the disk refuses (injected at the system call and at the storage): the bulk
+    # path asks the storage again, whose typed error surfaces.
     root, keys = tree
     reader = R.Reader(str(root))
-    with injected(FaultSpec(permanent_paths=r"def-0004", permanent_ops=("info",))):
-        assert R._local_sizes(reader, keys) is None
-        with pytest.raises((StorageError, PermissionError)):
+    with injected(FaultSpec(permanent_paths=r"def-0004", permanent_ops=("info",))) as inj:
+        with pytest.raises(StorageError):
             R.sizes_of(reader, keys, io_threads=1)
-    assert R._local_sizes(reader, keys) is not None  # uninstalled again: bulk path back
+        assert inj.counts["op:info"] >= 2  # the system call, then the storage
+    assert R.sizes_of(reader, keys) == _expected(root, keys)  # uninstalled again
 
-    reader.storage = FaultyStorage(str(root), spec=FaultSpec(permanent_paths=r"def-0004", permanent_ops=("info",)))
-    assert R._local_sizes(reader, keys) is None
-    with pytest.raises((StorageError, PermissionError)):
-        R.sizes_of(reader, keys, io_threads=1)
+
+def test_transient_faults_of_the_disk_are_retried(tree):
+    root, keys = tree
+    reader = R.Reader(str(root))
+    with injected(FaultSpec(transient_rate=0.3, ops=("info",), seed=3)) as inj:
+        assert R.sizes_of(reader, keys, io_threads=1) == _expected(root, keys)
+    assert inj.injected > 0
 
 
 def test_a_stat_error_other_than_missing_is_asked_again_through_the_storage(tree, monkeypatch):

@@ -3,9 +3,12 @@
     python -m tests.oracle.killer --op delete --nth 2 --when half -- orphans --lakehouse URI ...
     python -m tests.oracle.killer --op create_exclusive --nth 3 --when after --root TARGET -- export ...
 
-Fault injection through the storage's single I/O seam (``Storage._io``), for the jobs whose
-code has no named crash point at that place: the process dies like a lost driver (no cleanup,
-no ``finally``), at the `nth` operation `op` on a storage whose root starts with `root`:
+A kill at the storage boundary: the test wraps the call every storage operation goes through
+(``Storage._io``) from outside the library, which runs its production paths unchanged, for the
+jobs whose code has no named crash point at that place. The process dies like a lost driver (no
+cleanup, no ``finally``), at the `nth` operation `op` of this process on a storage whose root
+starts with `root` (worker processes it starts are not counted; `tests.support.faults` kills
+those: ``FaultSpec(kill_op=...)``):
 
 * ``before``: before the operation runs (e.g. between a job's plan and its first delete);
 * ``half``: a bulk delete deletes the first half of its batch, then the process dies;

@@ -14,10 +14,10 @@ import time
 from collections import Counter
 from typing import Any
 
+from tests.support.faults import ENV, FaultSpec, count_logged, install, uninstall, write_spec_file
 from trinitylake.config import load_job_config
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance.results import JobResult
-from trinitylake.storage.faults import ENV, FaultSpec, count_logged, install, uninstall, write_spec_file
 
 
 class ExecutorFaults:

@@ -40,7 +40,7 @@ def crash_writer(uri: str, options: dict | None, ns: str, prefix: str, commits: 
     commit number `crash_before_commit` runs with ``TLAKE_TEST_CRASH_AT=<crash_at>`` (SIGKILL
     at that point of the commit)."""
     if fault_spec:
-        from trinitylake.storage.faults import FaultSpec, install
+        from tests.support.faults import FaultSpec, install
 
         install(FaultSpec.from_json(fault_spec))
     out = open(out_path, "a", buffering=1)
@@ -61,7 +61,7 @@ def stress_writer(uri: str, options: dict | None, writer: int, commits: int, pau
     shared table ``shared.t`` (write-write conflicts). Conflicts and expired transactions
     are retried with a new transaction, as an application would."""
     if fault_spec:
-        from trinitylake.storage.faults import FaultSpec, install
+        from tests.support.faults import FaultSpec, install
 
         install(FaultSpec.from_json(fault_spec))
     rng = random.Random(seed)

@@ -1,6 +1,6 @@
 """Storage faults under commits: transient errors are retried, permanent ones fail cleanly.
 
-Faults come from `trinitylake.storage.faults`, injected at the storage's single I/O seam below
+Faults come from `tests.support.faults`, injected at the storage's single I/O seam below
 its retries: connection resets, timeouts, EIO and S3 503 SlowDown (some raised *after* the
 operation took effect, the ambiguous case), and permanent AccessDenied / ENOSPC.
 
@@ -21,11 +21,11 @@ import time
 import pytest
 
 from tests.reliability._verify import Ack, Verifier
+from tests.support.faults import FaultSpec, FaultyStorage, injected
 from trinitylake.errors import StorageError, StoragePermissionError, TrinityLakeError, UnknownOutcomeError
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.storage import Storage
-from trinitylake.storage.faults import FaultSpec, FaultyStorage, injected
 from trinitylake.storage.storage import is_transient
 
 
@@ -95,7 +95,7 @@ def test_commits_retry_transient_faults_on_s3(make_lakehouse, s3_bucket, s3_stor
 
 
 def test_error_classification() -> None:
-    from trinitylake.storage.faults import PERMANENT_KINDS, TRANSIENT_KINDS, make_error
+    from tests.support.faults import PERMANENT_KINDS, TRANSIENT_KINDS, make_error
 
     assert all(is_transient(make_error(k, "read", "p")) for k in TRANSIENT_KINDS)
     assert not any(is_transient(make_error(k, "write", "p")) for k in PERMANENT_KINDS)
@@ -237,7 +237,7 @@ def test_random_permanent_and_transient_faults(make_lakehouse, ledger, scale) ->
 
 def test_spec_file_switches_faults_on_and_off(tmp_path) -> None:
     """Process-wide injection from a spec file (what long-lived Spark workers use)."""
-    from trinitylake.storage.faults import install, uninstall, write_spec_file
+    from tests.support.faults import install, uninstall, write_spec_file
 
     path = str(tmp_path / "spec.json")
     write_spec_file(path, None)

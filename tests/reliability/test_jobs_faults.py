@@ -21,12 +21,12 @@ import pytest
 from tests.oracle import Oracle
 from tests.reliability._jobs import ExecutorFaults, run
 from tests.reliability._verify import Ack, Verifier
+from tests.support.faults import FaultSpec
 from trinitylake.errors import TrinityLakeError
 from trinitylake.format.paths import hashed_path, is_root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.spark.runner import JobFailedError
 from trinitylake.storage import Storage
-from trinitylake.storage.faults import FaultSpec
 
 pytestmark = pytest.mark.spark
 

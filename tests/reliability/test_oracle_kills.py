@@ -20,10 +20,10 @@ import pytest
 from tests.maintenance.helpers import build_history
 from tests.oracle import Oracle
 from tests.oracle.jobs import AHEAD_MS, TTL_MS, run_local
+from tests.support.faults import FaultSpec, install, uninstall
 from trinitylake.format.paths import hashed_path, root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.storage import Storage
-from trinitylake.storage.faults import FaultSpec, install, uninstall
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEEP = 4

@@ -27,7 +27,7 @@ from tests.oracle import expect as E
 from tests.reliability import _workers
 from tests.reliability._jobs import run
 from tests.reliability._verify import Verifier, missing_reachable, parse_acks
-from trinitylake.storage.faults import FaultSpec, count_logged
+from tests.support.faults import FaultSpec, count_logged
 
 pytestmark = pytest.mark.spark
 

@@ -13,11 +13,10 @@ import pytest
 from tests.maintenance.helpers import build_history, snapshot, write_minimal_export
 from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant, reach, run
 from trinitylake.control import ControlTable
-from trinitylake.errors import UnsafeOperationError, VersionNotFoundError
+from trinitylake.errors import StorageError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance import reach as R
-from trinitylake.spark.common import InjectedFault
 from trinitylake.spark.output import read_parquet_table
 from trinitylake.spark.runner import JobFailedError, run_job
 
@@ -94,7 +93,12 @@ def test_expire_then_orphans_keep_every_retained_version_readable(spark, tmp_pat
     assert snapshot(lh, range(pin, build_history_tail + 1)) == {v: before[v] for v in range(pin, build_history_tail + 1)}
 
 
-def test_an_expiration_killed_mid_delete_is_finished_by_a_rerun(spark, tmp_path, monkeypatch):
+def test_an_expiration_killed_mid_delete_is_finished_by_a_rerun(spark, tmp_path):
+    """The production delete on the executors (threaded `delete_task`), whose Python worker is
+    SIGKILLed half-way through a delete batch: the job fails, the files deleted stay deleted,
+    and a re-run finishes the work."""
+    from tests.support.faults import FaultSpec, in_spark_workers, kill_pids
+
     lh = Lakehouse.create(str(tmp_path / "lh"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
     build_history(lh, seed=5, ops=40)
     latest = lh.latest_version()
@@ -104,11 +108,14 @@ def test_an_expiration_killed_mid_delete_is_finished_by_a_rerun(spark, tmp_path,
     before = snapshot(lh, range(keep_from, latest + 1))
     before_files = owned_files(lh.storage)
 
-    # Kill it after one delete batch of two files: the deepest level is half deleted.
-    monkeypatch.setenv("TLAKE_TEST_FAIL_DELETE_AFTER", "1")
-    with pytest.raises(JobFailedError) as err:
-        run(spark, "expire", lh, min_versions_to_keep=5, delete_batch_size=2, **EXPIRE)
-    assert isinstance(err.value.__cause__, InjectedFault)
+    # The first executor worker to delete dies (SIGKILL) after the first half of its first
+    # batch of two files: the deepest level is partly deleted.
+    kill = FaultSpec(kill_op="delete", kill_nth=1, kill_when="half", kill_token=str(tmp_path / "killed"))
+    with in_spark_workers(spark, kill, str(tmp_path / "faults")) as log_dir, pytest.raises(JobFailedError) as err:
+        run(spark, "expire", lh, min_versions_to_keep=5, delete_batch_size=2, execution="distributed", **EXPIRE)
+    assert isinstance(err.value.__cause__, StorageError) and "delete job" in str(err.value.__cause__)
+    killed = kill_pids(log_dir)
+    assert len(killed) == 1 and os.getpid() not in killed, "one executor worker was really killed"
     lh = Lakehouse.open(lh.uri, audit=False)
     assert lh.definition().oldest_retained_version == keep_from, "the expiration was committed first"
     partial = before_files - owned_files(lh.storage)
@@ -117,9 +124,8 @@ def test_an_expiration_killed_mid_delete_is_finished_by_a_rerun(spark, tmp_path,
     assert snapshot(lh, range(keep_from, latest + 1)) == before
 
     # The re-run sees the leftover roots, walks them again (skipping what is gone) and finishes.
-    monkeypatch.delenv("TLAKE_TEST_FAIL_DELETE_AFTER")
     # (One more version to keep: the first run's commit is a version too.)
-    res = run(spark, "expire", lh, min_versions_to_keep=6, delete_batch_size=2, **EXPIRE)
+    res = run(spark, "expire", lh, min_versions_to_keep=6, delete_batch_size=2, execution="distributed", **EXPIRE)
     assert res.status == "succeeded" and res.counts["versions_leftover"] == len(expired)
     assert res.counts["versions_expired"] == 0, "nothing new to commit"
     after_files = owned_files(lh.storage)

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import StorageError
 from trinitylake.storage import Storage
-from trinitylake.storage.faults import FaultSpec, injected
 from trinitylake.storage.local_files import READ_BUFFER, LocalFiles
 
 

@@ -212,21 +212,14 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
     return st, (size, md5)
 
 
-class InjectedFailure(RuntimeError):
-    """Raised by the fault-injection hook of the tests (a simulated crash mid-copy)."""
-
-
 def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, export_dir: str, checksum: bool,
-              resumed: bool, pmap: Callable[[Callable[[Any], Any], list], list] | None = None,
-              fail_midway: bool = False) -> CopyStats:
+              resumed: bool, pmap: Callable[[Callable[[Any], Any], list], list] | None = None) -> CopyStats:
     """Copy the files of one plan part (`pmap` maps over its rows, over threads; None: a plain
     loop); write its result manifest when all are verified. The same on the driver's threads,
     in the driver's copy worker processes and in executor tasks."""
     rows = read_plan_part(target.read(f"{export_dir}/plan/{name}"))
     mpath = manifest_path(export_dir, name)
     recorded = (read_manifest(target, mpath) if resumed else None) or {}
-    if fail_midway:
-        rows = rows[: len(rows) // 2]
     ensure_dirs = getattr(target, "ensure_dirs", None)
     if ensure_dirs is not None:
         ensure_dirs(r.target for r in rows if r.target not in recorded)
@@ -240,8 +233,6 @@ def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, exp
         stats.add(st)
         if done is not None:
             files[r.target] = done
-    if fail_midway:
-        raise InjectedFailure(f"injected failure in plan part {name} after {stats.rows} files")
     if not stats.failed and files != recorded:
         target.write(mpath, manifest_bytes(name, files))
     return stats

@@ -174,10 +174,9 @@ def _read_rest(fd: int, first: bytes) -> bytes:
 
 
 def _local_root(reader: R.Reader) -> str | None:
-    """The directory of a local storage whose reads may bypass it (no fault injector hooked
-    into its `_io` seam), or None."""
+    """The directory of a local storage (its files are read with plain system calls), or None."""
     st = reader.storage
-    if st.scheme != "file" or not st.io_is_direct():
+    if st.scheme != "file":
         return None
     return st._fs_path("")
 

@@ -279,10 +279,10 @@ LOCAL_SIZE_THREADS = 4
 def _local_sizes(reader: Reader, keys: Sequence[str]) -> list[int] | None:
     """Sizes of relative keys on a local storage by plain ``os.stat`` relative to a descriptor
     of the lakehouse root, or None when this storage must be asked key by key (not local, a
-    foreign key, or a fault injector hooked into its `_io` seam). A key whose ``stat`` fails
-    with anything but "missing" is asked again through the storage (retries, typed errors)."""
+    foreign key). A key whose ``stat`` fails with anything but "missing" is asked again through
+    the storage (retries, typed errors)."""
     st = reader.storage
-    if st.scheme != "file" or not st.io_is_direct():
+    if st.scheme != "file":
         return None
     if any(is_absolute(k) for k in keys):
         return None

@@ -28,7 +28,6 @@ import pyarrow as pa
 from trinitylake import progress
 from trinitylake.errors import StorageError
 from trinitylake.maintenance.deletion import delete_with_retries
-from trinitylake.spark.common import DeleteBudget, InjectedFault
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, as_execution
 from trinitylake.storage import Storage, requests
 
@@ -61,28 +60,23 @@ def _delete_batch(storage: Storage, max_retries: int, keys: list[str]) -> Delete
                          failures=[tuple(f) for f in failures[:_SAMPLE]])  # type: ignore[misc]
 
 
-def delete_task(storage: Storage, batch_size: int, max_retries: int, threads: int, allowed: int | None,
+def delete_task(storage: Storage, batch_size: int, max_retries: int, threads: int,
                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: delete the task's keys in bulk batches, one summary row out.
-    `allowed` (fault injection) is how many batches this task may run before it "dies"."""
+    """``mapInArrow`` function: delete the task's keys in bulk batches, one summary row out."""
     import json
 
     before = requests.snapshot()
     keys = [k for b in batches for k in b.column(b.schema.get_field_index("path")).to_pylist()]
-    out = _delete_keys_here(storage, keys, batch_size, max_retries, threads, allowed)
+    out = _delete_keys_here(storage, keys, batch_size, max_retries, threads)
     yield pa.RecordBatch.from_pylist([{"deleted": out.deleted, "failed": out.failed, "batches": out.batches,
                                        "sample": json.dumps(out.failures),
                                        "requests": json.dumps(requests.since(before))}], schema=_OUTCOME_SCHEMA)
 
 
-def _delete_keys_here(storage: Storage, keys: list[str], batch_size: int, max_retries: int, threads: int,
-                      allowed: int | None) -> DeleteOutcome:
+def _delete_keys_here(storage: Storage, keys: list[str], batch_size: int, max_retries: int, threads: int
+                      ) -> DeleteOutcome:
     chunks = [keys[i : i + batch_size] for i in range(0, len(keys), batch_size)]
     out = DeleteOutcome()
-    if allowed is not None and len(chunks) > allowed:
-        for c in chunks[:allowed]:
-            out.add(_delete_batch(storage, max_retries, c))
-        raise InjectedFault(f"TLAKE_TEST_FAIL_DELETE_AFTER: killed after {allowed} delete batches")
     fn = functools.partial(_delete_batch, storage, max_retries)
     if threads > 1 and len(chunks) > 1:
         with ThreadPoolExecutor(max_workers=min(threads, len(chunks))) as pool:
@@ -104,7 +98,6 @@ def delete_keys(
     *,
     batch_size: int,
     max_retries: int,
-    budget: DeleteBudget | None = None,
     what: str = "files",
     phase: str = "delete",
 ) -> DeleteOutcome:
@@ -114,14 +107,11 @@ def delete_keys(
     Raises:
         StorageError: the Spark job failed (e.g. an executor was lost); the files deleted so far
             stay deleted and a re-run finishes the work.
-        InjectedFault: fault injection (tests) stopped the delete.
     """
     ex = as_execution(spark_or_ex)
     out = DeleteOutcome(requested=n)
     if n <= 0:
         return out
-    n_batches = -(-n // batch_size)
-    allowed = budget.take(n_batches) if budget is not None else None
     # One request per batch of keys (S3 DeleteObjects takes 1,000): on an object store `auto`
     # compares estimated times; deletes rarely justify a Spark job there.
     local = isinstance(keys, pa.Table | list) and not ex.distributed(n, storage=storage,
@@ -131,30 +121,22 @@ def delete_keys(
         with ex.phase(phase, LOCAL, n, f"delete {n} {what}"):
             # `threads`, local files too: an unlink waits on the filesystem's journal, not on
             # Python (110k deletes on ext4: 5.7 s with 16 threads, 21 s with one).
-            got = _delete_keys_here(storage, key_list, batch_size, max_retries, ex.limits.threads, allowed)
+            got = _delete_keys_here(storage, key_list, batch_size, max_retries, ex.limits.threads)
         out.deleted, out.failed, out.batches, out.failures = got.deleted, got.failed, got.batches, got.failures
         log.info("deleted %d of %d %s in %d batches on the driver, %d failed", out.deleted, n, what, out.batches,
                  out.failed)
         return out
     if isinstance(keys, list):
         keys = pa.table({"path": pa.array(keys, pa.string())})
-    # Fault injection: one batch per task, so "N batches" is exact.
-    parts = n_batches if budget is not None else ex.partitions(n, batch_size * 4)
+    parts = ex.partitions(n, batch_size * 4)
     source = keys.select(["path"]) if isinstance(keys, pa.Table) else keys.select("path")
     rows = []
     with ex.phase(phase, DISTRIBUTED, n, f"delete {n} {what} ({parts} tasks)"):
         try:
-            if budget is not None:
-                # Task i of the injected run may run one batch while i < allowed.
-                df = ex.map_arrow(source, functools.partial(_budgeted_task, storage, batch_size, max_retries,
-                                                            allowed), _OUTCOME_SCHEMA, parts)
-            else:
-                df = ex.map_arrow(source, functools.partial(delete_task, storage, batch_size, max_retries,
-                                                            ex.limits.threads, None), _OUTCOME_SCHEMA, parts)
+            df = ex.map_arrow(source, functools.partial(delete_task, storage, batch_size, max_retries,
+                                                        ex.limits.threads), _OUTCOME_SCHEMA, parts)
             rows = df.collect()
         except Exception as e:  # noqa: BLE001 - executor errors arrive wrapped; name the outcome plainly
-            if "InjectedFault" in str(e):
-                raise InjectedFault(f"delete of {what} killed by fault injection") from e
             first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
             raise StorageError(f"the delete job for {n} {what} failed ({first}); files already deleted stay "
                                "deleted, re-run the job to finish") from e
@@ -171,28 +153,12 @@ def delete_keys(
     return out
 
 
-def _budgeted_task(storage: Storage, batch_size: int, max_retries: int, allowed: int | None,
-                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Fault injection: one batch per task, and the tasks whose partition index is at or beyond
-    `allowed` fail (a shared budget across tasks would need shared state), so exactly `allowed`
-    batches run before the job dies."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    index = ctx.partitionId() if ctx is not None else 0
-    if allowed is not None and index >= allowed:
-        raise InjectedFault(f"TLAKE_TEST_FAIL_DELETE_AFTER: delete batch {index} killed")
-    yield from delete_task(storage, batch_size, max_retries, 1, None, batches)
-
-
 def delete_on_driver(storage: Storage, keys: list[str], *, batch_size: int, max_retries: int,
-                     budget: DeleteBudget | None = None, what: str = "files") -> DeleteOutcome:
+                     what: str = "files") -> DeleteOutcome:
     """Delete a small, bounded list (root files of expired versions) from the driver, in
     order (oldest first), one batch at a time."""
     out = DeleteOutcome(requested=len(keys))
     for i in range(0, len(keys), batch_size):
-        if budget is not None and budget.take(1) == 0:
-            raise InjectedFault(f"TLAKE_TEST_FAIL_DELETE_AFTER: delete of {what} killed")
         out.add(_delete_batch(storage, max_retries, keys[i : i + batch_size]))
     out.requested = len(keys)
     return out

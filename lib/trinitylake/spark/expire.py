@@ -63,7 +63,7 @@ from trinitylake.maintenance import reach as R
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.maintenance.retention import RetentionPolicy, plan_expiration
-from trinitylake.spark.common import DeleteBudget, crash_point
+from trinitylake.spark.common import crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, notify
 from trinitylake.spark.output import write_listing
@@ -496,12 +496,11 @@ def _commit(lh: Any, new_oldest: int, result: JobResult) -> int:
 def _delete_levels(ex: Execution, lh: Any, cands: _Candidates, expired: list[int], cfg: Any,
                    result: JobResult) -> DeleteOutcome:
     """Delete non-root candidates deepest level first, then the expired roots, oldest first."""
-    budget = DeleteBudget.current()
     total = DeleteOutcome()
     levels = cands.levels()
     for depth in sorted(levels, reverse=True):
         out = delete_keys(ex, lh.storage, cands.level(depth), levels[depth], batch_size=cfg.delete_batch_size,
-                          max_retries=cfg.max_retries, budget=budget, what=f"files at depth {depth}")
+                          max_retries=cfg.max_retries, what=f"files at depth {depth}")
         total.add(out)
         crash_point("expire_mid_delete")  # after the deepest level, before the shallower ones
         if out.failed:
@@ -514,7 +513,7 @@ def _delete_levels(ex: Execution, lh: Any, cands: _Candidates, expired: list[int
     present = cands.root_paths()
     roots = [root_name(v) for v in sorted(expired) if root_name(v) in present]
     out = delete_on_driver(lh.storage, roots, batch_size=cfg.delete_batch_size, max_retries=cfg.max_retries,
-                           budget=budget, what="expired root files")
+                           what="expired root files")
     total.add(out)
     result.counts["deleted_roots"] = out.deleted
     if out.failed:

@@ -68,7 +68,6 @@ from trinitylake.lakehouse.roots import check_retained
 from trinitylake.maintenance import export_copy as XC
 from trinitylake.maintenance import export_plan as X
 from trinitylake.maintenance import export_target as XT
-from trinitylake.maintenance.export_copy import InjectedFailure
 from trinitylake.maintenance.export_copy import copy_part as _copy_part
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import AUTO, DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, ddl, rows_of
@@ -93,7 +92,7 @@ STATS_SCHEMA = pa.schema([("name", pa.string()), ("stats", pa.string())])
 
 # ---- copy --------------------------------------------------------------------------------------
 def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
-                  resumed: bool, io_threads: int, fail_midway: bool, batches: Iterator[pa.RecordBatch]
+                  resumed: bool, io_threads: int, batches: Iterator[pa.RecordBatch]
                   ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of the copy: plan part names in, one stats row per part out."""
     src, tgt = LocalFiles.of(source), LocalFiles.of(target)
@@ -101,7 +100,7 @@ def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_d
     try:
         for (name,) in rows_of(batches, "name"):
             before = requests.snapshot()
-            st = _copy_part(name, src, tgt, spec, export_dir, checksum, resumed, pmap, fail_midway)
+            st = _copy_part(name, src, tgt, spec, export_dir, checksum, resumed, pmap)
             st.requests = requests.since(before)
             yield batch_of(STATS_SCHEMA, [[name], [json.dumps(st.to_dict())]])
     finally:
@@ -110,11 +109,10 @@ def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_d
 
 def copy_processes(n_files: int, n_parts: int, source: Storage, target: Storage) -> int:
     """How many worker processes a driver-local copy uses: 0 (the driver's own threads) unless
-    both sides are local files, the copy is big, the machine has several cores, and no fault
-    injector is hooked into either storage (it lives in this process only)."""
+    both sides are local files, the copy is big and the machine has several cores."""
     cores = os.cpu_count() or 1
     if (n_files < LOCAL_PROCESS_MIN_FILES or cores < 2 or n_parts < 2 or source.scheme != "file"
-            or target.scheme != "file" or not (source.io_is_direct() and target.io_is_direct())):
+            or target.scheme != "file"):
         return 0
     return min(cores, n_parts, LOCAL_PROCESSES_MAX)
 
@@ -197,8 +195,8 @@ def _cleanup(target: Storage, export_dir: str) -> None:
         log.warning("could not remove %s: %s", target.uri(export_dir), e)
 
 
-def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *, target_storage_options: dict | None = None,
-               fail_after_batches: int | None = None) -> JobResult:
+def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *, target_storage_options: dict | None = None
+               ) -> JobResult:
     """Export one version of `lakehouse` to ``cfg.target`` under ``cfg.name`` (see the module doc).
 
     Args:
@@ -210,8 +208,6 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
         result: the job's result, filled in and returned.
         target_storage_options: fsspec options of the target storage; default: the
             lakehouse's options when the scheme is the same, else the environment.
-        fail_after_batches: tests only: copy this many plan parts, then fail half-way through
-            the next one (a simulated crash).
 
     Raises:
         ValidationError: bad name, mode or depth; a target that holds something other than
@@ -312,7 +308,7 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
     io_threads = ex.limits.io_threads(source, target)
 
     # Copy workers (local files, big plans) start during planning; closed whatever happens.
-    workers = _Workers(source, target, allowed=ex.mode != DISTRIBUTED and fail_after_batches is None)
+    workers = _Workers(source, target, allowed=ex.mode != DISTRIBUTED)
     remote_side = target if target.scheme != "file" else source
     per_file = (source.scheme != "file") + (target.scheme != "file")
 
@@ -375,7 +371,7 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
                                                   phase="export.copy") else LOCAL
             copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,
                                      checksum=checksum, resumed=resumed)
-            n_procs = copy_processes(n_files, len(parts), source, target) if fail_after_batches is None else 0
+            n_procs = copy_processes(n_files, len(parts), source, target)
             if where == DISTRIBUTED and ex.mode == AUTO and n_procs and ex.executors_share_the_driver():
                 # Local files, executors on these same cores: the driver's worker processes
                 # copied 1.05M files in 163-165 s, Spark local[2] tasks in 217 s (per-task and
@@ -389,10 +385,9 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
                     total = _copy_processes(pool, names, source, target, spec, export_dir, checksum, resumed)
                     workers.close()
                 elif where == LOCAL:
-                    total = _copy_local(names, copy, source, target, io_threads, fail_after_batches)
+                    total = _copy_local(names, copy, source, target, io_threads)
                 else:
-                    total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed, io_threads,
-                                              fail_after_batches)
+                    total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed, io_threads)
             raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {name!r}", spec.version)
             if total.rows != n_files:
                 raise StorageError(f"export {name!r}: copied {total.rows} planned files, the plan holds {n_files}")
@@ -461,20 +456,13 @@ def _counts(total: XC.CopyStats) -> dict[str, int]:
             "rewritten": total.rewritten, "source_reads": total.source_reads}
 
 
-def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Storage, target: Storage, threads: int,
-                fail_after: int | None) -> XC.CopyStats:
+def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Storage, target: Storage, threads: int
+                ) -> XC.CopyStats:
     """Copy on the driver: up to `LOCAL_PARTS_IN_FLIGHT` parts at once, their files on one thread pool."""
     src, tgt = LocalFiles.of(source), LocalFiles.of(target)
     total = XC.CopyStats()
     pmap, close = pool_map(threads)
     try:
-        if fail_after is not None:
-            n = max(0, min(fail_after, len(names)))
-            for nm in names[:n]:
-                total.add(copy(nm, source=src, target=tgt, pmap=pmap))
-            if n < len(names):
-                copy(names[n], source=src, target=tgt, pmap=pmap, fail_midway=True)
-            raise InjectedFailure(f"injected failure after {n} plan parts")
         k = max(1, min(LOCAL_PARTS_IN_FLIGHT, len(names)))
         if k == 1:
             for nm in names:
@@ -489,32 +477,28 @@ def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Sto
 
 
 def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: Storage, spec: X.ExportSpec,
-                      export_dir: str, checksum: bool, resumed: bool, io_threads: int,
-                      fail_after: int | None) -> XC.CopyStats:
+                      export_dir: str, checksum: bool, resumed: bool, io_threads: int) -> XC.CopyStats:
     """Copy on the executors: a DataFrame of part names, ``mapInArrow`` copies each part."""
     total = XC.CopyStats()
 
-    def run(chunk: list[str], fail_midway: bool = False) -> None:
+    def run(chunk: list[str]) -> None:
         if not chunk:
             return
         table = pa.table({"idx": pa.array(range(len(chunk)), pa.int64()), "name": pa.array(chunk, pa.string())})
-        fn = functools.partial(_copy_batches, source, target, spec, export_dir, checksum, resumed, io_threads,
-                               fail_midway)
+        fn = functools.partial(_copy_batches, source, target, spec, export_dir, checksum, resumed, io_threads)
         parts = ex.partitions(len(chunk), 1)
         df = ex.to_df(table).repartition(parts, "idx") if parts > 1 else ex.to_df(table).coalesce(1)
-        for r in df.mapInArrow(fn, ddl(STATS_SCHEMA)).collect():
+        try:
+            rows = df.mapInArrow(fn, ddl(STATS_SCHEMA)).collect()
+        except Exception as e:  # noqa: BLE001 - a lost executor or worker arrives wrapped; name the outcome plainly
+            first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+            raise StorageError(f"the export copy job failed ({first}); the files copied so far stay, re-run the "
+                               "export to finish it") from e
+        for r in rows:
             st = XC.CopyStats.from_dict(json.loads(r["stats"]))
             ex.add_executor_requests(st.requests)
             total.add(st)
 
-    if fail_after is not None:
-        n = max(0, min(fail_after, len(names)))
-        run(names[:n])
-        try:
-            run(names[n : n + 1], fail_midway=True)
-        except Exception as e:  # the executor's InjectedFailure arrives wrapped by Spark
-            raise InjectedFailure(f"injected failure after {n} plan parts") from e
-        raise InjectedFailure(f"injected failure after {n} plan parts")
     run(names)
     return total
 

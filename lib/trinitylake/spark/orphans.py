@@ -26,7 +26,7 @@ Phases (each placed on the driver or the executors, `trinitylake.spark.execution
 5. **write_plan**: the plan and the candidates (path, size, mtime) are written under
    ``_maintenance/orphans/<run_id>/`` BEFORE anything is deleted; a dry run stops here.
 6. **delete**: the candidates are deleted in bulk batches with retries (driver threads or
-   executors, by their number; ``TLAKE_TEST_FAIL_DELETE_AFTER`` injects a crash). A plain
+   executors, by their number). A plain
    local storage deletes through `LocalDeleteStorage` (keys joined without URI parsing,
    ``unlink`` relative to an open folder), keeping the storage's retries and fault seam.
 
@@ -67,7 +67,6 @@ from trinitylake.maintenance import orphans as O
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
-from trinitylake.spark.common import DeleteBudget
 from trinitylake.spark.delete import delete_keys
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.spark.output import write_listing
@@ -480,7 +479,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
 
         with phase("delete", "delete the orphans"):
             out = delete_keys(ex, LocalDeleteStorage.of(storage), cands, n_cands, batch_size=cfg.delete_batch_size,
-                              max_retries=cfg.max_retries, budget=DeleteBudget.current(), what="orphan files")
+                              max_retries=cfg.max_retries, what="orphan files")
         result.counts.update({"deleted": out.deleted, "failed": out.failed, "delete_batches": out.batches})
         if out.failed == 0:
             result.bytes["deleted"] = b_cands

@@ -212,14 +212,9 @@ class Storage:
         return self.scheme == "file"
 
     def _io(self, op: str, path: str, fn: Any, *args: Any) -> Any:
-        """One attempt of operation `op` on `path`: ``fn(*args)``. The single seam where the
-        test-only fault injector (`trinitylake.storage.faults`) hooks in; nothing else here."""
+        """One attempt of operation `op` on `path`: ``fn(*args)``. Every attempt of every
+        storage operation goes through this one call (the retries around it), nothing else."""
         return fn(*args)
-
-    def io_is_direct(self) -> bool:
-        """Whether `_io` is the plain call (no fault injector hooked in, neither into this
-        storage nor into the class): only then may bulk paths call the OS without the seam."""
-        return "_io" not in vars(self) and type(self)._io is _DIRECT_IO
 
     def _retrying(self, op: str, path: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` through `_io`, retried while it fails transiently; failures typed."""
@@ -672,7 +667,3 @@ def _mtime_of(d: dict[str, Any]) -> float:
         except (TypeError, ValueError):  # absent (None) or not a number
             continue
     return 0.0
-
-
-#: The seam as defined here, to tell it from a fault injector installed over it.
-_DIRECT_IO = Storage._io
