@@ -11,7 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # so `tests.s3server` and `bench` import from a checkout
 
-# Processes started by the tests (CLI runs, Spark's JVM and its Python workers) inherit this:
+# Processes started by the tests (CLI runs, the export's copy workers, Spark's JVM and its Python
+# workers) inherit this:
 # tests/support/faultsite/sitecustomize.py installs storage faults there when a test sets
 # TLAKE_TEST_FAULTS (production code never reads that switch).
 FAULTSITE = os.path.join(ROOT, "tests", "support", "faultsite")
@@ -21,7 +22,7 @@ if FAULTSITE not in sys.path:
     sys.path.insert(0, FAULTSITE)
 import tlake_test_seams  # noqa: E402 - needs FAULTSITE on sys.path
 
-tlake_test_seams.install()  # crash points and delete budgets of in-process runs, by variable
+tlake_test_seams.install()  # crash points of in-process runs, by variable
 
 pytest_plugins = ["tests.s3server"]
 
