@@ -4,16 +4,32 @@ Two DAGs built from the one task table in ``trinitylake_tasks.py``::
 
     expire >> orphans_dry_run >> orphans >> is_export_day >> export_weekly
 
-* ``trinitylake_maintenance`` runs each job with ``SparkSubmitOperator``
-  (``spark-submit <repo>/jobs/<job>.py --lakehouse ... --conf <repo>/conf/<job>.yaml``, the
-  environment of ``make dist`` as ``--archives <repo>/dist/trinitylake-env.tar.gz#env`` run as
-  ``./env/bin/python``, Spark properties from ``trinitylake_tasks.SPARK_CONF``; cluster
-  defaults come from the ``spark_default`` connection and the cluster's spark-defaults). As in
-  the README's cluster path: the interpreter is the ``spark.pyspark.python`` property, never
-  ``PYSPARK_PYTHON`` in the task's environment (a pip-installed spark-submit runs that relative
-  path on the worker to find ``SPARK_HOME``); the worker's spark-submit needs ``SPARK_HOME`` or
-  the connection's Spark home; the connection's deploy mode is ``cluster`` (in client mode, set
-  ``spark.pyspark.driver.python`` there to a local copy of the environment).
+* ``trinitylake_maintenance`` runs each job with ``TrinityLakeSparkSubmitOperator``
+  (``trinitylake_spark.py``, a ``SparkSubmitOperator``): ``spark-submit <repo>/jobs/<job>.py
+  --lakehouse ... --conf <repo>/conf/<job>.yaml``, Spark properties from
+  ``trinitylake_tasks.SPARK_CONF``, master and deploy mode from the ``spark_default``
+  connection. The job's Python is the environment ``make dist`` packs
+  (``<repo>/dist/trinitylake-env.tar.gz``), placed by where the driver runs, decided when the
+  task runs from the connection:
+
+  - master ``local[N]`` (one machine; the README's recipe): the worker unpacks the tarball
+    once into ``<repo>/build/airflow-env/<hash>/`` and driver and Python workers run it
+    (``spark.pyspark.python`` and ``spark.pyspark.driver.python``); nothing is shipped.
+  - client mode on a cluster: executors get ``--archives ...#env`` and run
+    ``./env/bin/python``; the driver runs the copy unpacked on the worker.
+  - cluster mode: driver and executors run ``./env/bin/python`` from the archive.
+
+  The interpreter is always a Spark property, never ``PYSPARK_PYTHON`` in the task's
+  environment (a pip-installed spark-submit runs that path on the worker to find
+  ``SPARK_HOME``). ``spark-submit`` is the worker's own: the first on ``PATH``, else
+  ``$SPARK_HOME/bin``, else the pyspark of ``<repo>/.venv`` (``make venv``); the Airflow
+  virtualenv has none (the provider no longer takes a ``spark-home`` connection extra).
+  Results: the job's result (what ``tlake <job> --json`` prints) is the task's XCom
+  ``return_value`` wherever the driver runs on the worker (local and client mode).
+  Retries: a permanent error (a typed error a retry cannot change: no lakehouse there, an
+  export name that exists, a refused unsafe operation, a bad option) fails the task at once
+  (``AirflowFailException``); a transient one (storage that kept failing, a commit conflict,
+  Spark or the JVM dying) is retried twice, 5 minutes apart.
 * ``trinitylake_maintenance_databricks`` submits the same jobs as one-time Databricks runs
   with ``DatabricksSubmitRunOperator`` (for a persistent Databricks job use
   ``conf/databricks/trinitylake_maintenance.json`` or the bundle in ``databricks.yml``).
@@ -25,6 +41,11 @@ Weekly export: both DAGs run daily and ``is_export_day`` (a ShortCircuitOperator
 weekday, 7 = Sunday); on other days the export shows as skipped. One DAG with a gate, rather
 than a second weekly DAG, keeps one run at a time (``max_active_runs=1``), so an export never
 overlaps an orphan cleanup.
+
+No walk task: ``walk`` is a read-only inventory of the files the retained versions reach
+(``tlake walk``), and ``expire`` and ``orphans`` each run that same walk themselves before they
+delete anything; a task of its own would read every node file once more and change nothing.
+Run it by hand (``tlake walk`` or ``spark-submit jobs/walk.py``) to look at a lakehouse.
 
 Idempotency: every job gets ``--reference-time`` = the run's logical date (for a run triggered
 without one, its ``run_after``), never "now", and the export is named ``weekly-<YYYYMMDD>`` of
