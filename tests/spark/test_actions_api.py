@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner
 
 from tests.maintenance.helpers import build_history
-from tests.spark.conftest import TTL_MS, orphan_names, owned_files, plant, reach
+from tests.oracle import expect as E
+from tests.spark.conftest import TTL_MS, orphan_names, owned_files, plant
 from trinitylake.cli.app import cli
 from trinitylake.control import ControlTable
 from trinitylake.errors import ConfigError
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance import reach as R
 from trinitylake.spark.actions import ExportResult, TrinityLakeActions, history
 
 pytestmark = pytest.mark.spark
@@ -53,7 +53,7 @@ def actions(spark, lake):
 @pytest.fixture(scope="module")
 def walked(actions, lake):
     lh, _ = lake
-    expected = reach(lh, R.walk_input(lh).retained_versions).rows  # before anything changes
+    expected = _kinds(E.live_walk(E.oracle_of(lh), sizes=False))  # before anything changes
     return actions.walk().execute(), expected
 
 
@@ -61,7 +61,7 @@ def walked(actions, lake):
 def orphans_dry(actions, lake, walked):
     lh, _ = lake
     before = owned_files(lh.storage)
-    live = set(reach(lh, R.walk_input(lh).retained_versions).rows)
+    live = E.live_walk(E.oracle_of(lh), sizes=False).paths()
     res = actions.orphans(dry_run=True, older_than="10m").execute()
     return res, before, live, owned_files(lh.storage)
 
@@ -83,12 +83,17 @@ def exported(actions, lake, base, orphans_real):
 @pytest.fixture(scope="module")
 def expired(actions, lake, exported):
     lh, _ = lake
-    versions = R.walk_input(lh).retained_versions
-    expected = set(reach(lh, versions).rows) - set(reach(lh, versions[-3:]).rows)  # read before they go
+    o = E.oracle_of(lh)
+    versions = E.kept_versions(o)
+    expected = E.expired_files(o, versions[:-3])  # read before they go
     before = owned_files(lh.storage)
     res = (actions.expire(dry_run=False).option("min_versions_to_keep", 3)
            .options(max_version_age=0, clock_skew_margin=0, compact_control_table=False).execute())
     return res, versions, expected, before, owned_files(lh.storage)
+
+
+def _kinds(walk: E.Walk) -> dict[str, str]:
+    return {k: r.kind for k, r in walk.rows.items()}
 
 
 def _rows(df, *cols):
@@ -144,7 +149,8 @@ def test_export_copied_files_df_lists_the_files_at_the_target(exported, lake):
     assert set(rows) == data
     assert len(rows) == df.count() == res.counts["planned"]
     version = res.job_result.details["version"]
-    assert set(rows) == set(reach(lh, [version]).rows), "a full export copies the version's tree"
+    assert set(rows) == E.version_files(E.oracle_of(lh), [version]), "a full export copies the version's tree"
+    assert E.version_contents(target) == E.version_contents(lh.uri, version), "it reads as its source"
     assert sum(r["kind"] == "root" for r in rows.values()) == 1
     for path, r in rows.items():
         with open(os.path.join(target, path), "rb") as f:
@@ -226,9 +232,9 @@ def test_under_spark_connect(connect_spark, lake, exported, expired):
     via_connect = ExportResult(connect_spark, done.job_result, done.config).copied_files_df()
     assert sorted(map(tuple, via_connect.collect())) == sorted(map(tuple, done.copied_files_df().collect()))
     res = TrinityLakeActions(connect_spark, lh, env={}).walk().execute()
-    inp = R.walk_input(lh)
-    assert inp.export_roots, "the export is walked too"
-    expected = reach(lh, inp.retained_versions, [(0, u) for u in inp.export_roots.values()]).rows
+    o = E.oracle_of(lh)
+    assert E.export_roots(o), "the export is walked too"
+    expected = _kinds(E.live_walk(o, sizes=False))
     assert dict(_rows(res.reachable_files_df(), "path", "kind")) == expected
     _check_history(history(connect_spark, lh.uri), lh, [expired[0], res])
 
@@ -241,10 +247,11 @@ def test_expire_deleted_files_df_leaves_out_what_a_version_committed_meanwhile_r
     lh = Lakehouse.create(str(base / "raced"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
     build_history(lh, seed=3, ops=12)
     time.sleep(TTL_MS / 1000 + 0.2)
-    versions = R.walk_input(lh).retained_versions
-    kept = set(reach(lh, versions[-3:]).rows)
-    back = max(versions[:-3], key=lambda v: len(set(reach(lh, [v]).rows) - kept))
-    revived = set(reach(lh, [back]).rows) - kept
+    o = E.oracle_of(lh)
+    versions = E.kept_versions(o)
+    kept = E.version_files(o, versions[-3:])
+    back = max(versions[:-3], key=lambda v: len(E.version_files(o, [v]) - kept))
+    revived = E.version_files(o, [back]) - kept
     assert revived
     before = owned_files(lh.storage)
     armed = [True]

@@ -1,7 +1,8 @@
 """Every job in every place it can run: on the driver only (`execution=local`, no Spark
 session), on the executors of a classic session, and on a Spark Connect server (no
 SparkContext, as on Databricks serverless or a shared cluster). Each mode runs on its own
-copy of one lakehouse; they must agree with each other and with the reference walk."""
+copy of one lakehouse; they must agree with each other and with the independent oracle
+(`tests.oracle`: its own live roots, walk and listing)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ import time
 import pytest
 
 from tests.maintenance.helpers import build_history
-from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant, reach
-from trinitylake.format.paths import root_name
+from tests.oracle import expect as E
+from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance import reach as R
 from trinitylake.spark.runner import run_job
 
 pytestmark = pytest.mark.spark
@@ -58,10 +58,9 @@ def _run(request, where: str, job: str, lh: Lakehouse, **overrides):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_walk_in_every_mode_equals_the_reference(request, source, tmp_path, mode):
+def test_walk_in_every_mode_equals_the_oracle(request, source, tmp_path, mode):
     lh = _copy(source, tmp_path, mode)
-    inp = R.walk_input(lh)
-    ref = R.reference_walk(lh, inp.roots)
+    ref = E.live_walk(E.oracle_of(lh), sizes=False)
     res = _run(request, mode, "walk", lh)
     assert res.counts["reachable"] == len(ref.rows)
     assert res.counts["node_reads"] == res.counts["unique_nodes"] == ref.node_reads
@@ -72,7 +71,7 @@ def test_orphans_in_every_mode_delete_exactly_the_orphans(request, source, tmp_p
     lh = _copy(source, tmp_path, mode)
     names = orphan_names()
     planted = plant(lh.storage, {n: 3600.0 for k, n in names.items() if k != "young"})
-    live = set(reach(lh, R.walk_input(lh).retained_versions).rows)
+    live = E.live_walk(E.oracle_of(lh), sizes=False).paths()
     before = owned_files(lh.storage)
     # Everything here is older than the 1 s TTL: the orphans are exactly the unreferenced files
     # (the planted ones, and node files the history's flushes wrote but never referenced).
@@ -88,15 +87,16 @@ def test_orphans_in_every_mode_delete_exactly_the_orphans(request, source, tmp_p
 @pytest.mark.parametrize("mode", MODES)
 def test_expire_in_every_mode_deletes_what_only_expired_versions_reach(request, source, tmp_path, mode):
     lh = _copy(source, tmp_path, mode)
-    versions = R.walk_input(lh).retained_versions
-    keep = versions[-3:]
-    expected = set(reach(lh, versions).rows) - set(reach(lh, keep).rows)
+    o = E.oracle_of(lh)
+    versions = E.kept_versions(o)
+    expected = E.expired_files(o, versions[:-3])
     before = owned_files(lh.storage)
     res = _run(request, mode, "expire", lh, min_versions_to_keep=3, max_version_age=0, clock_skew_margin=0,
                compact_control_table=False)
     after = owned_files(lh.storage)
     assert before - after == expected
-    assert set(reach(lh, R.walk_input(lh).retained_versions).rows) <= after
+    assert E.kept_versions(E.oracle_of(lh))[:3] == versions[-3:]  # then the expire commit's own version
+    assert E.live_walk(E.oracle_of(lh), sizes=False).paths() <= after
     assert res.counts["deleted"] == len(expected)
 
 
@@ -109,11 +109,12 @@ def test_full_export_in_every_mode_copies_the_same_tree(request, source, tmp_pat
     files = {os.path.relpath(os.path.join(d, f), target) for d, _, fs in os.walk(target) for f in fs}
     exported = Lakehouse.open(target, audit=False)
     assert exported.latest_version() == version
-    walked = R.reference_walk(exported, [(version, root_name(version))])
-    assert all("://" not in k for k in walked.rows), "a full export references no source file"
+    walked = E.version_files(E.oracle_for(target), [version])
+    assert all("://" not in k for k in walked), "a full export references no source file"
     data = {f for f in files if not f.startswith("_export/") and f != "_latest_hint.txt"}
-    assert data == set(walked.rows)
-    assert set(reach(lh, [version]).rows) == set(walked.rows), "the same relative tree as the source"
+    assert data == walked
+    assert E.version_files(E.oracle_of(lh), [version]) == walked, "the same relative tree as the source"
+    assert E.version_contents(target) == E.version_contents(lh.uri, version), "it reads as its source"
 
 
 @pytest.mark.s3
@@ -127,8 +128,7 @@ def test_walk_and_orphans_on_s3_in_every_mode(request, s3_lakehouse_uri, s3_stor
     names = orphan_names()
     planted = plant(lh.storage, {names["node"]: None, names["def"]: None})
     time.sleep(3.4)  # S3 modification times have whole seconds; the TTL floor is 3 s
-    inp = R.walk_input(lh)
-    ref = R.reference_walk(lh, inp.roots)
+    ref = E.live_walk(E.oracle_of(lh), sizes=False)
     walked = _run(request, mode, "walk", lh, storage_options=opts)
     assert walked.counts["reachable"] == len(ref.rows)
     before = owned_files(lh.storage)
