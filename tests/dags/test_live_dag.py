@@ -1,0 +1,176 @@
+"""`airflow dags test trinitylake_maintenance` on a live Airflow, as the README's recipe runs it.
+
+A throw-away AIRFLOW_HOME (sqlite, `airflow db migrate`), the connection ``spark_default`` =
+``local[2]``, the pool and the Variables the DAG's docstring names, ``spark-submit`` from the
+main virtualenv's pyspark (``SPARK_HOME``), the repository as ``make dist`` leaves it (nothing
+unpacked by hand), a small real lakehouse:
+
+* every task succeeds, the jobs' results are XComs, and ``tlake show --all --json`` has the
+  expire, orphans and export rows;
+* a second run of the same logical date succeeds too and changes nothing (same version, same
+  export);
+* a permanent error (no lakehouse there) fails ``expire`` on its first try, without the 5-minute
+  retries, and the run fails at once.
+
+Needs .venv (tlake, pyspark) and dist/ (`make test-dags` builds both). A few minutes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("airflow")
+
+import json  # noqa: E402
+import os  # noqa: E402
+import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+AIRFLOW = ROOT / ".venv-airflow" / "bin" / "airflow"
+TLAKE = ROOT / ".venv" / "bin" / "tlake"
+MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
+ARCHIVE = ROOT / "dist" / "trinitylake-env.tar.gz"
+DAG_ID = "trinitylake_maintenance"
+JOB_TASKS = ("expire", "orphans_dry_run", "orphans", "export_weekly")
+
+
+class LiveAirflow:
+    def __init__(self, base: Path):
+        self.base = base
+        self.home = base / "airflow-home"
+        self.lakehouse = base / "lh"
+        self.exports = base / "exports"
+        spark_home = subprocess.run([str(MAIN_PYTHON), "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("AIRFLOW", "PYSPARK_", "SPARK_", "TLAKE_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env |= {"AIRFLOW_HOME": str(self.home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "airflow_dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SPARK_HOME": spark_home,
+                "PATH": f"{spark_home}/bin{os.pathsep}{env.get('PATH', '')}"}
+        self.env = env
+        self.now = datetime.now(UTC)
+        self.conf: dict[str, object] = {}
+        self.export_name = ""
+
+    def airflow(self, *args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([str(AIRFLOW), *args], env=self.env, cwd=self.base, capture_output=True, text=True,
+                              timeout=timeout)
+        if check:
+            assert proc.returncode == 0, f"airflow {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}"
+        return proc
+
+    def tlake(self, *args: str) -> str:
+        proc = subprocess.run([str(TLAKE), "--lakehouse", str(self.lakehouse), *args], capture_output=True, text=True,
+                              timeout=300, cwd=self.base)
+        assert proc.returncode == 0, f"tlake {' '.join(args)}: {proc.stderr[-2000:]}"
+        return proc.stdout
+
+    def query(self, sql: str, *params: object) -> list[tuple]:
+        with sqlite3.connect(self.home / "airflow.db") as db:
+            return db.execute(sql, params).fetchall()
+
+    def last_run(self) -> tuple[str, str]:
+        return self.query("SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", DAG_ID)[0]
+
+    def tasks(self, run_id: str) -> dict[str, tuple[str, int]]:
+        rows = self.query("SELECT task_id, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ?",
+                          DAG_ID, run_id)
+        return {task_id: (state, tries) for task_id, state, tries in rows}
+
+    def dags_test(self, logical_date: str, conf: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+        args = ["dags", "test", DAG_ID, logical_date] + (["-c", json.dumps(conf)] if conf else [])
+        started = time.monotonic()
+        proc = self.airflow(*args, check=False)
+        return proc, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory) -> LiveAirflow:
+    for path, how in ((TLAKE, "make venv"), (ARCHIVE, "make dist")):
+        if not path.exists():
+            pytest.fail(f"{path} is missing: run `{how}` (make test-dags does)")
+    af = LiveAirflow(tmp_path_factory.mktemp("live-airflow"))
+    af.airflow("db", "migrate")
+    af.airflow("connections", "add", "spark_default", "--conn-type", "spark", "--conn-host", "local[2]")
+    af.airflow("pools", "set", "trinitylake_maintenance", "1", "TrinityLake maintenance")
+    af.tlake("init", "--txn-ttl", "1m")
+    for i in range(4):
+        af.tlake("namespace", "create", f"n{i}")
+    af.airflow("variables", "set", "trinitylake_lakehouse", str(af.lakehouse))
+    af.airflow("variables", "set", "trinitylake_export_root", str(af.exports))
+    af.airflow("variables", "set", "trinitylake_repo", str(ROOT))
+    # The logical date of the runs: now, after the lakehouse has versions, as the README's recipe
+    # and the acceptance check run it (the export exports the version current at the logical
+    # date: an earlier one has none). export_weekday is its ISO weekday: the weekly export runs.
+    af.now = datetime.now(UTC).replace(microsecond=0)
+    af.conf = {"export_weekday": af.now.isoweekday()}
+    af.export_name = f"weekly-{af.now:%Y%m%d}"
+    return af
+
+
+def _audit(af: LiveAirflow) -> list[dict]:
+    rows = json.loads(af.tlake("show", "--all", "--json"))
+    return rows.get("rows", rows) if isinstance(rows, dict) else rows
+
+
+def _commands(rows: list[dict]) -> list[str]:
+    return [str(r.get("command") or r.get("job") or "") for r in rows]
+
+
+def _export_files(af: LiveAirflow) -> dict[str, int]:
+    target = af.exports / af.export_name
+    return {str(p.relative_to(target)): p.stat().st_size for p in target.rglob("*") if p.is_file()}
+
+
+def test_dags_test_runs_every_task_and_a_second_run_is_idempotent(live):
+    proc, seconds = live.dags_test(live.now.isoformat(), live.conf)
+    run_id, state = live.last_run()
+    assert proc.returncode == 0 and state == "success", f"{state} after {seconds:.0f} s:\n{proc.stdout[-6000:]}"
+    tasks = live.tasks(run_id)
+    every = ("lakehouse_guard", *JOB_TASKS, "is_export_day")
+    assert {t: s for t, (s, _) in tasks.items()} == dict.fromkeys(every, "success")
+    # The jobs' results reach XCom (the JSON `tlake <job> --json` prints).
+    xcoms = dict(live.query("SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ? AND key = 'return_value'",
+                            DAG_ID, run_id))
+    for task_id, job in (("expire", "expire"), ("orphans", "orphans"), ("export_weekly", "export")):
+        value = xcoms[task_id]
+        value = json.loads(value) if isinstance(value, str | bytes) else value
+        value = json.loads(value) if isinstance(value, str) else value
+        assert value["job"] == job and value["status"] == "succeeded", value
+    first = _audit(live)
+    commands = _commands(first)
+    for job in ("expire", "orphans", "export"):
+        assert any(job in c for c in commands), f"no {job} audit row: {commands}"
+    version = live.tlake("versions")
+    exported = _export_files(live)
+    assert exported
+
+    # The same logical date again: every task succeeds, the same cutoffs change nothing.
+    proc, seconds2 = live.dags_test(live.now.isoformat(), live.conf)
+    run_id2, state2 = live.last_run()
+    assert run_id2 != run_id
+    assert proc.returncode == 0 and state2 == "success", f"{state2} after {seconds2:.0f} s:\n{proc.stdout[-6000:]}"
+    assert live.tlake("versions") == version
+    assert _export_files(live) == exported
+    again = _audit(live)
+    assert len(again) > len(first)
+    print(f"dags test: first run {seconds:.0f} s, second run {seconds2:.0f} s")
+
+
+def test_a_permanent_error_fails_the_run_at_once_without_retries(live, tmp_path):
+    missing = tmp_path / "no-lakehouse-here"
+    earlier = (live.now - timedelta(hours=1)).isoformat()
+    proc, seconds = live.dags_test(earlier, {**live.conf, "lakehouse": str(missing)})
+    run_id, state = live.last_run()
+    assert proc.returncode != 0 and state == "failed", proc.stdout[-4000:]
+    tasks = live.tasks(run_id)
+    assert tasks["expire"] == ("failed", 1), tasks  # one try: no retries 5 minutes apart
+    assert tasks["orphans_dry_run"][0] == "upstream_failed"
+    assert seconds < 280, f"{seconds:.0f} s: the permanent error waited for a retry"
+    assert "LakehouseNotFoundError" in proc.stdout and "permanent: not retried" in proc.stdout
+    # The alert names the lakehouse and a command that runs as it stands.
+    assert f"tlake --lakehouse {missing} show --job expire" in proc.stdout
