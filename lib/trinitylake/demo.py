@@ -1,10 +1,14 @@
 """`make demo`: a demo lakehouse on the local filesystem, then every maintenance job on Spark.
 
 Builds a lakehouse with a few hundred tables and a few hundred versions (creates, alters,
-drops, a rollback), plants orphan files, and runs walk, expire (dry run, then real), orphan
-cleanup and a full export on Spark ``local[*]``, then prints ``tlake show`` and writes an HTML
-report. The demo lakehouse uses a 2-second transaction TTL so that versions become old enough
-to expire within the demo; production lakehouses keep the default of 3 days.
+drops, a rollback), then a few real Iceberg tables with rows written through the PyIceberg
+catalog (`trinitylake.iceberg.TrinityLakeCatalog`, warehouse under the lakehouse), plants orphan
+files, and runs walk, expire (dry run, then real), orphan cleanup and a full export with tables
+on Spark ``local[*]``, reads the tables back from the source and from the export, then prints
+``tlake show`` and writes an HTML report. The few hundred tables of the first part are
+placeholders (their metadata pointers name no file); the ``shop`` tables are real. The demo
+lakehouse uses a 2-second transaction TTL so that versions become old enough to expire within
+the demo; production lakehouses keep the default of 3 days.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -80,6 +84,57 @@ def build(uri: str, tables: int, seed: int = 7) -> Lakehouse:
     return lh
 
 
+#: The demo's Iceberg tables: name -> rows of the first snapshot (``shop.orders`` gets a second).
+ICEBERG_TABLES = {"shop.customers": 40, "shop.orders": 200, "shop.lines": 600}
+
+
+def add_iceberg_tables(uri: str) -> dict[str, int]:
+    """Create the demo's Iceberg tables with rows through the PyIceberg catalog on the lakehouse
+    at `uri` (warehouse ``<lakehouse>/warehouse``), append a second snapshot to ``shop.orders``,
+    and return the rows each table should hold."""
+    import pyarrow as pa
+
+    cat = iceberg_catalog(uri)
+    cat.create_namespace("shop", {"owner": "demo"})
+    expected: dict[str, int] = {}
+    for name, n in ICEBERG_TABLES.items():
+        data = pa.table({"id": pa.array(range(n), pa.int64()),
+                         "amount": pa.array([round(i * 1.25, 2) for i in range(n)], pa.float64()),
+                         "region": pa.array([("eu", "us", "apac")[i % 3] for i in range(n)], pa.string())})
+        cat.create_table(name, schema=data.schema).append(data)
+        expected[name] = n
+    more = pa.table({"id": pa.array(range(200, 250), pa.int64()), "amount": pa.array([9.5] * 50, pa.float64()),
+                     "region": pa.array(["eu"] * 50, pa.string())})
+    cat.load_table("shop.orders").append(more)
+    expected["shop.orders"] += more.num_rows
+    return expected
+
+
+def iceberg_catalog(uri: str) -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("demo", **{"py-catalog-impl": "trinitylake.iceberg.TrinityLakeCatalog", "lakehouse": uri})
+
+
+def show_iceberg_tables(uri: str, expected: dict[str, int], title: str) -> int:
+    """Print the demo's Iceberg tables as read back through the catalog at `uri` (rows,
+    snapshots, metadata file); 1 when a table's rows differ from `expected`."""
+    from rich.table import Table
+
+    cat = iceberg_catalog(uri)
+    t = Table("table", "rows", "snapshots", "current snapshot", "metadata", title=title)
+    rc = 0
+    for name, want in expected.items():
+        tbl = cat.load_table(name)
+        n = tbl.scan().to_arrow().num_rows
+        snap = tbl.metadata.current_snapshot_id
+        t.add_row(name, f"{n}" if n == want else f"[red]{n} (expected {want})[/red]", str(len(tbl.metadata.snapshots)),
+                  str(snap), os.path.relpath(tbl.metadata_location.removeprefix("file://"), uri))
+        rc |= int(n != want)
+    console.print(t)
+    return rc
+
+
 def plant_orphans(root: Path, young: bool) -> list[Path]:
     from trinitylake.format.paths import hashed_path
 
@@ -123,10 +178,12 @@ def run_job(job: str, args: list[str]) -> int:
         return 1
     t = Table("measure", "value", title=f"{job}: {result.status} in {time.time() - t0:.1f} s (txn_seq {result.txn_seq})")
     keys = ("versions", "versions_expired", "versions_retained", "listed", "reachable", "candidates", "too_young",
-            "deleted", "failed", "planned", "copied", "skipped", "verified", "node_reads", "unique_nodes")
+            "deleted", "failed", "planned", "copied", "skipped", "verified", "node_reads", "unique_nodes",
+            "table_pointers_iceberg", "table_pointers_other", "table_pointers_outside", "tables", "tables_copied",
+            "table_files_copied")
     for k in keys:
         if k in result.counts:
-            plain = k.startswith("versions") or k in ("node_reads", "unique_nodes")
+            plain = k.startswith(("versions", "table")) or k in ("node_reads", "unique_nodes")
             t.add_row(k.replace("_", " ") if plain else f"files {k.replace('_', ' ')}", str(result.counts[k]))
     for k in ("reachable", "candidates", "deleted", "copied"):
         if k in result.bytes:
@@ -173,11 +230,15 @@ def demo(directory: str, tables: int, master: str) -> int:
     n_tables = sum(len(latest_view.list_tables(ns)) for ns in latest_view.list_namespaces())
     console.print(f"{lh.uri}: {versions} versions, {n_tables} tables at the latest version "
                   f"({time.time() - t0:.1f} s)")
+    t1 = time.time()
+    console.rule("[bold]Iceberg tables through the PyIceberg catalog")
+    rows = add_iceberg_tables(str(lh_dir))
+    rc = show_iceberg_tables(str(lh_dir), rows, f"{len(rows)} Iceberg tables written with pyarrow under "
+                             f"{lh_dir / 'warehouse'} ({time.time() - t1:.1f} s)")
     planted = plant_orphans(lh_dir, young=False)
     console.print(f"planted {len(planted)} orphan files 40 days old; waiting for the demo TTL to pass")
     time.sleep(max(0.0, (DEMO_TTL_MS + 3000) / 1000 - (time.time() - t0)) + 1.0)
     common = ["--lakehouse", str(lh_dir), "--master", a.master]
-    rc = 0
     rc |= run_job("walk", common)
     # The same walk forced onto Spark executors: the answer must not depend on where it ran.
     rc |= run_job("walk", [*common, "--execution", "distributed"])
@@ -187,7 +248,11 @@ def demo(directory: str, tables: int, master: str) -> int:
     console.print("planted 1 new orphan file just now: younger than the floor, it must survive")
     planted += young
     rc |= run_job("orphans", common)
-    rc |= run_job("export", [*common, "--name", "demo-full", "--target", str(export_dir)])
+    rc |= run_job("export", [*common, "--name", "demo-full", "--target", str(export_dir), "--with-tables"])
+    # Maintenance left the tables' files alone; the export carried them: the exported tables'
+    # metadata lies under the export (its path is shown relative to the export's root).
+    rc |= show_iceberg_tables(str(lh_dir), rows, "the Iceberg tables after expire and orphan cleanup")
+    rc |= show_iceberg_tables(str(export_dir), rows, f"the same tables read from the export at {export_dir}")
     console.rule("[bold]tlake show --limit 12")
     from trinitylake.cli import cli
 

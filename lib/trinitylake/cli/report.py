@@ -19,7 +19,7 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     @handle_errors
     def report(ctx: Ctx, out_path: str, max_versions: int, as_json: bool) -> None:
-        """Write an HTML report: versions over time, job runs, files and bytes per version."""
+        """Write an HTML report: versions over time, job runs, files and bytes per version, Iceberg tables."""
         from trinitylake.report import generate_report
 
         s = generate_report(ctx.lakehouse(), out_path, max_versions=max_versions)

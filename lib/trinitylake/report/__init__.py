@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.report.data import JobRun, Reach, ReportData, Snapshot, VersionPoint, collect
+from trinitylake.report.data import IcebergTable, JobRun, Reach, ReportData, Snapshot, VersionPoint, collect
 from trinitylake.report.html import render
 
 if TYPE_CHECKING:
@@ -35,4 +35,4 @@ def generate_report(lakehouse: Lakehouse, out_path: str | os.PathLike, max_versi
     return summary
 
 
-__all__ = ["JobRun", "Reach", "ReportData", "Snapshot", "VersionPoint", "collect", "generate_report", "render"]
+__all__ = ["IcebergTable", "JobRun", "Reach", "ReportData", "Snapshot", "VersionPoint", "collect", "generate_report", "render"]

@@ -173,6 +173,23 @@ class Snapshot:
 
 
 @dataclass
+class IcebergTable:
+    """An Iceberg table of the latest version, as its current metadata file describes it."""
+
+    name: str  # namespace.table
+    metadata_location: str | None
+    snapshots: int | None = None  # len(metadata["snapshots"])
+    current_snapshot_id: int | None = None
+    total_records: int | None = None  # the current snapshot's summary, when it says
+    error: str | None = None  # one line: why the metadata (or the definition) could not be read
+
+
+#: Tables whose metadata the report reads at most (the first ones in key order); beyond this
+#: the page says how many were left out.
+MAX_REPORT_TABLES = 1000
+
+
+@dataclass
 class ReportData:
     uri: str
     control_uri: str
@@ -196,6 +213,9 @@ class ReportData:
     node_reads: int  # node files read from storage for the whole report (roots not included)
     audit_state: str  # "ok" | "off" | "missing" | "error: ..."
     notes: list[str] = field(default_factory=list)
+    iceberg_tables: list[IcebergTable] = field(default_factory=list)  # of the latest version, key order
+    tables_left_out: int = 0  # tables past MAX_REPORT_TABLES, not read
+    other_format_tables: int = 0  # tables of another format (listed by count only)
 
     @property
     def available_versions(self) -> list[VersionPoint]:
@@ -229,6 +249,9 @@ class ReportData:
             "node_reads": self.node_reads,
             "walk_seconds": round(self.walk_seconds, 3),
             "audit": self.audit_state,
+            "iceberg_tables": len(self.iceberg_tables),
+            "iceberg_tables_unreadable": sum(1 for t in self.iceberg_tables if t.error),
+            "iceberg_snapshots": sum(t.snapshots or 0 for t in self.iceberg_tables),
         }
 
 
@@ -392,13 +415,28 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
     # Contents of the latest version.
     counts = {"namespace": 0, "table": 0, "view": 0}
     view = lh.view(latest)
-    for key, _ in view.all_items():
+    table_entries: list[tuple[str, str]] = []
+    for key, path in view.all_items():
         try:
-            kind, _names = view.codec.decode(key)
+            kind, names = view.codec.decode(key)
         except Exception:  # noqa: BLE001 - a key of another kind is not counted
             continue
         if kind in counts:
             counts[kind] += 1
+        if kind == "table":
+            table_entries.append((".".join(names), path))
+    try:
+        iceberg, other_format = iceberg_tables(lh, view, table_entries[:MAX_REPORT_TABLES])
+    except Exception as exc:  # noqa: BLE001 - the page still shows everything else
+        iceberg, other_format = [], 0
+        notes.append(_one_line(f"Iceberg tables could not be listed: {type(exc).__name__}: {exc}"))
+    left_out = max(0, len(table_entries) - MAX_REPORT_TABLES)
+    if left_out:
+        notes.append(f"Iceberg tables: the first {MAX_REPORT_TABLES} of {len(table_entries)} tables are shown "
+                     f"(by namespace and name); {left_out} were not read.")
+    bad = sum(1 for t in iceberg if t.error)
+    if bad:
+        notes.append(f"{bad} of {len(iceberg)} Iceberg table(s) have metadata that cannot be read (see Iceberg tables).")
 
     # Reachable files of the newest versions.
     readable = sorted(i.version for i in infos if i.corrupt is None)
@@ -440,7 +478,80 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
         node_reads=store.reads - reads_before,
         audit_state=audit_state,
         notes=notes,
+        iceberg_tables=iceberg,
+        tables_left_out=left_out,
+        other_format_tables=other_format,
     )
+
+
+def iceberg_tables(lh: Lakehouse, view: Any, entries: list[tuple[str, str]], threads: int = 8
+                   ) -> tuple[list[IcebergTable], int]:
+    """The Iceberg tables among `entries` (``(name, definition path)``) with their snapshot
+    counts, read from each table's current metadata JSON (its ``snapshots`` and
+    ``current-snapshot-id``), and the number of tables of another format. A definition or
+    metadata file that cannot be read gives the table a one-line `IcebergTable.error`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trinitylake.format.definitions import table_format_name
+    from trinitylake.maintenance.reach import read_table_definitions
+
+    defs = read_table_definitions(view, entries, threads)
+    wanted: list[IcebergTable] = []
+    other = 0
+    for name, d, err in defs:
+        if d is None:
+            wanted.append(IcebergTable(name, None, error=_one_line(f"definition: {type(err).__name__}: {err}")))
+        elif table_format_name(d) != "ICEBERG":
+            other += 1
+        else:
+            loc = d.format_properties.get("metadata_location") or None
+            wanted.append(IcebergTable(name, loc, error=None if loc else "no metadata_location: the table has no metadata yet"))
+
+    def fill(t: IcebergTable) -> None:
+        if t.error or t.metadata_location is None:
+            return
+        try:
+            _read_metadata(lh, t)
+        except Exception as e:  # noqa: BLE001 - one line on the page, never a failed report
+            t.error = _one_line(f"{type(e).__name__}: {e}")
+
+    todo = [t for t in wanted if t.metadata_location and not t.error]
+    if len(todo) > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, len(todo))) as pool:
+            list(pool.map(fill, todo))
+    else:
+        for t in todo:
+            fill(t)
+    return wanted, other
+
+
+def _read_metadata(lh: Lakehouse, t: IcebergTable) -> None:
+    import gzip
+    import json
+
+    assert t.metadata_location is not None
+    storage, p = lh.resolve(t.metadata_location)
+    try:
+        raw = storage.read(p)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"metadata file {t.metadata_location} is missing") from None
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    m = json.loads(raw)
+    if not isinstance(m, dict):
+        raise ValueError(f"metadata file {t.metadata_location} is not a JSON object")
+    snaps = m.get("snapshots") or []
+    t.snapshots = len(snaps)
+    cur = _as_int(m.get("current-snapshot-id"))
+    t.current_snapshot_id = None if cur is None or cur < 0 else cur
+    for sn in snaps:
+        if isinstance(sn, dict) and _as_int(sn.get("snapshot-id")) == t.current_snapshot_id:
+            t.total_records = _as_int((sn.get("summary") or {}).get("total-records"))
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(redact_text(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _kind(p: VersionPoint, e: HistoryEntry | None, jobs_by_seq: dict[int, JobRun]) -> str:

@@ -613,6 +613,7 @@ def run_walk(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> JobR
         result.seconds["write"] = round(time.perf_counter() - t0, 3)
         result.output_location = out
         fill_walk_counts(result, st)
+        fill_table_pointer_counts(result, lakehouse, st, ex.limits.io_threads(lakehouse.storage))
         summary = {"run_id": result.run_id, "lakehouse": lakehouse.uri, "output": out,
                    "versions": inp.retained_versions, "exports": inp.export_roots,
                    "pinned_versions": inp.pinned_versions, "stats": st.to_dict()}
@@ -635,4 +636,18 @@ def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable"
     result.counts["unique_nodes"] = result.counts.get("unique_nodes", 0) + st.unique_nodes
     result.details[f"{prefix}_walk"] = {"levels": st.levels, "read_ratio": st.read_ratio, "roots": st.roots,
                                         "missing": st.missing, "seconds": st.seconds, "where": st.where}
+
+
+def fill_table_pointer_counts(result: JobResult, lakehouse: Any, st: WalkStats, io_threads: int) -> None:
+    """``table_pointers_<kind>`` counts of the latest version's tables (`R.table_pointer_counts`:
+    ICEBERG / other formats / none, and how many point outside the lakehouse root), from the
+    table definitions alone; ``details["table_pointers"]`` says what was counted, or why not
+    (more than `R.TABLE_POINTER_DEF_LIMIT` definition files reached)."""
+    t0 = time.perf_counter()
+    latest = lakehouse.latest_version()
+    counts, details = R.table_pointer_counts(lakehouse, latest, st.files.get(R.KIND_DEFINITION, 0),
+                                             io_threads=io_threads)
+    result.counts.update(counts)
+    details["seconds"] = round(time.perf_counter() - t0, 3)
+    result.details["table_pointers"] = details
 
