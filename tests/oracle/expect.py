@@ -64,6 +64,12 @@ def latest_version(o: Oracle) -> int:
     return vs[-1]
 
 
+def definition_of(o: Oracle, version: int) -> Any:
+    """The lakehouse definition the root of `version` points to."""
+    node, base = o._root(f"{o.root}/{root_name(version)}")
+    return o.definition(o.resolve(node.system["lakehouse_def"], base))
+
+
 def floor(o: Oracle) -> int:
     """The committed ``oldest_retained_version`` of the latest version's definition."""
     return int(o.latest()[1].oldest_retained_version)

@@ -78,8 +78,11 @@ class Verifier:
         self.acks.extend(new_acks)
         o = self.oracle()
         try:
-            listed = o.listed_versions()
-            latest, d = o.latest()
+            listed = o.listed_versions()  # one listing: writers may commit while we check
+            if not listed:
+                raise OracleError(f"no root file under {o.root}")
+            latest = listed[-1]
+            d = E.definition_of(o, latest)
         except OracleError as e:
             found.append(f"cannot open the lakehouse: {e}")
             self.problems.extend(found)
