@@ -316,10 +316,23 @@ def merged_keys(o: Oracle, root_uri: str, cache: dict[str, NodeFile] | None = No
             cache[uri] = n
         return n
 
-    def merged(n: NodeFile, b: str) -> dict[str, str]:
+    def merged(n: NodeFile, b: str, lo: bytes | None = None, hi: bytes | None = None) -> dict[str, str]:
+        # FORMAT.md §2: a B-tree: the key table is sorted, child j holds only keys between the
+        # separators around it, and a node's messages lie in its own range.
+        keys = [k.encode("utf-8") for k, _ in n.entries]
+        bounded = [x for x in (lo, *keys, hi) if x is not None]
+        if any(a >= c for a, c in zip(bounded, bounded[1:], strict=False)):
+            raise OracleError(f"a node of {root_uri} has keys out of order or out of its range")
+        for k, _ in n.messages:
+            kb = k.encode("utf-8")
+            if (lo is not None and kb <= lo) or (hi is not None and kb >= hi):
+                raise OracleError(f"a node of {root_uri} buffers a key outside its range")
+        if n.children and len(n.children) != len(keys) + 1:
+            raise OracleError(f"a node of {root_uri} has {len(keys)} keys and {len(n.children)} children")
         out: dict[str, str] = {}
-        for c in n.children:
-            out.update(merged(load(o.resolve(c, b)), base_of(c, b)))
+        for j, c in enumerate(n.children):
+            out.update(merged(load(o.resolve(c, b)), base_of(c, b), keys[j - 1] if j else lo,
+                              keys[j] if j < len(keys) else hi))
         out.update((k, o.resolve(v, b)) for k, v in n.entries)
         for k, v in n.messages:
             if v is None:
@@ -341,6 +354,8 @@ def _unpad(b: bytes, where: str) -> str:
     name = b.rstrip(b" ")
     if not name:
         raise OracleError(f"empty name in key {where!r}")
+    if any(c <= 0x20 or c == 0x7F for c in name):  # FORMAT.md §3: no 0x00-0x1F, space or DEL
+        raise OracleError(f"key {where!r} holds a name with a control character, space or DEL")
     return name.decode("utf-8")
 
 
