@@ -51,7 +51,9 @@ def reconcile(control: ControlTable, versions: list[VersionInfo], *, grace_secon
     missing = [
         v
         for v in sorted(versions, key=lambda x: x.version)
-        if v.version not in covered and (grace_seconds <= 0 or v.created_at_millis <= cutoff_millis)
+        # A root that cannot be read (created_at unknown) gets no recovered row: nothing about it is known.
+        if v.version not in covered and v.created_at_millis is not None
+        and (grace_seconds <= 0 or v.created_at_millis <= cutoff_millis)
     ]
     if not missing:
         return 0

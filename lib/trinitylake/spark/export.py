@@ -57,6 +57,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from trinitylake import progress
 from trinitylake.errors import (
     AlreadyExistsError,
     StorageError,
@@ -123,7 +124,9 @@ def _copy_processes(pool: Any, names: list[str], source: Storage, target: Storag
     part at a time each (the same `_copy_part` as the executors and the threads run)."""
     total = XC.CopyStats()
     for d in pool.map(names, (source, target, spec, export_dir, checksum, resumed)):
-        total.add(XC.CopyStats.from_dict(d))
+        st = XC.CopyStats.from_dict(d)
+        total.add(st)
+        progress.advance(st.rows)
     return total
 
 
@@ -466,11 +469,14 @@ def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Sto
         k = max(1, min(LOCAL_PARTS_IN_FLIGHT, len(names)))
         if k == 1:
             for nm in names:
-                total.add(copy(nm, source=src, target=tgt, pmap=pmap))
+                st = copy(nm, source=src, target=tgt, pmap=pmap)
+                total.add(st)
+                progress.advance(st.rows)
         else:
             with ThreadPoolExecutor(max_workers=k) as outer:
                 for st in outer.map(lambda nm: copy(nm, source=src, target=tgt, pmap=pmap), names):
                     total.add(st)
+                    progress.advance(st.rows)
     finally:
         close()
     return total
@@ -498,6 +504,7 @@ def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: 
             st = XC.CopyStats.from_dict(json.loads(r["stats"]))
             ex.add_executor_requests(st.requests)
             total.add(st)
+            progress.advance(st.rows)
 
     run(names)
     return total
