@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.oracle import expect as E
 from trinitylake.errors import StorageError
 from trinitylake.format.paths import HINT_FILE, root_name
 from trinitylake.lakehouse import Lakehouse
@@ -16,12 +17,16 @@ from trinitylake.maintenance.export_target import drop_export
 from trinitylake.storage import Storage
 
 from .conftest import (
+    contents,
+    export_contents,
+    latest_def,
+    oracle,
+    oracle_of,
     pointers_outside,
     populate,
     reachable,
     root_files,
     simulate_expiration,
-    state,
     target_files,
 )
 
@@ -35,7 +40,7 @@ def _source_bytes_mention(storage: Storage, needle: bytes) -> list[str]:
 def test_full_export_is_a_standalone_copy_of_version_v(run, make_lakehouse, tmp_path):
     lh = make_lakehouse()
     v = populate(lh)
-    want = state(lh.view(version=v))
+    want = contents(lh.uri, v)
     target = str(tmp_path / "exports" / "full")
 
     r = run(lh, target, "full1")
@@ -49,29 +54,28 @@ def test_full_export_is_a_standalone_copy_of_version_v(run, make_lakehouse, tmp_
 
     # Exactly the files reachable from v, under the same relative names, plus the hint.
     tgt = Storage(target)
-    reach = reachable(lh.storage, root_name(v))
-    assert set(target_files(tgt)) == {lh.storage.relative(u) for u in reach} | {HINT_FILE}
+    assert set(target_files(tgt)) == reachable(lh, v).paths() | {HINT_FILE}
     assert root_files(tgt) == [root_name(v)]
     assert tgt.read(HINT_FILE).decode().strip() == str(v)
     # No reference to the source anywhere in the format files.
     assert _source_bytes_mention(tgt, lh.storage.root.removeprefix("file://").encode()) == []
-    assert pointers_outside(tgt, lh.storage) == 0
+    assert pointers_outside(target, lh) == 0
 
     # The target is a lakehouse of its own, equal to the source at v (definitions included).
-    exported = Lakehouse.open(target, audit=False)
-    assert exported.latest_version() == v
-    assert state(exported.view()) == want
-    ns_src = lh.view(version=v).describe_table("ns0", "t1")
-    assert exported.view().describe_table("ns0", "t1") == ns_src  # same definition path too
-    assert not exported.definition().exported_snapshots  # the source's bookkeeping is not exported
-    assert exported.definition().id == lh.definition().id
+    ot, os_ = oracle(target), oracle_of(lh)
+    assert E.latest_version(ot) == v
+    assert contents(target) == want
+    rel_t = {k: ot.relative(u) for k, u in E.merged_keys(ot, f"{ot.root}/{root_name(v)}").items()}
+    rel_s = {k: os_.relative(u) for k, u in E.merged_keys(os_, f"{os_.root}/{root_name(v)}").items()}
+    assert rel_t == rel_s and None not in rel_t.values()  # the same definition paths, inside the target
+    assert not E.definition_of(ot, v).exported_snapshots  # the source's bookkeeping is not exported
+    assert E.definition_of(ot, v).id == latest_def(lh).id
 
     # Recorded in the source: full URI of the exported root, no pin; readable by name.
-    d = lh.definition()
+    d = latest_def(lh)
     assert d.exported_snapshots["full1"] == Storage(target).uri(root_name(v))
     assert "full1" not in d.exported_snapshot_pins
-    assert state(lh.view(snapshot="full1")) == want
-    assert lh.view(snapshot="full1").version == v
+    assert export_contents(lh, "full1") == want
     # The plan was persisted under the target, outside the format's files.
     assert tgt.exists("_export/full1/plan/_plan.json") and tgt.exists("_export/full1/export.json")
 
@@ -80,33 +84,33 @@ def test_full_export_is_a_standalone_copy_of_version_v(run, make_lakehouse, tmp_
 def test_partial_export_copies_levels_and_pins_the_version(run, make_lakehouse, tmp_path, depth):
     lh = make_lakehouse()
     v = populate(lh)
-    want = state(lh.view(version=v))
+    want = contents(lh.uri, v)
     target = str(tmp_path / "partial")
 
     r = run(lh, target, "p1", mode="partial", depth=depth)
 
-    reach = reachable(lh.storage, root_name(v))
-    assert max(reach.values()) > depth  # the tree is deeper than the export
+    reach = reachable(lh, v).rows
+    assert max(r.depth for r in reach.values() if r.kind == "node") > depth  # the tree is deeper than the export
     tgt = Storage(target)
     copied = set(target_files(tgt)) - {HINT_FILE}
     # Nodes down to `depth` and the definition files they reference were copied, nothing deeper.
-    nodes = {lh.storage.relative(u) for u, d in reach.items() if u.endswith(".arrow") and d <= depth}
+    nodes = {p for p, r in reach.items() if r.kind in ("root", "node") and r.depth <= depth}
     assert nodes <= copied
-    assert not any(lh.storage.relative(u) in copied for u, d in reach.items() if u.endswith(".arrow") and d > depth)
-    assert r.counts["external_refs"] > 0 and pointers_outside(tgt, lh.storage) == r.counts["external_refs"]
+    assert not any(p in copied for p, r in reach.items() if r.kind == "node" and r.depth > depth)
+    assert r.counts["external_refs"] > 0 and pointers_outside(target, lh) == r.counts["external_refs"]
     assert r.counts["rewritten"] >= 1
 
-    d = lh.definition()
+    d = latest_def(lh)
     assert d.exported_snapshot_pins["p1"] == v
-    assert state(lh.view(snapshot="p1")) == want
-    # The target opens on its own too (it reads the source through absolute URIs).
-    assert state(Lakehouse.open(target, audit=False).view()) == want
+    assert export_contents(lh, "p1") == want
+    # The target reads on its own too (it reads the source through absolute URIs).
+    assert contents(target) == want
 
 
 def test_minimal_export_copies_only_the_root(run, make_lakehouse, tmp_path):
     lh = make_lakehouse()
     v = populate(lh, tables=4)
-    want = state(lh.view(version=v))
+    want = contents(lh.uri, v)
     target = str(tmp_path / "min")
 
     r = run(lh, target, "m1", mode="minimal")
@@ -116,10 +120,11 @@ def test_minimal_export_copies_only_the_root(run, make_lakehouse, tmp_path):
     assert root_name(v) in files and HINT_FILE in files
     assert {f for f in files if f.startswith("_lakehouse_def_")}
     assert len(files) == 3  # root, definition, hint
-    assert r.counts["planned"] == 2 and lh.definition().exported_snapshot_pins["m1"] == v
-    view = lh.view(snapshot="m1")
-    assert state(view) == want
-    assert view.describe_table("ns0", "t2")["definition"].startswith(lh.storage.root + "/")
+    assert r.counts["planned"] == 2 and latest_def(lh).exported_snapshot_pins["m1"] == v
+    assert export_contents(lh, "m1") == want
+    o = oracle_of(lh)
+    keys = E.merged_keys(o, latest_def(lh).exported_snapshots["m1"])
+    assert keys and all(o.relative(u) is not None for u in keys.values())  # every definition read from the source
 
 
 def test_incremental_export_to_the_same_target_copies_only_new_files(run, make_lakehouse, tmp_path):
@@ -132,25 +137,26 @@ def test_incremental_export_to_the_same_target_copies_only_new_files(run, make_l
     txn = lh.begin()
     txn.alter_table("ns0", "t3", set_properties={"x": "y"})
     txn.commit()
-    v2 = lh.latest_version()
+    v2 = E.latest_version(oracle_of(lh))
 
     r2 = run(lh, target, "e2")
 
-    new_files = set(reachable(lh.storage, root_name(v2))) - set(reachable(lh.storage, root_name(v1)))
+    new_files = reachable(lh, v2).paths() - reachable(lh, v1).paths()
     assert r2.counts["planned"] == r2.counts["copied"] + r2.counts["skipped"]
     # Copied: the files v1 does not reach (the definition differs too: it records e1).
     assert r2.counts["copied"] == len(new_files)
     assert r2.counts["skipped"] > 0 and r2.counts["skipped"] == r2.counts["planned"] - len(new_files)
     assert r1.counts["copied"] == r1.counts["planned"]
-    exported = Lakehouse.open(target, audit=False)
-    assert exported.latest_version() == v2
-    assert state(exported.view()) == state(lh.view(version=v2))
-    assert state(exported.view(version=v1)) == state(lh.view(version=v1))
+    assert E.latest_version(oracle(target)) == v2
+    assert contents(target) == contents(lh.uri, v2)
+    assert contents(target, v1) == contents(lh.uri, v1)
     # Re-running a finished export is a no-op that verifies and records nothing new.
-    before = lh.latest_version()
+    before = E.latest_version(oracle_of(lh))
     r3 = run(lh, target, "e2")
     assert r3.counts["copied"] == 0 and r3.counts["skipped"] == r3.counts["planned"]
-    assert lh.latest_version() == before and r3.details["recorded"] is False
+    assert E.latest_version(oracle_of(lh)) == before and r3.details["recorded"] is False
+    # ... and its manifest still names the source version that recorded the export.
+    assert r3.details["recorded_in_version"] == r2.details["recorded_in_version"] == before
 
 
 @pytest.mark.parametrize("resume_on", ["local", "distributed"])
@@ -181,7 +187,7 @@ def test_killed_export_resumes_without_recopying_verified_files(spark, run, make
         time.sleep(1.0)
 
     assert root_files(tgt) == []  # not visible: the root is written last
-    assert "k1" not in lh.definition().exported_snapshots
+    assert "k1" not in latest_def(lh).exported_snapshots
     with pytest.raises(Exception):  # noqa: B017 - not a lakehouse yet
         Lakehouse.open(target, audit=False)
     present = target_files(tgt)
@@ -205,14 +211,14 @@ def test_killed_export_resumes_without_recopying_verified_files(spark, run, make
     # of unfinished parts already there are read to be compared.
     assert r.counts["source_reads"] <= r.counts["copied"] + len(set(present) - manifested)
     assert all(os.stat(os.path.join(target, p)).st_mtime_ns == t for p, t in stamps.items())  # not rewritten
-    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
-    assert lh.definition().exported_snapshots["k1"].endswith(root_name(v))
+    assert contents(target) == contents(lh.uri, v)
+    assert latest_def(lh).exported_snapshots["k1"].endswith(root_name(v))
 
 
 def test_expiration_after_partial_export_keeps_the_export_readable(run, make_lakehouse, tmp_path):
     lh = make_lakehouse()
     v = populate(lh)
-    want = state(lh.view(version=v))
+    want = contents(lh.uri, v)
     run(lh, str(tmp_path / "p"), "p1", mode="partial", depth=1)
     # Later versions replace definitions and nodes that only v (and older) reach.
     for t in range(4):
@@ -220,18 +226,18 @@ def test_expiration_after_partial_export_keeps_the_export_readable(run, make_lak
         txn.alter_table("ns0", f"t{t}", set_properties={"later": "yes"})
         txn.commit()
     lh.drop_namespace("ns1", cascade=True)
-    latest = lh.latest_version()
-    only_v = set(reachable(lh.storage, root_name(v))) - set(reachable(lh.storage, root_name(latest)))
+    latest = E.latest_version(oracle_of(lh))
+    only_v = reachable(lh, v).paths() - reachable(lh, latest).paths()
     assert only_v  # the export depends on files the latest version no longer reaches
 
     # The expiration job's rule: keep the latest versions and every pinned version.
-    pins = set(lh.definition().exported_snapshot_pins.values())
+    pins = set(latest_def(lh).exported_snapshot_pins.values())
     assert pins == {v}
     deleted = simulate_expiration(lh, {latest} | pins)
     assert deleted and not (deleted & only_v)
     assert not lh.storage.exists(root_name(v - 1))
 
-    assert state(lh.view(snapshot="p1")) == want
+    assert export_contents(lh, "p1") == want
 
 
 def _expire(spark, lh):
@@ -249,31 +255,30 @@ def _expire(spark, lh):
 def test_expire_job_keeps_pinned_exports_and_collects_dropped_ones(spark, run, make_lakehouse, tmp_path):
     lh = make_lakehouse(txn_ttl_millis=1000)
     v1 = populate(lh, tables=4)
-    want1 = state(lh.view(version=v1))
+    want1 = contents(lh.uri, v1)
     run(lh, str(tmp_path / "p1"), "p1", mode="partial", depth=1)
     run(lh, str(tmp_path / "f1"), "f1", version=v1)
     for t in range(3):
         txn = lh.begin()
         txn.alter_table("ns0", f"t{t}", set_properties={"later": "yes"})
         txn.commit()
-    v2 = lh.latest_version()
-    want2 = state(lh.view(version=v2))
+    v2 = E.latest_version(oracle_of(lh))
+    want2 = contents(lh.uri, v2)
     run(lh, str(tmp_path / "m2"), "m2", mode="minimal")
     lh.drop_namespace("ns1", cascade=True)
     txn = lh.begin()
     txn.alter_table("ns0", "t0", set_properties={"later": "again"})
     txn.commit()
-    latest = lh.latest_version()
-    only_v2 = set(reachable(lh.storage, root_name(v2))) - set(reachable(lh.storage, root_name(latest)))
-    only_v1 = (set(reachable(lh.storage, root_name(v1))) - set(reachable(lh.storage, root_name(v2)))
-               - set(reachable(lh.storage, root_name(latest))))
+    latest = E.latest_version(oracle_of(lh))
+    only_v2 = reachable(lh, v2).paths() - reachable(lh, latest).paths()
+    only_v1 = reachable(lh, v1).paths() - reachable(lh, v2).paths() - reachable(lh, latest).paths()
     assert only_v1 and only_v2
 
     # Dropping p1 releases version v1; m2 still pins v2.
     txn = lh.begin()
     txn.mutate_definition(drop_export("p1"), "drop export p1")
     txn.commit()
-    d = lh.definition()
+    d = latest_def(lh)
     assert "p1" not in d.exported_snapshots and "p1" not in d.exported_snapshot_pins
     assert dict(d.exported_snapshot_pins) == {"m2": v2}  # a full export (f1) pins nothing
 
@@ -281,11 +286,12 @@ def test_expire_job_keeps_pinned_exports_and_collects_dropped_ones(spark, run, m
 
     # Everything below the pinned version expired, the files only v1 reached were collected...
     assert r.details["oldest_retained_after"] == v2 and "pinned" in r.details["stop_reason"]
-    assert not lh.storage.exists(root_name(v1)) and lh.storage.exists(root_name(v2))
-    assert not any(lh.storage.exists(lh.storage.relative(u)) for u in only_v1)
+    o = oracle_of(lh)
+    assert E.floor(o) == v2 and v1 not in o.listed_versions() and v2 in o.listed_versions()
+    assert not E.owned(o) & only_v1
     # ...while the minimal export of v2 still reads, including what only v2 reaches,
-    assert all(lh.storage.exists(lh.storage.relative(u)) for u in only_v2)
-    assert state(lh.view(snapshot="m2")) == want2
+    assert only_v2 <= E.owned(o)
+    assert export_contents(lh, "m2") == want2
     # and the full export of v1 never depended on the source.
-    assert state(lh.view(snapshot="f1")) == want1
-    assert state(Lakehouse.open(str(tmp_path / "f1"), audit=False).view()) == want1
+    assert export_contents(lh, "f1") == want1
+    assert contents(str(tmp_path / "f1")) == want1

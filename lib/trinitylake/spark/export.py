@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -76,6 +76,11 @@ from trinitylake.spark.export_planner import Planner, pool_map, raise_failures
 from trinitylake.storage import Storage, parse_uri, requests
 from trinitylake.storage.dir_spread import spread_subdirectories
 from trinitylake.storage.local_files import LocalFiles
+
+if TYPE_CHECKING:
+    from trinitylake.config import ExportConfig
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.spark.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +176,10 @@ class _Workers:
 
 
 # ---- driver side -------------------------------------------------------------------------------
-def _target_storage(lakehouse: Any, target_uri: str, options: dict | None) -> Storage:
+def _target_storage(lakehouse: Lakehouse, target_uri: str, options: dict | None) -> Storage:
     if options is not None:
         return Storage(target_uri, options)
-    if parse_uri(target_uri).scheme == lakehouse.storage.scheme:
+    if lakehouse.storage.reaches(target_uri):
         return lakehouse.storage.for_uri(target_uri)
     return Storage(target_uri)
 
@@ -198,7 +203,7 @@ def _cleanup(target: Storage, export_dir: str) -> None:
         log.warning("could not remove %s: %s", target.uri(export_dir), e)
 
 
-def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *, target_storage_options: dict | None = None
+def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: ExportConfig, result: JobResult, *, target_storage_options: dict | None = None
                ) -> JobResult:
     """Export one version of `lakehouse` to ``cfg.target`` under ``cfg.name`` (see the module doc).
 
@@ -206,7 +211,7 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
         spark_or_ex: the job's `Execution` (placement per phase; Spark starts only when a phase
             goes to the executors), or a SparkSession (every phase on its executors).
         lakehouse: the source `Lakehouse`.
-        cfg: an export `JobConfig` (name, target, version, as_of, mode, depth, batch_size,
+        cfg: the `ExportConfig` (name, target, version, as_of, mode, depth, batch_size,
             verify_checksum, run_id).
         result: the job's result, filled in and returned.
         target_storage_options: fsspec options of the target storage; default: the
@@ -225,14 +230,14 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
     result.details.setdefault("execution", ex.record)
     t_start = time.perf_counter()
     source: Storage = lakehouse.storage
-    batch = int(getattr(cfg, "batch_size", 64) or 64)
-    checksum = bool(getattr(cfg, "verify_checksum", True))
-    run_id = getattr(cfg, "run_id", None) or result.run_id
+    batch = cfg.batch_size
+    checksum = cfg.verify_checksum
+    run_id = cfg.run_id
 
     # ---- validate (nothing written) ----------------------------------------------------------
     with _Phase(result, "validate"), ex.phase("export.validate", LOCAL, 1, "validating the export"):
         name = X.validate_name(cfg.name)
-        mode = str(getattr(cfg, "mode", "full") or "full")
+        mode = cfg.mode
         if mode not in X.MODES:
             raise ValidationError(f"export mode must be one of {', '.join(X.MODES)}, got {mode!r}")
         target_uri = parse_uri(cfg.target).uri
@@ -243,7 +248,7 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
         target = _target_storage(lakehouse, target_uri, target_storage_options)
         state = XT.inspect_target(target, current_def.id, source.root)
         recorded = state.exports.get(name)
-        version, as_of = cfg.version, getattr(cfg, "as_of", None)
+        version, as_of = cfg.version, cfg.as_of
         depth = cfg.depth if mode == "partial" else None
         if (version is None and as_of is None and recorded is not None and recorded.get("mode") == mode
                 and recorded.get("depth") == depth):
@@ -260,7 +265,7 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
         check_retained(current_def, ref.version, f"export {name!r}")
         spec = X.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
                                  target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order,
-                                 with_tables=bool(getattr(cfg, "with_tables", False)))
+                                 with_tables=cfg.with_tables)
         needs_record = XT.check_name_free(current_def, name, spec.root_uri)
         if recorded is not None and not spec.same_export(recorded):
             raise ValidationError(
@@ -301,11 +306,12 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
     export_dir = spec.export_dir
     plan_dir = f"{export_dir}/plan"
     result.plan_location = target.uri(export_dir)
-    if state.empty and target.scheme == "file":
+    target_dir = target.local_path("")
+    if state.empty and target_dir is not None:
         # Before the first folder is made in it: see dir_spread (20 s vs 2 s for 21k files on
         # ext4 without a journal, after a mass delete nearby).
-        spread_subdirectories(parse_uri(target.root).fs_path)
-    remote = source.scheme != "file" or target.scheme != "file"
+        spread_subdirectories(target_dir)
+    remote = not source.is_local or not target.is_local
     # Local to local: `local_threads` (one by default: 16 threads copied 21k files in 12.0 s
     # here, one in 9.1 s; threads only hide latency).
     io_threads = ex.limits.io_threads(source, target)
@@ -428,6 +434,7 @@ def run_export(spark_or_ex: Any, lakehouse: Any, cfg: Any, result: JobResult, *,
                                        metrics=result.metrics())
         else:
             log.info("export %r was already recorded in the source; nothing to commit", name)
+            version_after = _recorded_in(target, export_dir)  # a re-run keeps what the first run recorded
         result.version_after = version_after if version_after is not None else latest
         try:
             target.write(f"{export_dir}/export.json",
@@ -480,6 +487,15 @@ def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Sto
     finally:
         close()
     return total
+
+
+def _recorded_in(target: Storage, export_dir: str) -> int | None:
+    """The source version that recorded the export, from the manifest an earlier run wrote."""
+    try:
+        v = json.loads(target.read(f"{export_dir}/export.json")).get("recorded_in_version")
+    except (OSError, ValueError):
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: Storage, spec: X.ExportSpec,
