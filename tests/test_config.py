@@ -652,3 +652,46 @@ def test_spark_defaults_conf():
     assert int(props["spark.sql.shuffle.partitions"]) <= 64
     assert props["spark.ui.enabled"] == "false"
     assert props["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+
+
+# ---- the typed config classes against the option table (drift) ----------------------------
+
+
+def test_config_classes_match_the_option_table():
+    from dataclasses import fields as dc_fields
+
+    from trinitylake.config import ExpireConfig, WalkConfig, config_drift, expected_field_type
+
+    assert config_drift() == []
+    classes = {"walk": WalkConfig, "expire": ExpireConfig, "orphans": OrphansConfig, "export": ExportConfig}
+    for job, cls in classes.items():
+        assert cls.job == job and issubclass(cls, JobConfig)
+        typed = {f.name: str(f.type) for f in dc_fields(cls)}
+        assert set(typed) - {"sources", "conf_path"} == set(JOB_OPTIONS[job])
+        for key, opt in JOB_OPTIONS[job].items():
+            assert typed[key] == expected_field_type(opt), (job, key)
+        # Defaults: a config of only the required options holds each option's parsed default
+        # (or, for a derived one, a value of the declared type).
+        cfg = load(job)
+        assert type(cfg) is cls
+        for key, opt in JOB_OPTIONS[job].items():
+            if cfg.sources[key] == "default":
+                assert cfg[key] == opt.parse(opt.default), (job, key)
+            else:
+                assert cfg[key] is not None, (job, key)
+
+
+def test_config_drift_is_reported(monkeypatch):
+    import trinitylake.config as config
+    from trinitylake.options import Option
+
+    extra = Option(name="new_knob", kind="int", default=1, help="x")
+    table = {job: dict(opts) for job, opts in JOB_OPTIONS.items()}
+    table["orphans"]["new_knob"] = extra
+    table["walk"]["batch_size"] = Option(name="batch_size", kind="bool", default=False, help="x")
+    monkeypatch.setattr(config, "JOB_OPTIONS", table)
+    problems = config.config_drift()
+    assert any("OrphansConfig fields ['new_knob']" in p for p in problems), problems
+    assert any("WalkConfig.batch_size is typed int" in p for p in problems), problems
+    with pytest.raises(TypeError, match="do not match trinitylake.options"):
+        config.check_config_classes()

@@ -38,9 +38,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from types import MappingProxyType
+from typing import Any, ClassVar, NoReturn
 
 import yaml
 
@@ -106,25 +107,40 @@ class FrozenDict(dict[str, Any]):
         return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
 
 
+@dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    """Base of the frozen per-job configs (:class:`WalkConfig`, :class:`ExpireConfig`, ...).
+    """Base of the frozen per-job configs (:class:`WalkConfig`, :class:`ExpireConfig`, ...):
+    the options every job has (`COMMON_OPTIONS`).
 
-    Each option is an attribute (``cfg.dry_run``); ``cfg.sources[key]`` says where its value
-    came from (``default``, ``derived``, ``file``, ``env`` or ``cli``/``overrides``).
+    Each option is a typed attribute (``cfg.dry_run``); ``cfg.sources[key]`` says where its
+    value came from (``default``, ``derived``, ``file``, ``env`` or ``cli``/``overrides``).
+    The fields mirror `trinitylake.options` (names, order and types; :func:`check_config_classes`
+    runs at import and fails on drift). Options with a derived default (``run_id``,
+    ``reference_time``, ``control_uri``, walk's ``output``) are never null once loaded.
     """
 
-    job: ClassVar[str]
-    sources: Mapping[str, str]
-    conf_path: str | None
+    job: ClassVar[str] = ""
 
-    if TYPE_CHECKING:
-        # The subclasses are dataclasses made per job from its option table (see
-        # _CONFIG_CLASSES): their fields and constructor are unknown to a static checker.
-        __dataclass_fields__: ClassVar[dict[str, Any]]
-
-        def __init__(self, **values: Any) -> None: ...
-
-        def __getattr__(self, name: str) -> Any: ...
+    lakehouse: str
+    master: str
+    control_uri: str
+    storage_options: Mapping[str, Any]
+    spark_conf: Mapping[str, str]
+    remote: str | None
+    execution: str
+    local_max_items: int
+    driver_max_rows: int
+    threads: int
+    local_threads: int
+    reference_time: int
+    run_id: str
+    control_engine: str
+    control_table: str | None
+    log_level: str
+    keep_runs: int
+    keep_runs_max_age: int
+    sources: Mapping[str, str] = field(default_factory=FrozenDict, repr=False, compare=False)
+    conf_path: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def options(cls) -> Mapping[str, Option]:
@@ -135,16 +151,81 @@ class JobConfig:
             raise KeyError(key)
         return getattr(self, key)
 
+    @property
+    def is_dry_run(self) -> bool:
+        """The ``dry_run`` option of a job that has one (expire, orphans); False otherwise."""
+        return isinstance(self, ExpireConfig | OrphansConfig) and self.dry_run
+
     def explicit(self, key: str) -> bool:
         """True if a file, the environment or a flag set ``key`` (not a default)."""
         return self.sources.get(key) not in ("default", "derived")
 
     def to_dict(self) -> dict[str, Any]:
-        """All options as JSON-safe values (ms for durations and timestamps).
+        """All options as JSON-safe values (ms for durations and timestamps), in option order.
 
         Passing the result back as ``overrides`` reproduces the same config.
         """
-        return {f.name: _to_plain(getattr(self, f.name)) for f in fields(self) if f.name in JOB_OPTIONS[self.job]}
+        return {key: _to_plain(getattr(self, key)) for key in JOB_OPTIONS[self.job]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WalkConfig(JobConfig):
+    """Frozen configuration of the walk job (see ``JOB_OPTIONS['walk']``)."""
+
+    job: ClassVar[str] = "walk"
+
+    versions: str | tuple[int, ...]
+    output: str
+    batch_size: int
+    parallelism: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpireConfig(JobConfig):
+    """Frozen configuration of the expire job (see ``JOB_OPTIONS['expire']``)."""
+
+    job: ClassVar[str] = "expire"
+
+    max_version_age: int | None
+    min_versions_to_keep: int | None
+    clock_skew_margin: int
+    dry_run: bool
+    delete_batch_size: int
+    max_retries: int
+    compact_control_table: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrphansConfig(JobConfig):
+    """Frozen configuration of the orphans job (see ``JOB_OPTIONS['orphans']``)."""
+
+    job: ClassVar[str] = "orphans"
+
+    older_than: int | None
+    unsafe_min_age: bool
+    dry_run: bool
+    max_candidates: int | None
+    delete_batch_size: int
+    max_retries: int
+    prefix_mismatch: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportConfig(JobConfig):
+    """Frozen configuration of the export job (see ``JOB_OPTIONS['export']``)."""
+
+    job: ClassVar[str] = "export"
+
+    name: str
+    target: str
+    version: int | None
+    as_of: int | None
+    mode: str
+    depth: int
+    batch_size: int
+    verify_checksum: bool
+    with_tables: bool
+    table_snapshots: str
 
 
 def _to_plain(value: Any) -> Any:
@@ -155,33 +236,59 @@ def _to_plain(value: Any) -> Any:
     return value
 
 
-def _make_config_class(job: str) -> type[JobConfig]:
-    name = f"{job.capitalize()}Config"
-    cls = make_dataclass(
-        name,
-        [(o, Any) for o in JOB_OPTIONS[job]]
-        + [
-            ("sources", Mapping[str, str], field(default_factory=dict, repr=False, compare=False)),
-            ("conf_path", str | None, field(default=None, repr=False, compare=False)),
-        ],
-        bases=(JobConfig,),
-        frozen=True,
-        namespace={"job": job, "__doc__": f"Frozen configuration of the {job} job (see JOB_OPTIONS[{job!r}])."},
-    )
-    cls.__module__ = __name__  # picklable by name, e.g. when broadcast to executors
-    return cls
-
-
-WalkConfig = _make_config_class("walk")
-ExpireConfig = _make_config_class("expire")
-OrphansConfig = _make_config_class("orphans")
-ExportConfig = _make_config_class("export")
 _CONFIG_CLASSES: dict[str, type[JobConfig]] = {
     "walk": WalkConfig,
     "expire": ExpireConfig,
     "orphans": OrphansConfig,
     "export": ExportConfig,
 }
+
+#: The type of a loaded value of each option kind (`Option.kind`); a nullable option whose
+#: null is not resolved at load time adds ``| None``.
+KIND_TYPES: Mapping[str, str] = MappingProxyType({
+    "uri": "str", "text": "str", "id": "str", "export_name": "str", "int": "int", "bool": "bool",
+    "duration": "int", "timestamp": "int", "versions": "str | tuple[int, ...]",
+    "storage_options": "Mapping[str, Any]", "spark_conf": "Mapping[str, str]", "choice": "str",
+})
+#: Nullable options that load time always resolves (see `_resolve`): never null in a config.
+DERIVED_OPTIONS: frozenset[str] = frozenset({"reference_time", "run_id", "control_uri", "output"})
+_BOOKKEEPING_FIELDS = ("sources", "conf_path")
+
+
+def expected_field_type(opt: Option) -> str:
+    """The annotation the config classes must give `opt` (see :data:`KIND_TYPES`)."""
+    base = KIND_TYPES[opt.kind]
+    return f"{base} | None" if opt.nullable and opt.name not in DERIVED_OPTIONS else base
+
+
+def config_drift() -> list[str]:
+    """Differences between the config classes and the option table (empty when they agree):
+    the jobs, each class's option fields (names, order) and their annotated types."""
+    problems: list[str] = []
+    if tuple(_CONFIG_CLASSES) != JOBS:
+        problems.append(f"config classes for {tuple(_CONFIG_CLASSES)}, but JOBS is {JOBS}")
+    for job, cls in _CONFIG_CLASSES.items():
+        if cls.job != job:
+            problems.append(f"{cls.__name__}.job is {cls.job!r}, not {job!r}")
+        opts = JOB_OPTIONS.get(job, {})
+        names = [f.name for f in fields(cls) if f.name not in _BOOKKEEPING_FIELDS]
+        if sorted(names) != sorted(opts):
+            problems.append(f"{cls.__name__} fields {sorted(set(names) ^ set(opts))} differ from JOB_OPTIONS[{job!r}]")
+        for f in fields(cls):
+            if f.name in opts and str(f.type) != expected_field_type(opts[f.name]):
+                problems.append(f"{cls.__name__}.{f.name} is typed {f.type}, but option kind "
+                                f"{opts[f.name].kind!r} loads as {expected_field_type(opts[f.name])}")
+    return problems
+
+
+def check_config_classes() -> None:
+    """Raise if the config classes drifted from `trinitylake.options` (runs at import)."""
+    problems = config_drift()
+    if problems:
+        raise TypeError("job config classes do not match trinitylake.options: " + "; ".join(problems))
+
+
+check_config_classes()
 
 
 # ---- loading ------------------------------------------------------------------------------
@@ -384,7 +491,7 @@ def _load(
     merged, sources = _merge(job, layers)
     now = now_ms if now_ms is not None else (datetime.now(UTC) - EPOCH) // timedelta(milliseconds=1)
     _resolve(job, merged, sources, f" (config file {conf_path})" if conf_path else "", now)
-    frozen = {k: FrozenDict(v) if isinstance(v, dict) else v for k, v in merged.items()}
+    frozen: dict[str, Any] = {k: FrozenDict(v) if isinstance(v, dict) else v for k, v in merged.items()}
     return _CONFIG_CLASSES[job](**frozen, sources=FrozenDict(sources), conf_path=conf_path)
 
 
@@ -404,7 +511,7 @@ def load_from_flags(job: str, conf_path: str | None, flags: Mapping[str, Any], e
 
 
 def effective_retention(
-    cfg: JobConfig, *, definition_max_age_ms: int | None, definition_min_versions: int | None
+    cfg: ExpireConfig, *, definition_max_age_ms: int | None, definition_min_versions: int | None
 ) -> tuple[int, int]:
     """``(max_version_age_ms, min_versions_to_keep)`` of an expire run.
 
@@ -419,7 +526,7 @@ def effective_retention(
     return max_age, keep
 
 
-def effective_orphan_min_age(cfg: JobConfig, *, txn_ttl_ms: int) -> int:
+def effective_orphan_min_age(cfg: OrphansConfig, *, txn_ttl_ms: int) -> int:
     """Minimum age (ms) of an orphan candidate: ``older_than``, or the transaction TTL if null.
 
     Raises:

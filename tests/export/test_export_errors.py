@@ -30,7 +30,8 @@ pytestmark = pytest.mark.spark
 def _raw_cfg(name: str, target: str, **kw) -> SimpleNamespace:
     """A config that skipped the config loader's own checks (the job must check again)."""
     base = {"name": name, "target": target, "version": None, "as_of": None, "mode": "full", "depth": 1,
-            "batch_size": 8, "verify_checksum": True, "run_id": "test-run"}
+            "batch_size": 8, "verify_checksum": True, "run_id": "test-run", "with_tables": False,
+            "table_snapshots": "all"}
     return SimpleNamespace(**{**base, **kw})
 
 

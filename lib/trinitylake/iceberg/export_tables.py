@@ -37,13 +37,18 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import AlreadyExistsError, StorageError
 from trinitylake.format import definitions as D
 from trinitylake.iceberg.avro_rewrite import map_strings, read_records, rewrite_avro
 from trinitylake.lakehouse import LakehouseView
 from trinitylake.storage import Storage, is_absolute, join_uri, parse_uri
+
+if TYPE_CHECKING:
+    from trinitylake.config import ExportConfig
+    from trinitylake.lakehouse import Lakehouse, RootRef
+    from trinitylake.maintenance.results import JobResult
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +260,7 @@ def copy_table(name: str, metadata_location: str, source: Storage, target: Stora
     writer.put(meta_rel, rewrite_metadata_json(raw, paths, keep), True)
 
 
-def export_tables(lakehouse: Any, ref: Any, source: Storage, target: Storage, *, snapshots: str = "all",
+def export_tables(lakehouse: Lakehouse, ref: RootRef, source: Storage, target: Storage, *, snapshots: str = "all",
                   threads: int = 8) -> TablesResult:
     """Copy every Iceberg table of version `ref` whose metadata is under the source root.
 
@@ -330,11 +335,12 @@ def seal_export_records(target: Storage, export_dir: str, source: Storage) -> in
     return n
 
 
-def export_tables_phase(lakehouse: Any, ref: Any, source: Storage, target: Storage, cfg: Any, result: Any,
+def export_tables_phase(lakehouse: Lakehouse, ref: RootRef, source: Storage, target: Storage, cfg: ExportConfig,
+                        result: JobResult,
                         io_threads: int) -> TablesResult:
     """The export job's table phase (`trinitylake.spark.export`): copy the tables of `ref` on
     the driver and record what was done in the job's result."""
-    snapshots = str(getattr(cfg, "table_snapshots", "all") or "all")
+    snapshots = cfg.table_snapshots
     r = export_tables(lakehouse, ref, source, target, snapshots=snapshots, threads=max(4, io_threads))
     result.details["tables"] = {**r.to_dict(), "snapshots_mode": snapshots, "where": "driver"}
     result.counts.update({"tables": r.tables, "tables_copied": r.copied_tables, "table_files": r.files,

@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -69,6 +69,11 @@ from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execut
 from trinitylake.spark.output import write_listing
 from trinitylake.spark.walk import Reached, fill_walk_counts, walk_reachable_with_stats
 
+if TYPE_CHECKING:
+    from trinitylake.config import ExpireConfig
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.spark.session import Session
+
 log = logging.getLogger(__name__)
 
 #: Format-owned paths (relative to the root): only these are ever deleted. Java regexes
@@ -80,7 +85,7 @@ class RootTimes:
     """``created_at_millis`` of root files, read on demand with look-ahead (the planner asks
     for consecutive versions; reading 32 at a time hides object-store latency)."""
 
-    def __init__(self, lakehouse: Any, lookahead: int = 32, threads: int = 16):
+    def __init__(self, lakehouse: Lakehouse, lookahead: int = 32, threads: int = 16):
         self.reader = R.Reader(lakehouse.storage.root, lakehouse.storage.options)
         self.lookahead = lookahead
         self.threads = threads
@@ -301,7 +306,7 @@ class _DistributedCandidates(_Candidates):
                 pass
 
 
-def compact_control_table(lakehouse: Any, result: JobResult) -> None:
+def compact_control_table(lakehouse: Lakehouse, result: JobResult) -> None:
     """Compact and checkpoint the control table; tolerate it being absent (auditing off)."""
     auditor = lakehouse.auditor
     if not auditor.enabled:
@@ -318,7 +323,7 @@ def compact_control_table(lakehouse: Any, result: JobResult) -> None:
         result.details["control_compaction"] = f"failed: {type(e).__name__}: {e}"
 
 
-def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
+def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig, result: JobResult) -> JobResult:
     """The expire job (see the module doc). `ex`: the job's `Execution` (a SparkSession is
     taken as one that runs every phase on its executors)."""
     ex = as_execution(ex)
@@ -475,7 +480,7 @@ def run_expire(ex: Any, lakehouse: Any, cfg: Any, result: JobResult) -> JobResul
     return result
 
 
-def _commit(lh: Any, new_oldest: int, result: JobResult) -> int:
+def _commit(lh: Lakehouse, new_oldest: int, result: JobResult) -> int:
     def advance(d: Any) -> None:
         pinned = {name: v for name, v in d.exported_snapshot_pins.items() if v < new_oldest}
         if pinned:
@@ -489,11 +494,12 @@ def _commit(lh: Any, new_oldest: int, result: JobResult) -> int:
     txn = lh.begin()
     txn.mutate_definition(advance, f"expire versions older than {new_oldest}")
     version = txn.commit(command="expire", arguments={"run_id": result.run_id, "oldest_retained_version": new_oldest})
+    assert version is not None  # a definition mutation always commits a version
     log.info("expire %s: committed version %s with oldest_retained_version %d", result.run_id, version, new_oldest)
     return version
 
 
-def _delete_levels(ex: Execution, lh: Any, cands: _Candidates, expired: list[int], cfg: Any,
+def _delete_levels(ex: Execution, lh: Lakehouse, cands: _Candidates, expired: list[int], cfg: ExpireConfig,
                    result: JobResult) -> DeleteOutcome:
     """Delete non-root candidates deepest level first, then the expired roots, oldest first."""
     total = DeleteOutcome()

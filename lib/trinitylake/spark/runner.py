@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.maintenance.results import JobResult
@@ -34,6 +34,11 @@ from trinitylake.redact import install_log_redaction, redact_text, redact_value,
 from trinitylake.spark.execution import DISTRIBUTED, Execution, Limits, warm_arrow
 from trinitylake.storage import requests
 from trinitylake.util import refuse_pandas_for_pyarrow
+
+if TYPE_CHECKING:
+    from trinitylake.config import JobConfig
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.spark.session import Session
 
 log = logging.getLogger("trinitylake.jobs")
 
@@ -70,7 +75,7 @@ def job_function(job: str) -> Callable[..., JobResult]:
         raise ConfigError(f"job {job!r} is not available: cannot import {target} ({e})") from e
 
 
-def session_for(cfg: Any, job: str) -> Any:
+def session_for(cfg: JobConfig, job: str) -> Session:
     """The Spark session: the active one (Databricks, tests), the one spark-submit prepared
     (its master wins), a client of ``cfg.remote``/``SPARK_REMOTE``, or a new one on the
     config's master."""
@@ -83,29 +88,28 @@ def session_for(cfg: Any, job: str) -> Any:
         return active
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
     return get_spark(None if submitted else cfg.master, app_name=f"tlake-{job}", conf=dict(cfg.spark_conf),
-                     remote=getattr(cfg, "remote", None))
+                     remote=cfg.remote)
 
 
-def execution_for(cfg: Any, job: str, result: JobResult, spark: Any = None) -> Execution:
+def execution_for(cfg: JobConfig, job: str, result: JobResult, spark: Session | None = None) -> Execution:
     """Placement of the job's phases; the session starts only when a phase needs it."""
-    limits = Limits(local_max_items=int(getattr(cfg, "local_max_items", Limits.local_max_items)),
-                    driver_max_rows=int(getattr(cfg, "driver_max_rows", Limits.driver_max_rows)),
-                    threads=int(getattr(cfg, "threads", Limits.threads)),
-                    local_threads=int(getattr(cfg, "local_threads", Limits.local_threads)))
+    limits = Limits(local_max_items=cfg.local_max_items, driver_max_rows=cfg.driver_max_rows,
+                    threads=cfg.threads, local_threads=cfg.local_threads)
     record: dict[str, Any] = {}
     result.details["execution"] = record
     from trinitylake.spark.placement import promised_slots, start_seconds
 
     # spark-submit's master is in its JVM, not in the config: unknown until the session starts.
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
-    master, conf = getattr(cfg, "master", None), dict(getattr(cfg, "spark_conf", {}) or {})
+    master, conf = cfg.master, dict(cfg.spark_conf)
     promised = None if submitted else promised_slots(master, conf)
-    return Execution(getattr(cfg, "execution", "auto"), spark=spark, session_factory=lambda: session_for(cfg, job),
+    return Execution(cfg.execution, spark=spark, session_factory=lambda: session_for(cfg, job),
                      limits=limits, record=record, label=f"tlake {job} {cfg.run_id}", promised=promised,
                      start_s=None if submitted else start_seconds(master, conf))
 
 
-def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakehouse: Any = None) -> JobResult:
+def run_job(job: str, cfg: JobConfig, *, spark: Session | None = None, audit: bool = True,
+            lakehouse: Lakehouse | None = None) -> JobResult:
     """Run one job with its audit rows; returns the result or raises.
 
     `spark`: a session to use when a phase goes to the executors (default: created on first
@@ -132,7 +136,7 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     _control_engine(lakehouse, cfg, job)
     lakehouse.command = job
     lakehouse.arguments = arguments
-    result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=bool(getattr(cfg, "dry_run", False)))
+    result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=cfg.is_dry_run)
     ex = execution_for(cfg, job, result, spark)
     if ex.mode == DISTRIBUTED:
         ex.prestart()  # every phase will need it: its start overlaps the steps before the first
@@ -161,11 +165,10 @@ def run_job(job: str, cfg: Any, *, spark: Any = None, audit: bool = True, lakeho
     return result
 
 
-def _control_engine(lakehouse: Any, cfg: Any, job: str) -> None:
+def _control_engine(lakehouse: Lakehouse, cfg: JobConfig, job: str) -> None:
     """The control table through the engine the config asks for; Spark's Delta gets the job's
     own session (started with Delta's JARs when the job has none yet)."""
-    engine = getattr(cfg, "control_engine", "auto") or "auto"
-    table = getattr(cfg, "control_table", None)
+    engine, table = cfg.control_engine, cfg.control_table
     auditor = lakehouse.auditor
     if not auditor.enabled or (engine == "auto" and not table and not os.environ.get("TLAKE_CONTROL_TABLE")
                                and not os.environ.get("TLAKE_CONTROL_ENGINE")):
@@ -188,7 +191,7 @@ def _control_engine(lakehouse: Any, cfg: Any, job: str) -> None:
                                     table=table, spark=session)
 
 
-def _prune_bookkeeping(lakehouse: Any, job: str, cfg: Any, result: JobResult) -> None:
+def _prune_bookkeeping(lakehouse: Lakehouse, job: str, cfg: JobConfig, result: JobResult) -> None:
     """The job's last step: prune old ``_maintenance/<job>/`` run folders
     (`trinitylake.maintenance.bookkeeping`); a failure is a warning, never the job's outcome."""
     from trinitylake.maintenance.bookkeeping import prune_runs, run_states
@@ -198,10 +201,8 @@ def _prune_bookkeeping(lakehouse: Any, job: str, cfg: Any, result: JobResult) ->
 
         def states() -> dict[str, str]:  # read only when there may be something to prune
             return run_states(control.records(), job) if control is not None and control.exists() else {}
-        ref = getattr(cfg, "reference_time", None)
-        out = prune_runs(lakehouse.storage, job, current_run_id=cfg.run_id, keep_runs=int(cfg.keep_runs),
-                         max_age_ms=int(cfg.keep_runs_max_age),
-                         now_ms=int(ref) if ref is not None else int(datetime.now(UTC).timestamp() * 1000),
+        out = prune_runs(lakehouse.storage, job, current_run_id=cfg.run_id, keep_runs=cfg.keep_runs,
+                         max_age_ms=cfg.keep_runs_max_age, now_ms=cfg.reference_time,
                          states=states)
         result.details["bookkeeping"] = out.to_dict()
     except Exception as e:  # noqa: BLE001 - bookkeeping never fails a job that did its work
@@ -209,7 +210,7 @@ def _prune_bookkeeping(lakehouse: Any, job: str, cfg: Any, result: JobResult) ->
         result.details["bookkeeping"] = {"error": redact_text(f"{type(e).__name__}: {e}")}
 
 
-def _finish(ex: Execution, lakehouse: Any, result: JobResult, counted: dict[str, int]) -> None:
+def _finish(ex: Execution, lakehouse: Lakehouse, result: JobResult, counted: dict[str, int]) -> None:
     """Record whether (and how) Spark was used, and the requests the run sent (the driver's
     since `counted`, plus what the executors' tasks sent back)."""
     result.requests = requests.add(requests.since(counted), ex.executor_requests)
@@ -225,7 +226,7 @@ def _finish(ex: Execution, lakehouse: Any, result: JobResult, counted: dict[str,
         lakehouse.auditor.spark_app_id = app
 
 
-def _end(lakehouse: Any, job: str, cfg: Any, arguments: dict[str, Any], started: datetime, result: JobResult,
+def _end(lakehouse: Lakehouse, job: str, cfg: JobConfig, arguments: dict[str, Any], started: datetime, result: JobResult,
          error: BaseException | None) -> None:
     from trinitylake.lakehouse.audit import job_end
 
@@ -241,7 +242,7 @@ def _end(lakehouse: Any, job: str, cfg: Any, arguments: dict[str, Any], started:
         log.warning("could not write the final control-table row of %s %s: %s", job, cfg.run_id, e)
 
 
-def main(job: str, argv: Sequence[str] | None = None, *, spark: Any = None) -> int:
+def main(job: str, argv: Sequence[str] | None = None, *, spark: Session | None = None) -> int:
     """Run `job` from the command line; returns the exit code (see the module docstring)."""
     from trinitylake.job_flags import parse_job_args
 

@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +60,11 @@ from trinitylake.spark.execution import (
     rows_of,
 )
 from trinitylake.spark.output import write_listing
+
+if TYPE_CHECKING:
+    from trinitylake.config import WalkConfig
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.spark.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +200,7 @@ def list_size_batches(storage: Any, io_threads: int, batches: Iterator[pa.Record
 
 
 # ---- the walk -----------------------------------------------------------------------------
-def walk_reachable(spark_or_ex: Any, lakehouse: Any, roots: Sequence[tuple[int, str]], batch_size: int = 256,
+def walk_reachable(spark_or_ex: Execution | Session, lakehouse: Lakehouse, roots: Sequence[tuple[int, str]], batch_size: int = 256,
                    parallelism: int = 0, **kwargs: Any) -> Reached:
     """Every file reachable from `roots` (see :func:`walk_reachable_with_stats`)."""
     reached, _ = walk_reachable_with_stats(spark_or_ex, lakehouse, roots, batch_size, parallelism, **kwargs)
@@ -203,8 +208,8 @@ def walk_reachable(spark_or_ex: Any, lakehouse: Any, roots: Sequence[tuple[int, 
 
 
 def walk_reachable_with_stats(
-    spark_or_ex: Any,
-    lakehouse: Any,
+    spark_or_ex: Execution | Session,
+    lakehouse: Lakehouse,
     roots: Sequence[tuple[int, str]],
     batch_size: int = 256,
     parallelism: int = 0,
@@ -250,7 +255,7 @@ def walk_reachable_with_stats(
 
 
 class _Walk:
-    def __init__(self, ex: Execution, lakehouse: Any, batch_size: int, parallelism: int, exclude: Any,
+    def __init__(self, ex: Execution, lakehouse: Lakehouse, batch_size: int, parallelism: int, exclude: Any,
                  tolerate_missing: bool, io_threads: int, label: str, name: str):
         self.ex = ex
         self.name = name  # prefix of the phase names recorded in the result
@@ -591,11 +596,11 @@ def _summarize_df(df: Any, stats: WalkStats) -> None:
 
 
 # ---- the job ------------------------------------------------------------------------------
-def run_walk(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
+def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobResult) -> JobResult:
     """The walk job: list every file reachable from the configured versions (default: every
     retained version, export and pinned version) into Parquet at ``cfg.output``."""
     t0 = time.perf_counter()
-    versions = None if cfg.versions == "retained" else list(cfg.versions)
+    versions = None if isinstance(cfg.versions, str) else list(cfg.versions)  # str: 'retained'
     inp = R.walk_input(lakehouse, versions)
     result.seconds["plan"] = round(time.perf_counter() - t0, 3)
     result.counts["versions"] = len(inp.retained_versions)
@@ -638,7 +643,7 @@ def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable"
                                         "missing": st.missing, "seconds": st.seconds, "where": st.where}
 
 
-def fill_table_pointer_counts(result: JobResult, lakehouse: Any, st: WalkStats, io_threads: int) -> None:
+def fill_table_pointer_counts(result: JobResult, lakehouse: Lakehouse, st: WalkStats, io_threads: int) -> None:
     """``table_pointers_<kind>`` counts of the latest version's tables (`R.table_pointer_counts`:
     ICEBERG / other formats / none, and how many point outside the lakehouse root), from the
     table definitions alone; ``details["table_pointers"]`` says what was counted, or why not
