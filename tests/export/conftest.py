@@ -1,14 +1,17 @@
-"""Helpers of the export tests: small multi-level lakehouses, running an export, comparing views."""
+"""Helpers of the export tests: small multi-level lakehouses, running an export, and what the
+independent oracle (`tests.oracle`: a spec-written reader sharing no code with the library) says a
+version, an export or a target holds. No expected value here is computed by the library."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tests.format.oracle import root_name
+from tests.oracle import expect as E
+from tests.oracle.reader import ROOT_FILE, Oracle, boto_client_for, parse_node
 from trinitylake.config import load_job_config
-from trinitylake.format import keys as K
-from trinitylake.format.node import deserialize
-from trinitylake.format.paths import is_root_name, root_name
-from trinitylake.maintenance.export_plan import local_path
 from trinitylake.maintenance.results import JobResult
 from trinitylake.storage import Storage
 
@@ -29,58 +32,54 @@ def populate(lh, namespaces: int = 2, tables: int = 6, alters: int = 2, drops: i
     return lh.latest_version()
 
 
-def state(view) -> dict:
-    """Everything a reader sees at one version, definition paths excluded (a minimal export
-    stores them as absolute URIs into the source)."""
-    out = {}
-    for ns in view.list_namespaces():
-        d = view.describe_namespace(ns)
-        out[ns] = {k: v for k, v in d.items() if k != "definition"}
-        for t in view.list_tables(ns):
-            td = view.describe_table(ns, t)
-            out[f"{ns}.{t}"] = {k: v for k, v in td.items() if k != "definition"}
-    return out
+def oracle(uri: str, options: dict | None = None) -> Oracle:
+    """The independent oracle (`tests.oracle`) of the lakehouse at `uri`; `options` (S3 endpoint
+    and keys) give it a boto3 client, also for a local lakehouse whose pointers lead into S3."""
+    if "://" not in uri:
+        uri = "file://" + os.path.abspath(uri)
+    return Oracle(uri, s3_client=boto_client_for(options) if options else None)
 
 
-def reachable(storage: Storage, root_path: str, resolve=None) -> dict[str, int]:
-    """Single-process reach of one root: every referenced file (absolute URI) -> depth.
-
-    Node files are followed; definition files and the lakehouse definition are leaves.
-    `resolve(pointer, base)` gives (storage, path) for absolute pointers (default: same storage).
-    """
-    out: dict[str, int] = {}
-    stack = [(storage, root_path, 0)]
-    while stack:
-        st, path, depth = stack.pop()
-        uri = st.uri(path)
-        if uri in out:
-            continue
-        out[uri] = depth
-        node = deserialize(st.read(path), None, uri)
-        if depth == 0 and K.SYS_LAKEHOUSE_DEF in node.system:
-            out.setdefault(st.uri(node.system[K.SYS_LAKEHOUSE_DEF]), 0)
-        for c in node.children:
-            stack.append((st, c, depth + 1))
-        for v in list(node.values) + [m.value for m in node.buffer if m.value]:
-            out.setdefault(st.uri(v), depth)
-    return out
+def oracle_of(lh) -> Oracle:
+    return oracle(lh.uri, lh.storage.options or None)
 
 
-def owned_files(storage: Storage) -> set[str]:
-    from trinitylake.format.paths import is_format_owned
+def latest_def(lh):
+    """The latest lakehouse definition of `lh`, read by the oracle."""
+    return oracle_of(lh).latest()[1]
 
-    return {storage.uri(f.path) for f in storage.list("") if is_format_owned(f.path)}
+
+def contents(uri: str, version: int | None = None, options: dict | None = None) -> dict[str, bytes]:
+    """Everything a reader sees at `version` (default: the latest listed) of the lakehouse at
+    `uri`, by the oracle: every key of the merged tree with the bytes of its definition file
+    (so every namespace and table definition, compared byte for byte)."""
+    o = oracle(uri, options)
+    v = E.latest_version(o) if version is None else version
+    return E.contents(o, f"{o.root}/{root_name(v)}")
+
+
+def export_contents(lh, name: str, options: dict | None = None) -> dict[str, bytes]:
+    """`contents` of the export `name` recorded in `lh`'s latest definition, read through the
+    recorded root (its pointers lead into the target and, for a partial or minimal export, the
+    source); `options`: the S3 server's, where the source is local and the target on S3."""
+    o = oracle(lh.uri, options or lh.storage.options or None)
+    return E.contents(o, o.latest()[1].exported_snapshots[name])
+
+
+def reachable(lh, version: int) -> E.Walk:
+    """The oracle's walk of `version`'s root: every file it reaches (paths relative to the
+    lakehouse root) with kind and depth (shortest pointer path; the root is depth 0, the
+    lakehouse definition and a node's definition files one deeper than it). Missing files fail."""
+    o = oracle_of(lh)
+    return E.walk(o, [(version, f"{o.root}/{root_name(version)}")], sizes=False, tolerate_missing=False)
 
 
 def simulate_expiration(lh, keep_versions: set[int]) -> set[str]:
-    """What the expiration job does, by hand: delete the root files of versions not kept and
-    every format-owned file no kept root reaches. Returns the deleted URIs."""
-    st = lh.storage
-    keep: set[str] = set()
-    for v in keep_versions:
-        keep |= set(reachable(st, root_name(v)))
-    doomed = sorted(owned_files(st) - keep)
-    failures = st.delete([st.relative(u) for u in doomed])
+    """What the expiration job does, by hand and by the oracle's rules: delete the root files of
+    versions not kept and every format-owned file no kept root reaches. Returns the deleted paths."""
+    o = oracle_of(lh)
+    doomed = sorted(E.owned(o) - E.version_files(o, keep_versions))
+    failures = lh.storage.delete(doomed)
     assert not failures
     return set(doomed)
 
@@ -119,17 +118,21 @@ def target_files(storage: Storage) -> dict[str, int]:
 
 
 def root_files(storage: Storage) -> list[str]:
-    return sorted(f.path for f in storage.list_dirs("")[1] if is_root_name(f.path))
+    return sorted(f.path for f in storage.list_dirs("")[1] if ROOT_FILE.match(f.path))
 
 
-def pointers_outside(storage: Storage, source: Storage) -> int:
-    """Pointers in the target's node files that are absolute URIs into `source`."""
+def pointers_outside(target: str, source, options: dict | None = None) -> int:
+    """Pointers in the node files of the export at `target` that are absolute URIs into the
+    lakehouse `source`, parsed by the oracle (children, key table, buffer and system rows)."""
+    o = oracle(target, options)
+    src = oracle_of(source)
+    order = int(E.definition_of(o, E.latest_version(o)).order)
     n = 0
-    for f in storage.list(""):
-        if not f.path.endswith(".arrow"):
+    for p in sorted(o.files.list(o.root)):
+        if not p.endswith(".arrow") or p.startswith("_export/"):
             continue
-        node = deserialize(storage.read(f.path), None, f.path)
-        for p in [*node.children, *node.values, *(m.value for m in node.buffer if m.value), *node.system.values()]:
-            if p and "://" in p and local_path(source, p) is not None:
-                n += 1
+        node = parse_node(o._read(f"{o.root}/{p}", "node file"), order, p)
+        pointers = [*node.children, *(v for _, v in node.entries), *(v for _, v in node.messages),
+                    *node.system.values()]
+        n += sum(1 for x in pointers if x and "://" in x and src.relative(x) is not None)
     return n

@@ -9,14 +9,12 @@ import os
 import pytest
 
 from tests.support.faults import FaultSpec, injected
-from trinitylake.format.paths import is_root_name, root_name
-from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import Execution
 from trinitylake.spark.export import run_export
 from trinitylake.storage import Storage
 
-from .conftest import export_cfg, populate, reachable, root_files, state, target_files
+from .conftest import contents, export_cfg, latest_def, populate, reachable, root_files, target_files
 
 
 def _tree(path) -> dict[str, str]:
@@ -51,7 +49,7 @@ def test_local_and_distributed_exports_write_identical_trees(run, make_lakehouse
     for k in ("planned", "copied", "verified", "rewritten", "external_refs", "source_reads"):
         assert a.counts[k] == b.counts[k], k
     assert a.bytes["copied"] == b.bytes["copied"]
-    assert state(Lakehouse.open(str(tmp_path / "dist"), audit=False).view()) == state(lh.view(version=v))
+    assert contents(str(tmp_path / "dist")) == contents(lh.uri, v)
 
 
 def test_small_export_in_auto_mode_never_starts_spark(make_lakehouse, tmp_path):
@@ -74,7 +72,8 @@ def test_an_export_reads_each_source_file_once(make_lakehouse, tmp_path, monkeyp
 
     lh = make_lakehouse()
     v = populate(lh)
-    reach = {lh.storage.relative(u) for u in reachable(lh.storage, root_name(v))}
+    walked = reachable(lh, v)
+    reach = walked.paths()
     src_root = parse_uri(lh.storage.root).fs_path
     reads: dict[str, int] = {}
     original = storage_mod.Storage._io
@@ -94,7 +93,7 @@ def test_an_export_reads_each_source_file_once(make_lakehouse, tmp_path, monkeyp
     # The root and the lakehouse definition are also read by validation (through the Lakehouse
     # API: the latest version, the definition); every other file exactly once: node files when
     # planned (the plan carries their exported bytes), definition files when copied.
-    others = {p for p in reach if not is_root_name(p) and not p.startswith("_lakehouse_def_")}
+    others = walked.paths("node") | walked.paths("definition")
     assert others and {p: reads.get(p, 0) for p in others} == dict.fromkeys(others, 1)
     assert r.counts["source_reads"] == sum(1 for p in others if p.endswith(".binpb")) + 1  # + the definition
 
@@ -112,19 +111,19 @@ def test_resume_after_an_injected_copy_failure_copies_only_what_is_missing(run, 
     with injected(spec), pytest.raises(StorageError, match="failed"):
         run(lh, target, "r1", batch_size=4)
     tgt = Storage(target)
-    assert root_files(tgt) == [] and "r1" not in lh.definition().exported_snapshots
+    assert root_files(tgt) == [] and "r1" not in latest_def(lh).exported_snapshots
     before = {p: os.stat(os.path.join(target, p)).st_mtime_ns for p in target_files(tgt)}
     assert before and all(p.endswith(".arrow") for p in before)
 
     r = run(lh, target, "r1", batch_size=4)
 
     assert r.details["resumed"] is True and r.details["version"] == v
-    reach = {lh.storage.relative(u) for u in reachable(lh.storage, root_name(v))}
+    reach = reachable(lh, v).paths()
     assert r.counts["planned"] == len(reach)
     assert r.counts["copied"] == len(reach) - len(before)  # only what was missing
     assert r.counts["skipped"] == len(before)
     assert all(os.stat(os.path.join(target, p)).st_mtime_ns == t for p, t in before.items())
-    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
+    assert contents(target) == contents(lh.uri, v)
     # Every part is manifested now: a third run verifies at the target and reads no source file.
     r3 = run(lh, target, "r1", batch_size=4)
     assert r3.counts["copied"] == 0 and r3.counts["source_reads"] == 0 and r3.counts["skipped"] == len(reach)
@@ -149,11 +148,11 @@ def test_local_crash_mid_part_is_invisible_and_resumable(run, make_lakehouse, tm
     assert proc.returncode == -9, f"the export was not killed (rc {proc.returncode}): {proc.stderr[-3000:]}"
     tgt = Storage(target)
     half = target_files(tgt)
-    assert half and root_files(tgt) == [] and "c1" not in lh.definition().exported_snapshots
+    assert half and root_files(tgt) == [] and "c1" not in latest_def(lh).exported_snapshots
     r = run(lh, target, "c1")
     assert r.details["resumed"] and r.counts["skipped"] == len(half)
     assert r.counts["copied"] == r.counts["planned"] - len(half)
-    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
+    assert contents(target) == contents(lh.uri, v)
 
 
 @pytest.mark.slow  # starts a local Spark Connect server (~20-60 s on a loaded 2-core machine)

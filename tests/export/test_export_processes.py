@@ -12,10 +12,9 @@ import pytest
 import trinitylake.spark.export as E
 import trinitylake.spark.export_planner as P
 from trinitylake.errors import StorageError, TrinityLakeError
-from trinitylake.lakehouse import Lakehouse
 from trinitylake.storage import Storage
 
-from .conftest import populate, root_files, state, target_files
+from .conftest import contents, latest_def, populate, root_files, target_files
 from .test_export_execution import _tree
 
 
@@ -43,7 +42,7 @@ def test_worker_processes_copy_exactly_what_the_driver_threads_copy(run, make_la
         assert a.counts[k] == b.counts[k], k
     # Every part got its result manifest (written by the workers), so a re-run reads no source.
     assert b.counts["batches"] == len(os.listdir(tmp_path / "procs" / "_export" / "b" / "copied"))
-    assert state(Lakehouse.open(str(tmp_path / "procs"), audit=False).view()) == state(lh.view(version=v))
+    assert contents(str(tmp_path / "procs")) == contents(lh.uri, v)
     again = run(lh, str(tmp_path / "procs"), "b")
     assert again.counts["copied"] == 0 and again.counts["source_reads"] == 0
 
@@ -57,7 +56,7 @@ def test_a_source_file_missing_in_a_worker_is_a_typed_error_naming_it(run, make_
         run(lh, str(tmp_path / "t"), "m", batch_size=4)
     assert gone.rsplit("/", 1)[-1] in str(e.value)
     assert root_files(Storage(str(tmp_path / "t"))) == []  # nothing visible: the root is written last
-    assert "m" not in lh.definition().exported_snapshots
+    assert "m" not in latest_def(lh).exported_snapshots
 
 
 def test_a_worker_killed_mid_copy_fails_the_copy_and_a_rerun_finishes_it(run, make_lakehouse, tmp_path, processes,
@@ -79,13 +78,13 @@ def test_a_worker_killed_mid_copy_fails_the_copy_and_a_rerun_finishes_it(run, ma
     killed = kill_pids(log_dir)
     assert len(killed) == 1 and os.getpid() not in killed, "one copy worker was really killed"
     present = target_files(Storage(target))
-    assert len(present) >= 3 and root_files(Storage(target)) == [] and "d" not in lh.definition().exported_snapshots
+    assert len(present) >= 3 and root_files(Storage(target)) == [] and "d" not in latest_def(lh).exported_snapshots
     monkeypatch.delenv(ENV)
     r = run(lh, target, "d")
     assert r.details["resumed"] and r.counts["copied"] + r.counts["skipped"] == r.counts["planned"]
     assert r.counts["skipped"] >= len(present)
     assert len(set(target_files(Storage(target))) - {"_latest_hint.txt"}) == r.counts["planned"]
-    assert state(Lakehouse.open(target, audit=False).view()) == state(lh.view(version=v))
+    assert contents(target) == contents(lh.uri, v)
 
 
 def test_an_exception_inside_a_worker_names_the_part(tmp_path):
@@ -140,7 +139,7 @@ def test_storage_faults_reach_the_copy_workers(run, make_lakehouse, tmp_path, pr
     pids = {int(n[len("faults-"):-len(".log")]) for n in os.listdir(log_dir)}
     assert pids - {os.getpid()}, "faults were injected in the copy worker processes"
     assert count_logged(log_dir)["total"] > 0
-    assert state(Lakehouse.open(str(tmp_path / "t"), audit=False).view()) == state(lh.view(version=v))
+    assert contents(str(tmp_path / "t")) == contents(lh.uri, v)
 
 
 @pytest.mark.parametrize("executable", ["", "/nonexistent/bin/python"])
@@ -153,7 +152,7 @@ def test_no_worker_process_can_start_so_the_driver_threads_copy(run, make_lakeho
     r = run(lh, str(tmp_path / "t"), "n", batch_size=4)
     assert r.status != "failed" and "copy_processes" not in r.details
     assert r.counts["copied"] == r.counts["planned"]
-    assert state(Lakehouse.open(str(tmp_path / "t"), audit=False).view()) == state(lh.view(version=v))
+    assert contents(str(tmp_path / "t")) == contents(lh.uri, v)
 
 
 @pytest.mark.spark
@@ -170,7 +169,7 @@ def test_auto_copies_a_big_plan_in_worker_processes_when_the_executors_share_the
             limits=Limits(local_max_items=2))
     assert r.details["execution"]["export.write_plan"]["where"] == "distributed"  # Spark did start
     assert r.details["execution"]["export.copy"]["where"] == "local" and r.details["copy_processes"] == 2
-    assert state(Lakehouse.open(str(tmp_path / "t"), audit=False).view()) == state(lh.view(version=v))
+    assert contents(str(tmp_path / "t")) == contents(lh.uri, v)
     # `distributed` means what it says: the executors copy.
     d = run(lh, str(tmp_path / "d"), "d", version=v, batch_size=4, execution="distributed")
     assert d.details["execution"]["export.copy"]["where"] == "distributed" and "copy_processes" not in d.details
