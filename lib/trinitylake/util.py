@@ -23,7 +23,7 @@ def parse_duration_ms(value: str | int | float) -> int:
     return int(float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"])
 
 
-def is_connect_session(spark: Any) -> bool:
+def is_connect_session(spark: object) -> bool:
     """True for a Spark Connect client session (``pyspark.sql.connect``: no SparkContext, no
     RDDs). By module name, so that asking never imports pyspark."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

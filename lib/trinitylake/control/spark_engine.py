@@ -22,12 +22,15 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from trinitylake.errors import ControlTableError
 from trinitylake.util import is_connect_session
+
+if TYPE_CHECKING:
+    from trinitylake.spark.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ def is_table_name(value: str) -> bool:
     return "/" not in value and ":" not in value and bool(_NAME_RE.match(value))
 
 
-def session_has_delta(spark: Any) -> bool:
+def session_has_delta(spark: Session) -> bool:
     """Whether `spark` can read and write Delta through Spark: a Databricks runtime (which
     always has Delta), Delta's SQL extension or catalog in the session's conf, or, for a
     Spark Connect session whose server hides or refuses those static confs, a Delta statement
@@ -91,7 +94,7 @@ class _ThisThreadOnly(logging.Filter):
         return record.thread != self.thread
 
 
-def _delta_sql_probe(spark: Any) -> bool:
+def _delta_sql_probe(spark: Session) -> bool:
     """Whether the server behind `spark` parses Delta's SQL (`DELTA_PROBE_SQL`): a Delta error
     about the missing table means yes; a parse error, or anything else, means no (delta-rs then
     writes the rows, which always works). Asked once per session; the failed statement is
@@ -156,7 +159,7 @@ class SparkDeltaRows:
         name: its catalog name; exactly one of the two.
     """
 
-    def __init__(self, spark: Any | Callable[[], Any], *, path: str | None = None, name: str | None = None):
+    def __init__(self, spark: Session | Callable[[], Session], *, path: str | None = None, name: str | None = None):
         if (path is None) == (name is None):
             raise ValueError("give exactly one of path and name")
         self._spark = spark

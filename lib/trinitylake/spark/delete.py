@@ -21,15 +21,18 @@ import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from trinitylake import progress
 from trinitylake.errors import StorageError
 from trinitylake.maintenance.deletion import delete_with_retries
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, as_execution
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution
 from trinitylake.storage import Storage, requests
+
+if TYPE_CHECKING:
+    from trinitylake.spark.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,7 @@ def _delete_keys_here(storage: Storage, keys: list[str], batch_size: int, max_re
 
 
 def delete_keys(
-    spark_or_ex: Any,
+    spark_or_ex: Execution | Session,
     storage: Storage,
     keys: Any,
     n: int,

@@ -33,10 +33,10 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -44,6 +44,13 @@ from trinitylake import progress
 from trinitylake.spark import placement
 from trinitylake.storage import requests
 from trinitylake.util import is_connect_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from trinitylake.spark.session import Session
+
+T = TypeVar("T")
 
 log = logging.getLogger("trinitylake.spark")
 
@@ -114,7 +121,8 @@ class Execution:
         record: a dict to record phases into (``result.details["execution"]``).
     """
 
-    def __init__(self, mode: str = "auto", *, spark: Any = None, session_factory: Callable[[], Any] | None = None,
+    def __init__(self, mode: str = "auto", *, spark: Session | None = None,
+                 session_factory: Callable[[], Session] | None = None,
                  limits: Limits | None = None, record: dict[str, Any] | None = None, label: str = "tlake",
                  promised: tuple[int, bool] | None = None, start_s: float | None = None):
         if mode not in MODES:
@@ -220,7 +228,7 @@ class Execution:
         cap = cap if cap and cap > 0 else PARTITIONS_PER_CORE * cores
         return max(1, min(max(math.ceil(n / max(1, per_task)), min(n, cores)), cap))
 
-    def add_executor_requests(self, delta: Any) -> None:
+    def add_executor_requests(self, delta: str | dict[str, int]) -> None:
         """Add a task's request counts (a dict, or its JSON) to the job's."""
         if isinstance(delta, str):
             import json
@@ -264,7 +272,7 @@ class Execution:
         here = False
         if self.started:
             slots = self.default_parallelism()
-            here = self.executors_share_the_driver() or _local_cluster(self._spark)
+            here = self.executors_share_the_driver() or _local_cluster(self.spark)
             cpus = min(slots, cpus_here) if here else slots
         elif self.promised is not None:
             slots, here = self.promised
@@ -289,7 +297,7 @@ class Execution:
         so its executors, may be anywhere)."""
         if not self.started or self.is_connect:
             return False
-        master = (_conf(self._spark.conf, "spark.master") or "").strip()
+        master = (_conf(self.spark.conf, "spark.master") or "").strip()
         return master == "local" or re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master) is not None
 
     def fits_driver(self, rows: int) -> bool:
@@ -328,11 +336,11 @@ class Execution:
             return
         try:
             if self._tag:
-                self._spark.removeTag(self._tag)
+                self.spark.removeTag(self._tag)
                 self._tag = None
             if what:
                 self._tag = re.sub(r"[^A-Za-z0-9_.:-]+", "_", f"{self.label}: {what}")[:200]
-                self._spark.addTag(self._tag)
+                self.spark.addTag(self._tag)
         except Exception:  # noqa: BLE001 - tags are cosmetic
             self._tag = None
 
@@ -344,7 +352,7 @@ class Execution:
             df = df.repartition(partitions)
         return df
 
-    def map_arrow(self, source: Any, fn: BatchFn, schema: pa.Schema, partitions: int) -> Any:
+    def map_arrow(self, source: pa.Table | DataFrame, fn: BatchFn, schema: pa.Schema, partitions: int) -> Any:
         """Run `fn` over `source` (a DataFrame, or an Arrow table shipped to the executors) in
         `partitions` tasks; returns the (lazy) DataFrame of what it yields."""
         df = self.to_df(source) if isinstance(source, pa.Table) else source
@@ -364,7 +372,7 @@ def _warm_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from batches
 
 
-def warm_executors(spark: Any) -> None:
+def warm_executors(spark: Session) -> None:
     """One small job with a task per core, so that every executor registers and starts its
     Python worker (and imports our modules) before the first phase needs it: on a 4-executor
     local-cluster the first job took 18 s, the next ones 2-3 s. Best effort."""
@@ -388,7 +396,7 @@ def warm_arrow() -> None:
 
 
 # ---- sessions --------------------------------------------------------------------------------
-def functions_for(spark: Any) -> Any:
+def functions_for(spark: Session) -> Any:
     """The ``functions`` module matching `spark` (see :attr:`Execution.F`)."""
     if is_connect_session(spark):
         from pyspark.sql.connect import functions as connect_functions
@@ -399,14 +407,14 @@ def functions_for(spark: Any) -> Any:
     return functions
 
 
-def describe_session(spark: Any) -> str:
+def describe_session(spark: Session) -> str:
     try:
         return f"{'connect' if is_connect_session(spark) else 'classic'}, Spark {spark.version}"
     except Exception:  # noqa: BLE001
         return "unknown"
 
 
-def session_parallelism(spark: Any) -> int:
+def session_parallelism(spark: Session) -> int:
     """Default parallelism without SparkContext: ``spark.default.parallelism`` when set, else the
     cores of a ``local[N]`` master, else the shuffle partitions (a cluster's usual sizing)."""
     conf = spark.conf
@@ -436,7 +444,7 @@ def _load() -> float:
         return 0.0
 
 
-def _local_cluster(spark: Any) -> bool:
+def _local_cluster(spark: Session) -> bool:
     """Whether a classic session's master is ``local-cluster[...]`` (executor JVMs on this machine)."""
     try:
         return (_conf(spark.conf, "spark.master") or "").startswith("local-cluster")
@@ -469,16 +477,17 @@ def ddl(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in schema)
 
 
-def batch_of(schema: pa.Schema, columns: dict[str, list[Any]] | Iterable[list[Any]]) -> pa.RecordBatch:
+def batch_of(schema: pa.Schema, columns: Mapping[str, Sequence[object]] | Iterable[Sequence[object]]
+             ) -> pa.RecordBatch:
     """One record batch of `schema` from column lists (by name or in order)."""
-    cols = [columns[f.name] for f in schema] if isinstance(columns, dict) else list(columns)
+    cols = [columns[f.name] for f in schema] if isinstance(columns, Mapping) else list(columns)
     return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)],
                                       schema=schema)
 
 
-def chunks(it: Iterable[Any], n: int) -> Iterator[list[Any]]:
+def chunks(it: Iterable[T], n: int) -> Iterator[list[T]]:
     """Lists of up to `n` consecutive items of `it` (bounds what a task holds at once)."""
-    buf: list[Any] = []
+    buf: list[T] = []
     for x in it:
         buf.append(x)
         if len(buf) >= n:
@@ -495,7 +504,7 @@ def rows_of(batches: Iterable[pa.RecordBatch], *names: str) -> Iterator[tuple[An
         yield from zip(*cols, strict=True)
 
 
-def as_execution(spark_or_ex: Any) -> Execution:
+def as_execution(spark_or_ex: Execution | Session) -> Execution:
     """An `Execution` as given, or one that puts every phase on the executors of `spark` (a
     SparkSession passed by callers that predate placement: tests, notebooks)."""
     if isinstance(spark_or_ex, Execution):

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -30,6 +30,11 @@ from trinitylake.maintenance import export_plan as X
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from trinitylake.lakehouse import RootRef
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +198,7 @@ class Planner:
         self.odfs: dict[str, int] = {}
         self.upper = 0  # rows the distributed plan can hold
 
-    def run(self, ref: Any, root_refs: X.NodeRefs) -> dict[str, Any]:
+    def run(self, ref: RootRef, root_refs: X.NodeRefs) -> dict[str, Any]:
         def_rel = X.local_path(self.source, ref.def_path) or ref.def_path
         self.def_row = X.plan_file(self.source, def_rel, X.KIND_DEF, 0)
         for p in root_refs.odfs:
@@ -308,7 +313,7 @@ class Planner:
         node_parts = []
         checkpoints = []
 
-        def keep(df: Any) -> Any:
+        def keep(df: DataFrame) -> DataFrame:
             df = df.localCheckpoint(eager=True)
             checkpoints.append(df)
             return df

@@ -62,9 +62,12 @@ from trinitylake.spark.execution import (
 from trinitylake.spark.output import write_listing
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from trinitylake.config import WalkConfig
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.spark.session import Session
+    from trinitylake.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +123,7 @@ class Reached:
     """The files a walk reached (`OUTPUT_SCHEMA` rows), held by the driver as an Arrow table
     (a walk that stayed local) or by the executors as a checkpointed DataFrame."""
 
-    def __init__(self, stats: WalkStats, table: pa.Table | None = None, df: Any = None):
+    def __init__(self, stats: WalkStats, table: pa.Table | None = None, df: DataFrame | None = None):
         self.stats = stats
         self.table = table
         self.df = df
@@ -181,7 +184,7 @@ HASH_FOLDERS = [format(i, "04b") for i in range(16)]
 _HASHED_KEY = r"^[01]{4}/"
 
 
-def list_size_batches(storage: Any, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def list_size_batches(storage: Storage, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: every file (path, size) under the task's folders, listed
     recursively (an object store answers 1,000 sizes per LIST request)."""
     folders = [f for b in batches for f in b.column(0).to_pylist()]
@@ -274,6 +277,7 @@ class _Walk:
             if exclude.is_local:
                 self.excl_keys = exclude.keys()
             else:
+                assert exclude.df is not None  # not local: the executors hold it
                 self.excl_df = exclude.df.select("path")
         elif isinstance(exclude, pa.Table):
             self.excl_keys = set(exclude.column("path").to_pylist())
@@ -407,7 +411,7 @@ class _Walk:
         return Reached(self.stats, table=table)
 
     # -- executor levels --
-    def _keep(self, df: Any) -> Any:
+    def _keep(self, df: DataFrame) -> DataFrame:
         """Materialize `df` and cut its lineage (flat plans, one computation)."""
         df = df.localCheckpoint(eager=True)
         self.checkpoints.append(df)
@@ -546,14 +550,14 @@ class _Walk:
         return self._keep(selfs.unionByName(sized))
 
 
-def _conf_get(spark: Any, key: str) -> str | None:
+def _conf_get(spark: Session, key: str) -> str | None:
     try:
         return spark.conf.get(key, None)
     except Exception:  # noqa: BLE001 - a server may refuse to show a setting
         return None
 
 
-def _conf_set(spark: Any, key: str, value: str | None) -> None:
+def _conf_set(spark: Session, key: str, value: str | None) -> None:
     try:
         if value is None:
             spark.conf.unset(key)
@@ -581,7 +585,7 @@ def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
         stats.outside += int(o or 0)
 
 
-def _summarize_df(df: Any, stats: WalkStats) -> None:
+def _summarize_df(df: DataFrame, stats: WalkStats) -> None:
     F = functions_for(df.sparkSession)  # noqa: N806
 
     outside = F.col("path").contains("://")
