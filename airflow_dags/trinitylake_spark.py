@@ -145,6 +145,18 @@ def read_outcome(path: str | None) -> dict[str, Any] | None:
     return outcome if isinstance(outcome, dict) else None
 
 
+
+# SparkSubmitHook keeps what it resolved from the Airflow connection (master, deploy mode, binary)
+# in protected attributes only; these two adapters are the one place that reads them.
+def _resolved_connection(hook: Any) -> dict[str, Any]:
+    """The hook's resolved connection settings (``master``, ``deploy_mode``, ``spark_binary``)."""
+    return hook._connection  # noqa: SLF001 - the Spark provider has no public accessor
+
+
+def _on_kubernetes(hook: Any) -> bool:
+    """Whether the hook submits to Kubernetes (there env_vars reach only a driver pod)."""
+    return bool(hook._is_kubernetes)  # noqa: SLF001 - the Spark provider has no public accessor
+
 class TrinityLakeSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator of one TrinityLake job (see the module docstring).
 
@@ -165,15 +177,16 @@ class TrinityLakeSparkSubmitOperator(SparkSubmitOperator):
         runs; returns the result file's path (None where none comes back)."""
         repo = Path(self.repo)
         probe = self._get_hook()  # resolves the connection: master and deploy mode
-        where = driver_location(probe._connection)
-        binary = probe._connection.get("spark_binary") or "spark-submit"
+        conn = _resolved_connection(probe)
+        where = driver_location(conn)
+        binary = conn.get("spark_binary") or "spark-submit"
         folder = find_spark_submit(binary, repo)
         if folder:
             self.log.info("spark-submit from %s", folder)
             os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
         conf = dict(self.conf or {})
-        self.log.info("master %s, deploy mode %s: the driver runs %s", probe._connection.get("master"),
-                      probe._connection.get("deploy_mode") or "client",
+        self.log.info("master %s, deploy mode %s: the driver runs %s", conn.get("master"),
+                      conn.get("deploy_mode") or "client",
                       "here" if where != "cluster" else "on the cluster")
         result_file = None
         if where != "cluster":
@@ -183,7 +196,7 @@ class TrinityLakeSparkSubmitOperator(SparkSubmitOperator):
             if where == "local":  # no executors to ship the archive to
                 conf.pop("spark.archives", None)
                 conf["spark.pyspark.python"] = python
-            if not probe._is_kubernetes:  # k8s client mode passes env_vars only to a driver pod
+            if not _on_kubernetes(probe):  # k8s client mode passes env_vars only to a driver pod
                 fd, result_file = tempfile.mkstemp(prefix=f"tlake-{self.task_id}-", suffix=".json")
                 os.close(fd)
                 os.unlink(result_file)  # the job creates it; an empty leftover never reads as an outcome

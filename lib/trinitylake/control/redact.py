@@ -111,7 +111,7 @@ def redact_control_table(control: ControlTable, *, dry_run: bool = False) -> Red
     if not control.exists():
         raise ControlTableError(f"no control table at {control.uri}")
     def rewrite_once(_n: int) -> None:
-        dt = control._load()
+        dt = control.delta_table()
         tbl = read_delta_rows(dt)
         res.rows_scanned = tbl.num_rows
         source = redacted_rows(tbl)
@@ -139,16 +139,16 @@ def redact_control_table(control: ControlTable, *, dry_run: bool = False) -> Red
 
     retry.call(rewrite_once, fail=failed, retry_on=lambda e: isinstance(e, CommitFailedError), attempts=_ATTEMPTS)
     if not dry_run and res.rows_redacted:
-        dt = control._load()
+        dt = control.delta_table()
         # Retention 0 is what makes the clear text physically gone; it also ends time travel
         # to the versions before the rewrite (documented in the README).
         res.files_vacuumed = len(dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False))
-        dt = control._load()
+        dt = control.delta_table()
         dt.create_checkpoint()
         res.table_version = dt.version()
         res.log_files_deleted = _delete_log_before(control, res.table_version)
     else:
-        res.table_version = control._load().version()
+        res.table_version = control.delta_table().version()
     res.seconds = time.perf_counter() - t0
     return res
 

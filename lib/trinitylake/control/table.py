@@ -24,7 +24,6 @@ import os
 import re
 import time
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,7 +42,7 @@ from trinitylake.control.records import (
 from trinitylake.control.seq import SeqAllocator
 from trinitylake.control.spark_engine import ENGINES, SparkDeltaRows, is_table_name, session_has_delta
 from trinitylake.errors import ControlTableError
-from trinitylake.storage import Storage, parse_uri, retry
+from trinitylake.storage import Storage, hadoop_location, local_path_of_url, parse_uri, retry
 
 # Our own directories inside the control location; a location holding only these is "empty".
 _OWN_PREFIXES = ("_seq/", "_recovered/", "_audited/")
@@ -163,7 +162,7 @@ class ControlTable:
         # Rows at a path of their own: that path, not the control location, must hold no stranger files.
         self._rows_storage = Storage(rows.uri, self.storage.options) if rows is not parsed else self.storage
         self.rows_uri: str = self.table_name or rows.uri
-        self._delta_uri = rows.fs_path if rows.scheme == "file" else rows.uri
+        self._delta_uri = rows.local_path or rows.uri
         self._delta_options = _delta_storage_options(rows.scheme, self.storage.options)
         self._ensured = False
 
@@ -209,10 +208,7 @@ class ControlTable:
             if self.table_name:
                 self._rows = SparkDeltaRows(self._spark, name=self.table_name)
             else:
-                path = self._delta_uri
-                if path.startswith("s3://") and not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
-                    path = "s3a://" + path[len("s3://"):]  # Hadoop's S3 filesystem outside Databricks
-                self._rows = SparkDeltaRows(self._spark, path=path)
+                self._rows = SparkDeltaRows(self._spark, path=hadoop_location(self._delta_uri))
         return self._rows
 
     def dataframe(self) -> Any:
@@ -255,6 +251,12 @@ class ControlTable:
         if dt is None:
             raise ControlTableError(f"no control table at {self.uri}")
         return dt
+
+    def delta_table(self) -> DeltaTable:
+        """The rows' Delta table through delta-rs, at its latest version (for maintenance of
+        the table itself: redaction, vacuum, checkpoints). Raises ControlTableError when the
+        location holds no table."""
+        return self._load()
 
     def _foreign_files(self) -> list[str]:
         """Files in the location that are neither Delta's nor ours (first few)."""
@@ -514,10 +516,10 @@ def read_delta_rows(dt: DeltaTable, since_seq: int | None = None) -> pa.Table:
     referenced only moved the release to the read buffers). Remote tables keep delta-rs's
     filesystem: delta-rs's QueryBuilder avoids it, but its ranged GETs hang on the moto server.
     """
-    parsed = urlparse(dt.table_uri)
+    local = local_path_of_url(dt.table_uri)
     fs = None
-    if parsed.scheme in ("", "file"):
-        fs = pafs.SubTreeFileSystem(unquote(parsed.path), pafs.LocalFileSystem())
+    if local is not None:
+        fs = pafs.SubTreeFileSystem(local, pafs.LocalFileSystem())
     ds = dt.to_pyarrow_dataset(filesystem=fs)
     return ds.to_table(filter=(pc.field("txn_seq") >= since_seq) if since_seq is not None else None)
 

@@ -235,6 +235,49 @@ class TrinityLakeCatalog(MetastoreCatalog):
             except Exception as e:  # noqa: BLE001 - best effort: an unreferenced metadata file
                 log.warning("could not delete unreferenced metadata file %s: %s", loc, e)
 
+    # ---- what a multi-table transaction uses of its catalog ----------------------------------
+    def table_key(self, identifier: str | Identifier) -> tuple[str, str]:
+        """``(namespace, table)`` of a table identifier (NoSuchTableError when malformed)."""
+        return self._ident(identifier)
+
+    def table_in(self, view: LakehouseView, ns: str, table: str, catalog: TrinityLakeCatalog | None = None
+                 ) -> Table | None:
+        """The Iceberg table `ns.table` as `view` sees it (None when it does not exist), its
+        commits going through `catalog` (default: this one)."""
+        return self._table_in(view, ns, table, catalog)
+
+    def staging_copy(self, mtx: MultiTableTransaction) -> TrinityLakeCatalog:
+        """A copy of this catalog whose table commits are staged in `mtx` instead of committed."""
+        stager: TrinityLakeCatalog = copy.copy(self)
+        stager._mtx = mtx
+        return stager
+
+    def stage_new_table(self, key: tuple[str, str], schema: Schema | pa.Schema, location: str | None,
+                        partition_spec: PartitionSpec, sort_order: SortOrder, properties: Properties) -> StagedTable:
+        """A new table's first metadata, written to its metadata file (not yet in the lakehouse)."""
+        staged = self._create_staged_table(key, schema, location, partition_spec, sort_order, properties)
+        self.write_staged(staged)
+        return staged
+
+    def stage_table_update(self, current: Table | None, key: tuple[str, str],
+                           requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+                           ) -> StagedTable:
+        """`updates` applied to `current` after checking `requirements` (PyIceberg's rules);
+        nothing written."""
+        return self._update_and_stage_table(current, key, requirements, updates)
+
+    def write_staged(self, staged: StagedTable) -> None:
+        """Write a staged table's metadata file."""
+        self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+
+    def commit_transaction(self, txn: Transaction, what: str, written: list[str]) -> int | None:
+        """Commit `txn` as this catalog commits (typed Iceberg errors; `written` deleted on conflict)."""
+        return self._commit(txn, what, written)
+
+    def delete_unreferenced(self, locations: list[str]) -> None:
+        """Delete metadata files nothing references (best effort: failures are logged)."""
+        self._delete_quietly(locations)
+
     @staticmethod
     def _abandon(txn: Transaction) -> None:
         if not txn.closed:
@@ -489,8 +532,7 @@ class MultiTableTransaction:
     def __init__(self, catalog: TrinityLakeCatalog):
         self.catalog = catalog
         self.txn = catalog.lakehouse.begin()
-        self._stager = copy.copy(catalog)
-        self._stager._mtx = self
+        self._stager = catalog.staging_copy(self)
         self._tables: dict[tuple[str, str], Table | None] = {}  # current as staged
         self._pending: dict[tuple[str, str], str] = {}  # new metadata locations
         self._written: list[str] = []
@@ -508,11 +550,11 @@ class MultiTableTransaction:
 
     def _current(self, key: tuple[str, str]) -> Table | None:
         if key not in self._tables:
-            self._tables[key] = self.catalog._table_in(self.txn, key[0], key[1], self._stager)
+            self._tables[key] = self.catalog.table_in(self.txn, key[0], key[1], self._stager)
         return self._tables[key]
 
     def load_table(self, identifier: str | Identifier) -> Table:
-        key = self.catalog._ident(identifier)
+        key = self.catalog.table_key(identifier)
         t = self._current(key)
         if t is None:
             raise NoSuchTableError(f"Table does not exist: {key[0]}.{key[1]}")
@@ -522,13 +564,12 @@ class MultiTableTransaction:
     def create_table(self, identifier: str | Identifier, schema: Schema | pa.Schema, location: str | None = None,
                      partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
                      sort_order: SortOrder = UNSORTED_SORT_ORDER, properties: Properties = EMPTY_DICT) -> Table:
-        key = self.catalog._ident(identifier)
+        key = self.catalog.table_key(identifier)
         if not self.txn.namespace_exists(key[0]):
             raise NoSuchNamespaceError(f"Namespace does not exist: {key[0]}")
         if self._current(key) is not None:
             raise TableAlreadyExistsError(f"Table {key[0]}.{key[1]} already exists")
-        staged = self.catalog._create_staged_table(key, schema, location, partition_spec, sort_order, properties)
-        self.catalog._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        staged = self.catalog.stage_new_table(key, schema, location, partition_spec, sort_order, properties)
         self._written.append(staged.metadata_location)
         t = Table(identifier=key, metadata=staged.metadata, metadata_location=staged.metadata_location,
                   io=staged.io, catalog=self._stager)
@@ -537,7 +578,7 @@ class MultiTableTransaction:
         return self.load_table(key)
 
     def drop_table(self, identifier: str | Identifier) -> None:
-        key = self.catalog._ident(identifier)
+        key = self.catalog.table_key(identifier)
         if self._current(key) is None:
             raise NoSuchTableError(f"Table does not exist: {key[0]}.{key[1]}")
         self._tables[key] = None
@@ -549,13 +590,13 @@ class MultiTableTransaction:
         """A table's commit inside the transaction: checked and written now, published at `commit`."""
         if self.txn.closed:
             raise CommitFailedException("the multi-table transaction is already closed")
-        key = self.catalog._ident(table.name())
+        key = self.catalog.table_key(table.name())
         current = self._current(key)
         _check_base(table, current)
-        staged = self.catalog._update_and_stage_table(current, key, requirements, updates)
+        staged = self.catalog.stage_table_update(current, key, requirements, updates)
         if current is not None and staged.metadata == current.metadata:
             return _response(current.metadata, current.metadata_location)
-        self.catalog._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        self.catalog.write_staged(staged)
         self._written.append(staged.metadata_location)
         self._tables[key] = Table(identifier=key, metadata=staged.metadata,
                                   metadata_location=staged.metadata_location, io=staged.io, catalog=self._stager)
@@ -575,13 +616,13 @@ class MultiTableTransaction:
         except BaseException:
             self.rollback()
             raise
-        self.version = self.catalog._commit(self.txn, what, self._written)
+        self.version = self.catalog.commit_transaction(self.txn, what, self._written)
         return self.version
 
     def rollback(self) -> None:
         """Commit nothing; the metadata files staged so far are deleted (best effort)."""
         if not self.txn.closed:
             self.txn.rollback()
-        self.catalog._delete_quietly(self._written)
+        self.catalog.delete_unreferenced(self._written)
         self._written = []
 

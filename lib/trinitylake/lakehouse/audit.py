@@ -50,6 +50,11 @@ class Auditor:
             self._control = ControlTable(self.control_uri, self.lakehouse.storage.options or None)
         return self._control
 
+    def use_control(self, control: ControlTable) -> None:
+        """Write the rows to `control` (e.g. one through a given engine, table name or Spark
+        session) instead of the control table at `control_uri` built on first use."""
+        self._control = control
+
     def ensure(self) -> None:
         if self.enabled and not self._ensured:
             self.control.ensure()
@@ -62,7 +67,8 @@ class Auditor:
         self.ensure()
         return self.control.seq.allocate(txn_id)
 
-    def _record(self, **fields: Any) -> AuditRecord:
+    def record(self, **fields: Any) -> AuditRecord:
+        """An audit row of `fields`, with this process's user, host, Spark app and parent seq unless given."""
         from trinitylake.control import AuditRecord
 
         fields.setdefault("user", _user())
@@ -144,7 +150,7 @@ class Auditor:
             return
         ok = self.append(
             [
-                self._record(
+                self.record(
                     txn_seq=seq,
                     record_type="committed",
                     txn_id=txn_id,
@@ -190,7 +196,7 @@ class Auditor:
                 return
         self.append(
             [
-                self._record(
+                self.record(
                     txn_seq=seq,
                     record_type="failed",
                     txn_id=txn_id,
@@ -219,7 +225,7 @@ def job_begin(auditor: Auditor, job: str, run_id: str, arguments: dict, version:
     auditor.parent_seq = None
     auditor.append(
         [
-            auditor._record(
+            auditor.record(
                 txn_seq=seq,
                 record_type="begin",
                 txn_id=run_id,
@@ -262,7 +268,7 @@ def job_end(
         record_type = "read"
     auditor.append(
         [
-            auditor._record(
+            auditor.record(
                 txn_seq=seq,
                 record_type=record_type,
                 txn_id=run_id,

@@ -311,7 +311,7 @@ class DistributedTransaction:
                 base = pinned.root
                 if lh.latest_version() != base.version:
                     try:
-                        base = pinned._rebase(base.version)
+                        base = pinned.rebase(base.version)
                     except TransactionConflictError as e:
                         _delete_quietly(lh, written, "a staging attempt that conflicts")
                         self.abort()

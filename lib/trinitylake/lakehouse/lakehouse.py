@@ -109,7 +109,7 @@ class Lakehouse:
         except FileExistsError:
             storage.delete([def_path])
             raise AlreadyExistsError(f"a lakehouse was created concurrently at {storage.root}") from None
-        lh._write_hint(0)
+        lh.write_hint(0)
         lh.auditor.committed(seq, txn_id, "init", {"order": order, "node_max_bytes": node_max_bytes}, started, None, 0,
                              ["create lakehouse"], isolation=isolation, attempts=1)
         return lh
@@ -143,25 +143,25 @@ class Lakehouse:
         if not is_absolute(path):
             return base, path
         p = parse_uri(path)
-        if p.scheme == base.scheme:
+        if base.reaches(p):
             return base, p.uri
-        key = f"{p.scheme}://{p.authority}"
-        st = self._foreign.get(key)
+        st = self._foreign.get(p.store_uri)
         if st is None:
-            st = Storage(key + ("/" if p.scheme != "file" else ""), self.storage.options if p.scheme == self.storage.scheme else None)
-            self._foreign[key] = st
+            st = self._foreign[p.store_uri] = self.storage.for_store_of(p)
         return st, p.uri
 
     def _any_root_exists(self) -> bool:
         if self.storage.exists(root_name(0)) or self.storage.exists(HINT_FILE):
             return True
-        return bool(self._listed_versions())
+        return bool(self.listed_versions())
 
-    def _listed_versions(self) -> list[int]:
+    def listed_versions(self) -> list[int]:
+        """Versions whose root files a listing of the lakehouse root shows, ascending."""
         _, files = self.storage.list_dirs("")
         return sorted(root_version(f.path) for f in files if is_root_name(f.path))
 
-    def _write_hint(self, version: int) -> None:
+    def write_hint(self, version: int) -> None:
+        """Record `version` as the latest in the hint file (best effort: a failure is logged)."""
         try:
             self.storage.write(HINT_FILE, str(version).encode())
         except Exception as e:  # noqa: BLE001 - the hint is best effort by design
@@ -180,7 +180,7 @@ class Lakehouse:
             if self.storage.exists(root_name(0)):
                 start = 0
             else:
-                listed = self._listed_versions()
+                listed = self.listed_versions()
                 if not listed:
                     raise LakehouseNotFoundError(f"no lakehouse at {self.uri} (no root node file found)")
                 start = listed[-1]
@@ -190,7 +190,7 @@ class Lakehouse:
         return v
 
     def oldest_version(self) -> int:
-        listed = self._listed_versions()
+        listed = self.listed_versions()
         if not listed:
             raise LakehouseNotFoundError(f"no lakehouse at {self.uri} (no root node file found)")
         return listed[0]
@@ -285,9 +285,7 @@ class Lakehouse:
         if loc is None:
             known = ", ".join(sorted(d.exported_snapshots)) or "none"
             raise SnapshotNotFoundError(f"no exported snapshot named {name!r} (known: {known})")
-        p = parse_uri(loc)
-        base_uri = loc.rsplit("/", 1)[0]
-        base = Storage(base_uri, self.storage.options if p.scheme == self.storage.scheme else None)
+        base = self.storage.for_uri(loc.rsplit("/", 1)[0])
         fname = loc.rsplit("/", 1)[1]
         try:
             data = base.read(fname)
@@ -305,7 +303,7 @@ class Lakehouse:
         from trinitylake.errors import TrinityLakeError
 
         latest = self.latest_version()
-        listed = [v for v in self._listed_versions() if v <= latest]
+        listed = [v for v in self.listed_versions() if v <= latest]
         out: list[dict[str, Any]] = []
         for v in listed:
             try:
@@ -346,7 +344,7 @@ class Lakehouse:
             created_at_millis=r.created_at_millis,
             rollback_from=_version_of(r.rollback_from_root),
             rollback_to=_version_of(r.rollback_to_root),
-            changes=self._safe_changes(version),
+            changes=self.describe_changes_safely(version),
         )
 
     def version_infos(self) -> list[VersionInfo]:
@@ -357,7 +355,7 @@ class Lakehouse:
 
         latest = self.latest_version()
         out = []
-        for v in self._listed_versions():
+        for v in self.listed_versions():
             if v > latest:
                 continue
             try:
@@ -427,7 +425,7 @@ class Lakehouse:
             except ValidationError:
                 out.append(f"change {key!r}")
                 continue
-            existed = prev_view is not None and prev_view._get(key) is not None
+            existed = prev_view is not None and prev_view.get_key(key) is not None
             if value is None:
                 action = "drop"
             elif existed:
@@ -517,9 +515,9 @@ class Lakehouse:
             raise TransactionConflictError(
                 f"rollback to {to}: version {latest + 1} was committed concurrently; re-run the rollback"
             ) from None
-        self._write_hint(latest + 1)
+        self.write_hint(latest + 1)
         self.auditor.committed(seq, txn_id, "rollback", {"to": to}, started, latest, latest + 1,
-                               self._safe_changes(latest + 1) if self.auditor.enabled else [], attempts=1)
+                               self.describe_changes_safely(latest + 1) if self.auditor.enabled else [], attempts=1)
         return latest + 1
 
     # ---- shared commit helpers ----------------------------------------------------------
@@ -533,7 +531,7 @@ class Lakehouse:
         """Write a commit's new node files (before its root). Threads help on object stores."""
         if not pending:
             return
-        if self.storage.scheme == "file" or len(pending) < 4:
+        if self.storage.is_local or len(pending) < 4:
             for p, data in pending.items():
                 self.storage.write(p, data)
             return
@@ -547,7 +545,8 @@ class Lakehouse:
         self.storage.create_exclusive(path, D.dumps(d))
         return path
 
-    def _safe_changes(self, version: int) -> list[str]:
+    def describe_changes_safely(self, version: int) -> list[str]:
+        """`describe_changes`, or nothing (logged) when they cannot be described."""
         try:
             return self.describe_changes(version)
         except Exception as e:  # noqa: BLE001 - the audit row must not fail a committed version

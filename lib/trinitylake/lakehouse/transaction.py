@@ -87,11 +87,11 @@ class Transaction(LakehouseView):
         self.committed_version: int | None = None
 
     # ---- reads with tracking -------------------------------------------------------------
-    def _get(self, key: str) -> str | None:
+    def get_key(self, key: str) -> str | None:
         if key in self.writes:
             return self.writes[key]
         self.read_keys.add(key)
-        return super()._get(key)
+        return super().get_key(key)
 
     def _scan(self, prefix: str) -> list[tuple[str, str]]:
         self.read_prefixes.add(prefix)
@@ -117,7 +117,7 @@ class Transaction(LakehouseView):
     def create_namespace(self, ns: str, properties: dict[str, str] | None = None) -> None:
         self._check_open()
         key = self._ns_key(ns)
-        if self._get(key) is not None:
+        if self.get_key(key) is not None:
             raise AlreadyExistsError(f"namespace {ns!r} already exists")
         d = D.NamespaceDef(id=str(uuid.uuid4()), properties=properties or {})
         self.writes[key] = self._write_def(namespace_def_path(ns), d)
@@ -135,7 +135,7 @@ class Transaction(LakehouseView):
     def drop_namespace(self, ns: str, cascade: bool = False) -> None:
         self._check_open()
         key = self._ns_key(ns)
-        if self._get(key) is None:
+        if self.get_key(key) is None:
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist")
         members = self._scan_members(ns) + self._scan_members(ns, views=True)
         if members and not cascade:
@@ -159,9 +159,9 @@ class Transaction(LakehouseView):
     ) -> None:
         self._check_open()
         tkey = self._table_key(ns, table)
-        if self._get(self._ns_key(ns)) is None:
+        if self.get_key(self._ns_key(ns)) is None:
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist (creating table {ns}.{table})")
-        if self._get(tkey) is not None:
+        if self.get_key(tkey) is not None:
             raise AlreadyExistsError(f"table {ns}.{table} already exists")
         ttype = (table_type or ("external" if metadata_location else "managed")).upper()
         if ttype not in D.TABLE_TYPES:
@@ -201,8 +201,8 @@ class Transaction(LakehouseView):
     def drop_table(self, ns: str, table: str) -> None:
         self._check_open()
         key = self._table_key(ns, table)
-        if self._get(key) is None:
-            if self._get(self._ns_key(ns)) is None:
+        if self.get_key(key) is None:
+            if self.get_key(self._ns_key(ns)) is None:
                 raise ObjectNotFoundError(f"namespace {ns!r} does not exist (dropping table {ns}.{table})")
             raise ObjectNotFoundError(f"table {ns}.{table} does not exist")
         self.writes[key] = None
@@ -304,7 +304,7 @@ class Transaction(LakehouseView):
                     # Another writer's root: nothing references this attempt's files.
                     self._discard(attempt_files)
                     attempt_files = []
-                    base = self._rebase(base.version)
+                    base = self.rebase(base.version)
                     if self.attempts >= MAX_COMMIT_ATTEMPTS:
                         raise TransactionConflictError(
                             f"transaction {self.id} gave up after {self.attempts} attempts; latest version is {base.version}"
@@ -347,14 +347,14 @@ class Transaction(LakehouseView):
         self.closed = True
         version = base.version + 1
         self.committed_version = version
-        lh._write_hint(version)
+        lh.write_hint(version)
         _crash_point("after_hint")
         lh.auditor.committed(seq, self.id, command, arguments, self.started, base.version, version,
-                             lh._safe_changes(version) if lh.auditor.enabled else [],
+                             lh.describe_changes_safely(version) if lh.auditor.enabled else [],
                              isolation=self.isolation, attempts=self.attempts, metrics=metrics)
         return version
 
-    def _rebase(self, failed_base: int) -> RootRef:
+    def rebase(self, failed_base: int) -> RootRef:
         """Check versions failed_base+1..latest against our sets; return the new base root."""
         lh = self.lakehouse
         latest = lh.latest_version()
@@ -387,7 +387,7 @@ class Transaction(LakehouseView):
         # alter (the key existed in our snapshot and still exists) is neither: it only takes
         # part through the write-write rule and, under SERIALIZABLE, the read set.
         def created_or_dropped(k: str, v: str | None) -> bool:
-            return v is None or LakehouseView._get(self, k) is None  # untracked read of our base
+            return v is None or LakehouseView.get_key(self, k) is None  # untracked read of our base
 
         # Namespaces are compared by name: a key's namespace part has no fixed character width
         # (padding counts UTF-8 bytes, or UTF-16 units in Java-written keys).

@@ -35,7 +35,8 @@ class LakehouseView:
         return self.root.version
 
     # -- primitive reads (Transaction overrides these to track read sets and overlay writes)
-    def _get(self, key: str) -> str | None:
+    def get_key(self, key: str) -> str | None:
+        """The stored value of an encoded key in this version, None when absent."""
         return tree.get(self.store, self.root.node, key)
 
     def _scan(self, prefix: str) -> list[tuple[str, str]]:
@@ -49,10 +50,10 @@ class LakehouseView:
         try:
             key = spec_key()
         except InvalidNameError:
-            if java_key is not None and self._get(java_key) is not None:
+            if java_key is not None and self.get_key(java_key) is not None:
                 return java_key
             raise
-        if java_key is not None and self._get(key) is None and self._get(java_key) is not None:
+        if java_key is not None and self.get_key(key) is None and self.get_key(java_key) is not None:
             return java_key
         return key
 
@@ -94,7 +95,7 @@ class LakehouseView:
                 keys=bad, listed=sorted(names))
         return sorted(names)
 
-    def _read_def(self, cls: type[_Def], path: str) -> _Def:
+    def read_def(self, cls: type[_Def], path: str) -> _Def:
         storage, p = self.lakehouse.resolve(path, self.root.base)
         try:
             data = storage.read(p)
@@ -104,7 +105,7 @@ class LakehouseView:
 
     # -- namespaces
     def namespace_exists(self, ns: str) -> bool:
-        return self._get(self._ns_key(ns)) is not None
+        return self.get_key(self._ns_key(ns)) is not None
 
     def list_namespaces(self) -> list[str]:
         """Namespace names, sorted.
@@ -117,22 +118,22 @@ class LakehouseView:
         return self._decoded(self._scan(NS_PREFIX), 0, "namespace")
 
     def _namespace_path(self, ns: str) -> str:
-        path = self._get(self._ns_key(ns))
+        path = self.get_key(self._ns_key(ns))
         if path is None:
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist (version {self.version})")
         return path
 
     def load_namespace(self, ns: str) -> D.NamespaceDef:
-        return self._read_def(D.NamespaceDef, self._namespace_path(ns))
+        return self.read_def(D.NamespaceDef, self._namespace_path(ns))
 
     def describe_namespace(self, ns: str) -> dict[str, Any]:
         path = self._namespace_path(ns)
-        d = self._read_def(D.NamespaceDef, path)
+        d = self.read_def(D.NamespaceDef, path)
         return {"name": ns, "id": d.id, "properties": dict(d.properties), "definition": path, "version": self.version}
 
     # -- tables
     def table_exists(self, ns: str, table: str) -> bool:
-        return self._get(self._table_key(ns, table)) is not None
+        return self.get_key(self._table_key(ns, table)) is not None
 
     def list_tables(self, ns: str) -> list[str]:
         """Table names of `ns`, sorted.
@@ -144,7 +145,7 @@ class LakehouseView:
         return self._decoded(self._scan_members(ns), 1, f"table (namespace {ns!r})")
 
     def _table_path(self, ns: str, table: str) -> str:
-        path = self._get(self._table_key(ns, table))
+        path = self.get_key(self._table_key(ns, table))
         if path is None:
             if not self.namespace_exists(ns):
                 raise ObjectNotFoundError(f"namespace {ns!r} does not exist (version {self.version})")
@@ -152,11 +153,11 @@ class LakehouseView:
         return path
 
     def load_table(self, ns: str, table: str) -> D.TableDef:
-        return self._read_def(D.TableDef, self._table_path(ns, table))
+        return self.read_def(D.TableDef, self._table_path(ns, table))
 
     def describe_table(self, ns: str, table: str) -> dict[str, Any]:
         path = self._table_path(ns, table)
-        d = self._read_def(D.TableDef, path)
+        d = self.read_def(D.TableDef, path)
         return {
             "namespace": ns,
             "name": table,

@@ -38,7 +38,7 @@ class BackgroundSizes:
     """Feed keys with `add`, take their sizes (in feeding order) with `finish`; `close` always."""
 
     def __init__(self, storage: Storage, start_after: int | None = None):
-        self._root = storage._fs_path("") if storage.scheme == "file" else None
+        self._root = storage.local_path("")
         self._start_after = START_AFTER_KEYS if start_after is None else start_after
         self._pending: list[str] = []
         self._fed = 0

@@ -38,7 +38,7 @@ def verify_file(storage: Storage, path: str, size: int, md5: str, checksum: bool
     On S3 the ETag of a single-part upload is the MD5: a HEAD request then suffices. Other
     ETags (multipart, SSE-KMS) fall back to reading the bytes.
     """
-    if storage.scheme == "s3":
+    if storage.head_gives_md5:
         info = storage.head_s3(path)
         if info is None:
             return MISSING
@@ -76,7 +76,7 @@ def verify_written(storage: Storage, path: str, size: int, md5: str, checksum: b
     of the very bytes handed to the exclusive create (computed while copying), since re-reading a
     file just written locally only reads our own page cache back (see the job's module doc).
     """
-    if storage.scheme == "s3":
+    if storage.head_gives_md5:
         return verify_file(storage, path, size, md5, checksum)
     try:
         return OK if storage.info(path).size == size else MISMATCH

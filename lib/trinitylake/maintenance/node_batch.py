@@ -175,10 +175,7 @@ def _read_rest(fd: int, first: bytes) -> bytes:
 
 def _local_root(reader: R.Reader) -> str | None:
     """The directory of a local storage (its files are read with plain system calls), or None."""
-    st = reader.storage
-    if st.scheme != "file":
-        return None
-    return st._fs_path("")
+    return reader.storage.local_path("")
 
 
 def wants_threads(reader: R.Reader) -> bool:

@@ -181,13 +181,11 @@ class Reader:
         if not is_absolute(key):
             return self.storage, key
         p = parse_uri(key)
-        if p.scheme == self.storage.scheme:
+        if self.storage.reaches(p):
             return self.storage, p.uri
-        head = "file:///" if p.scheme == "file" else f"{p.scheme}://{p.authority}"
-        st = self._foreign.get(head)
+        st = self._foreign.get(p.store_uri)
         if st is None:
-            st = Storage(head, self.storage.options if p.scheme == self.storage.scheme else None)
-            self._foreign[head] = st
+            st = self._foreign[p.store_uri] = self.storage.for_store_of(p)
         return st, p.uri
 
     def read(self, key: str) -> bytes:
@@ -196,11 +194,12 @@ class Reader:
 
     def size(self, key: str) -> int:
         """Size in bytes, or -1 when the file is missing."""
-        if self.storage.scheme == "file" and not is_absolute(key):
+        fp = None if is_absolute(key) else self.storage.local_path(key)
+        if fp is not None:
             # os.stat instead of fsspec's info (a walk stats ~1M definitions at 1M files), still
             # through the storage's retry and fault-injection seam.
             try:
-                return int(self.storage._retrying("info", key, os.stat, self.storage._fs_path(key)).st_size)
+                return int(self.storage.retrying("info", key, os.stat, fp).st_size)
             except FileNotFoundError:
                 return -1
         st, p = self._storage_for(key)
@@ -281,13 +280,13 @@ def _local_sizes(reader: Reader, keys: Sequence[str]) -> list[int] | None:
     of the lakehouse root, or None when this storage must be asked key by key (not local, a
     foreign key). A key whose ``stat`` fails with anything but "missing" is asked again through
     the storage (retries, typed errors)."""
-    st = reader.storage
-    if st.scheme != "file":
+    root = reader.storage.local_path("")
+    if root is None:
         return None
     if any(is_absolute(k) for k in keys):
         return None
     try:
-        dfd = os.open(st._fs_path(""), os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
 
@@ -354,7 +353,7 @@ def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> li
     listing does not show is missing (-1): S3 listings are strongly consistent. None when the
     storage is local or too few keys would be sized this way."""
     st = reader.storage
-    if st.scheme == "file" or len(keys) < LIST_SIZES_MIN_KEYS:
+    if st.is_local or len(keys) < LIST_SIZES_MIN_KEYS:
         return None
     by_top: dict[str, list[int]] = {}
     at_root: list[int] = []
@@ -441,7 +440,7 @@ def walk_input(
     """
     latest = lakehouse.latest_version() if latest is None else latest
     d = lakehouse.load_root(latest).lakehouse_def
-    listed = set(lakehouse._listed_versions()) | {latest}
+    listed = set(lakehouse.listed_versions()) | {latest}
     inp = WalkInput(roots=[])
     if versions is None:
         floor = d.oldest_retained_version if min_version is None else min_version
@@ -652,7 +651,7 @@ def read_table_definitions(view: Any, entries: Sequence[tuple[str, str]], io_thr
     def one(item: tuple[str, str]) -> tuple[str, Any, Exception | None]:
         name, path = item
         try:
-            return name, view._read_def(D.TableDef, path), None
+            return name, view.read_def(D.TableDef, path), None
         except Exception as e:  # noqa: BLE001 - reported per table, never fatal
             return name, None, e
 

@@ -66,7 +66,7 @@ from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
 from trinitylake.spark.orphans import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
 from trinitylake.spark.walk import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
-from trinitylake.storage import Storage, join_uri, parse_uri
+from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark_location
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
@@ -100,20 +100,6 @@ _MANIFEST_DDL = "format string, part string, files map<string, array<string>>"
 
 
 # ---- reading what a run persisted ----------------------------------------------------------
-def spark_location(uri: str) -> str:
-    """`uri` as Spark's own readers take it: ``s3://`` becomes ``s3a://`` outside Databricks.
-
-    Raises:
-        ValueError: a ``memory://`` location (it lives in this Python process only).
-    """
-    p = parse_uri(uri)
-    if p.scheme == "memory":
-        raise ValueError(f"{p.uri}: Spark cannot read a memory:// location; use a local path or an object store")
-    if p.scheme == "s3" and not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
-        return "s3a://" + p.uri[len("s3://"):]
-    return p.uri
-
-
 def _empty(spark: Any, schema: pa.Schema) -> Any:
     return spark.createDataFrame(schema.empty_table(), schema=ddl(schema))
 
@@ -239,8 +225,8 @@ class ExportResult(ActionResult):
         cols = [F.col(f.name).cast(_sql_type(f)).alias(f.name) for f in COPIED_SCHEMA]
         # The root file is copied last, outside the plan's parts; the plan index (one small
         # JSON file, which Spark's readers skip for its leading underscore) records it.
-        same_scheme = parse_uri(export_dir).scheme == parse_uri(r.lakehouse).scheme
-        target = Storage(export_dir, dict(self.config.storage_options) or None if same_scheme else None)
+        target = Storage(export_dir, dict(self.config.storage_options) or None
+                         if same_scheme(export_dir, r.lakehouse) else None)
         root = read_json(target, "plan/_plan.json")["root"]
         source = join_uri(parse_uri(r.lakehouse).uri, root_name(int(r.details["version"])))
         row = [root["path"], source, "root", 0, root["action"], int(root["size"]), root["md5"]]

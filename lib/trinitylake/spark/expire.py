@@ -337,7 +337,7 @@ def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig,
     with _timed(result, "plan", "plan the expiration"):
         latest = lh.latest_version()
         d = lh.load_root(latest).lakehouse_def
-        listed = sorted({v for v in lh._listed_versions() if v <= latest} | {latest})
+        listed = sorted({v for v in lh.listed_versions() if v <= latest} | {latest})
         prev_oldest = int(d.oldest_retained_version)
         leftover = [v for v in listed if v < prev_oldest]
         live = [v for v in listed if v >= prev_oldest]

@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,7 +72,12 @@ from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.spark.output import write_listing
 from trinitylake.spark.walk import fill_walk_counts, walk_reachable_with_stats
 from trinitylake.storage import Storage
+from trinitylake.storage.local_delete import LocalDeleteStorage
 from trinitylake.storage.uri import parse_uri
+
+if TYPE_CHECKING:
+    from trinitylake.config import OrphansConfig
+    from trinitylake.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
 
@@ -85,54 +90,6 @@ PREFIX_SCHEMA = pa.schema([("prefix", pa.string())])
 _PREFIXES_PER_TASK = 4
 # Temporary names of in-flight local writes (`Storage` skips them when listing too).
 _TMP_MARK = ".tmp-"
-
-
-# Keys the fast local path resolves by concatenation: plain names, no ``.``/``..`` segment.
-
-
-class LocalDeleteStorage(Storage):
-    """A plain local `Storage` whose bulk delete unlinks relative to each open folder. Retries
-    and the fault-injection seam are the parent's."""
-
-    def _delete_once(self, resolved: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """``unlink`` relative to an open folder (one path component to resolve per file, not
-        the whole path: most of an unlink's cost on sandboxed filesystems)."""
-        if os.unlink not in os.supports_dir_fd:
-            return super()._delete_once(resolved)
-        failures: list[tuple[str, str]] = []
-        by_dir: dict[str, list[tuple[str, str]]] = {}
-        for p, fp in resolved:
-            d, _, name = fp.rpartition("/")
-            by_dir.setdefault(d or "/", []).append((p, name))
-        for d, items in by_dir.items():
-            try:
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-            except FileNotFoundError:
-                continue  # the folder is gone, so are its files
-            except OSError as e:
-                failures.extend((p, str(e)) for p, _ in items)
-                continue
-            try:
-                for p, name in items:
-                    try:
-                        os.unlink(name, dir_fd=fd)
-                    except FileNotFoundError:
-                        pass
-                    except OSError as e:
-                        failures.append((p, str(e)))
-            finally:
-                os.close(fd)
-        return failures
-
-    @classmethod
-    def of(cls, storage: Storage) -> Storage:
-        """`storage` itself unless it is a plain local `Storage` (subclasses, e.g. the tests'
-        fault-injecting one, keep their own behaviour)."""
-        if type(storage) is not Storage or storage.scheme != "file":
-            return storage
-        fast = cls.__new__(cls)
-        fast.__dict__.update(storage.__getstate__())
-        return fast
 
 
 # ---- listing one prefix --------------------------------------------------------------------
@@ -166,10 +123,11 @@ def _scan_tree(top: str, prefix: str) -> tuple[list[str], list[int], list[float]
 def list_prefix(storage: Storage, prefix: str) -> tuple[list[str], list[int], list[float]]:
     """Every file under `prefix` (relative keys, sizes, mtimes); a local filesystem is scanned
     directly (one retried storage operation per prefix), anything else through `Storage.list`."""
-    if storage.scheme == "file":
-        top = os.path.join(parse_uri(storage.root).fs_path, prefix)
+    root = storage.local_path("")
+    if root is not None:
+        top = os.path.join(root, prefix)
         # Through the storage's retry (and test fault-injection) seam, like its own listing.
-        return storage._retrying("list", prefix, _scan_tree, top, prefix)  # noqa: SLF001
+        return storage.retrying("list", prefix, _scan_tree, top, prefix)
     paths, sizes, mtimes = [], [], []
     for f in storage.list(prefix):
         paths.append(f.path)
@@ -241,7 +199,7 @@ def _top_and_prefixes(storage: Storage, pool: ThreadPoolExecutor) -> tuple[list[
         top_dirs, [(f.path, f.size, f.mtime) for f in top_files])
     prefixes: list[str] = []
     not_owned_second = 0
-    if storage.scheme != "file":
+    if not storage.is_local:
         # An object store lists 1,000 keys per request under any prefix: the 16 top-level hash
         # folders, each listed recursively, cost the model's LIST per 1,000 keys (plus one per
         # folder), where the 256 second-level prefixes cost 273 requests for 20k files. Files
@@ -327,7 +285,7 @@ def list_lakehouse(ex: Execution, storage: Storage) -> Listing:
 
 
 # ---- the job ---------------------------------------------------------------------------------
-def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> JobResult:
+def run_orphans(ex: Execution, lakehouse: Lakehouse, cfg: OrphansConfig, result: JobResult) -> JobResult:
     lh = lakehouse
     storage = lh.storage
     rdir = run_dir("orphans", result.run_id)
@@ -376,7 +334,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
         # files: listing 2.8 s beside the walk, 1.0-1.2 s before it; list + walk 2.0-2.7 s
         # one after the other, 2.8 s side by side). Only the walk's thread may start Spark;
         # the listing's executor part waits for it.
-        overlap = ex.mode != DISTRIBUTED and storage.scheme != "file"
+        overlap = ex.mode != DISTRIBUTED and not storage.is_local
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orphans-walk") as bg:
             walking = bg.submit(walk) if overlap else None
             t0 = time.perf_counter()
@@ -465,7 +423,7 @@ def run_orphans(ex: Execution, lakehouse: Any, cfg: Any, result: JobResult) -> J
                                  "prefix_mismatch": n_clash}
             result.plan_location = write_json(storage, f"{rdir}/plan.json", doc)
             result.output_location = cand_uri
-        limit = getattr(cfg, "max_candidates", None)
+        limit = cfg.max_candidates
         if limit is not None and n_cands > limit:
             # Far more unreferenced files than expected usually means the live set is wrong (a
             # lakehouse restored from an old copy, a pointer rewrite gone astray): stop, with the

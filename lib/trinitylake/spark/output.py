@@ -72,7 +72,7 @@ def write_listing(ex: Any, data: Any, uri: str, storage_options: dict[str, Any] 
         storage.write("_SUCCESS", json.dumps({"files": names, "rows": data.num_rows}).encode())
         return p.uri
     n_files = max(1, math.ceil((rows or 0) / ROWS_PER_FILE))
-    if p.scheme == "file":
+    if p.is_local:
         data.coalesce(n_files).write.mode("overwrite").parquet(p.uri)
         return p.uri
     _clear(storage)

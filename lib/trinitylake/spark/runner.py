@@ -187,8 +187,8 @@ def _control_engine(lakehouse: Lakehouse, cfg: JobConfig, job: str) -> None:
         return get_spark(None if submitted else cfg.master, app_name=f"tlake-{job}", conf=dict(cfg.spark_conf),
                          delta=True)
 
-    auditor._control = ControlTable(auditor.control_uri, lakehouse.storage.options or None, engine=engine,
-                                    table=table, spark=session)
+    auditor.use_control(ControlTable(auditor.control_uri, lakehouse.storage.options or None, engine=engine,
+                                     table=table, spark=session))
 
 
 def _prune_bookkeeping(lakehouse: Lakehouse, job: str, cfg: JobConfig, result: JobResult) -> None:

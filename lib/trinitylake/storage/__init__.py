@@ -1,15 +1,29 @@
 """Storage: fsspec-backed files with exclusive create (local O_EXCL/link, S3 If-None-Match)."""
 
 from trinitylake.storage.storage import FileInfo, Storage, s3_options_from_env
-from trinitylake.storage.uri import ParsedURI, is_absolute, join_uri, normalize_uri, parse_uri
+from trinitylake.storage.uri import (
+    ParsedURI,
+    hadoop_location,
+    is_absolute,
+    join_uri,
+    local_path_of_url,
+    normalize_uri,
+    parse_uri,
+    same_scheme,
+    spark_location,
+)
 
 __all__ = [
     "FileInfo",
     "ParsedURI",
     "Storage",
+    "hadoop_location",
     "is_absolute",
     "join_uri",
+    "local_path_of_url",
     "normalize_uri",
     "parse_uri",
     "s3_options_from_env",
+    "same_scheme",
+    "spark_location",
 ]

@@ -15,7 +15,7 @@ as few calls per file as the contract allows:
   network filesystems, containers without /proc) the named temporary + hard link of
   `Storage.create_exclusive` is used instead, and where hard links are refused, the storage
   itself.
-- **paths**: joined directly for clean relative keys (`Storage._fs_path`).
+- **paths**: joined directly for clean relative keys (`Storage.local_path`).
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ class LocalFiles:
         return getattr(self._st, name)
 
     def _fp(self, path: str) -> str:
-        return self._st._fs_path(path)
+        fp = self._st.local_path(path)
+        assert fp is not None, "a LocalFiles view is of a local storage"
+        return fp
 
     # ---- reads ------------------------------------------------------------------------
     def _buffer(self) -> memoryview:
@@ -109,7 +111,7 @@ class LocalFiles:
 
     def read(self, path: str) -> bytes:
         try:
-            return self._st._retrying("read", path, self._read_fd, self._fp(path))
+            return self._st.retrying("read", path, self._read_fd, self._fp(path))
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
 
@@ -122,7 +124,7 @@ class LocalFiles:
 
     def info(self, path: str) -> FileInfo:
         try:
-            return self._st._retrying("info", path, self._stat, self._fp(path), path)
+            return self._st.retrying("info", path, self._stat, self._fp(path), path)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
 
@@ -211,9 +213,9 @@ class LocalFiles:
 
         def attempt(n: int) -> None:
             try:
-                self._st._io("create_exclusive", path, self._create_once, fp, data, path)
+                self._st.attempt("create_exclusive", path, self._create_once, fp, data, path)
             except FileExistsError:
-                if n > 1 and self._st._holds(path, data):
+                if n > 1 and self._st.holds(path, data):
                     return  # an earlier attempt of ours took effect before it failed
                 raise
 

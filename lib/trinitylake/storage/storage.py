@@ -211,13 +211,50 @@ class Storage:
     def _local(self) -> bool:
         return self.scheme == "file"
 
+    # ---- what kind of store -------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        """Whether the files are on the local filesystem (plain system calls reach them, and
+        threads only add overhead: there is no round trip to hide)."""
+        return self.scheme == "file"
+
+    @property
+    def head_gives_md5(self) -> bool:
+        """Whether one HEAD (`head_s3`) gives a file's size and an ETag that, for a single-part
+        upload, is the MD5 of its bytes (S3): a copy can be verified without reading it back."""
+        return self.scheme == "s3"
+
+    def reaches(self, location: str | ParsedURI) -> bool:
+        """Whether this storage addresses the absolute `location` itself (the same kind of
+        store: its operations take that URI as a path)."""
+        p = location if isinstance(location, ParsedURI) else parse_uri(location)
+        return p.scheme == self.scheme
+
+    def for_store_of(self, location: str | ParsedURI) -> Storage:
+        """A storage rooted at the top of the store that holds the absolute `location` (its
+        bucket; ``file:///`` for local files), sharing these options when the scheme matches."""
+        p = location if isinstance(location, ParsedURI) else parse_uri(location)
+        return self.for_uri(p.store_uri)
+
+    def local_path(self, path: str) -> str | None:
+        """The local filesystem path of `path` (relative to the root, or an absolute URI on
+        this storage) for the local fast paths (``os`` calls), or None on any other store."""
+        return self._fs_path(path) if self.scheme == "file" else None
+
     def _io(self, op: str, path: str, fn: Any, *args: Any) -> Any:
         """One attempt of operation `op` on `path`: ``fn(*args)``. Every attempt of every
         storage operation goes through this one call (the retries around it), nothing else."""
         return fn(*args)
 
-    def _retrying(self, op: str, path: str, fn: Any, *args: Any) -> Any:
-        """``fn(*args)`` through `_io`, retried while it fails transiently; failures typed."""
+    def attempt(self, op: str, path: str, fn: Any, *args: Any) -> Any:
+        """One attempt of storage operation `op` on `path`, ``fn(*args)``, through the seam that
+        every attempt goes through (fault injection hooks into it); no retry."""
+        return self._io(op, path, fn, *args)
+
+    def retrying(self, op: str, path: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` as storage operation `op` on `path`: each attempt through the attempt
+        seam, retried while it fails transiently, failures typed (`StorageError`). For fast
+        paths outside this class that make their own system calls (e.g. a local ``scandir``)."""
         return retry.call(lambda _n: self._io(op, path, fn, *args),
                           fail=lambda e, n: typed_error(op, self._uri_quiet(path), e, n))
 
@@ -233,7 +270,7 @@ class Storage:
         fp = self._fs_path(path)
         t0 = time.perf_counter()
         try:
-            data: bytes = self._retrying("read", path, self._read_once, fp)
+            data: bytes = self.retrying("read", path, self._read_once, fp)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
         if not self._local():
@@ -252,7 +289,7 @@ class Storage:
 
     def exists(self, path: str) -> bool:
         """True when `path` is a file. A directory (or an S3 key prefix) is not a file."""
-        return self._retrying("exists", path, self._exists_once, self._fs_path(path))
+        return self.retrying("exists", path, self._exists_once, self._fs_path(path))
 
     def _exists_once(self, fp: str) -> bool:
         if self._local():
@@ -269,7 +306,7 @@ class Storage:
         """S3 only: ``{"size", "mtime", "ETag"}`` of `path` from one HEAD, None when missing."""
         if self.scheme != "s3":
             raise StorageError(f"head_s3 needs an s3:// storage, this one is {self.root}")
-        return self._retrying("info", path, self._head_s3, self._fs_path(path))
+        return self.retrying("info", path, self._head_s3, self._fs_path(path))
 
     def _head_s3(self, fp: str) -> dict[str, Any] | None:
         """One HEAD of the object `fp` (bucket/key): its size, mtime and ETag, or None when it
@@ -288,7 +325,7 @@ class Storage:
 
     def info(self, path: str) -> FileInfo:
         """Size and mtime of a file. Raises FileNotFoundError for a missing file or a directory."""
-        return self._retrying("info", path, self._info_once, self._fs_path(path), path)
+        return self.retrying("info", path, self._info_once, self._fs_path(path), path)
 
     def _info_once(self, fp: str, path: str) -> FileInfo:
         try:
@@ -313,7 +350,7 @@ class Storage:
     def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
         """Create or overwrite a file (hint files, plans). Atomic replace on local disk."""
         data = _as_bytes(data)
-        self._retrying("write", path, self._write_once, self._fs_path(path), data)
+        self.retrying("write", path, self._write_once, self._fs_path(path), data)
 
     def _write_once(self, fp: str, data: bytes | bytearray) -> None:
         if self._local():
@@ -365,7 +402,7 @@ class Storage:
                 etag = self._io("create_exclusive", path, self._create_exclusive_once, fp, data, path)
                 return etag if isinstance(etag, str) else None
             except FileExistsError:
-                if n > 1 and self._holds(path, data):
+                if n > 1 and self.holds(path, data):
                     return None  # an earlier attempt of ours took effect before it failed
                 raise
 
@@ -373,7 +410,7 @@ class Storage:
                                                                             e, n))
         return out
 
-    def _holds(self, path: str, data: bytes | bytearray, read: Callable[[], bytes] | None = None) -> bool:
+    def holds(self, path: str, data: bytes | bytearray, read: Callable[[], bytes] | None = None) -> bool:
         """True when `path` holds exactly `data`, False when other bytes. Unreadable raises
         UnknownOutcomeError: "another writer's" is not safe, a committer frees the files of a
         lost race, and were the file ours, its committed root would reference deleted files."""
@@ -417,7 +454,7 @@ class Storage:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
         own win, not a lost race: the stored bytes are ours (every commit file we write carries
         a unique transaction id or UUID). Anything else is another writer's file."""
-        if not self._holds(path, data, read=lambda: self.fs.cat_file(fp)):
+        if not self.holds(path, data, read=lambda: self.fs.cat_file(fp)):
             raise FileExistsError(f"already exists: {self.uri(path)}")
 
     def _create_exclusive_local(self, fp: str, data: bytes | bytearray, path: str) -> None:
@@ -459,7 +496,7 @@ class Storage:
         # Resolve every path first: an invalid one raises before anything is deleted.
         resolved = [(p, self._fs_path(p)) for p in batch]
         what = batch[0] if len(batch) == 1 else f"{batch[0]} (and {len(batch) - 1} more)"
-        return self._retrying("delete", what, self._delete_once, resolved)
+        return self.retrying("delete", what, self._delete_once, resolved)
 
     def _delete_once(self, resolved: list[tuple[str, str]]) -> list[tuple[str, str]]:
         failures: list[tuple[str, str]] = []
@@ -533,7 +570,7 @@ class Storage:
         if self._local():
             yield from self._list_local(base, root_fp, recursive)
             return
-        yield from self._retrying("list", prefix, self._list_remote_once, base, root_fp, recursive)
+        yield from self.retrying("list", prefix, self._list_remote_once, base, root_fp, recursive)
 
     def _list_remote_once(self, base: str, root_fp: str, recursive: bool) -> builtins.list[FileInfo]:
         try:
@@ -562,7 +599,7 @@ class Storage:
     def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         """Immediate children of `prefix`: (sub-directory paths, files), relative to the root."""
         base = self._fs_path(prefix) if prefix else self._parsed.fs_path
-        return self._retrying("list_dirs", prefix, self._list_dirs_once, base, prefix)
+        return self.retrying("list_dirs", prefix, self._list_dirs_once, base, prefix)
 
     def _list_dirs_once(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         dirs: builtins.list[str] = []
@@ -604,7 +641,7 @@ class Storage:
         stack = [base]
         while stack:
             d = stack.pop()
-            subdirs, files = self._retrying("list", os.path.relpath(d, root_fp), self._scan_local_once, d, root_fp)
+            subdirs, files = self.retrying("list", os.path.relpath(d, root_fp), self._scan_local_once, d, root_fp)
             if recursive:
                 stack.extend(subdirs)
             yield from files

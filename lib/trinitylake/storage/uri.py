@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
 
 from trinitylake.errors import InvalidURIError
 
@@ -40,6 +41,21 @@ class ParsedURI:
         if self.scheme == "file":
             return self.path
         return f"{self.authority}/{self.path}" if self.path else self.authority
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the location is on the local filesystem."""
+        return self.scheme == "file"
+
+    @property
+    def local_path(self) -> str | None:
+        """The local filesystem path of a local location, None for any other store."""
+        return self.path if self.scheme == "file" else None
+
+    @property
+    def store_uri(self) -> str:
+        """The top of the store that holds the location: ``scheme://bucket``, ``file:///``."""
+        return "file:///" if self.scheme == "file" else f"{self.scheme}://{self.authority}"
 
 
 def _clean_segments(path: str, original: str) -> list[str]:
@@ -121,3 +137,35 @@ def join_uri(base: str, rel: str) -> str:
     if not segs:
         return head
     return head + ("" if root_like else "/") + "/".join(segs)
+
+
+def same_scheme(a: str, b: str) -> bool:
+    """Whether two locations are on the same kind of store (one set of options serves both)."""
+    return parse_uri(a).scheme == parse_uri(b).scheme
+
+
+def hadoop_location(location: str) -> str:
+    """`location` as Hadoop's filesystems take it: ``s3://`` becomes ``s3a://`` outside
+    Databricks (whose own S3 filesystem takes ``s3://``); anything else unchanged."""
+    if location.startswith("s3://") and not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return "s3a://" + location[len("s3://"):]
+    return location
+
+
+def spark_location(uri: str) -> str:
+    """`uri` as Spark's own readers take it: ``s3://`` becomes ``s3a://`` outside Databricks.
+
+    Raises:
+        ValueError: a ``memory://`` location (it lives in this Python process only).
+    """
+    p = parse_uri(uri)
+    if p.scheme == "memory":
+        raise ValueError(f"{p.uri}: Spark cannot read a memory:// location; use a local path or an object store")
+    return hadoop_location(p.uri)
+
+
+def local_path_of_url(url: str) -> str | None:
+    """The local path of a URL as other libraries spell it (``file:///a%20b``, ``/a b``;
+    percent-escapes decoded), or None for a URL of any other store."""
+    parsed = urlparse(url)
+    return unquote(parsed.path) if parsed.scheme in ("", "file") else None
