@@ -117,7 +117,7 @@ def test_write_write_conflict_aborts_and_cleans_up(tmp_path):
     lh = _lh(tmp_path)
     dt = DT.DistributedTransaction.begin(lh)
     dt.stage(lambda t: t.create_table("ns", "t"))
-    staged_def = DT.DistributedTransaction.load(lh, dt.id).view()._get(lh.view().codec.table_key("ns", "t"))
+    staged_def = DT.DistributedTransaction.load(lh, dt.id).view().get_key(lh.view().codec.table_key("ns", "t"))
     assert lh.storage.exists(staged_def)
     lh.create_table("ns", "t")  # a local transaction wins the same key
     with pytest.raises(TransactionConflictError, match=r"both wrote ns\.t.*aborted"):

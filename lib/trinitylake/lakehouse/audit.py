@@ -20,7 +20,7 @@ from trinitylake.redact import redact_text
 
 if TYPE_CHECKING:
     from trinitylake.control import AuditRecord, ControlTable
-    from trinitylake.lakehouse.lakehouse import Lakehouse
+    from trinitylake.lakehouse.ports import AuditedLakehouse
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def _user() -> str | None:
 
 
 class Auditor:
-    def __init__(self, lakehouse: Lakehouse, control_uri: str, enabled: bool = True):
+    def __init__(self, lakehouse: AuditedLakehouse, control_uri: str, enabled: bool = True):
         self.lakehouse = lakehouse
         self.control_uri = control_uri
         self.enabled = enabled

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trinitylake import seams
 from trinitylake.errors import (
@@ -36,13 +36,14 @@ from trinitylake.format.node import Message, serialize
 from trinitylake.format.paths import namespace_def_path, root_name, table_def_path
 from trinitylake.lakehouse.changes import ChangeSet
 from trinitylake.lakehouse.changes import now_ms as _now_ms
+from trinitylake.lakehouse.ports import NodeSource
 from trinitylake.lakehouse.roots import RootRef, check_new_pins, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message as ProtoMessage
 
-    from trinitylake.lakehouse.lakehouse import Lakehouse
+    from trinitylake.lakehouse.audit import Auditor
 
 MAX_COMMIT_ATTEMPTS = 32
 log = logging.getLogger(__name__)
@@ -53,10 +54,42 @@ def _crash_point(name: str) -> None:
     seams.crash_point(name)
 
 
+class TransactionHost(NodeSource, Protocol):
+    """What a transaction needs of its lakehouse (`Lakehouse` is one): the latest version and
+    its roots, the writes of a commit, the auditor and the caller's command for its rows."""
+
+    @property
+    def auditor(self) -> Auditor: ...
+
+    @property
+    def command(self) -> str: ...
+
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+
+    def latest_version(self) -> int: ...
+
+    def load_root(self, version: int) -> RootRef: ...
+
+    def change_set(self, version: int, ref: RootRef | None = None) -> ChangeSet: ...
+
+    def tree_params(self, d: D.LakehouseDef) -> tree.TreeParams: ...
+
+    def write_nodes(self, pending: dict[str, bytes]) -> None: ...
+
+    def write_definition(self, d: D.LakehouseDef) -> str: ...
+
+    def write_hint(self, version: int) -> None: ...
+
+    def describe_changes_safely(self, version: int) -> list[str]: ...
+
+
 class Transaction(LakehouseView):
     """A unit of work that commits as one new version, or not at all."""
 
-    def __init__(self, lakehouse: Lakehouse, isolation: str | None = None, txn_id: str | None = None,
+    lakehouse: TransactionHost
+
+    def __init__(self, lakehouse: TransactionHost, isolation: str | None = None, txn_id: str | None = None,
                  ttl_millis: int | None = None, root: RootRef | None = None):
         # A control location that cannot take audit rows is refused before anything is
         # written (definition files are written as operations are staged).

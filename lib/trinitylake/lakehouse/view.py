@@ -16,14 +16,14 @@ from trinitylake.format.keys import KeyCodec
 _Def = TypeVar("_Def", bound=Message)
 
 if TYPE_CHECKING:
-    from trinitylake.lakehouse.lakehouse import Lakehouse
+    from trinitylake.lakehouse.ports import NodeSource
     from trinitylake.lakehouse.roots import RootRef
 
 
 class LakehouseView:
     """Reads pinned to one root. Transactions extend it with read tracking and writes."""
 
-    def __init__(self, lakehouse: Lakehouse, root: RootRef):
+    def __init__(self, lakehouse: NodeSource, root: RootRef):
         self.lakehouse = lakehouse
         self.root = root
         d = root.lakehouse_def
