@@ -320,12 +320,17 @@ def merged_keys(o: Oracle, root_uri: str, cache: dict[str, NodeFile] | None = No
         # FORMAT.md §2: a B-tree: the key table is sorted, child j holds only keys between the
         # separators around it, and a node's messages lie in its own range.
         keys = [k.encode("utf-8") for k, _ in n.entries]
-        bounded = [x for x in (lo, *keys, hi) if x is not None]
-        if any(a >= c for a, c in zip(bounded, bounded[1:], strict=False)):
+        # A bound may appear below it: deleting a separator replaces it with its in-order
+        # neighbour and sends a delete for that neighbour into the child, where the old copy (in
+        # the key table) and the delete (in the buffer) wait until a flush. The parent's entry
+        # is the live one: it is applied after the child's merge below, as a top-down read
+        # finds it first. Anything beyond a bound, or keys out of order, is corrupt.
+        if any(a >= c for a, c in zip(keys, keys[1:], strict=False)) or (
+                keys and ((lo is not None and keys[0] < lo) or (hi is not None and keys[-1] > hi))):
             raise OracleError(f"a node of {root_uri} has keys out of order or out of its range")
         for k, _ in n.messages:
             kb = k.encode("utf-8")
-            if (lo is not None and kb <= lo) or (hi is not None and kb >= hi):
+            if (lo is not None and kb < lo) or (hi is not None and kb > hi):
                 raise OracleError(f"a node of {root_uri} buffers a key outside its range")
         if n.children and len(n.children) != len(keys) + 1:
             raise OracleError(f"a node of {root_uri} has {len(keys)} keys and {len(n.children)} children")
