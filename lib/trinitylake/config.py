@@ -228,7 +228,7 @@ class ExportConfig(JobConfig):
     table_snapshots: str
 
 
-def _to_plain(value: Any) -> Any:
+def _to_plain(value: object) -> Any:
     if isinstance(value, Mapping):
         return {k: _to_plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -391,7 +391,7 @@ def _merge(job: str, layers: Sequence[_Layer]) -> tuple[dict[str, Any], dict[str
     return merged, sources
 
 
-def _parse_or_raise(job: str, opt: Option, raw: Any, label: Callable[[str], str]) -> Any:
+def _parse_or_raise(job: str, opt: Option, raw: object, label: Callable[[str], str]) -> Any:
     try:
         return opt.parse(raw)
     except ValueError as e:
@@ -410,7 +410,7 @@ def _resolve(job: str, merged: dict[str, Any], sources: dict[str, str], where: s
             )
     lakehouse = merged["lakehouse"].rstrip("/")
 
-    def derive(key: str, value: Any) -> None:
+    def derive(key: str, value: object) -> None:
         if merged[key] is None:
             merged[key] = value
             sources[key] = "derived"
@@ -444,7 +444,7 @@ def _contains(parent: str, child: str) -> bool:
 def load_job_config(
     job: str,
     conf_path: str | None = None,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     env: Mapping[str, str] | None = None,
     *,
     now_ms: int | None = None,
@@ -471,7 +471,7 @@ def load_job_config(
     return _load(job, conf_path, _overrides_layer(job, overrides, "overrides"), env, now_ms)
 
 
-def _overrides_layer(job: str, overrides: Mapping[str, Any] | None, source: str) -> _Layer:
+def _overrides_layer(job: str, overrides: Mapping[str, object] | None, source: str) -> _Layer:
     values = {str(k).replace("-", "_"): v for k, v in (overrides or {}).items() if v is not None}
     if source == "cli":
         opts = _job_options(job)
@@ -500,7 +500,7 @@ def job_options(job: str) -> Mapping[str, Option]:
     return _job_options(job)
 
 
-def load_from_flags(job: str, conf_path: str | None, flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
+def load_from_flags(job: str, conf_path: str | None, flags: Mapping[str, object], env: Mapping[str, str] | None = None,
                     now_ms: int | None = None) -> JobConfig:
     """The config of a job run from its command line: the ``--conf`` YAML layer and the flags
     given (`trinitylake.job_flags` parses them), over the environment and the defaults."""

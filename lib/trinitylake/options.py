@@ -56,7 +56,7 @@ class Option:
     def is_map(self) -> bool:
         return self.kind in ("storage_options", "spark_conf")
 
-    def parse(self, value: Any) -> Any:
+    def parse(self, value: object) -> Any:
         """Validate and normalize one value; raises ValueError with the reason.
 
         The strings ``null``/``none``/``~`` mean null for a nullable option (so that a flag or
@@ -83,7 +83,7 @@ class Option:
         return parsed
 
 
-def _opt(name: str, kind: str, default: Any, help: str, **kw: Any) -> Option:
+def _opt(name: str, kind: str, default: object, help: str, **kw: Any) -> Option:
     return Option(name=name, kind=kind, default=default, help=help, **kw)
 
 

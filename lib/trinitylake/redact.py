@@ -36,7 +36,7 @@ import os
 import re
 import threading
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -72,7 +72,7 @@ def _words(key: str) -> list[str]:
     return [w for w in _SEPARATORS.split(_CAMEL.sub(r"\1_\2", key).lower()) if w]
 
 
-def is_secret_key(key: Any) -> bool:
+def is_secret_key(key: object) -> bool:
     """True if an option named `key` holds a credential.
 
     Example:
@@ -108,7 +108,7 @@ def _is_secret_name(key: str) -> bool:
     return False
 
 
-def remember(value: Any) -> None:
+def remember(value: object) -> None:
     """Scrub `value` from every later text (a credential seen under its key)."""
     global _known_re
     if not isinstance(value, str) or len(value) < _MIN_REMEMBERED or value in _known or _DATABRICKS_REF.match(value):
@@ -136,7 +136,7 @@ _SHELL_DIRECTORIES = frozenset({"PWD", "OLDPWD"})
 _PLACEHOLDERS = frozenset({"VALUE", "VAL", "V", "...", "…", "<value>", REDACTED})
 
 
-def _redact_secret_value(value: Any, learn: bool = False) -> Any:
+def _redact_secret_value(value: object, learn: bool = False) -> Any:
     """REDACTED for a credential's value. `learn`: remember it (options and command lines; not
     free text, where a credential-looking key may be a false positive such as S3's ``Key``)."""
     if value is None or isinstance(value, bool) or value == "" or (isinstance(value, str) and value in _PLACEHOLDERS):
@@ -200,7 +200,7 @@ def _kv_plain(m: re.Match[str]) -> str:
     return f"{m.group('key')}{m.group('sep')}{REDACTED}"
 
 
-def _scan(pattern: re.Pattern[str], replace: Any, text: str) -> str:
+def _scan(pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str], text: str) -> str:
     """Like ``pattern.sub(replace, text)``, but a match left unchanged gives back everything
     after its key, so ``note: secret=X`` (key ``note``, value ``secret=X``) is looked at again
     from ``secret``."""
@@ -218,7 +218,7 @@ def _scan(pattern: re.Pattern[str], replace: Any, text: str) -> str:
     return "".join(out)
 
 
-def redact_text(text: Any) -> Any:
+def redact_text(text: object) -> Any:
     """`text` with credentials replaced (URI passwords, ``key=value`` pairs with a credential
     key, credential-shaped values, remembered secrets). Non-strings are returned as they are.
 
@@ -247,7 +247,7 @@ def redact_text(text: Any) -> Any:
 
 
 # ---- structures -----------------------------------------------------------------------------
-def redact_argv(argv: Iterable[Any], learn: bool = False) -> list[Any]:
+def redact_argv(argv: Iterable[object], learn: bool = False) -> list[Any]:
     """A command line with credentials replaced: ``--storage-option secret=X``,
     ``--spark-conf spark.hadoop.fs.s3a.secret.key=X``, ``--password X``, ``--token=X``, JSON
     option maps and URIs with passwords. Option names stay. `learn`: also remember the
@@ -301,7 +301,7 @@ def _redact_pair_or_text(tok: str, learn: bool) -> str:
     return redact_text(tok)
 
 
-def redact_value(value: Any, key: Any = None, *, learn: bool = False) -> Any:
+def redact_value(value: object, key: object = None, *, learn: bool = False) -> Any:
     """A copy of `value` (dicts, lists, strings, numbers) with credentials replaced: values
     under credential keys become :data:`REDACTED`, lists of strings are treated as command
     lines, other strings go through :func:`redact_text`. `learn`: also remember the credential

@@ -38,7 +38,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # value came from and which key it was.
 
 
-def parse_duration(value: Any) -> int:
+def parse_duration(value: object) -> int:
     """Parse a duration into integer milliseconds.
 
     Accepts ``"7d"``, ``"36h"``, ``"10m"``, ``"90s"``, ``"500ms"``, ``"1w"``, compounds such as
@@ -78,7 +78,7 @@ def format_duration(ms: int) -> str:
     return f"{ms}ms"
 
 
-def parse_timestamp(value: Any) -> int:
+def parse_timestamp(value: object) -> int:
     """Parse a timestamp into integer epoch milliseconds (UTC).
 
     Accepts ISO-8601 (``2026-11-22T03:00:00Z``, ``2026-11-22T03:00:00+01:00``,
@@ -122,7 +122,7 @@ def format_timestamp(ms: int) -> str:
     return (EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
-def _parse_bool(value: Any) -> bool:
+def _parse_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS | _FALSE_WORDS:
@@ -130,7 +130,7 @@ def _parse_bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
-def _parse_int(value: Any) -> int:
+def _parse_int(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected an integer, got {value!r}")
     if isinstance(value, int):
@@ -142,7 +142,7 @@ def _parse_int(value: Any) -> int:
     raise ValueError(f"expected an integer, got {value!r}")
 
 
-def _parse_versions(value: Any) -> str | tuple[int, ...]:
+def _parse_versions(value: object) -> str | tuple[int, ...]:
     if isinstance(value, str):
         text = value.strip()
         if text.lower() == "retained":
@@ -168,7 +168,7 @@ def _parse_versions(value: Any) -> str | tuple[int, ...]:
     return tuple(sorted(set(versions)))
 
 
-def _split_pairs(value: Any) -> list[tuple[str, Any]]:
+def _split_pairs(value: object) -> list[tuple[str, Any]]:
     """Key/value pairs from a mapping, a JSON object string, 'k=v,k=v' or a list of 'k=v'."""
     if isinstance(value, Mapping):
         return [(str(k), v) for k, v in value.items()]
@@ -200,7 +200,7 @@ class _TextValue(str):
     """A map value that arrived as text (flag or env): storage options get it YAML-typed."""
 
 
-def _parse_storage_options(value: Any) -> dict[str, Any]:
+def _parse_storage_options(value: object) -> dict[str, Any]:
     """fsspec options. Text values are typed (``true`` -> True, ``8`` -> 8); a dotted key
     from text (``client_kwargs.endpoint_url=...``) becomes a nested mapping."""
     out: dict[str, Any] = {}
@@ -229,7 +229,7 @@ def _type_text(text: str) -> Any:
     return typed if typed is None or isinstance(typed, bool | int | float) else str(text)
 
 
-def _parse_spark_conf(value: Any) -> dict[str, str]:
+def _parse_spark_conf(value: object) -> dict[str, str]:
     """Spark properties; every value becomes a string (``true``, ``8``, ``4g``)."""
     out: dict[str, str] = {}
     for key, val in _split_pairs(value):
@@ -239,7 +239,7 @@ def _parse_spark_conf(value: Any) -> dict[str, str]:
     return out
 
 
-def _json_safe_value(val: Any, key: str) -> Any:
+def _json_safe_value(val: object, key: str) -> Any:
     if val is None or isinstance(val, bool | int | str):
         return str(val) if isinstance(val, str) else val
     if isinstance(val, float):
@@ -253,7 +253,7 @@ def _json_safe_value(val: Any, key: str) -> Any:
     raise ValueError(f"value of {key!r} is not JSON-like: {redact_value(val, key)!r}")
 
 
-def _parse_uri(value: Any) -> str:
+def _parse_uri(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a URI or path, got {value!r}")
     try:
@@ -262,7 +262,7 @@ def _parse_uri(value: Any) -> str:
         raise ValueError(str(e)) from None
 
 
-def _parse_id(value: Any) -> str:
+def _parse_id(value: object) -> str:
     if not isinstance(value, str) or not _SAFE_ID.fullmatch(value):
         raise ValueError(
             f"expected 1-128 characters of letters, digits, '.', '_' or '-' starting with a letter or digit, "
@@ -271,14 +271,14 @@ def _parse_id(value: Any) -> str:
     return value
 
 
-def _parse_export_name(value: Any) -> str:
+def _parse_export_name(value: object) -> str:
     name = _parse_id(value)
     if name.isdigit():
         raise ValueError(f"an export name must not be all digits ({name!r} would read as a version number)")
     return name
 
 
-def parse_text(value: Any) -> str:
+def parse_text(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a non-empty string, got {value!r}")
     return value.strip()

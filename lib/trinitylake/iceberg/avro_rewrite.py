@@ -289,7 +289,7 @@ def rewrite_avro(data: bytes, fn: RecordFn, meta_fn: Callable[[str], str] | None
     return out.getvalue()
 
 
-def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+def map_strings(value: object, fn: Callable[[str], str]) -> Any:
     """`value` with every string inside it (dict values, list items, union values) mapped by `fn`."""
     if isinstance(value, str):
         return fn(value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import cast
 
 from trinitylake.report.data import IcebergTable, JobRun, Reach, ReportData, VersionPoint
 from trinitylake.report.lanes import STATE_COLORS, STATE_LABELS, LabelPlacer, density_lane, job_name, jobs_lane
@@ -354,7 +354,7 @@ def _metrics_chips(j: JobRun) -> str:
             + "</div></details>")
 
 
-def _arg_text(v: Any) -> str:
+def _arg_text(v: object) -> str:
     return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str, ensure_ascii=False)
 
 

@@ -70,6 +70,8 @@ from trinitylake.spark.output import write_listing
 from trinitylake.spark.walk import Reached, fill_walk_counts, walk_reachable_with_stats
 
 if TYPE_CHECKING:
+    from pyspark.sql import Column
+
     from trinitylake.config import ExpireConfig
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.spark.session import Session
@@ -117,12 +119,13 @@ class RootTimes:
         return t
 
 
-def _owned(col: Any) -> Any:
+def _owned(col: Column) -> Column:
     """Spark column: the path is format-owned."""
     cond = None
     for p in OWNED_SQL_PATTERNS:
         c = col.rlike(p)
         cond = c if cond is None else (cond | c)
+    assert cond is not None  # OWNED_SQL_PATTERNS is not empty
     return cond
 
 
@@ -135,7 +138,7 @@ def _owned_mask(paths: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array
     return pc.fill_null(mask, False)
 
 
-def _count_true(mask: Any) -> int:
+def _count_true(mask: pa.ChunkedArray | pa.Array) -> int:
     return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
 
 
@@ -170,7 +173,7 @@ class _Candidates:
     def bytes(self) -> int:
         return sum(b for _, b in self.by_kind.values())
 
-    def write(self, ex: Execution, uri: str, options: Any) -> str:
+    def write(self, ex: Execution, uri: str, options: dict[str, object] | None) -> str:
         raise NotImplementedError
 
     def drop_reached(self, ex: Execution, extra: Reached) -> None:
@@ -209,7 +212,7 @@ class _LocalCandidates(_Candidates):
             self.by_kind = {k: (int(n), int(b or 0)) for k, n, b in
                             zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum")), strict=True)}
 
-    def write(self, ex: Execution, uri: str, options: Any) -> str:
+    def write(self, ex: Execution, uri: str, options: dict[str, object] | None) -> str:
         return write_listing(ex, self.table, uri, options, rows=self.table.num_rows)
 
     def drop_reached(self, ex: Execution, extra: Reached) -> None:
@@ -274,7 +277,7 @@ class _DistributedCandidates(_Candidates):
                     self.by_kind[r["kind"]] = (int(r["n"]), int(r["b"] or 0))
         self.df = cand_df.filter(owned & present)
 
-    def write(self, ex: Execution, uri: str, options: Any) -> str:
+    def write(self, ex: Execution, uri: str, options: dict[str, object] | None) -> str:
         return write_listing(ex, self.df, uri, options, rows=self.files)
 
     def drop_reached(self, ex: Execution, extra: Reached) -> None:
