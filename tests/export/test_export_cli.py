@@ -17,7 +17,8 @@ pytestmark = pytest.mark.spark
 
 def _tlake(lh, *args):
     res = CliRunner().invoke(cli, ["--lakehouse", lh.uri, "--no-audit", *args], catch_exceptions=False)
-    return res.exit_code, res.output
+    # --json: the document alone (the export's progress lines go to stderr, as in a shell)
+    return res.exit_code, res.stdout if "--json" in args else res.output
 
 
 def test_cli_export_list_read_drop(spark, make_lakehouse, tmp_path):
