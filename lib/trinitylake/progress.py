@@ -22,7 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 log = logging.getLogger("trinitylake.progress")
 
@@ -184,7 +187,7 @@ class RichProgress:
     ellipsis, so the counts are never cut; a phase with nothing to do gets no row; the
     status row ("starting Spark") shows only while no phase runs."""
 
-    def __init__(self, console: Any, title: str):
+    def __init__(self, console: Console, title: str):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,

@@ -37,7 +37,7 @@ import re
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 REDACTED = "<redacted>"
 
@@ -357,7 +357,7 @@ def secret_options(argv: Sequence[str]) -> list[str]:
 _warned = False
 
 
-def warn_command_line_secrets(argv: Sequence[str], stream: Any = None) -> bool:
+def warn_command_line_secrets(argv: Sequence[str], stream: TextIO | None = None) -> bool:
     """Warn once per process (on stderr) that credentials were given on the command line,
     where `ps`, shell history and a scheduler's logs show them. Returns True if it warned."""
     global _warned

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from trinitylake.errors import ValidationError
 
@@ -50,7 +49,7 @@ class _RefusePandas:
     """The module finder of `refuse_pandas_for_pyarrow`."""
 
     @staticmethod
-    def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
         import sys
 
         if (name == "pandas" or name.startswith("pandas.")) and "pyspark" not in sys.modules:

@@ -109,7 +109,7 @@ def parse_time(value: str) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
-def emit(obj: Any, as_json: bool, render: Callable[[Any], object]) -> None:
+def emit(obj: object, as_json: bool, render: Callable[[Any], object]) -> None:
     if as_json:
         click.echo(json.dumps(obj, indent=2, default=str))
     else:

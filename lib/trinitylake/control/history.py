@@ -139,7 +139,7 @@ def _metric_value(key: str, value: float) -> int | float:
     return int(v) if v.is_integer() and not key.startswith("seconds_") else v
 
 
-def _json_safe(v: Any) -> Any:
+def _json_safe(v: object) -> Any:
     if isinstance(v, dict):
         return {str(k): _json_safe(x) for k, x in v.items()}
     if isinstance(v, list | tuple):

@@ -57,7 +57,7 @@ class RedactResult:
         return asdict(self)
 
 
-def _redact_arguments(text: Any) -> Any:
+def _redact_arguments(text: object) -> Any:
     if not isinstance(text, str) or not text:
         return text
     try:

@@ -28,7 +28,7 @@ import copy
 import logging
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
@@ -84,7 +84,7 @@ class ReadOnlyCatalogError(ValidationError):
     """A write through a catalog pinned to a past version (time travel) or an export."""
 
 
-def _flag(value: Any, default: bool) -> bool:
+def _flag(value: object, default: bool) -> bool:
     if value is None:
         return default
     return str(value).strip().lower() not in ("false", "0", "no", "off")

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from trinitylake.spark.session import Session
+    from trinitylake.storage import Storage
 
 T = TypeVar("T")
 
@@ -237,7 +238,7 @@ class Execution:
         requests.add(self.executor_requests, delta)
 
     # ---- placement -----------------------------------------------------------------------
-    def distributed(self, items: int, limit: int | None = None, *, storage: Any = None, requests_per_item: float = 0.0,
+    def distributed(self, items: int, limit: int | None = None, *, storage: Storage | None = None, requests_per_item: float = 0.0,
                     phase: str | None = None, jobs: int = 1) -> bool:
         """Whether a phase of `items` items runs on the executors.
 
