@@ -70,6 +70,7 @@ from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
+    from trinitylake.spark.session import Session
 
 __all__ = [
     "ActionResult",
@@ -100,7 +101,7 @@ _MANIFEST_DDL = "format string, part string, files map<string, array<string>>"
 
 
 # ---- reading what a run persisted ----------------------------------------------------------
-def _empty(spark: Any, schema: pa.Schema) -> Any:
+def _empty(spark: Session, schema: pa.Schema) -> Any:
     return spark.createDataFrame(schema.empty_table(), schema=ddl(schema))
 
 
@@ -108,7 +109,7 @@ def _sql_type(f: pa.Field) -> str:
     return ddl(pa.schema([f])).split(" ", 1)[1]
 
 
-def _read_listing(spark: Any, uri: str | None, schema: pa.Schema) -> Any:
+def _read_listing(spark: Session, uri: str | None, schema: pa.Schema) -> Any:
     """A Parquet listing written by `trinitylake.spark.output.write_listing` (lazy)."""
     if not uri:
         return _empty(spark, schema)
@@ -119,7 +120,7 @@ def _read_listing(spark: Any, uri: str | None, schema: pa.Schema) -> Any:
 class ActionResult:
     """What one executed action did: the job's `JobResult`, and its files as DataFrames."""
 
-    def __init__(self, spark: Any, result: JobResult, config: JobConfig):
+    def __init__(self, spark: Session, result: JobResult, config: JobConfig):
         self.spark = spark
         self.job_result = result
         self.config = config
@@ -337,7 +338,7 @@ class TrinityLakeActions:
             ``control_table``, ``execution``, ``threads``, ``reference_time``, ...).
     """
 
-    def __init__(self, spark: Any, lakehouse: str | Lakehouse, *, conf: Mapping[str, str] | None = None,
+    def __init__(self, spark: Session, lakehouse: str | Lakehouse, *, conf: Mapping[str, str] | None = None,
                  env: Mapping[str, str] | None = None, audit: bool = True, **common_options: Any):
         self.spark = spark
         self._lakehouse: Lakehouse | None = None
@@ -380,7 +381,7 @@ class TrinityLakeActions:
 
 
 # ---- history ---------------------------------------------------------------------------------
-def history(spark: Any, lakehouse_or_path: str | Lakehouse, control_table: str | None = None, *,
+def history(spark: Session, lakehouse_or_path: str | Lakehouse, control_table: str | None = None, *,
             storage_options: Mapping[str, Any] | None = None, newest_first: bool = False) -> Any:
     """The control table's rows (`trinitylake.control.SCHEMA`) as a DataFrame, ordered by
     ``txn_seq`` and, within one transaction, by lifecycle (``begin`` before its final row).

@@ -70,7 +70,7 @@ from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.delete import delete_keys
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.spark.output import write_listing
-from trinitylake.spark.walk import fill_walk_counts, walk_reachable_with_stats
+from trinitylake.spark.walk import Reached, fill_walk_counts, walk_reachable_with_stats
 from trinitylake.storage import Storage
 from trinitylake.storage.local_delete import LocalDeleteStorage
 from trinitylake.storage.uri import parse_uri
@@ -517,7 +517,7 @@ def _diff_local(listing: pa.Table, reached: pa.Table, cutoff_s: float, root_uri:
     return cands, len(clash_paths), sample, lambda c: c.filter(pc.invert(hit))
 
 
-def _diff_distributed(ex: Execution, listing: Listing, reached: Any, cutoff_s: float, root_uri: str,
+def _diff_distributed(ex: Execution, listing: Listing, reached: Reached, cutoff_s: float, root_uri: str,
                       export_dirs: list[str], outside: int) -> tuple[Any, int, list[tuple[str, str]], Any]:
     """Candidates by a ``left_anti`` join on the executors (a driver-held side is shipped)."""
     F = ex.F

@@ -21,13 +21,18 @@ import json
 import math
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trinitylake.storage import Storage
 from trinitylake.storage.uri import parse_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from trinitylake.spark.execution import Execution
 
 ROWS_PER_FILE = 250_000
 _PART_SCHEMA = pa.schema([("name", pa.string()), ("rows", pa.int64())])
@@ -55,7 +60,7 @@ def _write_parts(storage: Storage, token: str, batches: Iterator[pa.RecordBatch]
     yield pa.RecordBatch.from_pylist([{"name": name, "rows": table.num_rows}], schema=_PART_SCHEMA)
 
 
-def write_listing(ex: Any, data: Any, uri: str, storage_options: dict[str, Any] | None = None,
+def write_listing(ex: Execution | None, data: pa.Table | DataFrame, uri: str, storage_options: dict[str, Any] | None = None,
                   rows: int | None = None) -> str:
     """Write `data` (an Arrow table held by the driver, or a DataFrame) as Parquet under the
     folder `uri`, replacing an earlier listing there. Returns the canonical URI."""
@@ -83,7 +88,7 @@ def write_listing(ex: Any, data: Any, uri: str, storage_options: dict[str, Any] 
     return p.uri
 
 
-def write_parquet(df: Any, uri: str, storage_options: dict[str, Any] | None = None, rows: int | None = None) -> str:
+def write_parquet(df: DataFrame, uri: str, storage_options: dict[str, Any] | None = None, rows: int | None = None) -> str:
     """:func:`write_listing` of a DataFrame (the name callers used before driver-held listings)."""
     return write_listing(None, df, uri, storage_options, rows)
 

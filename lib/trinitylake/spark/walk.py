@@ -504,7 +504,8 @@ class _Walk:
         _summarize_df(final, self.stats)
         return Reached(self.stats, df=final)
 
-    def _finish_distributed(self, self_parts: list[Any], leaf_parts: list[Any], visited: Any, excl: Any,
+    def _finish_distributed(self, self_parts: list[DataFrame], leaf_parts: list[DataFrame], visited: DataFrame | None,
+                            excl: DataFrame | None,
                             sizes: bool) -> Any:
         ex = self.ex
         F = ex.F  # noqa: N806
