@@ -145,7 +145,6 @@ def read_outcome(path: str | None) -> dict[str, Any] | None:
     return outcome if isinstance(outcome, dict) else None
 
 
-
 # SparkSubmitHook keeps what it resolved from the Airflow connection (master, deploy mode, binary)
 # in protected attributes only; these two adapters are the one place that reads them.
 def _resolved_connection(hook: Any) -> dict[str, Any]:
@@ -156,6 +155,7 @@ def _resolved_connection(hook: Any) -> dict[str, Any]:
 def _on_kubernetes(hook: Any) -> bool:
     """Whether the hook submits to Kubernetes (there env_vars reach only a driver pod)."""
     return bool(hook._is_kubernetes)  # noqa: SLF001 - the Spark provider has no public accessor
+
 
 class TrinityLakeSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator of one TrinityLake job (see the module docstring).
