@@ -683,11 +683,17 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int, reached_definitions
     """
     from trinitylake.format import definitions as D
 
-    details: dict[str, Any] = {"version": version, "scope": "tables of the latest version"}
+    details: dict[str, Any] = {"version": version if version >= 0 else None, "scope": "tables of the latest version"}
     limit = TABLE_POINTER_DEF_LIMIT if limit is None else limit
     if reached_definitions > limit:
         details["skipped"] = (f"{reached_definitions} definition files reached, more than {limit}: counting table "
                               f"pointers would read each table definition again on the driver")
+        return {}, details
+    if not lakehouse.storage.is_local:
+        # On an object store each definition is a GET the walk itself never sends (it sizes
+        # definitions from listings): the walk's request count would grow by the table count.
+        details["skipped"] = ("on an object store counting table pointers would send one GET per table "
+                              "definition; `tlake report` lists the tables")
         return {}, details
     try:
         defs = table_definitions(lakehouse, version, io_threads)
