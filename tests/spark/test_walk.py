@@ -18,7 +18,8 @@ from trinitylake.errors import CorruptNodeError
 from trinitylake.spark import runner
 from trinitylake.spark.execution import Execution, Limits
 from trinitylake.spark.output import read_parquet_table
-from trinitylake.spark.walk import OUTPUT_DDL, walk_reachable, walk_reachable_with_stats
+from trinitylake.spark.walk import walk_reachable, walk_reachable_with_stats
+from trinitylake.spark.walk_rows import OUTPUT_DDL
 
 pytestmark = pytest.mark.spark
 

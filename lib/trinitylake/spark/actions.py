@@ -65,7 +65,7 @@ from trinitylake.maintenance.plan import read_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
 from trinitylake.spark.orphans import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
-from trinitylake.spark.walk import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
+from trinitylake.spark.walk_rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark_location
 
 if TYPE_CHECKING:

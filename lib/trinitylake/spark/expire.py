@@ -60,6 +60,7 @@ from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import deserialize
 from trinitylake.format.paths import LAKEHOUSE_DEF_RE, OWNED_HASHED_RE, ROOT_RE, root_name
 from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import walk_roots as WR
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.maintenance.retention import RetentionPolicy, plan_expiration
@@ -67,7 +68,8 @@ from trinitylake.spark.common import crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, notify
 from trinitylake.spark.output import write_listing
-from trinitylake.spark.walk import Reached, fill_walk_counts, walk_reachable_with_stats
+from trinitylake.spark.walk import fill_walk_counts, walk_reachable_with_stats
+from trinitylake.spark.walk_rows import Reached
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -376,7 +378,7 @@ def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig,
         return result
 
     with _timed(result, "walk_retained", "walk the retained versions"):
-        inp = R.walk_input(lh, latest=latest, min_version=new_oldest)
+        inp = WR.walk_input(lh, latest=latest, min_version=new_oldest)
         try:
             retained, rst = walk_reachable_with_stats(ex, lh, inp.roots, label=f"{label}: retained", sizes=False,
                                                       name="walk_retained")
@@ -435,7 +437,7 @@ def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig,
 
         with _timed(result, "walk_new", "walk versions committed since the plan"):
             latest2 = lh.latest_version()
-            inp2 = R.walk_input(lh, latest=latest2, min_version=new_oldest)
+            inp2 = WR.walk_input(lh, latest=latest2, min_version=new_oldest)
             seen = set(inp.roots)
             new_roots = [r for r in inp2.roots if r not in seen]
             if new_roots:

@@ -64,13 +64,14 @@ from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationEr
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
 from trinitylake.format.paths import OWNED_HASHED_RE
 from trinitylake.maintenance import orphans as O
-from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import walk_roots as WR
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.delete import delete_keys
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.spark.output import write_listing
-from trinitylake.spark.walk import Reached, fill_walk_counts, walk_reachable_with_stats
+from trinitylake.spark.walk import fill_walk_counts, walk_reachable_with_stats
+from trinitylake.spark.walk_rows import Reached
 from trinitylake.storage import Storage
 from trinitylake.storage.local_delete import LocalDeleteStorage
 from trinitylake.storage.uri import parse_uri
@@ -314,9 +315,9 @@ def run_orphans(ex: Execution, lakehouse: Lakehouse, cfg: OrphansConfig, result:
                            "cutoff": format_timestamp(cutoff.cutoff_ms), "prefix_mismatch": cfg.prefix_mismatch}
     result.details["cutoff"] = doc["cutoff"]
 
-    def walk() -> tuple[R.WalkInput, Any, Any, float]:
+    def walk() -> tuple[WR.WalkInput, Any, Any, float]:
         t0 = time.perf_counter()
-        inp = R.walk_input(lh, latest=latest)
+        inp = WR.walk_input(lh, latest=latest)
         try:
             reached, rst = walk_reachable_with_stats(ex, lh, inp.roots, sizes=False, name="walk",
                                                      label=f"tlake orphans {result.run_id}: walk")

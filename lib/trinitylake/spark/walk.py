@@ -34,9 +34,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,6 +45,8 @@ import pyarrow.compute as pc
 from trinitylake.errors import CorruptNodeError
 from trinitylake.maintenance import node_batch as NB
 from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import table_pointers as TP
+from trinitylake.maintenance import walk_roots as WR
 from trinitylake.maintenance.background_sizes import BackgroundSizes, sized_in_order
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
@@ -55,11 +56,25 @@ from trinitylake.spark.execution import (
     Execution,
     as_execution,
     batch_of,
-    chunks,
     functions_for,
-    rows_of,
 )
 from trinitylake.spark.output import write_listing
+from trinitylake.spark.walk_rows import (
+    FRONTIER_SCHEMA,
+    HASH_FOLDERS,
+    KEYS_SCHEMA,
+    LEAF_SCHEMA,
+    LEVEL_SCHEMA,
+    LISTED_SCHEMA,
+    OUTPUT_COLUMNS,
+    OUTPUT_SCHEMA,
+    Reached,
+    WalkStats,
+    batch_table,
+    expand_batches,
+    list_size_batches,
+    size_batches,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -67,139 +82,11 @@ if TYPE_CHECKING:
     from trinitylake.config import WalkConfig
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.spark.session import Session
-    from trinitylake.storage import Storage
 
 log = logging.getLogger(__name__)
 
-OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
-                           ("depth", pa.int32()), ("first_version", pa.int64())])
-OUTPUT_COLUMNS = tuple(OUTPUT_SCHEMA.names)
-OUTPUT_DDL = "path string, kind string, size bigint, depth int, first_version bigint"
-FRONTIER_SCHEMA = pa.schema([("path", pa.string()), ("base", pa.string()), ("first_version", pa.int64())])
-LEVEL_SCHEMA = NB.LEVEL_SCHEMA  # role, path, kind, size, depth, first_version, base, error
-LEAF_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("depth", pa.int32()),
-                         ("first_version", pa.int64())])
-KEYS_SCHEMA = pa.schema([("path", pa.string())])
-# Node files a task hands to its I/O threads at a time (bounds a task's memory).
-_CHUNK = 1024
-
-
-@dataclass
-class WalkStats:
-    """What a walk did: reads, unique files, levels, files and bytes per kind."""
-
-    roots: int = 0
-    node_reads: int = 0
-    unique_nodes: int = 0
-    files: dict[str, int] = field(default_factory=dict)
-    bytes: dict[str, int] = field(default_factory=dict)
-    levels: list[dict[str, Any]] = field(default_factory=list)
-    missing: int = 0
-    outside: int = 0  # reachable files outside the lakehouse root (exports' own files)
-    seconds: float = 0.0
-
-    @property
-    def total_files(self) -> int:
-        return sum(self.files.values())
-
-    @property
-    def read_ratio(self) -> float:
-        """Node reads per unique node file read (1.0 = every node read exactly once)."""
-        return self.node_reads / self.unique_nodes if self.unique_nodes else 1.0
-
-    @property
-    def where(self) -> str:
-        places = {lv["where"] for lv in self.levels}
-        return places.pop() if len(places) == 1 else ("mixed" if places else LOCAL)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["read_ratio"] = self.read_ratio
-        d["total_files"] = self.total_files
-        return d
-
-
-class Reached:
-    """The files a walk reached (`OUTPUT_SCHEMA` rows), held by the driver as an Arrow table
-    (a walk that stayed local) or by the executors as a checkpointed DataFrame."""
-
-    def __init__(self, stats: WalkStats, table: pa.Table | None = None, df: DataFrame | None = None):
-        self.stats = stats
-        self.table = table
-        self.df = df
-
-    @property
-    def is_local(self) -> bool:
-        return self.table is not None
-
-    def as_df(self, ex: Execution) -> Any:
-        """The rows as a DataFrame (ships a driver-held table to Spark)."""
-        if self.df is None:
-            self.df = ex.to_df(self.table)
-        return self.df
-
-    def keys(self) -> set[str]:
-        """Every reached key (driver-held walks only)."""
-        assert self.table is not None, "keys() of a distributed walk"
-        return set(self.table.column("path").to_pylist())
-
-    def release(self) -> None:
-        if self.df is not None:
-            try:
-                self.df.unpersist()
-            except Exception:  # noqa: BLE001 - checkpoints go with the session
-                pass
-        self.table = None
-
-
-# ---- executor functions -------------------------------------------------------------------
-def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Iterator[pa.RecordBatch]
-                   ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function of one level: frontier batches (path, base, first_version) in,
-    `LEVEL_SCHEMA` batches out (`node_batch`: per chunk of node files, its nodes' rows, then
-    their children and definitions, then bad pointers)."""
-    pool = ThreadPoolExecutor(max_workers=io_threads) if io_threads > 1 and NB.wants_threads(reader) else None
-    try:
-        for chunk in chunks(rows_of(batches, "path", "base", "first_version"), _CHUNK):
-            rows = [(p, b, fv, depth, depth == 0) for p, b, fv in chunk]
-            yield from NB.expand_rows(reader, rows, pool)
-    finally:
-        if pool is not None:
-            pool.shutdown()
-
-
-def size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function sizing definition rows (LEAF_SCHEMA in, OUTPUT_SCHEMA out)."""
-    for chunk in chunks(rows_of(batches, "path", "kind", "depth", "first_version"), _CHUNK):
-        # listing=False: this task holds a slice of the keys; folder listings are a phase of
-        # their own (`list_size_batches`).
-        sizes = R.sizes_of(reader, [r[0] for r in chunk], io_threads, listing=False)
-        yield batch_of(OUTPUT_SCHEMA, [[r[0] for r in chunk], [r[1] for r in chunk], [int(s) for s in sizes],
-                                       [r[2] for r in chunk], [r[3] for r in chunk]])
-
-
-LISTED_SCHEMA = pa.schema([("path", pa.string()), ("listed_size", pa.int64())])
-#: The top-level hash folders of the format (``bbbb/``): hashed files live below them.
-HASH_FOLDERS = [format(i, "04b") for i in range(16)]
+#: Keys of hashed files (below one of the `HASH_FOLDERS`).
 _HASHED_KEY = r"^[01]{4}/"
-
-
-def list_size_batches(storage: Storage, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: every file (path, size) under the task's folders, listed
-    recursively (an object store answers 1,000 sizes per LIST request)."""
-    folders = [f for b in batches for f in b.column(0).to_pylist()]
-    if not folders:
-        return
-
-    def one(folder: str) -> pa.RecordBatch:
-        files = list(storage.list(folder))
-        return pa.RecordBatch.from_arrays([pa.array([f.path for f in files], pa.string()),
-                                           pa.array([int(f.size) for f in files], pa.int64())], schema=LISTED_SCHEMA)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(folders)))) as pool:
-        for b in pool.map(one, folders):
-            if b.num_rows:
-                yield b
 
 
 # ---- the walk -----------------------------------------------------------------------------
@@ -568,9 +455,6 @@ def _conf_set(spark: Session, key: str, value: str | None) -> None:
         pass
 
 
-def batch_table(schema: pa.Schema, cols: list[list[Any]]) -> pa.Table:
-    return pa.Table.from_batches([batch_of(schema, cols)])
-
 
 def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
     stats.files, stats.bytes, stats.outside = {}, {}, 0
@@ -606,7 +490,7 @@ def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobRe
     retained version, export and pinned version) into Parquet at ``cfg.output``."""
     t0 = time.perf_counter()
     versions = None if isinstance(cfg.versions, str) else list(cfg.versions)  # str: 'retained'
-    inp = R.walk_input(lakehouse, versions)
+    inp = WR.walk_input(lakehouse, versions)
     result.seconds["plan"] = round(time.perf_counter() - t0, 3)
     result.counts["versions"] = len(inp.retained_versions)
     result.counts["exports"] = len(inp.export_roots)
@@ -649,15 +533,15 @@ def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable"
 
 
 def fill_table_pointer_counts(result: JobResult, lakehouse: Lakehouse, st: WalkStats, io_threads: int) -> None:
-    """``table_pointers_<kind>`` counts of the latest version's tables (`R.table_pointer_counts`:
+    """``table_pointers_<kind>`` counts of the latest version's tables (`TP.table_pointer_counts`:
     ICEBERG / other formats / none, and how many point outside the lakehouse root), from the
     table definitions alone; ``details["table_pointers"]`` says what was counted, or why not
-    (more than `R.TABLE_POINTER_DEF_LIMIT` definition files reached)."""
+    (more than `TP.TABLE_POINTER_DEF_LIMIT` definition files reached)."""
     t0 = time.perf_counter()
     # On an object store `table_pointer_counts` skips (a GET per definition): ask it before
     # even finding the latest version (a hint GET and a HEAD the walk did not need).
     latest = lakehouse.latest_version() if lakehouse.storage.is_local else -1
-    counts, details = R.table_pointer_counts(lakehouse, latest, st.files.get(R.KIND_DEFINITION, 0),
+    counts, details = TP.table_pointer_counts(lakehouse, latest, st.files.get(R.KIND_DEFINITION, 0),
                                              io_threads=io_threads)
     result.counts.update(counts)
     details["seconds"] = round(time.perf_counter() - t0, 3)
