@@ -11,6 +11,7 @@ This package sits above `trinitylake.lakehouse` (it commits through lakehouse tr
 nothing below it imports it.
 """
 
-from trinitylake.iceberg.catalog import MultiTableTransaction, ReadOnlyCatalogError, TrinityLakeCatalog
+from trinitylake.iceberg.catalog import ReadOnlyCatalogError, TrinityLakeCatalog
+from trinitylake.iceberg.multi_table import MultiTableTransaction
 
 __all__ = ["MultiTableTransaction", "ReadOnlyCatalogError", "TrinityLakeCatalog"]

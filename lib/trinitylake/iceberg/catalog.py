@@ -27,10 +27,9 @@ from __future__ import annotations
 import copy
 import logging
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import TYPE_CHECKING
 
-from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
+from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
     CommitFailedException,
     CommitStateUnknownException,
@@ -58,12 +57,12 @@ from trinitylake.errors import (
     ValidationError,
 )
 from trinitylake.format import definitions as D
+from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, commit_response
 from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
 from trinitylake.storage import is_absolute
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.update import TableRequirement, TableUpdate
     from pyiceberg.view import View
     from pyiceberg.view.metadata import ViewVersion
@@ -99,23 +98,6 @@ def _parse_as_of(value: str) -> datetime | int:
     except ValueError:
         raise ValidationError(f"cannot parse as-of {value!r}; use ISO-8601 or epoch milliseconds") from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
-def _response(metadata: TableMetadata, location: str) -> CommitTableResponse:
-    return CommitTableResponse(metadata=metadata, metadata_location=location)  # type: ignore[call-arg]
-
-
-def _check_base(table: Table, current: Table | None) -> None:
-    """The optimistic check of a commit: the table it was built on is the current one (its
-    metadata location did not change since it was loaded), as the Hive and Glue catalogs check."""
-    if current is None or isinstance(table, StagedTable):
-        return
-    if table.metadata_location != current.metadata_location:
-        ns, name = current.name()
-        raise CommitFailedException(
-            f"table {ns}.{name} was changed by a concurrent commit: its metadata is now {current.metadata_location}, "
-            f"this commit was built on {table.metadata_location}; reload the table and retry"
-        )
 
 
 class TrinityLakeCatalog(MetastoreCatalog):
@@ -198,7 +180,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
     def _absolute(self, location: str) -> str:
         return location if is_absolute(location) else self.lakehouse.storage.uri(location)
 
-    def _table_in(self, view: LakehouseView, ns: str, table: str, catalog: TrinityLakeCatalog | None = None
+    def _table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None
                   ) -> Table | None:
         """The table as `view` sees it (None when it does not exist)."""
         try:
@@ -240,7 +222,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         """``(namespace, table)`` of a table identifier (NoSuchTableError when malformed)."""
         return self._ident(identifier)
 
-    def table_in(self, view: LakehouseView, ns: str, table: str, catalog: TrinityLakeCatalog | None = None
+    def table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None
                  ) -> Table | None:
         """The Iceberg table `ns.table` as `view` sees it (None when it does not exist), its
         commits going through `catalog` (default: this one)."""
@@ -405,11 +387,11 @@ class TrinityLakeCatalog(MetastoreCatalog):
         written: list[str] = []
         try:
             current = self._table_in(txn, ns, name)
-            _check_base(table, current)
+            check_base(table, current)
             staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
             if current is not None and staged.metadata == current.metadata:
                 self._abandon(txn)
-                return _response(current.metadata, current.metadata_location)
+                return commit_response(current.metadata, current.metadata_location)
             self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
             written.append(staged.metadata_location)
             if current is None:
@@ -421,7 +403,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
             self._delete_quietly(written)
             raise
         self._commit(txn, what, written)
-        return _response(staged.metadata, staged.metadata_location)
+        return commit_response(staged.metadata, staged.metadata_location)
 
     def multi_table_transaction(self) -> MultiTableTransaction:
         """Changes to several tables committed as one lakehouse version, all or nothing::
@@ -517,112 +499,3 @@ class TrinityLakeCatalog(MetastoreCatalog):
     def create_view(self, identifier: str | Identifier, schema: Schema | pa.Schema, view_version: ViewVersion,
                     location: str | None = None, properties: Properties = EMPTY_DICT) -> View:
         raise NotImplementedError("Iceberg views are not supported by the TrinityLake catalog")
-
-
-class MultiTableTransaction:
-    """Commits to several tables as one lakehouse version (`TrinityLakeCatalog.multi_table_transaction`).
-
-    Reads see the version current when the transaction began, plus what it staged. Every
-    table's commit is checked against its staged metadata as it is made (PyIceberg's
-    requirements); at `commit` the lakehouse transaction changes every table's metadata location
-    at once, and fails as a whole (CommitFailedException) when any of these tables was changed
-    by a concurrent commit.
-    """
-
-    def __init__(self, catalog: TrinityLakeCatalog):
-        self.catalog = catalog
-        self.txn = catalog.lakehouse.begin()
-        self._stager = catalog.staging_copy(self)
-        self._tables: dict[tuple[str, str], Table | None] = {}  # current as staged
-        self._pending: dict[tuple[str, str], str] = {}  # new metadata locations
-        self._written: list[str] = []
-        self.version: int | None = None
-
-    def __enter__(self) -> MultiTableTransaction:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.rollback()
-
-    def _current(self, key: tuple[str, str]) -> Table | None:
-        if key not in self._tables:
-            self._tables[key] = self.catalog.table_in(self.txn, key[0], key[1], self._stager)
-        return self._tables[key]
-
-    def load_table(self, identifier: str | Identifier) -> Table:
-        key = self.catalog.table_key(identifier)
-        t = self._current(key)
-        if t is None:
-            raise NoSuchTableError(f"Table does not exist: {key[0]}.{key[1]}")
-        return Table(identifier=key, metadata=t.metadata, metadata_location=t.metadata_location, io=t.io,
-                     catalog=self._stager)
-
-    def create_table(self, identifier: str | Identifier, schema: Schema | pa.Schema, location: str | None = None,
-                     partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
-                     sort_order: SortOrder = UNSORTED_SORT_ORDER, properties: Properties = EMPTY_DICT) -> Table:
-        key = self.catalog.table_key(identifier)
-        if not self.txn.namespace_exists(key[0]):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {key[0]}")
-        if self._current(key) is not None:
-            raise TableAlreadyExistsError(f"Table {key[0]}.{key[1]} already exists")
-        staged = self.catalog.stage_new_table(key, schema, location, partition_spec, sort_order, properties)
-        self._written.append(staged.metadata_location)
-        t = Table(identifier=key, metadata=staged.metadata, metadata_location=staged.metadata_location,
-                  io=staged.io, catalog=self._stager)
-        self._tables[key] = t
-        self._pending[key] = staged.metadata_location
-        return self.load_table(key)
-
-    def drop_table(self, identifier: str | Identifier) -> None:
-        key = self.catalog.table_key(identifier)
-        if self._current(key) is None:
-            raise NoSuchTableError(f"Table does not exist: {key[0]}.{key[1]}")
-        self._tables[key] = None
-        self._pending.pop(key, None)
-        self.txn.drop_table(*key)
-
-    def stage(self, table: Table, requirements: tuple[TableRequirement, ...],
-              updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
-        """A table's commit inside the transaction: checked and written now, published at `commit`."""
-        if self.txn.closed:
-            raise CommitFailedException("the multi-table transaction is already closed")
-        key = self.catalog.table_key(table.name())
-        current = self._current(key)
-        _check_base(table, current)
-        staged = self.catalog.stage_table_update(current, key, requirements, updates)
-        if current is not None and staged.metadata == current.metadata:
-            return _response(current.metadata, current.metadata_location)
-        self.catalog.write_staged(staged)
-        self._written.append(staged.metadata_location)
-        self._tables[key] = Table(identifier=key, metadata=staged.metadata,
-                                  metadata_location=staged.metadata_location, io=staged.io, catalog=self._stager)
-        self._pending[key] = staged.metadata_location
-        return _response(staged.metadata, staged.metadata_location)
-
-    def commit(self) -> int | None:
-        """Publish every staged table in one lakehouse version; returns it (None: nothing staged)."""
-        names = ", ".join(f"{ns}.{t}" for ns, t in sorted(self._pending))
-        what = f"multi-table commit of {names}" if names else "multi-table commit"
-        try:
-            for (ns, t), location in sorted(self._pending.items()):
-                if self.txn.table_exists(ns, t):
-                    self.txn.alter_table(ns, t, metadata_location=location)
-                else:
-                    self.txn.create_table(ns, t, metadata_location=location, table_type="managed")
-        except BaseException:
-            self.rollback()
-            raise
-        self.version = self.catalog.commit_transaction(self.txn, what, self._written)
-        return self.version
-
-    def rollback(self) -> None:
-        """Commit nothing; the metadata files staged so far are deleted (best effort)."""
-        if not self.txn.closed:
-            self.txn.rollback()
-        self.catalog.delete_unreferenced(self._written)
-        self._written = []
-
