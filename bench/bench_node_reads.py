@@ -69,12 +69,13 @@ def measure(uri: str, rounds: int, label: str) -> tuple[list[dict[str, Any]], di
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance import node_batch as NB
     from trinitylake.maintenance import reach as R
+    from trinitylake.maintenance import walk_roots as WR
     from trinitylake.spark.execution import Execution
     from trinitylake.spark.walk import walk_reachable_with_stats
 
     lh = Lakehouse.open(uri, audit=False)
     reader = R.Reader(lh.storage.root)
-    roots = R.walk_input(lh).roots
+    roots = WR.walk_input(lh).roots
     ref = R.reference_walk(lh, roots)  # also warms the page cache
     rows = [(k, reader.locator.root, r.first_version, r.depth, r.kind == "root")
             for k, r in sorted(ref.rows.items(), key=lambda kv: (kv[1].depth, kv[0])) if r.kind in ("root", "node")]

@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from trinitylake.format.node import deserialize
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance import reach as R
+    from trinitylake.maintenance import walk_roots as WR
     from trinitylake.spark.session import get_spark
     from trinitylake.spark.walk import walk_reachable_with_stats
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         gen = generate(uri, tables=size["tables"], versions=size["versions"], order=size["order"],
                        node_max_bytes=size["node_max_bytes"], seed=1)
         lh = Lakehouse.open(uri, audit=False)
-        roots = R.walk_input(lh).roots
+        roots = WR.walk_input(lh).roots
         rows: list[dict[str, Any]] = []
 
         with Timer() as t:

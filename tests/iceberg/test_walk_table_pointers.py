@@ -10,7 +10,7 @@ from trinitylake.config import load_job_config
 from trinitylake.format import definitions as D
 from trinitylake.format.paths import table_def_path
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import table_pointers as TP
 from trinitylake.spark.runner import run_job
 
 
@@ -53,13 +53,13 @@ def test_walk_counts_table_pointers_by_kind(tmp_path):
 def test_table_pointers_read_no_table_metadata(tmp_path):
     lh = build(tmp_path)
     (tmp_path / "lh" / "warehouse").rename(tmp_path / "gone")  # every table's files gone: still counted
-    counts, det = R.table_pointer_counts(lh, lh.latest_version(), reached_definitions=10)
+    counts, det = TP.table_pointer_counts(lh, lh.latest_version(), reached_definitions=10)
     assert counts["table_pointers_iceberg"] == 2 and "skipped" not in det
 
 
 def test_table_pointers_skipped_past_the_limit(tmp_path, monkeypatch):
     lh = build(tmp_path)
-    monkeypatch.setattr(R, "TABLE_POINTER_DEF_LIMIT", 3)
+    monkeypatch.setattr(TP, "TABLE_POINTER_DEF_LIMIT", 3)
     res = walk(lh)
     assert res.status == "succeeded" and not any(k.startswith("table_pointers") for k in res.counts)
     assert "more than 3" in res.details["table_pointers"]["skipped"]
@@ -70,6 +70,6 @@ def test_unreadable_definition_is_counted_not_fatal(tmp_path):
     view = lh.view(lh.latest_version())
     storage, p = lh.resolve(view._table_path("s", "a"))
     storage.delete([p])
-    counts, det = R.table_pointer_counts(lh, lh.latest_version(), reached_definitions=10)
+    counts, det = TP.table_pointer_counts(lh, lh.latest_version(), reached_definitions=10)
     assert det["unreadable"] == 1 and "s.a" in det["unreadable_first"][0]
     assert counts["table_pointers_iceberg"] == 1

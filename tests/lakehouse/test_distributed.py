@@ -26,6 +26,7 @@ from trinitylake.format.paths import is_format_owned, root_name, txn_def_path
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse import distributed as DT
 from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import walk_roots as WR
 
 
 def _lh(tmp_path, **kw) -> Lakehouse:
@@ -184,7 +185,7 @@ def test_live_transactions_are_walked_by_maintenance_until_expired(tmp_path):
     dt.stage(lambda t: t.create_table("ns", "staged"))
     s = dt.state()
     staged_def = [m.value for m in dt._running(s).node.buffer if m.txn == dt.id][0]
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     assert inp.txn_running_roots == [s.d.running_root_node_file_path]
     reached = R.reference_walk(lh, inp.roots).paths()
     assert staged_def in reached and s.d.running_root_node_file_path in reached
@@ -193,7 +194,7 @@ def test_live_transactions_are_walked_by_maintenance_until_expired(tmp_path):
     old.CopyFrom(s.d)
     old.expire_at_millis = int(time.time() * 1000) - DT.KEEP_AFTER_EXPIRY_MS - 1
     lh.storage.create_exclusive(txn_def_path(dt.id, s.number + 1), D.dumps(old))
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     assert inp.txn_running_roots == [] and staged_def not in R.reference_walk(lh, inp.roots).paths()
 
 

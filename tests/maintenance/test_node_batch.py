@@ -25,6 +25,7 @@ from trinitylake.format.paths import root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance import node_batch as NB
 from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import walk_roots as WR
 from trinitylake.spark.execution import Execution
 from trinitylake.spark.walk import walk_reachable_with_stats
 from trinitylake.storage.uri import is_plain_relative
@@ -44,7 +45,7 @@ def exported(tmp_path_factory):
 def _frontier(lh: Lakehouse) -> list[tuple[str, str, int, int, bool]]:
     """Every node file the walk reads, as frontier rows (key, base, first_version, depth, is_root)."""
     reader = R.Reader(lh.storage.root)
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     walk = R.reference_walk(lh, inp.roots)
     bases = {}
     for v, ptr in inp.roots:
@@ -276,7 +277,7 @@ def test_a_local_walk_in_many_small_batches_equals_the_reference_walk(exported, 
     """Batches split levels: children and definitions met in several batches of one level
     (and in later levels) keep the smallest depth, first version and kind."""
     lh = exported
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     ref = R.reference_walk(lh, inp.roots, sizes=True)
     expected = sorted((r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values())
     for max_files, roots in ((1, inp.roots), (1, inp.roots[::-1]), (7, inp.roots), (NB.MAX_FILES, inp.roots)):
@@ -291,7 +292,7 @@ def test_a_local_walk_in_many_small_batches_equals_the_reference_walk(exported, 
 def test_a_walk_reports_every_failure_of_a_level(exported, tmp_path):
     lh = Lakehouse.create(str(tmp_path / "broken"), order=4, node_max_bytes=4096, audit=False)
     build_history(lh, seed=4, ops=20)
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     rows = R.reference_walk(lh, inp.roots).rows.values()
     deepest = max(r.depth for r in rows if r.kind == "node")
     nodes = sorted(r.path for r in rows if r.kind == "node" and r.depth == deepest)  # one level: both are read
@@ -336,7 +337,7 @@ def test_the_second_process_sizes_a_walk_read_in_many_batches(exported, monkeypa
     from trinitylake.maintenance import background_sizes as BS
 
     lh = exported
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     ref = R.reference_walk(lh, inp.roots, sizes=True)
     fed: list[str] = []
     add = BS.BackgroundSizes.add

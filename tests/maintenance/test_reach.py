@@ -11,6 +11,7 @@ from trinitylake.errors import CorruptNodeError, InvalidURIError, UnsafeOperatio
 from trinitylake.format.node import Message, Node
 from trinitylake.format.paths import is_format_owned, root_name
 from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import walk_roots as WR
 
 
 def test_node_references_cover_children_values_and_buffer_sets_only():
@@ -65,7 +66,7 @@ def _owned_files(lh) -> set[str]:
 def test_reference_walk_reaches_every_file_of_a_history_and_reads_each_node_once(make_lakehouse):
     lh = make_lakehouse()
     build_history(lh, seed=3, ops=30)
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     assert inp.roots == [(v, root_name(v)) for v in range(lh.latest_version() + 1)]
     w = R.reference_walk(lh, inp.roots, sizes=True)
     # Nothing has expired: the walk reaches what the oracle reads to list every version (and any
@@ -85,7 +86,7 @@ def test_reference_walk_reaches_every_file_of_a_history_and_reads_each_node_once
 
 
 def test_reference_walk_with_threads_matches_the_serial_walk(history_lakehouse):
-    roots = R.walk_input(history_lakehouse).roots
+    roots = WR.walk_input(history_lakehouse).roots
     assert R.reference_walk(history_lakehouse, roots, threads=8).rows == R.reference_walk(history_lakehouse, roots).rows
 
 
@@ -103,7 +104,7 @@ def test_exclude_prunes_to_the_set_difference(history_lakehouse):
 
 def test_missing_and_corrupt_nodes_fail_the_walk_with_the_file_named(history_lakehouse):
     lh = history_lakehouse
-    roots = R.walk_input(lh).roots
+    roots = WR.walk_input(lh).roots
     node = sorted(R.reference_walk(lh, roots).paths("node"))[0]
     path = lh.storage.root[len("file://"):] + "/" + node
     data = open(path, "rb").read()
@@ -123,7 +124,7 @@ def test_minimal_export_makes_its_source_files_reachable(make_lakehouse, tmp_pat
     build_history(lh, seed=5, ops=12)
     v = lh.latest_version() - 3
     loc = write_minimal_export(lh, v, str(tmp_path / "exports" / "e1"), "e1")
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     assert inp.export_roots == {"e1": loc} and inp.pinned_versions == {"e1": v}
     export_only = R.reference_walk(lh, [(v, loc)])
     source_only = R.reference_walk(lh, [(v, root_name(v))])
@@ -136,17 +137,17 @@ def test_walk_input_edge_cases(make_lakehouse, tmp_path):
     lh = make_lakehouse()
     build_history(lh, seed=9, ops=6)
     with pytest.raises(VersionNotFoundError, match="999"):
-        R.walk_input(lh, [1, 999])
-    assert R.walk_input(lh, [2, 1]).roots == [(1, root_name(1)), (2, root_name(2))]
+        WR.walk_input(lh, [1, 999])
+    assert WR.walk_input(lh, [2, 1]).roots == [(1, root_name(1)), (2, root_name(2))]
     # An unpinned (full) export whose root is gone is skipped with a warning.
     loc = write_minimal_export(lh, 2, str(tmp_path / "e_full"), "full", pin=False)
     os.unlink(loc[len("file://"):])
-    inp = R.walk_input(lh)
+    inp = WR.walk_input(lh)
     assert "full" not in inp.export_roots and any("full" in w for w in inp.warnings)
     # A pinned export whose root and pinned version are both gone cannot be enumerated.
     loc = write_minimal_export(lh, 1, str(tmp_path / "e_min"), "min")
     os.unlink(loc[len("file://"):])
-    assert R.walk_input(lh).pinned_versions == {"min": 1}
+    assert WR.walk_input(lh).pinned_versions == {"min": 1}
     os.unlink(lh.storage.root[len("file://"):] + "/" + root_name(1))
     with pytest.raises(UnsafeOperationError, match="min"):
-        R.walk_input(lh)
+        WR.walk_input(lh)

@@ -30,34 +30,31 @@ version stays alive only because it is retained, never because a newer root name
 walked root (roots are depth 0). ``first_version`` is the smallest version among the roots
 that reach the file along such a shortest path: for a node, the smallest ``first_version`` of
 its parents at ``depth - 1``. Both are computed level by level with every node read once.
+
+The roots a walk starts from are chosen by `trinitylake.maintenance.walk_roots`; the table
+pointer counts the walk job reports are `trinitylake.maintenance.table_pointers`.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import (
     CorruptNodeError,
     InvalidURIError,
     TrinityLakeError,
-    UnsafeOperationError,
-    VersionNotFoundError,
 )
 from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
 from trinitylake.format.node import Node, deserialize
-from trinitylake.format.paths import root_name, root_version
 from trinitylake.storage import Storage
 from trinitylake.storage.uri import is_absolute, is_plain_relative, join_uri, parse_uri
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
-
-log = logging.getLogger(__name__)
 
 KIND_ROOT = "root"
 KIND_NODE = "node"
@@ -402,124 +399,6 @@ def describe_failures(rows: Sequence[Sequence[Any]], total: int) -> str:
     return "; ".join(parts) + more
 
 
-# ---- walk roots ----------------------------------------------------------------------------
-@dataclass
-class WalkInput:
-    """The roots of a walk and what was left out of it, with the reason."""
-
-    roots: list[tuple[int, str]]
-    retained_versions: list[int] = field(default_factory=list)
-    export_roots: dict[str, str] = field(default_factory=dict)
-    pinned_versions: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    txn_running_roots: list[str] = field(default_factory=list)  # of live distributed transactions
-
-
-def walk_input(
-    lakehouse: Lakehouse,
-    versions: Sequence[int] | None = None,
-    *,
-    latest: int | None = None,
-    min_version: int | None = None,
-) -> WalkInput:
-    """The default roots of a walk: every retained version (or `versions`), the root of every
-    export recorded in the latest lakehouse definition, and every pinned version.
-
-    `min_version` overrides the definition's ``oldest_retained_version`` (expire uses it to
-    walk the versions it is about to keep).
-
-    A missing export root is skipped with a warning when the source version it was taken
-    from is still readable (partial and minimal exports reference source files only from
-    that version's tree, which the walk then covers) or when the export is not pinned (a full
-    export never references source files). It is an error when a pinned version's root and its
-    export's root are both gone: the source files that export needs cannot be enumerated.
-
-    Raises:
-        VersionNotFoundError: an explicitly requested version does not exist.
-        UnsafeOperationError: a pinned export whose references cannot be enumerated.
-    """
-    latest = lakehouse.latest_version() if latest is None else latest
-    d = lakehouse.load_root(latest).lakehouse_def
-    listed = set(lakehouse.listed_versions()) | {latest}
-    inp = WalkInput(roots=[])
-    if versions is None:
-        floor = d.oldest_retained_version if min_version is None else min_version
-        inp.retained_versions = sorted(v for v in listed if floor <= v <= latest)
-    else:
-        missing = sorted(v for v in versions if v not in listed)
-        if missing:
-            raise VersionNotFoundError(
-                f"versions {missing} do not exist in {lakehouse.uri} (available: {_ranges(sorted(listed))})"
-            )
-        inp.retained_versions = sorted(set(versions))
-    inp.roots = [(v, root_name(v)) for v in inp.retained_versions]
-    if versions is not None:
-        return inp
-    reader = Reader(lakehouse.storage.root, lakehouse.storage.options)
-    pins = {name: int(v) for name, v in d.exported_snapshot_pins.items()}
-    walked = set(inp.retained_versions)
-    for name, v in sorted(pins.items()):
-        if v in walked:
-            inp.pinned_versions[name] = v
-        elif v in listed:
-            inp.pinned_versions[name] = v
-            inp.roots.append((v, root_name(v)))
-            walked.add(v)
-    for name, uri in sorted(d.exported_snapshots.items()):
-        try:
-            version = root_version(uri)
-        except TrinityLakeError:
-            raise UnsafeOperationError(
-                f"exported snapshot {name!r} points at {uri!r}, which is not a root node file; "
-                "the files it references cannot be enumerated"
-            ) from None
-        if reader.exists(uri):
-            inp.export_roots[name] = uri
-            inp.roots.append((version, uri))
-            continue
-        pinned = pins.get(name)
-        if pinned is None:
-            inp.warnings.append(f"export {name!r}: root {uri} is missing; a full export references no source file")
-        elif pinned in walked:
-            inp.warnings.append(
-                f"export {name!r}: root {uri} is missing; its source version {pinned} is walked instead"
-            )
-        else:
-            raise UnsafeOperationError(
-                f"export {name!r} pins version {pinned}, but neither that version's root nor the export's root "
-                f"{uri} exists: the source files the export still references cannot be enumerated"
-            )
-    for name, v in sorted(pins.items()):
-        if name not in inp.pinned_versions and name not in inp.export_roots:
-            raise UnsafeOperationError(
-                f"export {name!r} pins version {v}, whose root is missing, and the export has no readable root"
-            )
-    # Live distributed transactions: their running roots reach the definitions they staged,
-    # which may be older than the orphan age floor (a lease renewed by every stage).
-    from trinitylake.lakehouse.distributed import live_running_roots
-
-    for begin_version, path in live_running_roots(lakehouse):
-        inp.roots.append((begin_version, path))
-        inp.txn_running_roots.append(path)
-    for w in inp.warnings:
-        log.warning(w)
-    return inp
-
-
-def _ranges(vs: list[int]) -> str:
-    if not vs:
-        return "none"
-    out, start, prev = [], vs[0], vs[0]
-    for v in vs[1:] + [None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(out)
-
-
 # ---- the single-process reference walk ------------------------------------------------------
 @dataclass(frozen=True)
 class WalkRow:
@@ -618,109 +497,3 @@ def reference_walk(
         d, fv, kind = leaves[k]
         out[k] = WalkRow(k, kind, size, d, fv)
     return ReferenceWalk(out, reads, missing, depth)
-
-
-
-# ---- table pointers by kind ----------------------------------------------------------------
-#: The walk counts table pointers only while it reached at most this many definition files in
-#: all: counting reads each table definition of the latest version on the driver (the walk
-#: itself never reads a definition), which stays a fraction of the walk's own reads below it.
-TABLE_POINTER_DEF_LIMIT = 20_000
-
-
-def table_entries(view: Any) -> list[tuple[str, str]]:
-    """``(namespace.table, definition path)`` of every table of `view`'s version, in key order
-    (one pass over its tree; no definition is read)."""
-    out: list[tuple[str, str]] = []
-    for key, path in view.all_items():
-        try:
-            kind, names = view.codec.decode(key)
-        except Exception:  # noqa: BLE001 - a key of another kind is no table
-            continue
-        if kind == "table":
-            out.append((".".join(names), path))
-    return out
-
-
-def read_table_definitions(view: Any, entries: Sequence[tuple[str, str]], io_threads: int = 8
-                           ) -> list[tuple[str, Any, Exception | None]]:
-    """``(name, TableDef, None)`` for each of `entries` (from `table_entries`), in order, read
-    on `io_threads` threads; ``(name, None, error)`` for a definition that cannot be read."""
-    from trinitylake.format import definitions as D
-
-    def one(item: tuple[str, str]) -> tuple[str, Any, Exception | None]:
-        name, path = item
-        try:
-            return name, view.read_def(D.TableDef, path), None
-        except Exception as e:  # noqa: BLE001 - reported per table, never fatal
-            return name, None, e
-
-    if len(entries) < 2 or io_threads <= 1:
-        return [one(t) for t in entries]
-    with ThreadPoolExecutor(max_workers=min(io_threads, len(entries))) as pool:
-        return list(pool.map(one, entries))
-
-
-def table_definitions(lakehouse: Lakehouse, version: int, io_threads: int = 8
-                      ) -> list[tuple[str, Any, Exception | None]]:
-    """`read_table_definitions` of every table of `version`."""
-    view = lakehouse.view(version)
-    return read_table_definitions(view, table_entries(view), io_threads)
-
-
-def table_pointer_counts(lakehouse: Lakehouse, version: int, reached_definitions: int,
-                         limit: int | None = None, io_threads: int = 8) -> tuple[dict[str, int], dict[str, Any]]:
-    """The table definitions' pointers of `version` (the latest, for the walk job) by kind,
-    from the definitions alone: no table metadata is read.
-
-    Counts: ``table_pointers_iceberg`` (an ICEBERG table with a ``metadata_location``),
-    ``table_pointers_other`` (another format's table with a ``metadata_location``),
-    ``table_pointers_none`` (a table without one) and ``table_pointers_outside`` (of the
-    pointers, those outside the lakehouse root). Returns ``({}, details)`` with a
-    ``skipped`` reason when `reached_definitions` exceeds `limit` (default
-    `TABLE_POINTER_DEF_LIMIT`; the walk would read every
-    definition once more on the driver) or the tables cannot be listed.
-    """
-    from trinitylake.format import definitions as D
-
-    details: dict[str, Any] = {"version": version if version >= 0 else None, "scope": "tables of the latest version"}
-    limit = TABLE_POINTER_DEF_LIMIT if limit is None else limit
-    if reached_definitions > limit:
-        details["skipped"] = (f"{reached_definitions} definition files reached, more than {limit}: counting table "
-                              f"pointers would read each table definition again on the driver")
-        return {}, details
-    if not lakehouse.storage.is_local:
-        # On an object store each definition is a GET the walk itself never sends (it sizes
-        # definitions from listings): the walk's request count would grow by the table count.
-        details["skipped"] = ("on an object store counting table pointers would send one GET per table "
-                              "definition; `tlake report` lists the tables")
-        return {}, details
-    try:
-        defs = table_definitions(lakehouse, version, io_threads)
-    except Exception as e:  # noqa: BLE001 - a side count never fails the walk
-        details["skipped"] = f"the tables of v{version} cannot be listed: {type(e).__name__}: {e}"
-        return {}, details
-    counts = {"table_pointers_iceberg": 0, "table_pointers_other": 0, "table_pointers_none": 0,
-              "table_pointers_outside": 0}
-    formats: dict[str, int] = {}
-    unreadable: list[str] = []
-    root = lakehouse.storage
-    for name, d, err in defs:
-        if d is None:
-            unreadable.append(f"{name}: {type(err).__name__}: {err}")
-            continue
-        fmt = D.table_format_name(d)
-        loc = d.format_properties.get("metadata_location")
-        if not loc:
-            counts["table_pointers_none"] += 1
-            continue
-        formats[fmt] = formats.get(fmt, 0) + 1
-        counts["table_pointers_iceberg" if fmt == "ICEBERG" else "table_pointers_other"] += 1
-        try:
-            outside = is_absolute(loc) and root.relative(loc) is None
-        except TrinityLakeError:
-            outside = True
-        counts["table_pointers_outside"] += int(outside)
-    details.update({"tables": len(defs), "by_format": formats, "unreadable": len(unreadable),
-                    "unreadable_first": unreadable[:5]})
-    return counts, details

@@ -493,7 +493,7 @@ def iceberg_tables(lh: Lakehouse, view: Any, entries: list[tuple[str, str]], thr
     from concurrent.futures import ThreadPoolExecutor
 
     from trinitylake.format.definitions import table_format_name
-    from trinitylake.maintenance.reach import read_table_definitions
+    from trinitylake.maintenance.table_pointers import read_table_definitions
 
     defs = read_table_definitions(view, entries, threads)
     wanted: list[IcebergTable] = []

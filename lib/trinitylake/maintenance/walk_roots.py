@@ -1,0 +1,140 @@
+"""Walk roots: which root node files a reachability walk starts from, and what was left out.
+
+Every retained version (or the versions asked for), the root of every export recorded in the
+latest lakehouse definition, every pinned version, and the running roots of live distributed
+transactions (see :func:`walk_input`). The walk itself is `trinitylake.maintenance.reach`
+(rules, one-file reader, reference walk) and `trinitylake.spark.walk`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from trinitylake.errors import TrinityLakeError, UnsafeOperationError, VersionNotFoundError
+from trinitylake.format.paths import root_name, root_version
+from trinitylake.maintenance.reach import Reader
+
+if TYPE_CHECKING:
+    from trinitylake.lakehouse.lakehouse import Lakehouse
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WalkInput:
+    """The roots of a walk and what was left out of it, with the reason."""
+
+    roots: list[tuple[int, str]]
+    retained_versions: list[int] = field(default_factory=list)
+    export_roots: dict[str, str] = field(default_factory=dict)
+    pinned_versions: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    txn_running_roots: list[str] = field(default_factory=list)  # of live distributed transactions
+
+
+def walk_input(
+    lakehouse: Lakehouse,
+    versions: Sequence[int] | None = None,
+    *,
+    latest: int | None = None,
+    min_version: int | None = None,
+) -> WalkInput:
+    """The default roots of a walk: every retained version (or `versions`), the root of every
+    export recorded in the latest lakehouse definition, and every pinned version.
+
+    `min_version` overrides the definition's ``oldest_retained_version`` (expire uses it to
+    walk the versions it is about to keep).
+
+    A missing export root is skipped with a warning when the source version it was taken
+    from is still readable (partial and minimal exports reference source files only from
+    that version's tree, which the walk then covers) or when the export is not pinned (a full
+    export never references source files). It is an error when a pinned version's root and its
+    export's root are both gone: the source files that export needs cannot be enumerated.
+
+    Raises:
+        VersionNotFoundError: an explicitly requested version does not exist.
+        UnsafeOperationError: a pinned export whose references cannot be enumerated.
+    """
+    latest = lakehouse.latest_version() if latest is None else latest
+    d = lakehouse.load_root(latest).lakehouse_def
+    listed = set(lakehouse.listed_versions()) | {latest}
+    inp = WalkInput(roots=[])
+    if versions is None:
+        floor = d.oldest_retained_version if min_version is None else min_version
+        inp.retained_versions = sorted(v for v in listed if floor <= v <= latest)
+    else:
+        missing = sorted(v for v in versions if v not in listed)
+        if missing:
+            raise VersionNotFoundError(
+                f"versions {missing} do not exist in {lakehouse.uri} (available: {_ranges(sorted(listed))})"
+            )
+        inp.retained_versions = sorted(set(versions))
+    inp.roots = [(v, root_name(v)) for v in inp.retained_versions]
+    if versions is not None:
+        return inp
+    reader = Reader(lakehouse.storage.root, lakehouse.storage.options)
+    pins = {name: int(v) for name, v in d.exported_snapshot_pins.items()}
+    walked = set(inp.retained_versions)
+    for name, v in sorted(pins.items()):
+        if v in walked:
+            inp.pinned_versions[name] = v
+        elif v in listed:
+            inp.pinned_versions[name] = v
+            inp.roots.append((v, root_name(v)))
+            walked.add(v)
+    for name, uri in sorted(d.exported_snapshots.items()):
+        try:
+            version = root_version(uri)
+        except TrinityLakeError:
+            raise UnsafeOperationError(
+                f"exported snapshot {name!r} points at {uri!r}, which is not a root node file; "
+                "the files it references cannot be enumerated"
+            ) from None
+        if reader.exists(uri):
+            inp.export_roots[name] = uri
+            inp.roots.append((version, uri))
+            continue
+        pinned = pins.get(name)
+        if pinned is None:
+            inp.warnings.append(f"export {name!r}: root {uri} is missing; a full export references no source file")
+        elif pinned in walked:
+            inp.warnings.append(
+                f"export {name!r}: root {uri} is missing; its source version {pinned} is walked instead"
+            )
+        else:
+            raise UnsafeOperationError(
+                f"export {name!r} pins version {pinned}, but neither that version's root nor the export's root "
+                f"{uri} exists: the source files the export still references cannot be enumerated"
+            )
+    for name, v in sorted(pins.items()):
+        if name not in inp.pinned_versions and name not in inp.export_roots:
+            raise UnsafeOperationError(
+                f"export {name!r} pins version {v}, whose root is missing, and the export has no readable root"
+            )
+    # Live distributed transactions: their running roots reach the definitions they staged,
+    # which may be older than the orphan age floor (a lease renewed by every stage).
+    from trinitylake.lakehouse.distributed import live_running_roots
+
+    for begin_version, path in live_running_roots(lakehouse):
+        inp.roots.append((begin_version, path))
+        inp.txn_running_roots.append(path)
+    for w in inp.warnings:
+        log.warning(w)
+    return inp
+
+
+def _ranges(vs: list[int]) -> str:
+    if not vs:
+        return "none"
+    out, start, prev = [], vs[0], vs[0]
+    for v in vs[1:] + [None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
