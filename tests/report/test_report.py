@@ -299,7 +299,7 @@ def test_object_store_sizes_come_from_one_listing():
     import uuid
 
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.report.data import ReachWalker
+    from trinitylake.report.tree import ReachWalker
 
     lh = Lakehouse.create(f"memory://report-{uuid.uuid4().hex}", order=4, node_max_bytes=4096, audit=False)
     for i in range(8):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.report.data import IcebergTable, JobRun, Reach, ReportData, Snapshot, VersionPoint, collect
+from trinitylake.report.data import JobRun, ReportData, Snapshot, VersionPoint, collect
 from trinitylake.report.html import render
+from trinitylake.report.tree import IcebergTable, Reach
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
