@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import trinitylake.storage.filesystem as filesystem_mod
 import trinitylake.storage.retry as retry_mod
 import trinitylake.storage.storage as storage_mod
 from trinitylake.errors import InvalidURIError, StorageError, UnknownOutcomeError
@@ -514,7 +515,7 @@ def test_s3_delete_in_batches(
             calls.append(len(kwargs["Delete"]["Objects"]))
         return real(method, *args, **kwargs)
 
-    monkeypatch.setattr(storage_mod, "_S3_DELETE_BATCH", 3)
+    monkeypatch.setattr(filesystem_mod, "_S3_DELETE_BATCH", 3)
     monkeypatch.setattr(s.fs, "call_s3", counting)
     assert s.delete(names + ["missing"]) == []
     assert calls == [3, 3, 3]
@@ -642,7 +643,7 @@ def test_s3_create_exclusive_maps_412_and_keeps_other_errors(
     monkeypatch.setattr(offline_s3.fs, "pipe_file", always_conflict)
     with pytest.raises(OSError):
         offline_s3.create_exclusive("_1", b"data")
-    assert len(calls) == storage_mod._S3_CONFLICT_RETRIES + 1
+    assert len(calls) == filesystem_mod._S3_CONFLICT_RETRIES + 1
 
 
 def test_s3_filesystem_has_no_listings_cache(offline_s3: Storage) -> None:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 #: Interpreter time a Python S3 client spends per request (signing, HTTP, parsing): 1.75-2.3 ms
-#: measured here with our lean client settings (`storage.storage._LEAN_CLIENT`; 2.5-2.7 ms with
+#: measured here with our lean client settings (`storage.filesystem._LEAN_CLIENT`; 2.5-2.7 ms with
 #: botocore's defaults), so one interpreter tops out near 500 requests/s.
 CPU_PER_REQUEST = 0.002
 #: Spark's own costs, measured here (BENCHMARKS.md): a classic session 6-8 s (a local-cluster

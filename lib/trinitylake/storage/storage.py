@@ -18,7 +18,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
-import json
 import os
 import re
 import stat
@@ -31,6 +30,7 @@ from typing import Any
 
 from trinitylake.errors import StorageError, UnknownOutcomeError
 from trinitylake.storage import requests, retry
+from trinitylake.storage.filesystem import as_bytes, delete_objects, filesystem, head_object, mtime_of, put_if_absent
 from trinitylake.storage.options import s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
     RETRY_ATTEMPTS,
@@ -41,28 +41,10 @@ from trinitylake.storage.retry import (  # noqa: F401 - part of this module's AP
 )
 from trinitylake.storage.uri import ParsedURI, is_absolute, is_plain_relative, join_uri, parse_uri
 
-_MEMORY_LOCK, _FS_LOCK = threading.Lock(), threading.Lock()
-# One filesystem per (scheme, options) per process, shared by every Storage with those options.
-# A new s3fs instance builds its own botocore session and client (0.1-1 s here, against ~25 ms
-# for a warm request), and Spark unpickles a fresh Storage in every task. Cleared after fork.
-_FS_CACHE: dict[str, Any] = {}
-_FS_CACHE_PID = [os.getpid()]
+_MEMORY_LOCK = threading.Lock()
 
 # Temporary names of in-flight local writes: ``<target>.tmp-<32 hex>``. Listings skip them.
 _TMP_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
-#: HTTP connections an S3 client keeps (more than any phase's I/O threads).
-MAX_POOL_CONNECTIONS = 64
-#: botocore settings that cost client CPU per request for nothing we rely on: CRC32 checksums of
-#: every request body and checked on every response (a copy is verified by the ETag of its PUT,
-#: the MD5 of what the store received), and client-side parameter validation. Measured on 3,000
-#: small PUTs and GETs: 2.55-2.65 ms of CPU per request with botocore's defaults, 1.9-2.3 ms
-#: without; on 2 cores the client's CPU is what bounds a copy's requests per second.
-_LEAN_CLIENT = {"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required",
-                "parameter_validation": False}
-_S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
-# AWS answers 409 ConditionalRequestConflict while another conditional write to the same key is
-# in flight; the request did not take effect and must be retried (it then gets 200 or 412).
-_S3_CONFLICT_RETRIES = 6
 
 
 def _tmp_name(fp: str) -> str:
@@ -71,15 +53,6 @@ def _tmp_name(fp: str) -> str:
 
 def _is_tmp(name: str) -> bool:
     return bool(_TMP_RE.search(name))
-
-
-def _as_bytes(data: bytes | bytearray | memoryview) -> bytes | bytearray:
-    """bytes or bytearray as given; other buffers (botocore refuses memoryview) copied to bytes."""
-    if isinstance(data, bytes | bytearray):
-        return data
-    if isinstance(data, str):
-        raise TypeError(f"file content must be bytes, not str ({len(data)} characters)")
-    return bytes(data)
 
 
 @dataclass(frozen=True)
@@ -129,44 +102,8 @@ class Storage:
         pid = os.getpid()
         if fs is not None and self._fs_pid == pid:
             return fs
-        with _FS_LOCK:
-            if _FS_CACHE_PID[0] != pid:  # a forked child must not reuse the parent's clients
-                _FS_CACHE.clear()
-                _FS_CACHE_PID[0] = pid
-            key = self.scheme + "|" + json.dumps(self.options, sort_keys=True, default=repr)
-            fs = _FS_CACHE.get(key)
-            if fs is None:
-                fs = _FS_CACHE[key] = self._make_fs()
-            self._fs, self._fs_pid = fs, pid
-            return fs
-
-    def _make_fs(self) -> Any:
-        import fsspec  # 0.1-0.2 s of imports that local files never need (they use os)
-
-        if self.scheme == "file":
-            return fsspec.filesystem("file")
-        if self.scheme == "s3":
-            opts = dict(self.options)
-            endpoint = opts.pop("endpoint_url", None)
-            client_kwargs = dict(opts.pop("client_kwargs", {}) or {})
-            if endpoint:
-                client_kwargs["endpoint_url"] = endpoint
-            # s3fs's listings cache answers exists()/info() from an earlier listing of the
-            # parent directory: a file another writer created since then looks missing (and
-            # info() even calls it a zero-size directory). Version discovery must see it.
-            opts.setdefault("use_listings_cache", False)
-            # botocore keeps 10 connections per client by default: 16 I/O threads (or a copy
-            # task's) would queue behind them, each waiting a round trip for a free one.
-            config_kwargs = dict(opts.pop("config_kwargs", None) or {})
-            config_kwargs.setdefault("max_pool_connections", MAX_POOL_CONNECTIONS)
-            for k, v in _LEAN_CLIENT.items():
-                config_kwargs.setdefault(k, v)
-            opts["config_kwargs"] = _known_config(config_kwargs)
-            opts.pop("skip_instance_cache", None)  # we cache (see _FS_CACHE), fsspec must not
-            fs = fsspec.filesystem("s3", client_kwargs=client_kwargs, skip_instance_cache=True, **opts)
-            requests.instrument_s3fs(fs)  # every request counted by kind (job results show them)
-            return fs
-        return fsspec.filesystem(self.scheme, **self.options)
+        self._fs, self._fs_pid = filesystem(self.scheme, self.options), pid
+        return self._fs
 
     def for_uri(self, uri: str) -> Storage:
         """A storage rooted at another URI, sharing these options when the scheme matches."""
@@ -295,7 +232,7 @@ class Storage:
         if self._local():
             return os.path.isfile(fp)
         if self.scheme == "s3":
-            return self._head_s3(fp) is not None
+            return head_object(self.fs, fp) is not None
         try:
             d = self.fs.info(fp)
         except FileNotFoundError:
@@ -306,22 +243,7 @@ class Storage:
         """S3 only: ``{"size", "mtime", "ETag"}`` of `path` from one HEAD, None when missing."""
         if self.scheme != "s3":
             raise StorageError(f"head_s3 needs an s3:// storage, this one is {self.root}")
-        return self.retrying("info", path, self._head_s3, self._fs_path(path))
-
-    def _head_s3(self, fp: str) -> dict[str, Any] | None:
-        """One HEAD of the object `fp` (bucket/key): its size, mtime and ETag, or None when it
-        does not exist. s3fs's ``info`` follows a 404 with a LIST (to call the key a
-        directory), a second request for every probe of a missing file (version discovery
-        probes one per call)."""
-        bucket, _, key = fp.partition("/")
-        if not key:
-            return None
-        try:
-            out = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
-        except FileNotFoundError:
-            return None
-        return {"size": int(out.get("ContentLength") or 0), "mtime": out.get("LastModified"),
-                "ETag": out.get("ETag")}
+        return self.retrying("info", path, lambda fp: head_object(self.fs, fp), self._fs_path(path))
 
     def info(self, path: str) -> FileInfo:
         """Size and mtime of a file. Raises FileNotFoundError for a missing file or a directory."""
@@ -335,21 +257,21 @@ class Storage:
                     raise FileNotFoundError(fp)
                 return FileInfo(path, st.st_size, st.st_mtime)
             if self.scheme == "s3":
-                h = self._head_s3(fp)
+                h = head_object(self.fs, fp)
                 if h is None:
                     raise FileNotFoundError(fp)
-                return FileInfo(path, h["size"], _mtime_of(h))
+                return FileInfo(path, h["size"], mtime_of(h))
             d = self.fs.info(fp)
             if d.get("type") == "directory":
                 raise FileNotFoundError(fp)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.uri(path)}") from None
-        return FileInfo(path, int(d.get("size") or 0), _mtime_of(d))
+        return FileInfo(path, int(d.get("size") or 0), mtime_of(d))
 
     # ---- writes -----------------------------------------------------------------------
     def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
         """Create or overwrite a file (hint files, plans). Atomic replace on local disk."""
-        data = _as_bytes(data)
+        data = as_bytes(data)
         self.retrying("write", path, self._write_once, self._fs_path(path), data)
 
     def _write_once(self, fp: str, data: bytes | bytearray) -> None:
@@ -392,7 +314,7 @@ class Storage:
                 without the condition and would silently overwrite, so no empty file is ever
                 a commit marker.
         """
-        data = _as_bytes(data)
+        data = as_bytes(data)
         if not data:
             raise ValueError(f"refusing to create empty file {self.uri(path)} exclusively")
         fp = self._fs_path(path)
@@ -433,22 +355,7 @@ class Storage:
                 self.fs.pipe_file(fp, data)
             return None
 
-        def put(_n: int) -> str | None:
-            try:
-                out = self.fs.pipe_file(fp, data, mode="create")
-            except FileExistsError:
-                self._raise_unless_ours(fp, data, path)
-                return None
-            except OSError as e:  # a 412 without the If-None-Match detail is a generic OSError
-                if not is_precondition_failed(e):
-                    raise
-                self._raise_unless_ours(fp, data, path)
-                return None
-            etag = out.get("ETag") if isinstance(out, dict) else None
-            return str(etag) if etag else None
-
-        etag: str | None = retry.call(put, retry_on=is_conditional_conflict, attempts=_S3_CONFLICT_RETRIES + 1)
-        return etag
+        return put_if_absent(self.fs, fp, data, lambda: self._raise_unless_ours(fp, data, path))
 
     def _raise_unless_ours(self, fp: str, data: bytes | bytearray, path: str) -> None:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
@@ -510,7 +417,7 @@ class Storage:
                     failures.append((p, str(e)))
             return failures
         if self.scheme == "s3":
-            failures.extend(self._delete_s3(resolved))
+            failures.extend(delete_objects(self.fs, resolved, self.uri))
             return failures
         # memory:// and other fsspec filesystems: one by one, because fsspec's bulk rm stops at
         # the first missing file and would leave the rest in place.
@@ -521,41 +428,6 @@ class Storage:
                 pass
             except Exception as e:  # noqa: BLE001 - reported per file
                 failures.append((p, str(e)))
-        return failures
-
-    def _delete_s3(self, resolved: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """DeleteObjects per bucket, 1,000 keys a request, reporting the per-key errors.
-
-        s3fs's own bulk delete drops the ``Errors`` of the response, so a key S3 refused to
-        delete would count as deleted; this reads them. Missing keys are not errors on S3.
-        """
-        failures: list[tuple[str, str]] = []
-        by_bucket: dict[str, list[tuple[str, str]]] = {}
-        for p, fp in resolved:
-            bucket, _, key = fp.partition("/")
-            if not key:
-                failures.append((p, f"{self.uri(p)} is a bucket, not a file"))
-                continue
-            by_bucket.setdefault(bucket, []).append((p, key))
-        for bucket, items in by_bucket.items():
-            for i in range(0, len(items), _S3_DELETE_BATCH):
-                chunk = items[i : i + _S3_DELETE_BATCH]
-                by_key: dict[str, list[str]] = {}
-                for p, key in chunk:
-                    by_key.setdefault(key, []).append(p)
-                request = {"Objects": [{"Key": k} for k in by_key], "Quiet": True}
-                try:
-                    out = self.fs.call_s3("delete_objects", Bucket=bucket, Delete=request)
-                except Exception as e:  # noqa: BLE001 - the whole request failed
-                    failures.extend((p, str(e)) for p, _ in chunk)
-                    continue
-                for err in out.get("Errors") or []:
-                    if err.get("Code") == "NoSuchKey":
-                        continue
-                    msg = f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
-                    failures.extend((p, msg) for p in by_key.get(err.get("Key", ""), []))
-                for _, key in chunk:
-                    self.fs.invalidate_cache(f"{bucket}/{key}")
         return failures
 
     # ---- listing ----------------------------------------------------------------------
@@ -593,7 +465,7 @@ class Storage:
             if not name.startswith(under):
                 continue
             rel = name[len(rf) + 1 :] if name.startswith(rf + "/") else name
-            out.append(FileInfo(rel, int(d.get("size") or 0), _mtime_of(d)))
+            out.append(FileInfo(rel, int(d.get("size") or 0), mtime_of(d)))
         return out
 
     def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[FileInfo]]:
@@ -632,7 +504,7 @@ class Storage:
             if d.get("type") == "directory":
                 dirs.append(pre + name)
             else:
-                files.append(FileInfo(pre + name, int(d.get("size") or 0), _mtime_of(d)))
+                files.append(FileInfo(pre + name, int(d.get("size") or 0), mtime_of(d)))
         return sorted(dirs), sorted(files, key=lambda f: f.path)
 
     def _list_local(self, base: str, root_fp: str, recursive: bool) -> Iterator[FileInfo]:
@@ -667,18 +539,6 @@ class Storage:
         return subdirs, files
 
 
-def _known_config(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` without the settings this botocore's ``Config`` does not know (a cluster runtime
-    may ship an older one, which refuses unknown keywords)."""
-    try:
-        from botocore.config import Config
-
-        known = set(Config.OPTION_DEFAULTS)
-    except Exception:  # noqa: BLE001 - no botocore to ask: pass them on as given
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in known or k not in _LEAN_CLIENT}
-
-
 def _open_creating_dirs(path: str) -> Any:
     """``open(path, "xb")``, creating parent directories only when they are missing (each
     mkdir is a slow system call here, and hash-prefix directories mostly exist already)."""
@@ -693,14 +553,3 @@ def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
-
-def _mtime_of(d: dict[str, Any]) -> float:
-    for k in ("mtime", "LastModified", "last_modified", "created"):
-        v: Any = d.get(k)
-        if hasattr(v, "timestamp"):
-            return float(v.timestamp())
-        try:
-            return float(v)
-        except (TypeError, ValueError):  # absent (None) or not a number
-            continue
-    return 0.0
