@@ -64,10 +64,10 @@ def table_definitions(lakehouse: Lakehouse, version: int, io_threads: int = 8
     return read_table_definitions(view, table_entries(view), io_threads)
 
 
-def table_pointer_counts(lakehouse: Lakehouse, version: int, reached_definitions: int,
+def table_pointer_counts(lakehouse: Lakehouse, version: int | None, reached_definitions: int,
                          limit: int | None = None, io_threads: int = 8) -> tuple[dict[str, int], dict[str, Any]]:
-    """The table definitions' pointers of `version` (the latest, for the walk job) by kind,
-    from the definitions alone: no table metadata is read.
+    """The table definitions' pointers of `version` (None: the latest, found only once the
+    count is known to run) by kind, from the definitions alone: no table metadata is read.
 
     Counts: ``table_pointers_iceberg`` (an ICEBERG table with a ``metadata_location``),
     ``table_pointers_other`` (another format's table with a ``metadata_location``),
@@ -79,7 +79,7 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int, reached_definitions
     """
     from trinitylake.format import definitions as D
 
-    details: dict[str, Any] = {"version": version if version >= 0 else None, "scope": "tables of the latest version"}
+    details: dict[str, Any] = {"version": version, "scope": "tables of the latest version"}
     limit = TABLE_POINTER_DEF_LIMIT if limit is None else limit
     if reached_definitions > limit:
         details["skipped"] = (f"{reached_definitions} definition files reached, more than {limit}: counting table "
@@ -92,6 +92,8 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int, reached_definitions
                               "definition; `tlake report` lists the tables")
         return {}, details
     try:
+        if version is None:  # not before the skips above: the hint GET and HEAD of an unneeded count
+            version = details["version"] = lakehouse.latest_version()
         defs = table_definitions(lakehouse, version, io_threads)
     except Exception as e:  # noqa: BLE001 - a side count never fails the walk
         details["skipped"] = f"the tables of v{version} cannot be listed: {type(e).__name__}: {e}"

@@ -538,10 +538,7 @@ def fill_table_pointer_counts(result: JobResult, lakehouse: Lakehouse, st: WalkS
     table definitions alone; ``details["table_pointers"]`` says what was counted, or why not
     (more than `TP.TABLE_POINTER_DEF_LIMIT` definition files reached)."""
     t0 = time.perf_counter()
-    # On an object store `table_pointer_counts` skips (a GET per definition): ask it before
-    # even finding the latest version (a hint GET and a HEAD the walk did not need).
-    latest = lakehouse.latest_version() if lakehouse.storage.is_local else -1
-    counts, details = TP.table_pointer_counts(lakehouse, latest, st.files.get(R.KIND_DEFINITION, 0),
+    counts, details = TP.table_pointer_counts(lakehouse, None, st.files.get(R.KIND_DEFINITION, 0),
                                              io_threads=io_threads)
     result.counts.update(counts)
     details["seconds"] = round(time.perf_counter() - t0, 3)
