@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
@@ -65,6 +65,16 @@ _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "st
 
 
 # ---- datum decode / encode ---------------------------------------------------------------------
+def _block_counts(d: BinaryDecoder) -> Iterator[int]:
+    """Item counts of the blocks of an Avro array or map, up to its 0 terminator; a negative
+    count is followed by the block's size in bytes (skipped: items are read one by one)."""
+    while (n := d.read_int()) != 0:
+        if n < 0:
+            n = -n
+            d.read_int()
+        yield n
+
+
 class _Codec:
     def __init__(self, schema: Any):
         self.names = _Names()
@@ -119,18 +129,12 @@ class _Codec:
             return d.read_int()
         if t == "array":
             out: list[Any] = []
-            while (n := d.read_int()) != 0:
-                if n < 0:
-                    n = -n
-                    d.read_int()  # block size in bytes
+            for n in _block_counts(d):
                 out.extend(self.read(schema["items"], d, ns) for _ in range(n))
             return out
         if t == "map":
             m: dict[str, Any] = {}
-            while (n := d.read_int()) != 0:
-                if n < 0:
-                    n = -n
-                    d.read_int()
+            for n in _block_counts(d):
                 for _ in range(n):
                     k = d.read_utf8()
                     m[k] = self.read(schema["values"], d, ns)
@@ -226,10 +230,7 @@ def _parse(data: bytes) -> tuple[dict[str, bytes], bytes, list[tuple[int, list[A
     d = new_decoder(data)
     d.read(4)
     meta: dict[str, bytes] = {}
-    while (n := d.read_int()) != 0:
-        if n < 0:
-            n = -n
-            d.read_int()
+    for n in _block_counts(d):
         for _ in range(n):
             k = d.read_utf8()
             meta[k] = d.read_bytes()
