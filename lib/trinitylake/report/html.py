@@ -534,8 +534,8 @@ def _versions_table(d: ReportData, pts: list[VersionPoint]) -> str:
 
 def _iceberg_section(d: ReportData) -> str:
     """Iceberg tables of the latest version: snapshot count and current snapshot from each
-    table's metadata; the readable ones first, those that cannot be read with their one-line
-    error after them (collapsed past `VERSION_ROWS_SHOWN`)."""
+    table's metadata; the readable ones first, then one line per reason why others cannot be
+    read (`unreadable_groups`: 278 tables whose metadata file is missing make one line)."""
     out = ['<section id="iceberg-tables"><h2>Iceberg tables (latest version)</h2>']
     ok = [t for t in d.iceberg_tables if not t.error]
     bad = [t for t in d.iceberg_tables if t.error]
@@ -556,24 +556,34 @@ def _iceberg_section(d: ReportData) -> str:
         if len(ok) > MAX_TABLE_VERSIONS:
             out.append(f'<p class="lead">… and {fmt_num(len(ok) - MAX_TABLE_VERSIONS)} more.</p>')
     if bad:
-        shown = bad[:MAX_TABLE_VERSIONS]
-        more = f" (the first {len(shown)})" if len(bad) > len(shown) else ""
-        table = _iceberg_table(shown)
-        out.append(table if len(bad) <= VERSION_ROWS_SHOWN else
-                   f'<details class="page"><summary>{fmt_num(len(bad))} table(s) whose metadata cannot be read'
-                   f'{esc(more)}</summary>{table}</details>')
+        out.append('<table><thead><tr><th>cannot be read</th><th>why</th></tr></thead><tbody>')
+        for reason, tables in unreadable_groups(bad):
+            names = ", ".join(t.name for t in tables[:3]) + (", …" if len(tables) > 3 else "")
+            who = tables[0].name if len(tables) == 1 else f"{fmt_num(len(tables))} tables ({names})"
+            out.append(f'<tr class="table-error"><td><b>{esc(who)}</b></td><td class="changes">'
+                       f'error: {esc(reason)}</td></tr>')
+        out.append("</tbody></table>")
     out.append("</section>")
     return "".join(out)
+
+
+def unreadable_groups(bad: list[IcebergTable]) -> list[tuple[str, list[IcebergTable]]]:
+    """Unreadable tables grouped by why: each error with the table's own metadata location
+    replaced by ``<metadata_location>`` (so every table whose metadata file is missing gives
+    one reason), most tables first; a group of one keeps its error as it was."""
+    groups: dict[str, list[IcebergTable]] = {}
+    for t in bad:
+        err = t.error or ""
+        key = err.replace(t.metadata_location, "<metadata_location>") if t.metadata_location else err
+        groups.setdefault(key, []).append(t)
+    out = [(k if len(ts) > 1 else (ts[0].error or k), ts) for k, ts in groups.items()]
+    return sorted(out, key=lambda g: -len(g[1]))
 
 
 def _iceberg_table(rows: list[IcebergTable]) -> str:
     out = ['<table><thead><tr><th>table</th><th class="num">snapshots</th><th class="num">current snapshot</th>'
            '<th class="num">rows</th><th>metadata</th></tr></thead><tbody>']
     for t in rows:
-        if t.error:
-            out.append(f'<tr class="table-error"><td><b>{esc(t.name)}</b></td><td colspan="4" class="changes">'
-                       f'error: {esc(t.error)}</td></tr>')
-            continue
         out.append(f'<tr><td><b>{esc(t.name)}</b></td><td class="num">{esc(fmt_num(t.snapshots or 0))}</td>'
                    f'<td class="num mono">{esc("–" if t.current_snapshot_id is None else t.current_snapshot_id)}</td>'
                    f'<td class="num">{esc("" if t.total_records is None else fmt_num(t.total_records))}</td>'
