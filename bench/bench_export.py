@@ -1,7 +1,7 @@
 """Snapshot export: full-export throughput against `cp -r` and a single-process Python copy loop.
 
 A lakehouse of N tables (`bench.generator`: build transactions plus churn versions) is
-exported in full by the export job (`trinitylake.spark.export.run_export`) twice: on the
+exported in full by the export job (`trinitylake.jobs.export.job.run_export`) twice: on the
 driver's threads (``execution=local``, what ``auto`` picks at this size: no Spark at all) and on
 Spark executors (``execution=distributed``, ``mapInArrow``). Then the exported file set (every
 file reachable from the exported version, i.e. the target minus its ``_export/`` bookkeeping)
@@ -70,8 +70,8 @@ def _python_loop(target: Path, files: list[Path], dest: Path) -> float:
 
 def _export(ex, lh, target: str, name: str, batch: int) -> Any:
     from trinitylake.config import load_job_config
+    from trinitylake.jobs.export.job import run_export
     from trinitylake.maintenance.results import JobResult
-    from trinitylake.spark.export import run_export
 
     cfg = load_job_config(
         "export", overrides={"lakehouse": lh.uri, "name": name, "target": target, "batch_size": batch}, env={}

@@ -8,7 +8,7 @@ on the same files:
   with the same deduplication (the best single-process reader: threads hide storage latency,
   each node is read and parsed once);
 * ``serial``: the same walk with one thread;
-* ``spark``: `trinitylake.spark.walk.walk_reachable_with_stats` on ``local[*]``; ``cold`` is
+* ``spark``: `trinitylake.jobs.walk.job.walk_reachable_with_stats` on ``local[*]``; ``cold`` is
   the first walk of the session (JIT, Python workers), ``warm`` the best of the next runs.
 
 Reported per row: wall seconds, node files read, unique node files, node reads per second.
@@ -62,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         size["versions"] = args.versions
     from bench.generator import generate
     from trinitylake.format.node import deserialize
+    from trinitylake.jobs.walk.job import walk_reachable_with_stats
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance import reach as R
     from trinitylake.maintenance import walk_roots as WR
     from trinitylake.spark.session import get_spark
-    from trinitylake.spark.walk import walk_reachable_with_stats
 
     t_all = time.perf_counter()
     with scratch_dir("walk", keep=args.keep) as d:

@@ -3,7 +3,7 @@
     spark-submit jobs/export.py --conf conf/export.yaml --lakehouse s3://bucket/lh \
         --name weekly-20261122 --target s3://backup/lh/weekly-20261122 [--mode partial --depth 1]
 
-All logic lives in `trinitylake.spark.export` (run through the shared job runner).
+All logic lives in `trinitylake.jobs.export.job` (run through the shared job runner).
 """
 
 import os

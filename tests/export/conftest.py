@@ -97,8 +97,8 @@ def run(request):
 
     ``local`` (the default here) never starts Spark; ``distributed`` runs every phase on the
     executors of the shared test session (started on first use)."""
+    from trinitylake.jobs.export.job import run_export
     from trinitylake.spark.execution import Execution
-    from trinitylake.spark.export import run_export
 
     def go(lh, target, name, *, target_storage_options=None, execution="local", limits=None, **kw):
         cfg = export_cfg(lh, target, name, **kw)

@@ -18,8 +18,8 @@ from trinitylake.errors import (
     VersionNotFoundError,
 )
 from trinitylake.format.paths import root_name
+from trinitylake.jobs.export.job import run_export
 from trinitylake.maintenance.results import JobResult
-from trinitylake.spark.export import run_export
 from trinitylake.storage import Storage
 
 from .conftest import populate

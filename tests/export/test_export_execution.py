@@ -9,9 +9,9 @@ import os
 import pytest
 
 from tests.support.faults import FaultSpec, injected
+from trinitylake.jobs.export.job import run_export
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import Execution
-from trinitylake.spark.export import run_export
 from trinitylake.storage import Storage
 
 from .conftest import contents, export_cfg, latest_def, populate, reachable, root_files, target_files
@@ -187,7 +187,7 @@ def test_node_bytes_held_by_the_plan_count_against_the_driver_bound(make_lakehou
     # The plan keeps node files' bytes (the copy writes them without reading them again): in
     # auto mode they weigh on the driver bound as rows of ROW_BYTES each, so a plan of few rows
     # but many node bytes hands its remaining levels to the executors.
-    from trinitylake.spark import export_planner
+    from trinitylake.jobs.export import planner as export_planner
     from trinitylake.spark.execution import Limits
 
     lh = make_lakehouse()
@@ -213,7 +213,7 @@ def test_node_bytes_held_by_the_plan_count_against_the_driver_bound(make_lakehou
 
 
 def test_a_new_local_target_is_marked_to_spread_its_prefix_folders(run, make_lakehouse, tmp_path, monkeypatch):
-    from trinitylake.spark import export as export_mod
+    from trinitylake.jobs.export import job as export_mod
     from trinitylake.storage import dir_spread
 
     marked: list[str] = []
@@ -250,9 +250,9 @@ def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tm
     files referenced by several nodes) end as one row of one part: the parts are cut by target."""
     import pyarrow as pa
 
-    from trinitylake.maintenance import export_plan as X
+    from trinitylake.jobs.export import plan as X
+    from trinitylake.jobs.export.planner import LEVEL_SCHEMA, Planner
     from trinitylake.spark.execution import ddl
-    from trinitylake.spark.export_planner import LEVEL_SCHEMA, Planner
 
     src, tgt = Storage(str(tmp_path / "src")), Storage(str(tmp_path / "tgt"))
     spec = X.ExportSpec.make(name="dups", version=1, mode="full", depth=None, source_uri=src.root,

@@ -11,9 +11,9 @@ from trinitylake.errors import AlreadyExistsError, SnapshotNotFoundError, Unsafe
 from trinitylake.format import keys as K
 from trinitylake.format.node import Message, Node
 from trinitylake.format.paths import owning_root, root_name
-from trinitylake.maintenance import export_copy as XC
-from trinitylake.maintenance import export_plan as X
-from trinitylake.maintenance import export_target as XT
+from trinitylake.jobs.export import copying as XC
+from trinitylake.jobs.export import plan as X
+from trinitylake.jobs.export import target as XT
 from trinitylake.storage import Storage
 
 
@@ -257,7 +257,7 @@ def test_owning_root_of_format_files():
 def test_a_plan_part_merges_the_duplicates_of_a_file():
     """What the executors' plan writer keeps of rows sorted by target: one per file, a node over
     a definition file of the same path, then the smallest depth."""
-    from trinitylake.spark.export_planner import dedupe_sorted
+    from trinitylake.jobs.export.planner import dedupe_sorted
 
     def row(target, kind, depth):
         return X.PlanRow(target, "file:///s/" + target, kind, depth, X.ACTION_COPY)

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-import trinitylake.spark.export as E
-import trinitylake.spark.export_planner as P
+import trinitylake.jobs.export.job as E
+import trinitylake.jobs.export.planner as P
 from trinitylake.errors import StorageError, TrinityLakeError
 from trinitylake.storage import Storage
 
@@ -88,7 +88,7 @@ def test_a_worker_killed_mid_copy_fails_the_copy_and_a_rerun_finishes_it(run, ma
 
 
 def test_an_exception_inside_a_worker_names_the_part(tmp_path):
-    from trinitylake.spark.copy_workers import CopyWorkers
+    from trinitylake.jobs.export.copy_workers import CopyWorkers
 
     # A setup the worker cannot use (no such plan part under the export folder).
     src, tgt = Storage(str(tmp_path / "s")), Storage(str(tmp_path / "t"))

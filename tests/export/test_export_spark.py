@@ -11,9 +11,9 @@ import pytest
 from tests.oracle import expect as E
 from trinitylake.errors import StorageError
 from trinitylake.format.paths import HINT_FILE, root_name
+from trinitylake.jobs.export.plan import read_manifest
+from trinitylake.jobs.export.target import drop_export
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.export_plan import read_manifest
-from trinitylake.maintenance.export_target import drop_export
 from trinitylake.storage import Storage
 
 from .conftest import (

@@ -24,8 +24,8 @@ REGIONS = pa.schema([("id", pa.int64()), ("region", pa.string())])
 
 
 def export(lh, target: str, name: str, **kw) -> JobResult:
+    from trinitylake.jobs.export.job import run_export
     from trinitylake.spark.execution import Execution
-    from trinitylake.spark.export import run_export
 
     overrides = {"lakehouse": lh.uri, "name": name, "target": target, "with_tables": True, "batch_size": 8, **kw}
     cfg = load_job_config("export", overrides=overrides, env={})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -61,12 +62,27 @@ def dist() -> Path:
 
 @pytest.fixture(scope="module")
 def pyspark_venv(tmp_path_factory) -> Path:
-    """A virtualenv with only pyspark (and py4j, its one dependency)."""
+    """A virtualenv with only pyspark (and py4j, its one dependency), as `pip install pyspark`
+    leaves it: both packages in its site-packages and pyspark's scripts (spark-submit,
+    find-spark-home, ...) in its bin/. The packages are links to the test run's own copies of
+    the same pinned version, because copying pyspark's 500 MB took most of a minute here."""
+    import pyspark
+
     venv = tmp_path_factory.mktemp("pyspark-only") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", PYSPARK], capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    assert pyspark.__version__ == PYSPARK.split("==")[1]
+    ours = Path(pyspark.__file__).parent.parent
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for name in ("pyspark", "py4j"):
+        (site / name).symlink_to(ours / name, target_is_directory=True)
+        for meta in ours.glob(f"{name}-*.dist-info"):
+            (site / meta.name).symlink_to(meta, target_is_directory=True)
+    scripts = Path(sys.executable).parent
+    for script in (ours / "pyspark" / "bin").iterdir():
+        if (scripts / script.name).is_file():  # pip installs pyspark/bin/* and find_spark_home.py as scripts
+            shutil.copy2(scripts / script.name, venv / "bin" / script.name)
+    shutil.copy2(scripts / "find_spark_home.py", venv / "bin" / "find_spark_home.py")
+    assert (venv / "bin" / "spark-submit").is_file()
     return venv
 
 

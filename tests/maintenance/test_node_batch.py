@@ -22,12 +22,12 @@ from trinitylake.errors import CorruptNodeError
 from trinitylake.format import node_arrow
 from trinitylake.format.node import Message, Node, serialize
 from trinitylake.format.paths import root_name
+from trinitylake.jobs.walk.job import walk_reachable_with_stats
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance import node_batch as NB
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance import walk_roots as WR
 from trinitylake.spark.execution import Execution
-from trinitylake.spark.walk import walk_reachable_with_stats
 from trinitylake.storage.uri import is_plain_relative
 
 

@@ -7,7 +7,7 @@ import pytest
 from trinitylake.config import load_job_config
 from trinitylake.errors import UnsafeOperationError, ValidationError
 from trinitylake.format import definitions as D
-from trinitylake.maintenance.retention import RetentionPolicy, plan_expiration
+from trinitylake.jobs.expire.rules import RetentionPolicy, plan_expiration
 
 DAY = 86_400_000
 NOW = 100 * DAY

@@ -182,7 +182,7 @@ class MaintenanceHistory(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.exports))
     @rule(data=st.data())
     def drop_export(self, data: st.DataObject) -> None:
-        from trinitylake.maintenance.export_target import drop_export
+        from trinitylake.jobs.export.target import drop_export
 
         name = data.draw(st.sampled_from(self.exports))
         self.exports.remove(name)

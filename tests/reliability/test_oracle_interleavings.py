@@ -22,8 +22,8 @@ from tests.oracle import Oracle
 from tests.oracle.jobs import AHEAD_MS, TTL_MS, pause_at, run_local
 from trinitylake.errors import UnsafeOperationError, VersionExpiredError
 from trinitylake.format.paths import root_name
+from trinitylake.jobs.expire import job as expire_mod
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.spark import expire as expire_mod
 from trinitylake.spark.runner import JobFailedError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -32,8 +32,8 @@ from trinitylake.errors import (
 )
 from trinitylake.format.keys import KeyCodec, validate_name
 from trinitylake.format.paths import hashed_path, root_name
+from trinitylake.jobs.export.target import check_locations
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.export_target import check_locations
 from trinitylake.storage import Storage
 
 EVIL_NAMES = [

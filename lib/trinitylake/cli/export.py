@@ -5,7 +5,7 @@
     tlake --lakehouse SRC export list [--json]
     tlake --lakehouse SRC export drop NAME
 
-The export itself is the job of `trinitylake.spark.export`, run through the shared job runner
+The export itself is the job of `trinitylake.jobs.export.job`, run through the shared job runner
 (audit rows; ``--execution auto`` keeps a small export on the driver's threads without starting
 Spark, ``distributed`` sends every phase to a Spark session: ``--master``, ``--spark-conf``,
 e.g. ``spark.api.mode=connect``). The target's storage
@@ -156,7 +156,7 @@ def register(cli: click.Group) -> None:
         """List the exports recorded in the lakehouse definition."""
         from rich.table import Table
 
-        from trinitylake.maintenance.export_target import list_exports
+        from trinitylake.jobs.export.target import list_exports
 
         rows = list_exports(ctx.lakehouse().definition())
 
@@ -175,7 +175,7 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def export_drop(ctx: Ctx, name: str) -> None:
         """Forget an export: remove its record and its pin (the exported files are kept)."""
-        from trinitylake.maintenance.export_target import drop_export
+        from trinitylake.jobs.export.target import drop_export
 
         lh = ctx.lakehouse()
         loc = lh.definition().exported_snapshots.get(name)

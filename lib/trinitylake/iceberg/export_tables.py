@@ -16,7 +16,7 @@ Iceberg's ``rewrite_table_path`` stages it, and copies the files as well:
   and the data and delete files they list as live, plus statistics files, copied as bytes.
 
 Every file keeps its path relative to the root. The export's TableDefs are rewritten by the copy
-itself (`trinitylake.maintenance.export_plan.exported_table_def_bytes`, the same prefix rule), so
+itself (`trinitylake.jobs.export.plan.exported_table_def_bytes`, the same prefix rule), so
 the exported lakehouse points at the copied metadata. Files are written with exclusive creates
 before the exported root, so a crashed export stays invisible, and a re-run keeps a file that is
 already there with exactly the computed bytes (rewriting is deterministic) and refuses one with
@@ -313,7 +313,7 @@ def seal_export_records(target: Storage, export_dir: str, source: Storage) -> in
     """Remove the source's location from a completed export's bookkeeping: ``export.json``
     loses ``source`` (``source_id`` still names the lakehouse) and the plan parts' ``source``
     column keeps paths relative to the source root. Returns the files rewritten."""
-    from trinitylake.maintenance import export_plan as X
+    from trinitylake.jobs.export import plan as X
 
     n = 0
     meta = X.read_json(target, f"{export_dir}/export.json")
@@ -338,7 +338,7 @@ def seal_export_records(target: Storage, export_dir: str, source: Storage) -> in
 def export_tables_phase(lakehouse: Lakehouse, ref: RootRef, source: Storage, target: Storage, cfg: ExportConfig,
                         result: JobResult,
                         io_threads: int) -> TablesResult:
-    """The export job's table phase (`trinitylake.spark.export`): copy the tables of `ref` on
+    """The export job's table phase (`trinitylake.jobs.export.job`): copy the tables of `ref` on
     the driver and record what was done in the job's result."""
     snapshots = cfg.table_snapshots
     r = export_tables(lakehouse, ref, source, target, snapshots=snapshots, threads=max(4, io_threads))

@@ -1,7 +1,7 @@
 """Reachability: what one node file references, how pointers become comparable keys, and a
 single-process reference walk.
 
-Engine-agnostic. The Spark walk (`trinitylake.spark.walk`) reads node files in batches with
+Engine-agnostic. The Spark walk (`trinitylake.jobs.walk.job`) reads node files in batches with
 `trinitylake.maintenance.node_batch` (Arrow arrays, many files a call), on the driver and inside
 executors' ``mapInArrow``; :func:`expand_node` here is the one-file reader the tests and
 benchmarks' :func:`reference_walk` runs in one process, and the reference the batch reader is

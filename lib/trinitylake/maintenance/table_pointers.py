@@ -1,7 +1,7 @@
 """Table pointers by kind: the tables of one version and the ``metadata_location`` pointers of
 their definitions, counted from the definitions alone (no table metadata is read).
 
-The walk job (`trinitylake.spark.walk`) reports these counts next to its reachability counts;
+The walk job (`trinitylake.jobs.walk.job`) reports these counts next to its reachability counts;
 `trinitylake.report` reads the table definitions with :func:`read_table_definitions`.
 """
 

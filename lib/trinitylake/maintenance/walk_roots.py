@@ -3,7 +3,7 @@
 Every retained version (or the versions asked for), the root of every export recorded in the
 latest lakehouse definition, every pinned version, and the running roots of live distributed
 transactions (see :func:`walk_input`). The walk itself is `trinitylake.maintenance.reach`
-(rules, one-file reader, reference walk) and `trinitylake.spark.walk`.
+(rules, one-file reader, reference walk) and `trinitylake.jobs.walk.job`.
 """
 
 from __future__ import annotations

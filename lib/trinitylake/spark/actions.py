@@ -61,11 +61,11 @@ from trinitylake.control.records import RECORD_TYPE_RANK
 from trinitylake.control.spark_engine import is_table_name, session_has_delta
 from trinitylake.errors import ConfigError
 from trinitylake.format.paths import root_name
+from trinitylake.jobs.orphans.job import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
+from trinitylake.jobs.walk.rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 from trinitylake.maintenance.plan import read_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
-from trinitylake.spark.orphans import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
-from trinitylake.spark.walk_rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark_location
 
 if TYPE_CHECKING:

@@ -365,7 +365,7 @@ def _warm_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of `warm_executors`: import what the jobs' tasks import."""
     import importlib
 
-    for name in ("trinitylake.maintenance.reach", "trinitylake.maintenance.export_copy", "fsspec", "s3fs"):
+    for name in ("trinitylake.maintenance.reach", "trinitylake.jobs.export.copying", "fsspec", "s3fs"):
         try:
             importlib.import_module(name)
         except ImportError:

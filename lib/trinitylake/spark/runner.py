@@ -14,7 +14,7 @@ the final row, logs and prints the result as JSON, and returns the exit code:
 
 Every job function has the same signature (its first argument is the job's
 `trinitylake.spark.execution.Execution`, which starts Spark only if a phase needs it); the export job lives in
-``trinitylake.spark.export:run_export`` and is imported only when asked for.
+``trinitylake.jobs.export.job:run_export`` and is imported only when asked for.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ log = logging.getLogger("trinitylake.jobs")
 
 #: job -> "module:function"; each function is ``run_<job>(spark, lakehouse, cfg, result) -> JobResult``.
 JOB_FUNCTIONS: dict[str, str] = {
-    "walk": "trinitylake.spark.walk:run_walk",
-    "expire": "trinitylake.spark.expire:run_expire",
-    "orphans": "trinitylake.spark.orphans:run_orphans",
-    "export": "trinitylake.spark.export:run_export",
+    "walk": "trinitylake.jobs.walk.job:run_walk",
+    "expire": "trinitylake.jobs.expire.job:run_expire",
+    "orphans": "trinitylake.jobs.orphans.job:run_orphans",
+    "export": "trinitylake.jobs.export.job:run_export",
 }
 
 EXIT_OK = 0

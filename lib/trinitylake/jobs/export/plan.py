@@ -2,7 +2,7 @@
 
 An export copies one version of a lakehouse to its own root URI (the *target*), where it is a
 lakehouse of its own, and is recorded in the source's definition under a name. This module
-holds everything that does not need an engine: the Spark job (`trinitylake.spark.export`)
+holds everything that does not need an engine: the Spark job (`trinitylake.jobs.export.job`)
 only distributes these functions over executors, and a unit test can call them on a driver.
 
 Choices (see also ``docs`` in the job module):

@@ -1,7 +1,7 @@
 """The plan phase of the export job: the exported part of the tree walked level by level
 (each level on the driver or on the executors, see `Execution`), its rows deduplicated, cut
 into parts and written as ``plan/part-NNNNN.parquet`` with the index ``plan/_plan.json``.
-The module doc of `trinitylake.spark.export` tells the whole job."""
+The module doc of `trinitylake.jobs.export.job` tells the whole job."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from trinitylake.errors import (
     TrinityLakeError,
     VersionNotFoundError,
 )
-from trinitylake.maintenance import export_plan as X
+from trinitylake.jobs.export import plan as X
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles

@@ -6,7 +6,7 @@ Phases (each timed into ``result.seconds``; where a phase ran is recorded in
 1. **plan** (driver): the latest lakehouse definition gives the policy (overridden by the
    job's flags) and ``oldest_retained_version``; root files below it that still exist are
    *leftovers* of an earlier run that was interrupted after its commit. The planner
-   (`maintenance.retention.plan_expiration`) picks the newly expired oldest prefix, reading
+   (`jobs.expire.rules.plan_expiration`) picks the newly expired oldest prefix, reading
    only the root files it needs.
 2. **walk_retained**: R = every file reachable from the versions that stay (oldest retained
    .. latest), exports and pinned versions. Any missing or unreadable node stops the run
@@ -26,7 +26,7 @@ Phases (each timed into ``result.seconds``; where a phase ran is recorded in
    the executors for a big one); the root files of the expired versions **last**, from the
    driver, oldest first.
 
-**Placement.** Each walk decides per level where it runs (`trinitylake.spark.walk`). When both
+**Placement.** Each walk decides per level where it runs (`trinitylake.jobs.walk.job`). When both
 the retained and the expired walk stayed on the driver, C is an Arrow table and its filtering
 (format-owned paths, files still present), grouping and the anti-join with the new versions'
 files are pyarrow compute on the driver: a lakehouse whose walks are small never starts Spark.
@@ -59,17 +59,17 @@ from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationEr
 from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import deserialize
 from trinitylake.format.paths import LAKEHOUSE_DEF_RE, OWNED_HASHED_RE, ROOT_RE, root_name
+from trinitylake.jobs.expire.rules import RetentionPolicy, plan_expiration
+from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
+from trinitylake.jobs.walk.rows import Reached
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance import walk_roots as WR
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
-from trinitylake.maintenance.retention import RetentionPolicy, plan_expiration
 from trinitylake.spark.common import crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, notify
 from trinitylake.spark.output import write_listing
-from trinitylake.spark.walk import fill_walk_counts, walk_reachable_with_stats
-from trinitylake.spark.walk_rows import Reached
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

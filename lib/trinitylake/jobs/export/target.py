@@ -14,7 +14,7 @@ from trinitylake.format import definitions as D
 from trinitylake.format import keys as K
 from trinitylake.format.node import deserialize
 from trinitylake.format.paths import HINT_FILE, is_root_name, root_name
-from trinitylake.maintenance.export_plan import EXPORT_DIR, FORMAT_TAG, read_json
+from trinitylake.jobs.export.plan import EXPORT_DIR, FORMAT_TAG, read_json
 from trinitylake.storage import Storage, is_absolute, parse_uri
 
 

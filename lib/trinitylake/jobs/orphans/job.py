@@ -20,7 +20,7 @@ Phases (each placed on the driver or the executors, `trinitylake.spark.execution
 4. **diff**: candidates = listed owned files older than the cutoff, minus R, on walk keys
    (relative paths inside the root): Arrow compute on the driver (``is_in``) when both sides
    are driver-held, else a ``left_anti`` join. References that name files of this lakehouse
-   through another scheme or authority are detected (`maintenance.orphans.mismatch_key`): by
+   through another scheme or authority are detected (`jobs.orphans.rules.mismatch_key`): by
    default the run stops if one matches a candidate (``prefix_mismatch: error``); ``ignore``
    keeps those files.
 5. **write_plan**: the plan and the candidates (path, size, mtime) are written under
@@ -63,15 +63,15 @@ from trinitylake.config import effective_orphan_min_age, format_duration, format
 from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
 from trinitylake.format.paths import OWNED_HASHED_RE
-from trinitylake.maintenance import orphans as O
+from trinitylake.jobs.orphans import rules as O
+from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
+from trinitylake.jobs.walk.rows import Reached
 from trinitylake.maintenance import walk_roots as WR
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.delete import delete_keys
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.spark.output import write_listing
-from trinitylake.spark.walk import fill_walk_counts, walk_reachable_with_stats
-from trinitylake.spark.walk_rows import Reached
 from trinitylake.storage import Storage
 from trinitylake.storage.local_delete import LocalDeleteStorage
 from trinitylake.storage.uri import parse_uri

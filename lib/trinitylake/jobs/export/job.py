@@ -65,14 +65,14 @@ from trinitylake.errors import (
     VersionNotFoundError,
 )
 from trinitylake.format.node import deserialize, serialize
+from trinitylake.jobs.export import copying as XC
+from trinitylake.jobs.export import plan as X
+from trinitylake.jobs.export import target as XT
+from trinitylake.jobs.export.copying import copy_part as _copy_part
+from trinitylake.jobs.export.planner import Planner, pool_map, raise_failures
 from trinitylake.lakehouse.roots import check_retained
-from trinitylake.maintenance import export_copy as XC
-from trinitylake.maintenance import export_plan as X
-from trinitylake.maintenance import export_target as XT
-from trinitylake.maintenance.export_copy import copy_part as _copy_part
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import AUTO, DISTRIBUTED, LOCAL, Execution, as_execution, batch_of, ddl, rows_of
-from trinitylake.spark.export_planner import Planner, pool_map, raise_failures
 from trinitylake.storage import Storage, parse_uri, requests
 from trinitylake.storage.dir_spread import spread_subdirectories
 from trinitylake.storage.local_files import LocalFiles
@@ -160,7 +160,7 @@ class _Workers:
         return self.pool
 
     def _start(self, n: int) -> Any:
-        from trinitylake.spark.copy_workers import CopyWorkers
+        from trinitylake.jobs.export.copy_workers import CopyWorkers
 
         try:
             return CopyWorkers(n)

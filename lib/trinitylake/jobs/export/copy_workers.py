@@ -2,7 +2,7 @@
 
 Copying small files is per-file Python plus system calls: one process is bound by its
 interpreter (threads only add GIL contention), so a big local-to-local copy runs its plan parts
-in one worker process per core. Each worker is ``python -m trinitylake.spark.copy_workers``,
+in one worker process per core. Each worker is ``python -m trinitylake.jobs.export.copy_workers``,
 started by `CopyWorkers`, fed one plan part name at a time over its stdin and answering with
 that part's stats over its stdout (pickle frames on our own pipes).
 
@@ -128,7 +128,7 @@ _VIEWS: dict[tuple[str, str], tuple[Storage, Storage]] = {}
 def copy_part_in_worker(name: str, source: Storage, target: Storage, spec: Any, export_dir: str, checksum: bool,
                         resumed: bool) -> dict[str, Any]:
     """Body of a copy worker process: one plan part, its stats as a dict."""
-    from trinitylake.maintenance.export_copy import copy_part
+    from trinitylake.jobs.export.copying import copy_part
     from trinitylake.storage.local_files import LocalFiles
 
     views = _VIEWS.get((source.root, target.root))
@@ -148,7 +148,7 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     inp = sys.stdin.buffer
-    import trinitylake.maintenance.export_copy  # noqa: F401 - imported now, after the redirection (imports may print)
+    import trinitylake.jobs.export.copying  # noqa: F401 - imported now, after the redirection (imports may print)
 
     setup = pickle.load(inp)
     while True:

@@ -1,4 +1,4 @@
-"""The rows of the reachable-file walk (`trinitylake.spark.walk`): their schemas, the walk's
+"""The rows of the reachable-file walk (`trinitylake.jobs.walk.job`): their schemas, the walk's
 stats (`WalkStats`) and result (`Reached`), and the ``mapInArrow`` functions its executor
 levels run (reading node files, sizing and listing definition files)."""
 

@@ -1,6 +1,6 @@
 """Copy and verification of one planned export file (engine-agnostic; see `export_plan`).
 
-The job (`trinitylake.spark.export`) calls `copy_one` per plan row on the driver or in
+The job (`trinitylake.jobs.export.job`) calls `copy_one` per plan row on the driver or in
 executor tasks; failures come back as data in `CopyStats`, so the driver can raise one typed
 error naming the files.
 """
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trinitylake.errors import TrinityLakeError
-from trinitylake.maintenance.export_plan import (
+from trinitylake.jobs.export.plan import (
     ExportSpec,
     PlanRow,
     export_bytes,

@@ -43,6 +43,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trinitylake.errors import CorruptNodeError
+from trinitylake.jobs.walk.rows import (
+    FRONTIER_SCHEMA,
+    HASH_FOLDERS,
+    KEYS_SCHEMA,
+    LEAF_SCHEMA,
+    LEVEL_SCHEMA,
+    LISTED_SCHEMA,
+    OUTPUT_COLUMNS,
+    OUTPUT_SCHEMA,
+    Reached,
+    WalkStats,
+    batch_table,
+    expand_batches,
+    list_size_batches,
+    size_batches,
+)
 from trinitylake.maintenance import node_batch as NB
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance import table_pointers as TP
@@ -59,22 +75,6 @@ from trinitylake.spark.execution import (
     functions_for,
 )
 from trinitylake.spark.output import write_listing
-from trinitylake.spark.walk_rows import (
-    FRONTIER_SCHEMA,
-    HASH_FOLDERS,
-    KEYS_SCHEMA,
-    LEAF_SCHEMA,
-    LEVEL_SCHEMA,
-    LISTED_SCHEMA,
-    OUTPUT_COLUMNS,
-    OUTPUT_SCHEMA,
-    Reached,
-    WalkStats,
-    batch_table,
-    expand_batches,
-    list_size_batches,
-    size_batches,
-)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -1,0 +1,1 @@
+"""The expire job: `rules` (pure) and `job` (its phases)."""

@@ -1,0 +1,1 @@
+"""The export job: `rules` (pure) and `job` (its phases)."""

@@ -1,0 +1,1 @@
+"""The orphans job: `rules` (pure) and `job` (its phases)."""

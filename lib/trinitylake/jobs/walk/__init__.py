@@ -1,0 +1,1 @@
+"""The walk job: `rules` (pure) and `job` (its phases)."""
