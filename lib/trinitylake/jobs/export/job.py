@@ -24,6 +24,9 @@ Phases (each timed into ``JobResult.seconds``; placement recorded in ``details["
    lakehouse wrote it) and reported as a conflict otherwise: nothing is ever overwritten.
    Failures come back as data, and the driver raises a typed error naming the files. The copy
    runs on the driver's threads or in executor tasks (parts shipped as a DataFrame of names).
+   With tables (``with_tables``), the tables' data, delete and statistics files go through the
+   same copy (`copy_parts`, phase ``export.table_copy``: the same placement, copy, verification
+   and resume) after this one, between their metadata rewrites (`trinitylake.iceberg.export_tables`).
 4. **verify**: time spent verifying, summed over the files (it happens inline, per file).
    *What is verified*: on S3 a HEAD request after each PUT compares the size and the ETag (the
    MD5 of what the store received) with the MD5 computed while copying. On local storage a stat
@@ -371,23 +374,25 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
                  len(parts), "resumed" if resumed else "new")
 
         # ---- copy ------------------------------------------------------------------------------
-        with _Phase(result, "copy"):
-            n_files = planned_files - 1
+        def copy_parts(phase: str, names: list[str], n_files: int, resumed: bool, what: str
+                       ) -> tuple[XC.CopyStats, str]:
+            """Copy plan parts where the placement puts `n_files` files; raises a typed error for
+            any failed file. The export's own files and, with tables, the tables' data files
+            (`trinitylake.iceberg.export_tables`) both go through here."""
             # Per copied file one GET of the source (node files come with their bytes in the
             # plan) and one conditional PUT, verified by the PUT's ETag: on an object store
             # `auto` compares estimated times (the remote side's latency).
             where = DISTRIBUTED if ex.distributed(n_files, storage=remote_side, requests_per_item=per_file,
-                                                  phase="export.copy") else LOCAL
+                                                  phase=phase) else LOCAL
             copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,
                                      checksum=checksum, resumed=resumed)
-            n_procs = copy_processes(n_files, len(parts), source, target)
+            n_procs = copy_processes(n_files, len(names), source, target)
             if where == DISTRIBUTED and ex.mode == AUTO and n_procs and ex.executors_share_the_driver():
                 # Local files, executors on these same cores: the driver's worker processes
                 # copied 1.05M files in 163-165 s, Spark local[2] tasks in 217 s (per-task and
                 # Arrow costs, no extra hardware). A cluster's executors keep the copy.
                 where = LOCAL
-            with ex.phase("export.copy", where, n_files, f"export {name}: copy {n_files} files ({len(parts)} parts)"):
-                names = [p["name"] for p in parts]
+            with ex.phase(phase, where, n_files, what):
                 pool = workers.take(n_procs) if where == LOCAL and n_procs else None
                 if pool is not None:
                     result.details["copy_processes"] = n_procs
@@ -396,19 +401,28 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
                 elif where == LOCAL:
                     total = _copy_local(names, copy, source, target, io_threads)
                 else:
-                    total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed, io_threads)
+                    total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed,
+                                              io_threads)
             raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {name!r}", spec.version)
             if total.rows != n_files:
                 raise StorageError(f"export {name!r}: copied {total.rows} planned files, the plan holds {n_files}")
+            return total, where
+
+        with _Phase(result, "copy"):
+            n_files = planned_files - 1
+            total, _ = copy_parts("export.copy", [p["name"] for p in parts], n_files, resumed,
+                                  f"export {name}: copy {n_files} files ({len(parts)} parts)")
+
+        # ---- tables (with_tables): copied and rewritten before the root (trinitylake.iceberg) ---------
+        if spec.with_tables:
+            from trinitylake.iceberg.export_tables import export_tables_phase
+
+            with _Phase(result, "tables"):
+                export_tables_phase(lakehouse, ref, source, target, cfg, result, ex, export_dir, io_threads,
+                                    copy_parts)
     finally:
         workers.close()
 
-    # ---- tables (with_tables): copied and rewritten before the root (trinitylake.iceberg) -------------
-    if spec.with_tables:
-        from trinitylake.iceberg.export_tables import export_tables_phase
-
-        with _Phase(result, "tables"):
-            export_tables_phase(lakehouse, ref, source, target, cfg, result, io_threads)
 
     # ---- commit: the root last, then the record in the source -----------------------------------
     with _Phase(result, "commit"):
