@@ -13,7 +13,6 @@ from trinitylake.config import (
     DEFAULT_MAX_VERSION_AGE_MS,
     DEFAULT_MIN_VERSIONS_TO_KEEP,
     JOB_OPTIONS,
-    JOBS,
     ExportConfig,
     JobConfig,
     OrphansConfig,
@@ -27,6 +26,7 @@ from trinitylake.config import (
 )
 from trinitylake.errors import ConfigError, TrinityLakeError, UnsafeOperationError
 from trinitylake.job_flags import job_command, parse_job_args
+from trinitylake.jobs.registry import JOB_NAMES as JOBS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 NOW = parse_timestamp("2026-11-23T12:00:00Z")

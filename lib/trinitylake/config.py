@@ -46,7 +46,7 @@ from typing import Any, ClassVar, NoReturn
 import yaml
 
 from trinitylake.errors import ConfigError, UnsafeOperationError
-from trinitylake.options import COMMON_OPTIONS, ENV_PREFIX, JOB_OPTIONS, JOBS, Option, env_var_names
+from trinitylake.options import COMMON_OPTIONS, ENV_PREFIX, JOB_OPTIONS, Option, env_var_names
 from trinitylake.redact import redact_text
 from trinitylake.values import (
     EPOCH,
@@ -60,7 +60,6 @@ __all__ = [
     "COMMON_OPTIONS",
     "DEFAULT_MAX_VERSION_AGE_MS",
     "DEFAULT_MIN_VERSIONS_TO_KEEP",
-    "JOBS",
     "JOB_OPTIONS",
     "ExpireConfig",
     "ExportConfig",
@@ -236,12 +235,10 @@ def _to_plain(value: object) -> Any:
     return value
 
 
-_CONFIG_CLASSES: dict[str, type[JobConfig]] = {
-    "walk": WalkConfig,
-    "expire": ExpireConfig,
-    "orphans": OrphansConfig,
-    "export": ExportConfig,
-}
+def config_classes() -> dict[str, type[JobConfig]]:
+    """``job -> config class``: the `JobConfig` subclasses, each naming its job in ``job``. The
+    list of jobs itself is `trinitylake.jobs.registry` (which checks that they agree)."""
+    return {cls.job: cls for cls in JobConfig.__subclasses__()}
 
 #: The type of a loaded value of each option kind (`Option.kind`); a nullable option whose
 #: null is not resolved at load time adds ``| None``.
@@ -265,9 +262,10 @@ def config_drift() -> list[str]:
     """Differences between the config classes and the option table (empty when they agree):
     the jobs, each class's option fields (names, order) and their annotated types."""
     problems: list[str] = []
-    if tuple(_CONFIG_CLASSES) != JOBS:
-        problems.append(f"config classes for {tuple(_CONFIG_CLASSES)}, but JOBS is {JOBS}")
-    for job, cls in _CONFIG_CLASSES.items():
+    classes = config_classes()
+    if sorted(classes) != sorted(JOB_OPTIONS):
+        problems.append(f"config classes for {sorted(classes)}, but JOB_OPTIONS has {sorted(JOB_OPTIONS)}")
+    for job, cls in classes.items():
         if cls.job != job:
             problems.append(f"{cls.__name__}.job is {cls.job!r}, not {job!r}")
         opts = JOB_OPTIONS.get(job, {})
@@ -305,7 +303,7 @@ class _Layer:
 
 def _job_options(job: str) -> Mapping[str, Option]:
     if job not in JOB_OPTIONS:
-        raise ConfigError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
+        raise ConfigError(f"unknown job {job!r}; expected one of {', '.join(JOB_OPTIONS)}")
     return JOB_OPTIONS[job]
 
 
@@ -492,7 +490,7 @@ def _load(
     now = now_ms if now_ms is not None else (datetime.now(UTC) - EPOCH) // timedelta(milliseconds=1)
     _resolve(job, merged, sources, f" (config file {conf_path})" if conf_path else "", now)
     frozen: dict[str, Any] = {k: FrozenDict(v) if isinstance(v, dict) else v for k, v in merged.items()}
-    return _CONFIG_CLASSES[job](**frozen, sources=FrozenDict(sources), conf_path=conf_path)
+    return config_classes()[job](**frozen, sources=FrozenDict(sources), conf_path=conf_path)
 
 
 def job_options(job: str) -> Mapping[str, Option]:

@@ -12,7 +12,6 @@ from typing import Any
 
 from trinitylake.values import NULL_WORDS, PARSERS, parse_text
 
-JOBS: tuple[str, ...] = ("walk", "expire", "orphans", "export")
 ENV_PREFIX = "TLAKE"
 
 

@@ -32,6 +32,16 @@ def test_age_cutoff_counts_back_from_the_reference_time_and_unknown_ages_are_you
     assert not c.old_enough(0) and not c.old_enough(None)
 
 
+def test_the_age_rule_is_one_rule_on_python_values_and_arrow_arrays():
+    import pyarrow as pa
+
+    c = O.AgeCutoff(reference_ms=10_000_000, min_age_ms=3_000_000)
+    mtimes = [None, 0.0, -1.0, 1.0, 6_999.0, 6_999.999, 7_000.0, 7_000.001, 9_999.0]
+    arrow = c.old_enough_arrow(pa.array(mtimes, pa.float64())).to_pylist()
+    assert [bool(a) for a in arrow] == [c.old_enough(m) for m in mtimes] == [False, False, False, True, True, True,
+                                                                              False, False, False]
+
+
 def test_is_candidate_combines_every_rule():
     c = O.AgeCutoff(reference_ms=10_000_000, min_age_ms=0)
     assert O.is_candidate(NODE, 1.0, c, frozenset())

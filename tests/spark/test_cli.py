@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from trinitylake.cli import cli
+from trinitylake.jobs.registry import JOB_NAMES
 from trinitylake.spark import runner
 
 pytestmark = pytest.mark.spark
@@ -52,4 +53,4 @@ def test_job_entry_points(spark, tmp_path, monkeypatch, capsys):
         runpy.run_path("jobs/walk.py", run_name="__main__")
     assert e.value.code == 2
     assert runner.job_function("walk").__name__ == "run_walk"
-    assert "export" in runner.JOB_FUNCTIONS
+    assert "export" in JOB_NAMES

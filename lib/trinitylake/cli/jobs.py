@@ -31,15 +31,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from trinitylake.errors import ConfigError, TrinityLakeError
+from trinitylake.jobs.registry import JOBS, JobSpec
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import redact_text
-
-JOBS = ("walk", "expire", "orphans")
-_HELP = {
-    "walk": "List every file reachable from the retained versions, exports and pinned versions (read-only).",
-    "expire": "Expire old versions (commit first), then delete the files only they reached.",
-    "orphans": "Delete old format-owned files that no retained version, export or pin references.",
-}
 
 out_console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -47,8 +41,9 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 def register(cli: click.Group) -> None:
     """Add the maintenance job commands to the `tlake` group."""
-    for job in JOBS:
-        cli.add_command(_job_command(job))
+    for spec in JOBS:
+        if spec.command:
+            cli.add_command(_job_command(spec))
 
 
 # Job flags that `tlake` itself sets: the group's --lakehouse/--control-uri/--storage-option and
@@ -86,11 +81,13 @@ class _JobCommand(click.Command):
             formatter.write_dl(job_option_rows(self.name or ""))
 
 
-def _job_command(job: str) -> click.Command:
+def _job_command(spec: JobSpec) -> click.Command:
+    job = spec.name
+
     @click.command(
         job,
         cls=_JobCommand,
-        help=_HELP[job] + " Every job option below can be given after the command; the lakehouse, control table and"
+        help=spec.help + " Every job option below can be given after the command; the lakehouse, control table and"
         f" storage options are tlake's own: tlake --lakehouse URI {job} ...",
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -62,6 +62,7 @@ from trinitylake.control.spark_engine import is_table_name, session_has_delta
 from trinitylake.errors import ConfigError
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.orphans.job import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
+from trinitylake.jobs.registry import job_spec
 from trinitylake.jobs.walk.rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 from trinitylake.maintenance.plan import read_json
 from trinitylake.maintenance.results import JobResult
@@ -74,14 +75,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActionResult",
-    "ExpireAction",
+    "JobAction",
     "ExpireResult",
-    "ExportAction",
     "ExportResult",
-    "OrphansAction",
     "OrphansResult",
     "TrinityLakeActions",
-    "WalkAction",
     "WalkResult",
     "history",
 ]
@@ -246,14 +244,14 @@ class ExportResult(ActionResult):
 R = TypeVar("R", bound=ActionResult)
 
 
-class _Action(Generic[R]):
+class JobAction(Generic[R]):
     """One job run to be: its options (the job's own names), then `execute`, which returns the
-    job's `result_class`."""
+    job's result class (its record in `trinitylake.jobs.registry` names both)."""
 
-    job: ClassVar[str]
-    result_class: type[R]
-
-    def __init__(self, actions: TrinityLakeActions, options: Mapping[str, Any]):
+    def __init__(self, actions: TrinityLakeActions, job: str, options: Mapping[str, Any]):
+        spec = job_spec(job)
+        self.job = spec.name
+        self.result_class: type[R] = spec.result_class()
         self._actions = actions
         self._options: dict[str, Any] = {}
         self.options(**options)
@@ -300,26 +298,6 @@ class _Action(Generic[R]):
         return self.result_class(a.spark, result, cfg)
 
 
-class WalkAction(_Action[WalkResult]):
-    job = "walk"
-    result_class = WalkResult
-
-
-class OrphansAction(_Action[OrphansResult]):
-    job = "orphans"
-    result_class = OrphansResult
-
-
-class ExpireAction(_Action[ExpireResult]):
-    job = "expire"
-    result_class = ExpireResult
-
-
-class ExportAction(_Action[ExportResult]):
-    job = "export"
-    result_class = ExportResult
-
-
 class TrinityLakeActions:
     """The maintenance jobs of one lakehouse, run on an existing Spark session.
 
@@ -363,21 +341,21 @@ class TrinityLakeActions:
         return Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                               control_uri=cfg.control_uri, audit=self.audit)
 
-    def walk(self, **options: Any) -> WalkAction:
+    def walk(self, **options: Any) -> JobAction[WalkResult]:
         """List every file reachable from the retained versions (or ``versions=[...]``)."""
-        return WalkAction(self, options)
+        return JobAction(self, "walk", options)
 
-    def orphans(self, **options: Any) -> OrphansAction:
+    def orphans(self, **options: Any) -> JobAction[OrphansResult]:
         """Delete old format-owned files nothing references (``dry_run=True``: plan only)."""
-        return OrphansAction(self, options)
+        return JobAction(self, "orphans", options)
 
-    def expire(self, **options: Any) -> ExpireAction:
+    def expire(self, **options: Any) -> JobAction[ExpireResult]:
         """Expire old versions and delete what only they reach (``dry_run=True``: plan only)."""
-        return ExpireAction(self, options)
+        return JobAction(self, "expire", options)
 
-    def export(self, **options: Any) -> ExportAction:
+    def export(self, **options: Any) -> JobAction[ExportResult]:
         """Copy a version to ``target`` under ``name`` (``mode`` full, partial or minimal)."""
-        return ExportAction(self, options)
+        return JobAction(self, "export", options)
 
 
 # ---- history ---------------------------------------------------------------------------------

@@ -13,13 +13,12 @@ the final row, logs and prints the result as JSON, and returns the exit code:
 * 2: a configuration error (unknown option, bad value, missing lakehouse URI).
 
 Every job function has the same signature (its first argument is the job's
-`trinitylake.spark.execution.Execution`, which starts Spark only if a phase needs it); the export job lives in
-``trinitylake.jobs.export.job:run_export`` and is imported only when asked for.
+`trinitylake.spark.execution.Execution`, which starts Spark only if a phase needs it); each job's record
+in `trinitylake.jobs.registry` names it (``trinitylake.jobs.<job>.job:run_<job>``), imported only when asked for.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -42,14 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trinitylake.jobs")
 
-#: job -> "module:function"; each function is ``run_<job>(spark, lakehouse, cfg, result) -> JobResult``.
-JOB_FUNCTIONS: dict[str, str] = {
-    "walk": "trinitylake.jobs.walk.job:run_walk",
-    "expire": "trinitylake.jobs.expire.job:run_expire",
-    "orphans": "trinitylake.jobs.orphans.job:run_orphans",
-    "export": "trinitylake.jobs.export.job:run_export",
-}
-
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
@@ -64,15 +55,15 @@ class JobFailedError(TrinityLakeError):
 
 
 def job_function(job: str) -> Callable[..., JobResult]:
-    """The ``run_<job>`` function of `job` (imported lazily)."""
-    target = JOB_FUNCTIONS.get(job)
-    if target is None:
-        raise ConfigError(f"unknown job {job!r}; expected one of {', '.join(JOB_FUNCTIONS)}")
-    module, _, name = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"job {job!r} is not available: cannot import {target} ({e})") from e
+    """The ``run_<job>`` function of `job`, from its record in `trinitylake.jobs.registry`
+    (imported lazily: the registry is the one list of jobs).
+
+    Raises:
+        ConfigError: no such job, or its module cannot be imported.
+    """
+    from trinitylake.jobs.registry import job_spec
+
+    return job_spec(job).run_function()
 
 
 def session_for(cfg: JobConfig, job: str) -> Session:

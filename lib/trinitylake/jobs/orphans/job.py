@@ -362,7 +362,7 @@ def run_orphans(ex: Execution, lakehouse: Lakehouse, cfg: OrphansConfig, result:
                 cleanup.append(listing.df)
             lcounts = listing.counts
             result.details["skipped_folders"] = lcounts.pop("skipped", [])
-            n_rows, n_owned, b_owned, n_old = _listing_counts(ex, listing, cutoff.cutoff_s)
+            n_rows, n_owned, b_owned, n_old = _listing_counts(ex, listing, cutoff)
         result.seconds["list"] = round(result.seconds["list"] + t_list, 3)
         result.seconds["walk"] = round(t_walk, 3)
         young = n_owned - n_old
@@ -389,10 +389,10 @@ def run_orphans(ex: Execution, lakehouse: Lakehouse, cfg: OrphansConfig, result:
         with phase("diff", "find the orphans"):
             export_dirs = O.export_root_dirs(inp.export_roots.values())
             if listing.is_local and reached.is_local:
-                cands, n_clash, sample, keep_out = _diff_local(listing.table, reached.table, cutoff.cutoff_s,
+                cands, n_clash, sample, keep_out = _diff_local(listing.table, reached.table, cutoff,
                                                                storage.root, export_dirs, rst.outside)
             else:
-                cands, n_clash, sample, keep_out = _diff_distributed(ex, listing, reached, cutoff.cutoff_s,
+                cands, n_clash, sample, keep_out = _diff_distributed(ex, listing, reached, cutoff,
                                                                      storage.root, export_dirs, rst.outside)
             if n_clash:
                 msg = (f"{n_clash} orphan candidates are referenced through another scheme or authority (e.g. "
@@ -458,14 +458,14 @@ def run_orphans(ex: Execution, lakehouse: Lakehouse, cfg: OrphansConfig, result:
     return result
 
 
-def _listing_counts(ex: Execution, listing: Listing, cutoff_s: float) -> tuple[int, int, int, int]:
+def _listing_counts(ex: Execution, listing: Listing, cutoff: O.AgeCutoff) -> tuple[int, int, int, int]:
     """(rows, owned rows, owned bytes, owned rows older than the cutoff)."""
     if listing.is_local:
         t = listing.table
         if t.num_rows == 0:
             return 0, 0, 0, 0
         owned = t.column("owned")
-        old = _is_old(t, cutoff_s)
+        old = _is_old(t, cutoff)
         n_owned = int(pc.sum(owned.cast(pa.int64())).as_py() or 0)
         b_owned = int(pc.sum(pc.if_else(owned, t.column("size"), 0)).as_py() or 0)
         return t.num_rows, n_owned, b_owned, int(pc.sum(old.cast(pa.int64())).as_py() or 0)
@@ -473,18 +473,18 @@ def _listing_counts(ex: Execution, listing: Listing, cutoff_s: float) -> tuple[i
     df = listing.df
     agg = df.agg(F.count("*").alias("n"), F.sum(F.col("owned").cast("int")).alias("owned"),
                  F.sum(F.when(F.col("owned"), F.col("size"))).alias("b"),
-                 F.sum(_is_old_col(F, cutoff_s).cast("int")).alias("old")).collect()[0]
+                 F.sum(_is_old_col(F, cutoff).cast("int")).alias("old")).collect()[0]
     return int(agg["n"]), int(agg["owned"] or 0), int(agg["b"] or 0), int(agg["old"] or 0)
 
 
-def _is_old(t: pa.Table, cutoff_s: float) -> Any:
-    """Owned, with a known modification time strictly before the cutoff (`AgeCutoff.old_enough`)."""
-    m = t.column("mtime")
-    return pc.and_(t.column("owned"), pc.and_(pc.greater(m, 0.0), pc.less(m, cutoff_s)))
+def _is_old(t: pa.Table, cutoff: O.AgeCutoff) -> Any:
+    """Owned and old enough (`AgeCutoff`), on an Arrow listing."""
+    return pc.and_(t.column("owned"), cutoff.old_enough_arrow(t.column("mtime")))
 
 
-def _is_old_col(F: Any, cutoff_s: float) -> Any:  # noqa: N803 - the session's functions module
-    return F.col("owned") & (F.col("mtime") > 0) & (F.col("mtime") < F.lit(cutoff_s))
+def _is_old_col(F: Any, cutoff: O.AgeCutoff) -> Any:  # noqa: N803 - the session's functions module
+    """Owned and old enough (`AgeCutoff`), on a Spark listing."""
+    return F.col("owned") & cutoff.old_enough_column(F, F.col("mtime"))
 
 
 def _mismatches_local(reached: pa.Table, root_uri: str, export_dirs: list[str]) -> pa.Table:
@@ -500,10 +500,10 @@ def _mismatches_local(reached: pa.Table, root_uri: str, export_dirs: list[str]) 
     return pa.table({"path": pa.array(keys, pa.string()), "reference": pa.array(refs, pa.string())})
 
 
-def _diff_local(listing: pa.Table, reached: pa.Table, cutoff_s: float, root_uri: str, export_dirs: list[str],
+def _diff_local(listing: pa.Table, reached: pa.Table, cutoff: O.AgeCutoff, root_uri: str, export_dirs: list[str],
                 outside: int) -> tuple[pa.Table, int, list[tuple[str, str]], Any]:
     """Candidates by Arrow compute; (candidates, clashes, sample, fn removing the clashes)."""
-    mask = pc.and_(_is_old(listing, cutoff_s),
+    mask = pc.and_(_is_old(listing, cutoff),
                    pc.invert(pc.is_in(listing.column("path"), value_set=reached.column("path"))))
     cands = listing.filter(mask).select(CANDIDATE_SCHEMA.names)
     if not outside or cands.num_rows == 0:
@@ -518,7 +518,7 @@ def _diff_local(listing: pa.Table, reached: pa.Table, cutoff_s: float, root_uri:
     return cands, len(clash_paths), sample, lambda c: c.filter(pc.invert(hit))
 
 
-def _diff_distributed(ex: Execution, listing: Listing, reached: Reached, cutoff_s: float, root_uri: str,
+def _diff_distributed(ex: Execution, listing: Listing, reached: Reached, cutoff: O.AgeCutoff, root_uri: str,
                       export_dirs: list[str], outside: int) -> tuple[Any, int, list[tuple[str, str]], Any]:
     """Candidates by a ``left_anti`` join on the executors (a driver-held side is shipped)."""
     F = ex.F
@@ -526,7 +526,7 @@ def _diff_distributed(ex: Execution, listing: Listing, reached: Reached, cutoff_
     with ex.phase("diff.join", DISTRIBUTED, n_list + reached.stats.total_files, "find the orphans"):
         listed = listing.df if listing.df is not None else ex.to_df(listing.table)
         reach_df = reached.as_df(ex)
-        cands = (listed.filter(_is_old_col(F, cutoff_s)).join(reach_df.select("path"), "path", "left_anti")
+        cands = (listed.filter(_is_old_col(F, cutoff)).join(reach_df.select("path"), "path", "left_anti")
                  .select(*CANDIDATE_SCHEMA.names))
         if not outside:
             return cands, 0, [], lambda c: c

@@ -1,4 +1,4 @@
-"""Orphan-file rules: which listed files may be deleted. Pure Python, no Spark.
+"""Orphan-file rules: which listed files may be deleted. Pure: no I/O, no Spark, no storage.
 
 A listed file is an orphan candidate only if
 
@@ -28,9 +28,15 @@ default the job stops when one of them matches a candidate; ``ignore`` keeps tho
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from trinitylake.errors import InvalidURIError
 from trinitylake.format.paths import is_format_owned
@@ -60,9 +66,22 @@ def split_top_level(dirs: Iterable[str], files: Iterable[tuple[str, int, float]]
     return sorted(hash_dirs), sorted(skipped), owned, not_owned
 
 
+#: The comparisons the rule may use, each as Python's operator (which Spark columns overload
+#: too) and as its Arrow compute function.
+_COMPARE: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]] = {
+    "gt": (operator.gt, pc.greater),
+    "lt": (operator.lt, pc.less),
+}
+
+
 @dataclass(frozen=True)
 class AgeCutoff:
-    """Files modified at or after `cutoff_s` (epoch seconds) are too young to delete."""
+    """The age rule, written once as data: a file is old enough to delete when its modification
+    time (epoch seconds) is known, i.e. positive, and strictly before ``reference - min_age``.
+
+    :meth:`checks` is that rule; :meth:`old_enough` (a Python value), :meth:`old_enough_arrow`
+    (an Arrow array) and :meth:`old_enough_column` (a Spark column) only apply it. Unknown
+    times (None, null, 0) are young everywhere."""
 
     reference_ms: int
     min_age_ms: int
@@ -75,9 +94,23 @@ class AgeCutoff:
     def cutoff_s(self) -> float:
         return self.cutoff_ms / 1000.0
 
+    def checks(self) -> tuple[tuple[str, float], ...]:
+        """The rule: every ``(comparison, bound)`` must hold for the mtime (see `_COMPARE`)."""
+        return (("gt", 0.0), ("lt", self.cutoff_s))
+
     def old_enough(self, mtime_s: float | None) -> bool:
-        """True when the file is strictly older than the cutoff; unknown times are young."""
-        return bool(mtime_s) and mtime_s > 0 and mtime_s < self.cutoff_s  # type: ignore[operator]
+        """The rule on one Python value (None is young)."""
+        return mtime_s is not None and all(_COMPARE[op][0](mtime_s, bound) for op, bound in self.checks())
+
+    def old_enough_arrow(self, mtime_s: pa.Array | pa.ChunkedArray) -> Any:
+        """The rule on an Arrow array of mtimes: a boolean array (null where the mtime is null)."""
+        masks = [_COMPARE[op][1](mtime_s, bound) for op, bound in self.checks()]
+        return functools.reduce(pc.and_, masks)
+
+    def old_enough_column(self, F: Any, mtime_s: Any) -> Any:  # noqa: N803 - the session's functions module
+        """The rule on a Spark column of mtimes; `F` is the session's functions module."""
+        masks = [_COMPARE[op][0](mtime_s, F.lit(bound)) for op, bound in self.checks()]
+        return functools.reduce(operator.and_, masks)
 
 
 def is_candidate(path: str, mtime_s: float | None, cutoff: AgeCutoff, reachable: set[str] | frozenset[str]) -> bool:
