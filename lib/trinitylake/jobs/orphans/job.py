@@ -54,6 +54,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -482,7 +483,7 @@ def _is_old(t: pa.Table, cutoff: O.AgeCutoff) -> Any:
     return pc.and_(t.column("owned"), cutoff.old_enough_arrow(t.column("mtime")))
 
 
-def _is_old_col(F: Any, cutoff: O.AgeCutoff) -> Any:  # noqa: N803 - the session's functions module
+def _is_old_col(F: ModuleType, cutoff: O.AgeCutoff) -> Any:  # noqa: N803 - the session's functions module
     """Owned and old enough (`AgeCutoff`), on a Spark listing."""
     return F.col("owned") & cutoff.old_enough_column(F, F.col("mtime"))
 

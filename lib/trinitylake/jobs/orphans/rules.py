@@ -33,6 +33,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
@@ -107,7 +108,7 @@ class AgeCutoff:
         masks = [_COMPARE[op][1](mtime_s, bound) for op, bound in self.checks()]
         return functools.reduce(pc.and_, masks)
 
-    def old_enough_column(self, F: Any, mtime_s: Any) -> Any:  # noqa: N803 - the session's functions module
+    def old_enough_column(self, F: ModuleType, mtime_s: object) -> Any:  # noqa: N803 - the session's functions module
         """The rule on a Spark column of mtimes; `F` is the session's functions module."""
         masks = [_COMPARE[op][0](mtime_s, F.lit(bound)) for op, bound in self.checks()]
         return functools.reduce(operator.and_, masks)
