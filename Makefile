@@ -42,9 +42,19 @@ tools: ## install Maven and chromium when missing (apt-get), or say in one line 
 	  echo "make: missing$$missing (Debian package names): install Maven, a Java 17 runtime and chromium, then run make again"; exit 1; \
 	fi
 
-test: venv tools jars ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
-	$(MAKE) test-dags
+# The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time (`--dist loadfile`: a
+# file's module fixtures, e.g. the cluster path's four spark-submits, are set up once), longest
+# files first (tests/conftest.py). Most of its time is spent waiting on subprocesses, JVMs and
+# the S3 server, so two workers use a 2-core machine better than one. The DAG tests run beside
+# it in their own virtualenv; their output follows the suite's.
+TEST_WORKERS ?= 2
+test: venv tools jars $(DIST_ARCHIVE) ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
+	@mkdir -p build
+	@$(MAKE) --no-print-directory test-dags >build/test-dags.log 2>&1 & dags=$$!; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); suite=$$?; \
+	wait $$dags; dags_rc=$$?; \
+	echo "---- make test-dags (ran beside the suite) ----"; cat build/test-dags.log; \
+	[ $$suite -eq 0 ] && [ $$dags_rc -eq 0 ]
 
 test-fast: venv ## unit tests only (no Spark, no S3 server)
 	$(BIN)/python -m pytest -q -m "not spark and not s3 and not slow" $(PYTEST_ARGS)

@@ -42,7 +42,26 @@ def pytest_configure(config: pytest.Config) -> None:
     given = config.getoption("--hypothesis-seed", default=None) or os.environ.get("TLAKE_HYPOTHESIS_SEED")
     seed = int(given) if given is not None else secrets.randbelow(2**32)
     config.option.hypothesis_seed = str(seed)
+    # pytest-xdist's workers start after this hook and inherit the environment: the whole
+    # run, every worker, replays with the one printed seed.
+    os.environ["TLAKE_HYPOTHESIS_SEED"] = str(seed)
     HYPOTHESIS_SEED = seed
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first: `make test` runs the files on pytest-xdist workers (``--dist
+    loadfile``: a file's module fixtures are set up once, on one worker), and a multi-minute
+    file (the cluster path, every command on S3) handed out last would leave the other worker
+    idle at the end. Files keep their tests together and in order; only files move."""
+    def weight(item: pytest.Item) -> int:
+        marks = {m.name for m in item.iter_markers()}
+        return 2 if "slow" in marks else 1 if marks & {"spark", "s3"} else 0
+
+    by_file: dict[str, int] = {}
+    for item in items:
+        path = str(item.path)
+        by_file[path] = max(by_file.get(path, 0), weight(item))
+    items.sort(key=lambda item: -by_file[str(item.path)])  # stable: order within a weight stays
 
 
 def pytest_report_header(config: pytest.Config) -> str:
