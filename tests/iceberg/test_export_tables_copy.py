@@ -177,7 +177,11 @@ def test_an_export_killed_mid_table_copy_is_finished_by_a_rerun(tmp_path):
     assert proc.returncode == -9, proc.stderr[-3000:]
     assert len(kill_pids(log_dir)) == 1
     copied = [p for p in data if os.path.exists(os.path.join(target, p))]
-    assert 6 <= len(copied) < len(data)
+    assert len(copied) >= 6, proc.stderr[-1500:]
+    # Killed in the table copy: no table's metadata file (written after the copy) is there yet.
+    # (Threads copying other parts may finish a few more data files before the kill lands.)
+    assert not [f for _, _, fs in os.walk(os.path.join(target, "warehouse")) for f in fs
+                if f.endswith(".metadata.json")]
     assert root_files(target) == []  # the root is written last: nothing exported is visible
     assert os.path.exists(os.path.join(target, "_export", "dr1", "plan", "_tables.json"))
 
