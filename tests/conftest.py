@@ -64,6 +64,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -by_file[str(item.path)])  # stable: order within a weight stays
 
 
+#: The reliability figures of each pytest-xdist worker (tests/reliability/conftest.py).
+_WORKER_RELIABILITY: list[dict] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    run = getattr(node, "workeroutput", {}).get("reliability")
+    if run:
+        _WORKER_RELIABILITY.append(run)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """On the pytest-xdist controller: the workers' reliability figures merged and written as
+    one run's (each worker ran some of the files)."""
+    if _WORKER_RELIABILITY and not hasattr(session.config, "workerinput"):
+        from tests.reliability.conftest import merge_runs, write_results
+
+        write_results(session, merge_runs(_WORKER_RELIABILITY))
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis seed: {HYPOTHESIS_SEED} (replay with --hypothesis-seed={HYPOTHESIS_SEED})"
 

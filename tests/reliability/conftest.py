@@ -160,19 +160,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _OUTCOMES[report.outcome] = _OUTCOMES.get(report.outcome, 0) + 1
 
 
-def _write_oracle(session: pytest.Session, name: str, record: bool) -> None:
+def _write_oracle(session: pytest.Session, name: str, record: bool, run: dict[str, Any]) -> None:
     """The oracle-checked suite's figures: ``results-oracle-<scale>.json`` (its own file, so that
     it can be re-run and recorded without re-running the other categories)."""
-    entries = [e for e in _LEDGER.entries if e["category"] == ORACLE]
+    entries = [e for e in run["entries"] if e["category"] == ORACLE]
+    outcomes = run["outcomes"]
     if not entries:
         return
     doc = {"scale": name, "scale_parameters": SCALES[name].__dict__,
            "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
-           "git": dict(_GIT), "hypothesis_seed": _hypothesis_seed(),
-           "outcomes": dict(_OUTCOMES), **_LEDGER.summary(entries), "tests": entries}
+           "git": dict(run["git"]), "hypothesis_seed": _hypothesis_seed(),
+           "outcomes": dict(outcomes), **_LEDGER.summary(entries), "tests": entries}
     targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-oracle-{name}.json")]
-    if record and _OUTCOMES.get("failed", 0) == 0:
+    if record and outcomes.get("failed", 0) == 0:
         targets.append(os.path.join(HERE, f"results-oracle-{name}.json"))
     for target in targets:
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -181,12 +182,38 @@ def _write_oracle(session: pytest.Session, name: str, record: bool) -> None:
             f.write("\n")
 
 
+def this_run() -> dict[str, Any]:
+    """This process's figures, in the form `write_results` takes (and pytest-xdist carries)."""
+    run = {"entries": _LEDGER.entries, "outcomes": _OUTCOMES, "started": _LEDGER.started, "git": _GIT}
+    return json.loads(json.dumps(run, default=str))
+
+
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several processes (pytest-xdist workers) as one run's."""
+    outcomes: dict[str, int] = defaultdict(int)
+    for run in runs:
+        for k, n in run["outcomes"].items():
+            outcomes[k] += n
+    return {"entries": [e for run in runs for e in run["entries"]], "outcomes": dict(outcomes),
+            "started": min(run["started"] for run in runs), "git": runs[0]["git"]}
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller merges and writes
+        workeroutput["reliability"] = this_run()  # (tests/conftest.py, pytest_testnodedown)
+        return
+    write_results(session, this_run())
+
+
+def write_results(session: pytest.Session, run: dict[str, Any]) -> None:
+    """Writes a run's figures (see the module docstring) and prints their one-line summary."""
     name = _scale_name(session.config)
     record = (session.config.getoption("--reliability-record", default=False)
               or os.environ.get("TLAKE_RELIABILITY_RECORD") == "1" or name == "full")
-    _write_oracle(session, name, record)
-    entries = [e for e in _LEDGER.entries if e["category"] != ORACLE]
+    _write_oracle(session, name, record, run)
+    entries = [e for e in run["entries"] if e["category"] != ORACLE]
+    outcomes = run["outcomes"]
     if not entries:
         return
     ran = {e["category"] for e in entries}
@@ -194,15 +221,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "scale": name,
         "scale_parameters": SCALES[name].__dict__,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "wall_seconds": round(time.time() - _LEDGER.started, 1),
+        "wall_seconds": round(time.time() - run["started"], 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
-        "git": dict(_GIT),
+        "git": dict(run["git"]),
         "hypothesis_seed": _hypothesis_seed(),
-        "outcomes": dict(_OUTCOMES),
+        "outcomes": dict(outcomes),
         **_LEDGER.summary(entries),
         "tests": entries,
     }
-    complete = ran >= set(CATEGORIES) and _OUTCOMES.get("failed", 0) == 0
+    complete = ran >= set(CATEGORIES) and outcomes.get("failed", 0) == 0
     doc["complete"] = complete
     targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-{name}.json")]
     if complete and record:
