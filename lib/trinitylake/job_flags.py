@@ -82,10 +82,17 @@ def parse_job_args(
         raise SystemExit(e.exit_code) from None
     except click.UsageError as e:
         raise ConfigError(f"{prog}: {e.format_message()} (see {prog} --help)") from None
-    flags: dict[str, Any] = {}
-    for name, value in ctx.params.items():
-        if value is None or value == ():
-            continue  # not given: the lower layers decide
-        flags[name] = list(value) if isinstance(value, tuple) else value
+    flags = given_flags(ctx.params)
     conf_path = flags.pop("conf", None)
     return load_from_flags(job, conf_path, flags, env, now_ms)
+
+
+def given_flags(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags given on a job's command line, from click's parsed values: a flag not given is
+    left out (the lower layers decide), a repeated one is a list."""
+    flags: dict[str, Any] = {}
+    for name, value in params.items():
+        if value is None or value == ():
+            continue
+        flags[name] = list(value) if isinstance(value, tuple) else value
+    return flags

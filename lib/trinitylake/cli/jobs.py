@@ -1,9 +1,9 @@
 """`tlake walk | expire | orphans`: the Spark maintenance jobs from the CLI.
 
 Each command takes the lakehouse, storage options, control URI and audit switch from the
-`tlake` group (``tlake --lakehouse URI expire ...``) and passes every other argument through
-to the job's own argument parser (`trinitylake.job_flags.job_command`), so the CLI and
-``spark-submit jobs/<job>.py`` accept the same flags::
+`tlake` group (``tlake --lakehouse URI expire ...``); its own parameters are the job's flags
+(`trinitylake.job_flags.job_command`, from the option table), parsed once by click, so the CLI
+and ``spark-submit jobs/<job>.py`` accept the same flags::
 
     tlake --lakehouse /data/lh expire --dry-run --max-version-age 14d
     tlake --lakehouse s3://bucket/lh orphans --older-than 5d --json
@@ -22,7 +22,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich import box
@@ -46,81 +46,92 @@ def register(cli: click.Group) -> None:
             cli.add_command(_job_command(spec))
 
 
-# Job flags that `tlake` itself sets: the group's --lakehouse/--control-uri/--storage-option and
-# the command's own --master. Listing them again would give the same option two help texts.
-_SET_BY_TLAKE = frozenset({"--lakehouse", "--control-uri", "--storage-option", "--master", "-h", "--help"})
-
-
-def job_option_rows(job: str) -> list[tuple[str, str]]:
-    """(flags, help) of every job option the user may add after ``tlake <job>``, taken from
-    the job's own argument parser (`trinitylake.job_flags.job_command`), which is therefore the
-    one place a job option's help is written, for both ``tlake <job> --help`` and
-    ``spark-submit jobs/<job>.py --help``."""
-    from trinitylake.job_flags import job_command
-
-    rows = []
-    for param in job_command(job).params:
-        flags = [*param.opts, *param.secondary_opts]
-        if not isinstance(param, click.Option) or _SET_BY_TLAKE.intersection(flags):
-            continue
-        metavar = param.metavar if isinstance(param.metavar, str) else None
-        name = "/".join(flags) + (f" {metavar}" if metavar else "")
-        rows.append((name, param.help or ""))
-    return rows
+# Job flags that belong to the `tlake` group (``tlake --lakehouse URI --control-uri URI <job>``):
+# the command does not take them a second time (one help text, one place to give them).
+_SET_BY_TLAKE = frozenset({"--lakehouse", "--control-uri"})
 
 
 class _JobCommand(click.Command):
-    """A job command whose help lists the job's options in click's format, in one block.
+    """``tlake <job>``: the job's own flags (`trinitylake.job_flags.job_command`, derived from
+    the option table) are this command's parameters, parsed once by click; the group's
+    lakehouse, control URI and storage options join them as values, never as re-rendered argv.
 
-    The rows are built only when help is shown: building the parser for every job on every
-    `tlake` start cost ~0.4 s."""
+    The job's parameters are built when the command runs or shows its help: building them for
+    every job on every `tlake` start cost ~0.4 s."""
 
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        super().format_options(ctx, formatter)
-        with formatter.section("Job options (also in --conf YAML and TLAKE_<JOB>_<KEY> variables)"):
-            formatter.write_dl(job_option_rows(self.name or ""))
+    def __init__(self, spec: JobSpec, **kwargs: Any) -> None:
+        super().__init__(spec.name, **kwargs)
+        self._job_params: list[click.Parameter] | None = None
+
+    def job_params(self) -> list[click.Parameter]:
+        if self._job_params is None:
+            from trinitylake.job_flags import job_command
+
+            self._job_params = [p for p in job_command(self.name or "").params
+                                if not _SET_BY_TLAKE.intersection(getattr(p, "opts", ()))]
+        return self._job_params
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        help_option = self.get_help_option(ctx)
+        return [*self.params, *self.job_params(), *([help_option] if help_option is not None else [])]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """A bad flag is a configuration error, told as ``jobs/<job>.py`` tells it: one typed line."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            path = f"tlake {self.name}"  # (click's command path is the test runner's name under CliRunner)
+            config_error(ConfigError(f"{path}: {e.format_message()} (see {path} --help)"))
+
+
+def config_error(error: ConfigError) -> NoReturn:
+    err_console.print(f"[red]error[/red] (ConfigError): {escape(redact_text(str(error)))}", highlight=False)
+    sys.exit(2)
 
 
 def _job_command(spec: JobSpec) -> click.Command:
     job = spec.name
 
-    @click.command(
-        job,
-        cls=_JobCommand,
-        help=spec.help + " Every job option below can be given after the command; the lakehouse, control table and"
-        f" storage options are tlake's own: tlake --lakehouse URI {job} ...",
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )
-    @click.option("--master", default="local[*]", show_default=True, help="Spark master, when a phase goes to Spark")
-    @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
     @click.pass_context
-    def command(click_ctx: click.Context, master: str, as_json: bool) -> None:
-        run_cli_job(job, click_ctx, master, as_json)
+    def command(click_ctx: click.Context, as_json: bool, **flags: Any) -> None:
+        run_cli_job(job, click_ctx, flags, as_json)
 
-    return command
+    return _JobCommand(
+        spec,
+        callback=command,
+        params=[click.Option(["--json", "as_json"], is_flag=True, help="print the result as JSON")],
+        help=spec.help + " Every job option below can be given after the command; the lakehouse and control table"
+        f" are tlake's own: tlake --lakehouse URI {job} ...",
+    )
 
 
-def job_argv(ctx: Any, master: str, extra: list[str]) -> list[str]:
-    """The job's argument list: the group's settings first, then the user's flags."""
-    argv = ["--lakehouse", ctx.require_uri(), "--master", master]
-    for k, v in (ctx.storage_options or {}).items():
-        argv += ["--storage-option", f"{k}={v}"]
+def job_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
+    """The job's flags as the job's parser gives them (`trinitylake.job_flags.given_flags`),
+    with the group's settings: its lakehouse and control URI, and its storage options before
+    the command's own ``--storage-option`` pairs (a later pair wins)."""
+    from trinitylake.job_flags import given_flags
+
+    given = given_flags(flags)
+    given["lakehouse"] = ctx.require_uri()
     if ctx.control_uri:
-        argv += ["--control-uri", ctx.control_uri]
-    return argv + list(extra)
+        given["control_uri"] = ctx.control_uri
+    group_pairs = [f"{k}={v}" for k, v in (ctx.storage_options or {}).items()]
+    if group_pairs or "storage_options" in given:
+        given["storage_options"] = [*group_pairs, *given.get("storage_options", [])]
+    return given
 
 
-def run_cli_job(job: str, click_ctx: click.Context, master: str, as_json: bool) -> None:
-    from trinitylake.job_flags import parse_job_args
+def run_cli_job(job: str, click_ctx: click.Context, flags: dict[str, Any], as_json: bool) -> None:
+    from trinitylake.config import load_from_flags
     from trinitylake.spark.common import add_progress_listener
     from trinitylake.spark.runner import JobFailedError, run_job
 
     ctx = click_ctx.obj
     try:
-        cfg = parse_job_args(job, job_argv(ctx, master, click_ctx.args), prog=f"tlake {job}")
+        given = job_flags(ctx, flags)
+        cfg = load_from_flags(job, given.pop("conf", None), given)
     except ConfigError as e:
-        err_console.print(f"[red]error[/red] (ConfigError): {escape(redact_text(str(e)))}", highlight=False)
-        sys.exit(2)
+        config_error(e)
     result: JobResult | None = None
     error: BaseException | None = None
     with progress_display(f"tlake {job} {cfg.run_id}") as status:
