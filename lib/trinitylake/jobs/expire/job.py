@@ -58,10 +58,11 @@ from trinitylake.config import effective_retention
 from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import deserialize
-from trinitylake.format.paths import LAKEHOUSE_DEF_RE, OWNED_HASHED_RE, ROOT_RE, root_name
-from trinitylake.jobs.expire.rules import RetentionPolicy, plan_expiration
+from trinitylake.format.paths import root_name
+from trinitylake.jobs.expire.rules import RetentionPolicy, owned_arrow, owned_column, plan_expiration
 from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
 from trinitylake.jobs.walk.rows import Reached
+from trinitylake.jobs.walk.rules import present_arrow, present_column
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance import walk_roots as WR
 from trinitylake.maintenance.plan import run_dir, write_json
@@ -72,17 +73,12 @@ from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execut
 from trinitylake.spark.output import write_listing
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
 
     from trinitylake.config import ExpireConfig
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.spark.session import Session
 
 log = logging.getLogger(__name__)
-
-#: Format-owned paths (relative to the root): only these are ever deleted. Java regexes
-#: (``rlike``) and RE2 (``pc.match_substring_regex``) read them the same.
-OWNED_SQL_PATTERNS = (ROOT_RE.pattern, LAKEHOUSE_DEF_RE.pattern, OWNED_HASHED_RE.pattern)
 
 
 class RootTimes:
@@ -119,25 +115,6 @@ class RootTimes:
         if t is None:
             raise VersionNotFoundError(f"root of version {v} disappeared while planning the expiration")
         return t
-
-
-def _owned(col: Column) -> Column:
-    """Spark column: the path is format-owned."""
-    cond = None
-    for p in OWNED_SQL_PATTERNS:
-        c = col.rlike(p)
-        cond = c if cond is None else (cond | c)
-    assert cond is not None  # OWNED_SQL_PATTERNS is not empty
-    return cond
-
-
-def _owned_mask(paths: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """Arrow mask: the path is format-owned (the same patterns as :func:`_owned`)."""
-    mask = None
-    for p in OWNED_SQL_PATTERNS:
-        m = pc.match_substring_regex(paths, p)
-        mask = m if mask is None else pc.or_(mask, m)
-    return pc.fill_null(mask, False)
 
 
 def _count_true(mask: pa.ChunkedArray | pa.Array) -> int:
@@ -204,8 +181,8 @@ class _LocalCandidates(_Candidates):
 
     def __init__(self, ex: Execution, reached: pa.Table):
         with ex.phase("expire.candidates", LOCAL, reached.num_rows, "filter the candidates"):
-            owned = _owned_mask(reached.column("path"))
-            present = pc.greater_equal(reached.column("size"), 0)
+            owned = owned_arrow(reached.column("path"))
+            present = present_arrow(reached.column("size"))
             self.not_owned = reached.num_rows - _count_true(owned)
             keep = pc.and_(owned, present)
             self.already_gone = _count_true(pc.and_(owned, pc.invert(present)))
@@ -262,8 +239,8 @@ class _DistributedCandidates(_Candidates):
     def __init__(self, ex: Execution, reached: Reached):
         self.F = F = ex.F  # the functions of the session's kind (classic or Connect)
         cand_df = reached.as_df(ex)
-        owned = _owned(F.col("path"))
-        present = F.col("size") >= 0
+        owned = owned_column(F.col("path"))
+        present = present_column(F.col("size"))
         self.persisted: list[Any] = []
         self.by_kind = {}
         self.not_owned = self.already_gone = 0

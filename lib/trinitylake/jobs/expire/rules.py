@@ -16,18 +16,52 @@ contiguous *oldest* prefix ever expires:
    still reads ``u``'s tree.
 
 The plan refuses (UnsafeOperationError) to leave no retained version.
+
+**Owned.** Of the files only the expired versions reach, expire deletes only those whose
+names the format owns (`OWNED_PATTERNS`: root node files, ``_lakehouse_def_*`` and
+hash-prefixed ``.arrow|binpb`` files, as `trinitylake.format.paths.is_format_owned`), and
+only those still present (`trinitylake.jobs.walk.rules.present`). The patterns are the rule;
+:func:`owned` (a Python value), :func:`owned_arrow` (an Arrow array) and :func:`owned_column`
+(a Spark column) only apply them.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from trinitylake.config import DEFAULT_MAX_VERSION_AGE_MS, DEFAULT_MIN_VERSIONS_TO_KEEP, format_timestamp
 from trinitylake.errors import UnsafeOperationError, ValidationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS, LakehouseDef
+from trinitylake.format.paths import LAKEHOUSE_DEF_RE, OWNED_HASHED_RE, ROOT_RE
 from trinitylake.values import format_duration
+
+#: Format-owned paths (relative to the root): only these are ever deleted. Java regexes
+#: (``rlike``), RE2 (``pc.match_substring_regex``) and Python's ``re`` read them the same.
+OWNED_PATTERNS = (ROOT_RE.pattern, LAKEHOUSE_DEF_RE.pattern, OWNED_HASHED_RE.pattern)
+
+
+def owned(path: str) -> bool:
+    """The rule on one path: the format owns it."""
+    return any(re.search(p, path) for p in OWNED_PATTERNS)
+
+
+def owned_arrow(paths: pa.ChunkedArray | pa.Array) -> Any:
+    """The rule on an Arrow array of paths: a boolean mask (false where the path is null)."""
+    masks = [pc.match_substring_regex(paths, p) for p in OWNED_PATTERNS]
+    return pc.fill_null(functools.reduce(pc.or_, masks), False)
+
+
+def owned_column(path: Any) -> Any:
+    """The rule on a Spark column of paths: a boolean column."""
+    return functools.reduce(operator.or_, [path.rlike(p) for p in OWNED_PATTERNS])
 
 
 @dataclass(frozen=True)

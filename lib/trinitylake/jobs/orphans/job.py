@@ -65,6 +65,7 @@ from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationEr
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
 from trinitylake.format.paths import OWNED_HASHED_RE
 from trinitylake.jobs.orphans import rules as O
+from trinitylake.jobs.walk import rules as W
 from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
 from trinitylake.jobs.walk.rows import Reached
 from trinitylake.maintenance import walk_roots as WR
@@ -490,7 +491,7 @@ def _is_old_col(F: ModuleType, cutoff: O.AgeCutoff) -> Any:  # noqa: N803 - the 
 
 def _mismatches_local(reached: pa.Table, root_uri: str, export_dirs: list[str]) -> pa.Table:
     paths = reached.column("path")
-    foreign = pc.filter(paths, pc.match_substring(paths, "://")).to_pylist()
+    foreign = pc.filter(paths, W.outside_arrow(paths)).to_pylist()
     root = parse_uri(root_uri)
     keys, refs = [], []
     for ref in foreign:
@@ -534,7 +535,7 @@ def _diff_distributed(ex: Execution, listing: Listing, reached: Reached, cutoff:
         if reached.is_local:
             mism = ex.to_df(_mismatches_local(reached.table, root_uri, export_dirs))
         else:
-            foreign = reach_df.filter(F.col("path").contains("://")).select("path")
+            foreign = reach_df.filter(W.outside_column(F.col("path"))).select("path")
             mism = ex.map_arrow(foreign, functools.partial(mismatch_task, root_uri, export_dirs), MISMATCH_SCHEMA,
                                 ex.partitions(outside, 4096))
         mism = mism.localCheckpoint(eager=True)

@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from trinitylake.errors import CorruptNodeError
+from trinitylake.jobs.walk import rules as W
 from trinitylake.jobs.walk.rows import (
     FRONTIER_SCHEMA,
     HASH_FOLDERS,
@@ -288,7 +288,7 @@ class _Walk:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
         with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0,
                            f"size {len(keys) if sizes else 0} definition files"):
-            lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else [-1] * len(keys)
+            lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else [W.UNKNOWN_SIZE] * len(keys)
         leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
         table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
@@ -341,7 +341,7 @@ class _Walk:
                     out = self._keep(ex.map_arrow(frontier, fn, LEVEL_SCHEMA, parts))
                     roles = {r["role"]: (int(r["n"]), int(r["read"] or 0)) for r in
                              out.groupBy("role").agg(F.count("*").alias("n"),
-                                                     F.sum((F.col("size") >= 0).cast("int")).alias("read")).collect()}
+                                                     F.sum(W.present_column(F.col("size")).cast("int")).alias("read")).collect()}
                     keys = frontier.select("path")
                     # A union of checkpointed frontiers: flat without a checkpoint of its own, and
                     # re-checkpointed every few levels so it stays a handful of scans.
@@ -420,7 +420,7 @@ class _Walk:
                                       LISTED_SCHEMA, ex.partitions(len(HASH_FOLDERS), 1))
                 hashed = F.col("path").rlike(_HASHED_KEY)
                 by_list = (leaves.filter(hashed).join(listed, "path", "left")
-                           .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(-1)).cast("long").alias("size"),
+                           .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(W.UNKNOWN_SIZE)).cast("long").alias("size"),
                                    "depth", "first_version"))
                 others = leaves.filter(~hashed)
                 by_head = ex.map_arrow(others, functools.partial(size_batches, self.reader, self.io_threads),
@@ -434,7 +434,7 @@ class _Walk:
                 # Materialized inside the phase, so its seconds are the stat work (lazy otherwise).
                 return self._keep(selfs.unionByName(sized))
         else:
-            sized = leaves.select("path", "kind", F.lit(-1).cast("long").alias("size"), "depth", "first_version")
+            sized = leaves.select("path", "kind", F.lit(W.UNKNOWN_SIZE).cast("long").alias("size"), "depth", "first_version")
         return self._keep(selfs.unionByName(sized))
 
 
@@ -460,8 +460,8 @@ def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
     stats.files, stats.bytes, stats.outside = {}, {}, 0
     if table.num_rows == 0:
         return
-    sized = pa.table({"kind": table.column("kind"), "size": pc.max_element_wise(table.column("size"), 0),
-                      "outside": pc.match_substring(table.column("path"), "://").cast(pa.int64())})
+    sized = pa.table({"kind": table.column("kind"), "size": W.known_bytes_arrow(table.column("size")),
+                      "outside": W.outside_arrow(table.column("path")).cast(pa.int64())})
     agg = sized.group_by("kind").aggregate([("size", "count"), ("size", "sum"), ("outside", "sum")])
     for kind, n, b, o in zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum", "outside_sum")),
                              strict=True):
@@ -473,9 +473,9 @@ def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
 def _summarize_df(df: DataFrame, stats: WalkStats) -> None:
     F = functions_for(df.sparkSession)  # noqa: N806
 
-    outside = F.col("path").contains("://")
+    outside = W.outside_column(F.col("path"))
     summary = df.groupBy("kind").agg(F.count("*").alias("n"),
-                                     F.sum(F.when(F.col("size") >= 0, F.col("size"))).alias("b"),
+                                     F.sum(W.known_bytes_column(F, F.col("size"))).alias("b"),
                                      F.sum(outside.cast("int")).alias("o"))
     stats.files, stats.bytes, stats.outside = {}, {}, 0
     for r in summary.collect():
