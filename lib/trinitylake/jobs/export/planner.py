@@ -26,7 +26,8 @@ from trinitylake.errors import (
     TrinityLakeError,
     VersionNotFoundError,
 )
-from trinitylake.jobs.export import plan as X
+from trinitylake.jobs.export import plan as XP
+from trinitylake.jobs.export import rules as X
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
@@ -86,7 +87,7 @@ def _expand(source: Storage, spec: X.ExportSpec, pmap: PoolMap, items: list[tupl
     def one(item: tuple[str, int]) -> list[tuple]:
         path, depth = item
         try:
-            row, refs = X.plan_node(source, path, depth, spec)
+            row, refs = XP.plan_node(source, path, depth, spec)
         except FileNotFoundError as e:
             return [(ROLE_MISSING, path, X.KIND_NODE, depth, "", -1, "", 0, None, str(e))]
         except TrinityLakeError as e:
@@ -123,7 +124,7 @@ def _failure(missing: list[str], errors: list[str], what: str, version: int) -> 
 
 # ---- plan: parts ------------------------------------------------------------------------------
 def _write_part(target: Storage, plan_dir: str, name: str, rows: list[X.PlanRow]) -> dict[str, Any]:
-    target.write(f"{plan_dir}/{name}", X.plan_part_bytes(rows))
+    target.write(f"{plan_dir}/{name}", XP.plan_part_bytes(rows))
     return X.part_summary(name, rows)
 
 
@@ -306,7 +307,7 @@ class Planner:
         held = self._rows()
         # Rows the plan can hold at most (its duplicates are merged when the parts are written).
         self.upper = len(held)
-        plan_parts = [spark.createDataFrame(X.plan_table(held), schema=ddl(X.PLAN_SCHEMA))]
+        plan_parts = [spark.createDataFrame(XP.plan_table(held), schema=ddl(X.PLAN_SCHEMA))]
         del held
         self.nodes, self.odfs, self.node_bytes = {}, {}, 0
         odf_parts = []

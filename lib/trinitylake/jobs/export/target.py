@@ -14,7 +14,8 @@ from trinitylake.format import definitions as D
 from trinitylake.format import keys as K
 from trinitylake.format.node import deserialize
 from trinitylake.format.paths import HINT_FILE, is_root_name, root_name
-from trinitylake.jobs.export.plan import EXPORT_DIR, FORMAT_TAG, read_json
+from trinitylake.jobs.export.plan import read_json
+from trinitylake.jobs.export.rules import EXPORT_DIR, FORMAT_TAG
 from trinitylake.storage import Storage, is_absolute, parse_uri
 
 
