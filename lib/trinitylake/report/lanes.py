@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import cast
 
 from trinitylake.report.data import JobRun, VersionPoint
-from trinitylake.report.svg import Plot, esc, fmt_duration, fmt_num, fmt_time
+from trinitylake.report.svg import Plot, esc, fmt_duration, fmt_metric, fmt_num, fmt_time
 
 #: Colour of a run by its state (`trinitylake.control.records.run_state`).
 STATE_COLORS = {
@@ -160,3 +160,18 @@ class LabelPlacer:
                 self.plot.text(x, y, text, color=color, anchor=anchor, dx=dx, dy=dy + i * self.LINE_H)
                 return True
         return False
+
+
+def job_label(j: JobRun) -> str:
+    """A run's short label: its job, its txn_seq, and a mark when it failed or was a dry run."""
+    seq = f" #{j.txn_seq}" if j.txn_seq is not None else ""
+    return f"{job_name(j)}{seq}" + (" ✗" if j.state == "failed" else " (dry run)" if j.state == "dry_run" else "")
+
+
+def job_title(j: JobRun) -> str:
+    """A run's hover text: its label, state, start, duration and key metrics."""
+    bits = [job_label(j), j.state, f"start {fmt_time(j.started_at)}", f"duration {fmt_duration(j.duration_s)}"]
+    bits += [f"{k} {fmt_metric(k, v)}" for k, v in j.key_metrics()[:6]]
+    if j.error:
+        bits.append(j.error[:200])
+    return " · ".join(bits)
