@@ -38,8 +38,10 @@ def build(uri: str, tables: int, seed: int = 7) -> Lakehouse:
     from trinitylake.lakehouse import Lakehouse
 
     rnd = random.Random(seed)
-    lh = Lakehouse.create(uri, order=16, node_max_bytes=64 * 1024, txn_ttl_millis=DEMO_TTL_MS)
-    lh.command = "demo"
+    from trinitylake.lakehouse.context import AuditContext
+
+    lh = Lakehouse.create(uri, order=16, node_max_bytes=64 * 1024, txn_ttl_millis=DEMO_TTL_MS,
+                          context=AuditContext("demo"))
 
     def set_retention(d: LakehouseDef) -> None:
         d.maximum_version_age_millis = 3000

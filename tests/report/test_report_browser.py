@@ -61,10 +61,10 @@ def busy(tmp_path_factory):
     """60 ordinary audited commits (named like the demo's), a rollback, then job runs: a dry and
     a deleting orphans run, an expire that deleted files, a failed export and 90 walks."""
     from trinitylake.lakehouse import Lakehouse
+    from trinitylake.lakehouse.context import AuditContext
 
     base = tmp_path_factory.mktemp("busy")
-    lh = Lakehouse.create(str(base / "lh"), order=4, node_max_bytes=4096)
-    lh.command = "demo: create tables"
+    lh = Lakehouse.create(str(base / "lh"), order=4, node_max_bytes=4096, context=AuditContext("demo: create tables"))
     lh.create_namespace("sales")
     for i in range(COMMITS - 3):
         lh.create_table("sales", f"t{i:03d}")

@@ -51,13 +51,13 @@ class Ctx:
     def lakehouse(self) -> Lakehouse:
         if self._lh is None:
             from trinitylake.lakehouse import Lakehouse
+            from trinitylake.lakehouse.context import AuditContext
 
-            self._lh = Lakehouse.open(self.require_uri(), storage_options=self.storage_options or None,
-                                      control_uri=self.control_uri, audit=self.audit)
             click_ctx = click.get_current_context()
-            self._lh.command = click_ctx.command_path.split(" ", 1)[-1]
             argv = click_ctx.find_root().meta.get(_ARGV_KEY, sys.argv[1:])
-            self._lh.arguments = {"argv": redact_argv(argv, learn=True)}
+            context = AuditContext(click_ctx.command_path.split(" ", 1)[-1], {"argv": redact_argv(argv, learn=True)})
+            self._lh = Lakehouse.open(self.require_uri(), storage_options=self.storage_options or None,
+                                      control_uri=self.control_uri, audit=self.audit, context=context)
         return self._lh
 
 

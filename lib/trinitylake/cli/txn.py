@@ -170,7 +170,6 @@ def _run_local(cli: click.Group, ctx: Ctx, isolation: str | None, ops_file: Text
         t.rollback()
         raise
     ctx.txn = None
-    lh.command = "txn"
     version = t.commit(command="txn", arguments={"ops": t.ops, "isolation": t.isolation})
     click.echo(f"committed {n} operations as version {version}" if version is not None else "nothing to commit")
 

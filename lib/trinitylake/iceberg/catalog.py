@@ -59,6 +59,7 @@ from trinitylake.errors import (
 from trinitylake.format import definitions as D
 from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, commit_response
 from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
+from trinitylake.lakehouse.context import AuditContext
 from trinitylake.storage import is_absolute
 
 if TYPE_CHECKING:
@@ -112,8 +113,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
             raise ValueError(f"catalog {name!r}: the property {LAKEHOUSE!r} (the lakehouse URI) is required")
         options = {k[len(STORAGE_PREFIX):]: v for k, v in properties.items() if k.startswith(STORAGE_PREFIX)}
         self.lakehouse = Lakehouse.open(uri, storage_options=options or None, control_uri=properties.get("control-uri"),
-                                        audit=_flag(properties.get("audit"), True))
-        self.lakehouse.command = "iceberg"
+                                        audit=_flag(properties.get("audit"), True), context=AuditContext("iceberg"))
         if not self.properties.get(WAREHOUSE):
             self.properties = {**self.properties, WAREHOUSE: self.lakehouse.uri.rstrip("/") + "/warehouse"}
         given = [k for k in (VERSION, AS_OF, EXPORT) if properties.get(k) not in (None, "")]

@@ -27,6 +27,7 @@ from trinitylake.format.paths import HINT_FILE, is_root_name, lakehouse_def_name
 from trinitylake.lakehouse.audit import Auditor
 from trinitylake.lakehouse.changes import ChangeSet
 from trinitylake.lakehouse.changes import now_ms as _now_ms
+from trinitylake.lakehouse.context import API, AuditContext
 from trinitylake.lakehouse.roots import RootRef, check_retained, root_system_rows
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.storage import Storage, is_absolute, parse_uri
@@ -49,7 +50,8 @@ class Lakehouse:
         ['sales']
     """
 
-    def __init__(self, storage: Storage, *, control_uri: str | None = None, audit: bool = True):
+    def __init__(self, storage: Storage, *, control_uri: str | None = None, audit: bool = True,
+                 context: AuditContext = API):
         self.storage = storage
         self.uri = storage.root
         self._stores: dict[str, tree.NodeStore] = {}
@@ -57,8 +59,8 @@ class Lakehouse:
         self._roots: dict[int, RootRef] = {}  # root files are immutable: cache what was read
         self._foreign: dict[str, Storage] = {}
         self.auditor = Auditor(self, control_uri or (self.uri + "/_control"), enabled=audit)
-        self.command: str = "api"
-        self.arguments: dict[str, Any] = {}
+        #: The command and arguments this handle's audit rows name (fixed: see AuditContext).
+        self.context = context
 
     # ---- creation and opening -----------------------------------------------------------
     @classmethod
@@ -69,6 +71,7 @@ class Lakehouse:
         storage_options: dict | None = None,
         control_uri: str | None = None,
         audit: bool = True,
+        context: AuditContext = API,
         order: int = D.DEFAULT_ORDER,
         node_max_bytes: int = D.DEFAULT_NODE_MAX_BYTES,
         namespace_max: int = D.DEFAULT_NAME_MAX,
@@ -89,7 +92,7 @@ class Lakehouse:
         if txn_ttl_millis < 1000:
             raise ValidationError(f"txn_ttl_millis must be at least 1000, got {txn_ttl_millis}")
         storage = Storage(uri, storage_options)
-        lh = cls(storage, control_uri=control_uri, audit=audit)
+        lh = cls(storage, control_uri=control_uri, audit=audit, context=context)
         if lh._any_root_exists():
             raise AlreadyExistsError(f"a lakehouse already exists at {storage.root}")
         d = D.new_lakehouse_def(order, node_max_bytes, namespace_max, table_max, view_max, txn_ttl_millis, isolation)
@@ -115,9 +118,11 @@ class Lakehouse:
         return lh
 
     @classmethod
-    def open(cls, uri: str, *, storage_options: dict | None = None, control_uri: str | None = None, audit: bool = True) -> Lakehouse:
-        """Open an existing lakehouse (any root file present, not only v0)."""
-        lh = cls(Storage(uri, storage_options), control_uri=control_uri, audit=audit)
+    def open(cls, uri: str, *, storage_options: dict | None = None, control_uri: str | None = None, audit: bool = True,
+             context: AuditContext = API) -> Lakehouse:
+        """Open an existing lakehouse (any root file present, not only v0); `context` names the
+        command its audit rows record (default: the library's own operations)."""
+        lh = cls(Storage(uri, storage_options), control_uri=control_uri, audit=audit, context=context)
         try:
             lh.latest_version()  # raises LakehouseNotFoundError
         except StorageNotADirectoryError as e:

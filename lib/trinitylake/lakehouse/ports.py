@@ -9,11 +9,12 @@ layering runs one way: ports <- audit, view <- transaction <- lakehouse.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from trinitylake.control import VersionInfo
     from trinitylake.format import tree
+    from trinitylake.lakehouse.context import AuditContext
     from trinitylake.lakehouse.roots import RootRef
     from trinitylake.storage import Storage
 
@@ -41,10 +42,7 @@ class AuditedLakehouse(Protocol):
     def storage(self) -> Storage: ...
 
     @property
-    def command(self) -> str: ...
-
-    @property
-    def arguments(self) -> dict[str, Any]: ...
+    def context(self) -> AuditContext: ...
 
     def load_root(self, version: int) -> RootRef: ...
 

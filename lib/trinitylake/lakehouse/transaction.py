@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from trinitylake import seams
 from trinitylake.errors import (
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message as ProtoMessage
 
     from trinitylake.lakehouse.audit import Auditor
+    from trinitylake.lakehouse.context import AuditContext
 
 MAX_COMMIT_ATTEMPTS = 32
 log = logging.getLogger(__name__)
@@ -62,10 +63,7 @@ class TransactionHost(NodeSource, Protocol):
     def auditor(self) -> Auditor: ...
 
     @property
-    def command(self) -> str: ...
-
-    @property
-    def arguments(self) -> dict[str, Any]: ...
+    def context(self) -> AuditContext: ...
 
     def latest_version(self) -> int: ...
 
@@ -281,8 +279,9 @@ class Transaction(LakehouseView):
             self.closed = True
             return None
         lh = self.lakehouse
-        command = command or (lh.command if lh.command != "api" else "; ".join(self.ops))
-        arguments = arguments if arguments is not None else (lh.arguments or {"ops": self.ops})
+        context = lh.context
+        command = command or (context.command if context.command != "api" else "; ".join(self.ops))
+        arguments = arguments if arguments is not None else (dict(context.arguments) or {"ops": self.ops})
         msgs = [Message(k, v, self.id) for k, v in self.writes.items()]
         base = self.root
         store = lh.node_store(lh.storage)

@@ -114,6 +114,7 @@ def run_job(job: str, cfg: JobConfig, *, spark: Session | None = None, audit: bo
     """
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.audit import job_begin
+    from trinitylake.lakehouse.context import AuditContext
 
     fn = job_function(job)
     # Redacted once, before anything touches storage: the rows, plans and results quote these
@@ -123,10 +124,10 @@ def run_job(job: str, cfg: JobConfig, *, spark: Session | None = None, audit: bo
     warm_arrow()
     if lakehouse is None:
         lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
-                                   control_uri=cfg.control_uri, audit=audit)
+                                   control_uri=cfg.control_uri, audit=audit, context=AuditContext(job, arguments))
+    # (A lakehouse the caller opened keeps its context: the job's own rows and commits name the
+    # job and its arguments themselves.)
     _control_engine(lakehouse, cfg, job)
-    lakehouse.command = job
-    lakehouse.arguments = arguments
     result = JobResult(job=job, run_id=cfg.run_id, lakehouse=lakehouse.uri, dry_run=cfg.is_dry_run)
     ex = execution_for(cfg, job, result, spark)
     if ex.mode == DISTRIBUTED:
