@@ -32,7 +32,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +42,9 @@ from trinitylake.errors import UnsafeOperationError, ValidationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS, LakehouseDef
 from trinitylake.format.paths import LAKEHOUSE_DEF_RE, OWNED_HASHED_RE, ROOT_RE
 from trinitylake.values import format_duration
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 #: Format-owned paths (relative to the root): only these are ever deleted. Java regexes
 #: (``rlike``), RE2 (``pc.match_substring_regex``) and Python's ``re`` read them the same.
@@ -59,9 +62,10 @@ def owned_arrow(paths: pa.ChunkedArray | pa.Array) -> Any:
     return pc.fill_null(functools.reduce(pc.or_, masks), False)
 
 
-def owned_column(path: Any) -> Any:
+def owned_column(path: Column) -> Column:
     """The rule on a Spark column of paths: a boolean column."""
-    return functools.reduce(operator.or_, [path.rlike(p) for p in OWNED_PATTERNS])
+    cols: list[Column] = [path.rlike(p) for p in OWNED_PATTERNS]
+    return functools.reduce(operator.or_, cols)
 
 
 @dataclass(frozen=True)

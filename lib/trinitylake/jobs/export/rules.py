@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -162,7 +163,7 @@ class ExportSpec:
             "root": self.root_path,
         }
 
-    def same_export(self, recorded: dict[str, Any]) -> bool:
+    def same_export(self, recorded: Mapping[str, object]) -> bool:
         mine = self.describe()
         return (all(recorded.get(k) == mine[k] for k in ("name", "version", "mode", "depth", "source_id", "root"))
                 and bool(recorded.get("with_tables", False)) == self.with_tables)

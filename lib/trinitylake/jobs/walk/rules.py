@@ -21,10 +21,13 @@ overloads, so the column adapters need no session).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 #: The size the walk writes where it does not know a file's size.
 UNKNOWN_SIZE = -1
@@ -47,7 +50,7 @@ def present_arrow(sizes: ArrowArray) -> Any:
     return pc.greater_equal(sizes, PRESENT_MIN_SIZE)
 
 
-def present_column(size: Any) -> Any:
+def present_column(size: Column) -> Column:
     """The rule on a Spark column of sizes: a boolean column."""
     return size >= PRESENT_MIN_SIZE
 
@@ -62,7 +65,7 @@ def known_bytes_arrow(sizes: ArrowArray) -> Any:
     return pc.if_else(present_arrow(sizes), sizes, pa.scalar(0, sizes.type))
 
 
-def known_bytes_column(F: ModuleType, size: Any) -> Any:  # noqa: N803 - the session's functions module
+def known_bytes_column(F: ModuleType, size: Column) -> Column:  # noqa: N803 - the session's functions module
     """`known_bytes` on a Spark column: the size when present, else null (which ``sum`` skips)."""
     return F.when(present_column(size), size)
 
@@ -78,6 +81,6 @@ def outside_arrow(paths: ArrowArray) -> Any:
     return pc.match_substring(paths, OUTSIDE_MARK)
 
 
-def outside_column(path: Any) -> Any:
+def outside_column(path: Column) -> Column:
     """The rule on a Spark column of keys: a boolean column."""
     return path.contains(OUTSIDE_MARK)
