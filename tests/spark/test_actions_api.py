@@ -1,4 +1,4 @@
-"""The DataFrame API (`trinitylake.spark.actions`): each job run through an action on a real
+"""The DataFrame API (`trinitylake.jobs.actions`): each job run through an action on a real
 session, its DataFrames checked against the files on disk and the independent oracle
 (`tests.oracle`), and the history against the control table and `tlake show`.
 
@@ -23,8 +23,8 @@ from tests.spark.conftest import TTL_MS, orphan_names, owned_files, plant
 from trinitylake.cli.app import cli
 from trinitylake.control import ControlTable
 from trinitylake.errors import ConfigError
+from trinitylake.jobs.actions import ExportResult, TrinityLakeActions, history
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.spark.actions import ExportResult, TrinityLakeActions, history
 
 pytestmark = pytest.mark.spark
 

@@ -4,7 +4,7 @@ A `JobSpec` names the job, its typed config class (`trinitylake.config`), its ru
 its result class (both as lazy ``"module:name"`` references, so reading the registry imports
 neither Spark nor the job), and the one-line help of ``tlake <job>``. The runner
 (`trinitylake.spark.runner`), the CLI (`trinitylake.cli.jobs`) and the Python API
-(`trinitylake.spark.actions`) all read it. The option table (`trinitylake.options`) and the
+(`trinitylake.jobs.actions`) all read it. The option table (`trinitylake.options`) and the
 config classes stay where they are, keyed by the job's name; :func:`registry_drift` checks
 that all three name the same jobs (a test and the import below both run it).
 
@@ -69,7 +69,7 @@ def _load(job: str, ref: str) -> Any:
         raise ConfigError(f"job {job!r} is not available: cannot import {ref} ({e})") from e
 
 
-_ACTIONS = "trinitylake.spark.actions"
+_ACTIONS = "trinitylake.jobs.actions"
 
 JOBS: tuple[JobSpec, ...] = (
     JobSpec("walk", WalkConfig, "trinitylake.jobs.walk.job:run_walk",

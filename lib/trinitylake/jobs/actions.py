@@ -7,7 +7,7 @@ session's JVM context).
 
 Example (with ``spark`` an existing session)::
 
-    from trinitylake.spark.actions import TrinityLakeActions, history
+    from trinitylake.jobs.actions import TrinityLakeActions, history
 
     actions = TrinityLakeActions(spark, "s3://bucket/lakehouse")
     walk = actions.walk().execute()
