@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - Airflow 2
 RESULT_FILE_ENV = "TLAKE_RESULT_FILE"  # jobs/_outcome.py
 ENV_CACHE = ("build", "airflow-env")
 ARCHIVE_PYTHON = "./env/bin/python"
-#: Exit code of a configuration error (trinitylake.spark.runner.EXIT_CONFIG; _preflight's missing packages).
+#: Exit code of a configuration error (trinitylake.jobs.runner.EXIT_CONFIG; _preflight's missing packages).
 EXIT_CONFIG = 2
 _EXIT_RE = re.compile(r"Error code is: (\d+)")
 

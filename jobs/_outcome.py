@@ -2,7 +2,7 @@
 
 ``spark-submit`` hands its caller one thing: an exit code. Where ``TLAKE_RESULT_FILE`` names a
 path (the Airflow operator sets it when the driver runs on the worker: ``local[...]`` masters
-and client mode), :func:`main` runs the job as `trinitylake.spark.runner.main` does and then
+and client mode), :func:`main` runs the job as `trinitylake.jobs.runner.main` does and then
 writes one JSON object there::
 
     {"job": "export", "exit_code": 1, "status": "failed",
@@ -77,9 +77,9 @@ def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseExc
 
 
 def main(job: str, argv: Sequence[str]) -> int:
-    """`trinitylake.spark.runner.main`, plus the outcome file when ``TLAKE_RESULT_FILE`` is set."""
+    """`trinitylake.jobs.runner.main`, plus the outcome file when ``TLAKE_RESULT_FILE`` is set."""
     from trinitylake import job_flags
-    from trinitylake.spark import runner
+    from trinitylake.jobs import runner
 
     path = os.environ.get(RESULT_FILE_ENV, "").strip()
     if not path:

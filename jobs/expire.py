@@ -1,4 +1,4 @@
-"""spark-submit entry point of the TrinityLake expire job (see `trinitylake.spark.runner`).
+"""spark-submit entry point of the TrinityLake expire job (see `trinitylake.jobs.runner`).
 
     spark-submit jobs/expire.py --lakehouse s3://bucket/lh --conf conf/expire.yaml [--flag value ...]
 """

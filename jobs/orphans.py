@@ -1,4 +1,4 @@
-"""spark-submit entry point of the TrinityLake orphans job (see `trinitylake.spark.runner`).
+"""spark-submit entry point of the TrinityLake orphans job (see `trinitylake.jobs.runner`).
 
     spark-submit jobs/orphans.py --lakehouse s3://bucket/lh --conf conf/orphans.yaml [--flag value ...]
 """

@@ -1,4 +1,4 @@
-"""spark-submit entry point of the TrinityLake walk job (see `trinitylake.spark.runner`).
+"""spark-submit entry point of the TrinityLake walk job (see `trinitylake.jobs.runner`).
 
     spark-submit jobs/walk.py --lakehouse s3://bucket/lh --conf conf/walk.yaml [--flag value ...]
 """

@@ -168,7 +168,7 @@ def run_job(job: str, args: list[str]) -> int:
 
     from trinitylake.errors import TrinityLakeError
     from trinitylake.job_flags import parse_job_args
-    from trinitylake.spark.runner import run_job as run
+    from trinitylake.jobs.runner import run_job as run
 
     shown = " ".join(a for a in args if not a.startswith("/") and a not in ("--lakehouse", "--master", a_master(args)))
     console.rule(f"[bold]tlake {job} {shown}")

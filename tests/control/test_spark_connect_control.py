@@ -192,8 +192,8 @@ def _worker(lh: str) -> dict[str, Any]:
     from trinitylake.control import AuditRecord, ControlTable
     from trinitylake.control.spark_engine import session_has_delta
     from trinitylake.job_flags import parse_job_args
+    from trinitylake.jobs.runner import run_job
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.spark.runner import run_job
 
     out: dict[str, Any] = {}
     # tlake walk, in this process: its job starts the Connect server (with Delta) for its rows.

@@ -64,7 +64,7 @@ def test_cli_usage_errors(make_lakehouse, tmp_path):
 
 
 def test_spark_submit_entry_point(spark, make_lakehouse, tmp_path, capsys):
-    from trinitylake.spark.runner import main
+    from trinitylake.jobs.runner import main
 
     lh = make_lakehouse(audit=True)
     populate(lh, namespaces=1, tables=3, alters=0, drops=0)

@@ -54,7 +54,7 @@ def test_local_and_distributed_exports_write_identical_trees(run, make_lakehouse
 
 def test_small_export_in_auto_mode_never_starts_spark(make_lakehouse, tmp_path):
     from trinitylake.config import load_job_config
-    from trinitylake.spark.runner import run_job
+    from trinitylake.jobs.runner import run_job
 
     lh = make_lakehouse()
     populate(lh, namespaces=1, tables=3, alters=0, drops=0)

@@ -243,7 +243,7 @@ def test_expiration_after_partial_export_keeps_the_export_readable(run, make_lak
 def _expire(spark, lh):
     """The real expire job: keep only what the policy must keep (1 version, any age)."""
     from trinitylake.config import load_job_config
-    from trinitylake.spark.runner import run_job
+    from trinitylake.jobs.runner import run_job
 
     time.sleep(1.1)  # past the 1 s transaction TTL of these lakehouses
     cfg = load_job_config("expire", overrides={"lakehouse": lh.uri, "max_version_age": "1ms", "min_versions_to_keep": 1,

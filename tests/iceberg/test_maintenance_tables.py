@@ -9,8 +9,8 @@ import time
 from tests.iceberg.conftest import SCHEMA, ids, open_catalog, rows
 from trinitylake.config import load_job_config
 from trinitylake.format.paths import is_format_owned
+from trinitylake.jobs.runner import run_job
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.spark.runner import run_job
 
 
 def files_under(path: str) -> set[str]:

@@ -9,9 +9,9 @@ from tests.iceberg.conftest import SCHEMA, open_catalog, rows
 from trinitylake.config import load_job_config
 from trinitylake.format import definitions as D
 from trinitylake.format.paths import table_def_path
+from trinitylake.jobs.runner import run_job
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance import table_pointers as TP
-from trinitylake.spark.runner import run_job
 
 
 def walk(lh: Lakehouse):

@@ -73,8 +73,8 @@ def test_run_states_from_control_rows():
 
 def test_jobs_prune_their_old_runs_and_dry_runs_prune_nothing(make_lakehouse):
     from trinitylake.config import load_job_config
+    from trinitylake.jobs.runner import run_job
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.spark.runner import run_job
 
     lh = make_lakehouse(audit=True)
     root = lh.storage.uri("").removeprefix("file://")

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tests.spark.conftest import job_config
-from trinitylake.spark.runner import run_job
+from trinitylake.jobs.runner import run_job
 
 TTL_MS = 60_000
 #: Expire sees "now" this far ahead of the clock that stamped the versions, so the

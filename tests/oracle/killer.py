@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
 
-    from trinitylake.spark.runner import main as run_main
+    from trinitylake.jobs.runner import main as run_main
     from trinitylake.storage.storage import Storage
 
     original = Storage._io

@@ -83,7 +83,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 def run(spark: Any, job: str, uri: str, options: dict | None = None, **overrides: Any) -> tuple[JobResult, float]:
     """Run `job` on the lakehouse at `uri` through the job runner (audit off); returns the
     result and the wall time. Raises JobFailedError (a TrinityLakeError) when the job fails."""
-    from trinitylake.spark.runner import run_job
+    from trinitylake.jobs.runner import run_job
 
     ov = {"lakehouse": uri, **DEFAULTS[job], **overrides}
     if options:

@@ -25,8 +25,8 @@ from tests.reliability._verify import Ack, Verifier
 from tests.support.faults import FaultSpec
 from trinitylake.errors import TrinityLakeError
 from trinitylake.format.paths import hashed_path
+from trinitylake.jobs.runner import JobFailedError
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.spark.runner import JobFailedError
 
 pytestmark = pytest.mark.spark
 

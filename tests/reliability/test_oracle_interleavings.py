@@ -23,8 +23,8 @@ from tests.oracle.jobs import AHEAD_MS, TTL_MS, pause_at, run_local
 from trinitylake.errors import UnsafeOperationError, VersionExpiredError
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.expire import job as expire_mod
+from trinitylake.jobs.runner import JobFailedError
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.spark.runner import JobFailedError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POINTS = ["expire_after_plan", "expire_after_commit", "expire_before_delete", "expire_mid_delete"]

@@ -289,7 +289,7 @@ def test_keys_a_bulk_delete_refuses_are_failures_and_a_rerun_finishes(s3_server,
     without the refusals must leave exactly the oracle's set deleted."""
     import s3fs
 
-    from trinitylake.spark.runner import JobFailedError
+    from trinitylake.jobs.runner import JobFailedError
 
     opts = s3_server.storage_options
     lh = _lakehouse(f"{s3_bucket}/lh", seed=37, options=opts)

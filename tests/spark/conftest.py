@@ -10,7 +10,7 @@ import pytest
 from tests.oracle.expect import is_owned
 from trinitylake.config import load_job_config
 from trinitylake.format.paths import hashed_path, lakehouse_def_name
-from trinitylake.spark.runner import run_job
+from trinitylake.jobs.runner import run_job
 
 TTL_MS = 1000  # lakehouses of these tests use a 1 s transaction TTL so that ages pass quickly
 

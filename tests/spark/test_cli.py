@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from trinitylake.cli import cli
+from trinitylake.jobs import runner
 from trinitylake.jobs.registry import JOB_NAMES
-from trinitylake.spark import runner
 
 pytestmark = pytest.mark.spark
 

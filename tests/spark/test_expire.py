@@ -20,9 +20,9 @@ from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, 
 from trinitylake.control import ControlTable
 from trinitylake.errors import StorageError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.paths import root_name
+from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.spark.output import read_parquet_table
-from trinitylake.spark.runner import JobFailedError, run_job
 
 pytestmark = pytest.mark.spark
 DAY_S = 86_400

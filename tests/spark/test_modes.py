@@ -15,8 +15,8 @@ import pytest
 from tests.maintenance.helpers import build_history
 from tests.oracle import expect as E
 from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant
+from trinitylake.jobs.runner import run_job
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.spark.runner import run_job
 
 pytestmark = pytest.mark.spark
 

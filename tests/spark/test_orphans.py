@@ -15,11 +15,11 @@ from tests.oracle import expect as E
 from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant, run
 from trinitylake.errors import UnsafeOperationError
 from trinitylake.format.paths import hashed_path
+from trinitylake.jobs import runner
 from trinitylake.jobs.orphans.job import LocalDeleteStorage, list_prefix
+from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.spark import runner
 from trinitylake.spark.output import read_parquet_table
-from trinitylake.spark.runner import JobFailedError, run_job
 from trinitylake.storage import Storage
 
 pytestmark = pytest.mark.spark

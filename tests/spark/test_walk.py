@@ -15,9 +15,9 @@ from tests.oracle import expect as E
 from tests.spark.conftest import owned_files
 from trinitylake.control import ControlTable
 from trinitylake.errors import CorruptNodeError
+from trinitylake.jobs import runner
 from trinitylake.jobs.walk.job import walk_reachable, walk_reachable_with_stats
 from trinitylake.jobs.walk.rows import OUTPUT_DDL
-from trinitylake.spark import runner
 from trinitylake.spark.execution import Execution, Limits
 from trinitylake.spark.output import read_parquet_table
 

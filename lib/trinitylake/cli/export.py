@@ -107,7 +107,7 @@ def register(cli: click.Group) -> None:
             raise click.UsageError("--depth goes with --partial")
         from trinitylake.config import load_job_config
         from trinitylake.errors import TrinityLakeError
-        from trinitylake.spark.runner import JobFailedError, run_job
+        from trinitylake.jobs.runner import JobFailedError, run_job
 
         overrides = {
             "lakehouse": ctx.require_uri(),

@@ -123,8 +123,8 @@ def job_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
 
 def run_cli_job(job: str, click_ctx: click.Context, flags: dict[str, Any], as_json: bool) -> None:
     from trinitylake.config import load_from_flags
+    from trinitylake.jobs.runner import JobFailedError, run_job
     from trinitylake.spark.common import add_progress_listener
-    from trinitylake.spark.runner import JobFailedError, run_job
 
     ctx = click_ctx.obj
     try:

@@ -21,7 +21,7 @@ Example (with ``spark`` an existing session)::
     history(spark, "s3://bucket/lakehouse").select("txn_seq", "record_type", "command").show()
 
 Every action runs through the same runner as ``spark-submit jobs/<job>.py`` and ``tlake <job>``
-(`trinitylake.spark.runner.run_job`): the same options and defaults (defaults < ``conf`` file <
+(`trinitylake.jobs.runner.run_job`): the same options and defaults (defaults < ``conf`` file <
 ``TLAKE_<JOB>_<KEY>`` environment < the options given here), the same placement of each phase
 (small phases stay on the driver, big ones go to the session's executors), the same audit rows
 and the same plan folders. The DataFrames are read lazily from what the run persisted, never
@@ -41,7 +41,7 @@ export       ``copied_files_df``           ``<target>/_export/<name>/plan`` join
                                            manifests of verified files, plus the root file
 ===========  ============================  ===========================================================
 
-A job that fails raises `trinitylake.spark.runner.JobFailedError` (its ``result`` says how far
+A job that fails raises `trinitylake.jobs.runner.JobFailedError` (its ``result`` says how far
 it got), as ``run_job`` does. Listings on ``s3://`` are read through ``s3a://`` outside
 Databricks (Hadoop's S3 filesystem, as for the control table); Spark cannot read ``memory://``.
 """
@@ -286,10 +286,10 @@ class JobAction(Generic[R]):
 
         Raises:
             ConfigError: an unknown option or a bad value (nothing was done).
-            JobFailedError: the job failed after it started (`trinitylake.spark.runner`).
+            JobFailedError: the job failed after it started (`trinitylake.jobs.runner`).
             TrinityLakeError: the lakehouse cannot be opened or the control table is unusable.
         """
-        from trinitylake.spark.runner import run_job
+        from trinitylake.jobs.runner import run_job
 
         cfg = self.config()
         a = self._actions

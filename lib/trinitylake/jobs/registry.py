@@ -3,7 +3,7 @@
 A `JobSpec` names the job, its typed config class (`trinitylake.config`), its run function and
 its result class (both as lazy ``"module:name"`` references, so reading the registry imports
 neither Spark nor the job), and the one-line help of ``tlake <job>``. The runner
-(`trinitylake.spark.runner`), the CLI (`trinitylake.cli.jobs`) and the Python API
+(`trinitylake.jobs.runner`), the CLI (`trinitylake.cli.jobs`) and the Python API
 (`trinitylake.jobs.actions`) all read it. The option table (`trinitylake.options`) and the
 config classes stay where they are, keyed by the job's name; :func:`registry_drift` checks
 that all three name the same jobs (a test and the import below both run it).
