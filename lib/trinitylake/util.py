@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, TypeAlias
 
 from trinitylake.errors import ValidationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession as ClassicSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+#: A job's Spark session: classic (py4j) or a Spark Connect client; the two classes share no
+#: base, so code that works on both is typed against their union.
+Session: TypeAlias = "ClassicSession | ConnectSession"
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}

@@ -30,7 +30,7 @@ from trinitylake.errors import ControlTableError
 from trinitylake.util import is_connect_session
 
 if TYPE_CHECKING:
-    from trinitylake.spark.session import Session
+    from trinitylake.util import Session
 
 log = logging.getLogger(__name__)
 

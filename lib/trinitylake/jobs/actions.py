@@ -71,7 +71,7 @@ from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.spark.session import Session
+    from trinitylake.util import Session
 
 __all__ = [
     "ActionResult",

@@ -37,7 +37,7 @@ from trinitylake.util import refuse_pandas_for_pyarrow
 if TYPE_CHECKING:
     from trinitylake.config import JobConfig
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.spark.session import Session
+    from trinitylake.util import Session
 
 log = logging.getLogger("trinitylake.jobs")
 

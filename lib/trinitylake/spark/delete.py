@@ -32,7 +32,7 @@ from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execut
 from trinitylake.storage import Storage, requests
 
 if TYPE_CHECKING:
-    from trinitylake.spark.session import Session
+    from trinitylake.util import Session
 
 log = logging.getLogger(__name__)
 

@@ -48,8 +48,8 @@ from trinitylake.util import is_connect_session
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from trinitylake.spark.session import Session
     from trinitylake.storage import Storage
+    from trinitylake.util import Session
 
 T = TypeVar("T")
 

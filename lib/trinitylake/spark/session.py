@@ -12,17 +12,9 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 from trinitylake.util import pandas_back_for_pyarrow
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession as ClassicSession
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-#: A job's Spark session: classic (py4j) or a Spark Connect client; the two classes share no
-#: base, so code that works on both is typed against their union.
-Session: TypeAlias = "ClassicSession | ConnectSession"
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",

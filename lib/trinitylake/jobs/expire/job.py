@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 
     from trinitylake.config import ExpireConfig
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.spark.session import Session
+    from trinitylake.util import Session
 
 log = logging.getLogger(__name__)
 

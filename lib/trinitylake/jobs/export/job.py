@@ -83,7 +83,7 @@ from trinitylake.storage.local_files import LocalFiles
 if TYPE_CHECKING:
     from trinitylake.config import ExportConfig
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.spark.session import Session
+    from trinitylake.util import Session
 
 log = logging.getLogger(__name__)
 
