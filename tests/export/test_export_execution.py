@@ -250,7 +250,8 @@ def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tm
     files referenced by several nodes) end as one row of one part: the parts are cut by target."""
     import pyarrow as pa
 
-    from trinitylake.jobs.export import plan as X
+    from trinitylake.jobs.export import plan as XP
+    from trinitylake.jobs.export import rules as X
     from trinitylake.jobs.export.planner import LEVEL_SCHEMA, Planner
     from trinitylake.spark.execution import ddl
 
@@ -263,7 +264,7 @@ def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tm
         return X.PlanRow(t, src.uri(t), X.KIND_ODF, depth, X.ACTION_COPY)
 
     held = [odf(f"d{i}.binpb", 1) for i in range(6)]
-    driver = spark.createDataFrame(X.plan_table(held), schema=ddl(X.PLAN_SCHEMA))
+    driver = spark.createDataFrame(XP.plan_table(held), schema=ddl(X.PLAN_SCHEMA))
     level = [("odf", f"d{i}.binpb", X.KIND_ODF, 2 + i % 2, X.ACTION_COPY, -1, "", 0, None, None) for i in range(6)]
     level += [("odf", "e.binpb", X.KIND_ODF, d, X.ACTION_COPY, -1, "", 0, None, None) for d in (5, 3, 4)]
     level += [("node", "e.binpb", X.KIND_NODE, 7, X.ACTION_COPY, 4, "0" * 32, 0, b"abcd", None)]
@@ -271,7 +272,7 @@ def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tm
     df = spark.createDataFrame(pa.table(cols, schema=LEVEL_SCHEMA), schema=ddl(LEVEL_SCHEMA))
     planner.upper = len(held) + len(level)
     index = planner._write_distributed([driver], [df.filter("role = 'node'")], [df.filter("role = 'odf'")])
-    rows = [r for p in index["parts"] for r in X.read_plan_part(tgt.read(f"plan/{p['name']}"))]
+    rows = [r for p in index["parts"] for r in XP.read_plan_part(tgt.read(f"plan/{p['name']}"))]
     assert sorted((r.target, r.kind, r.depth) for r in rows) == sorted(
         [(f"d{i}.binpb", X.KIND_ODF, 1) for i in range(6)] + [("e.binpb", X.KIND_NODE, 7)])
     assert index["files"] == 8 and sum(p["rows"] for p in index["parts"]) == 7

@@ -12,7 +12,8 @@ from trinitylake.format import keys as K
 from trinitylake.format.node import Message, Node
 from trinitylake.format.paths import owning_root, root_name
 from trinitylake.jobs.export import copying as XC
-from trinitylake.jobs.export import plan as X
+from trinitylake.jobs.export import plan as XP
+from trinitylake.jobs.export import rules as X
 from trinitylake.jobs.export import target as XT
 from trinitylake.storage import Storage
 
@@ -122,7 +123,7 @@ def test_plan_part_round_trip():
     rows = [X.PlanRow("a/b.arrow", "file:///src/a/b.arrow", X.KIND_NODE, 2, X.ACTION_REWRITE, 10, "0" * 32, 3,
                       b"0123456789"),
             X.PlanRow("c.binpb", "file:///src/c.binpb", X.KIND_ODF, 1, X.ACTION_COPY)]
-    assert X.read_plan_part(X.plan_part_bytes(rows)) == rows
+    assert XP.read_plan_part(XP.plan_part_bytes(rows)) == rows
     assert X.part_summary("p", rows) == {"name": "p", "rows": 2, "bytes": 10, "unsized": 1, "rewritten": 1,
                                          "external": 3}
 
@@ -183,11 +184,11 @@ def test_result_manifest_round_trip(tmp_path):
     files = {"a/b.binpb": (5, "0" * 32), "c.arrow": (7, "1" * 32)}
     path = X.manifest_path("_export/e", "part-00003.parquet")
     assert path == "_export/e/copied/part-00003.json"
-    assert X.read_manifest(tgt, path) is None
-    tgt.write(path, X.manifest_bytes("part-00003.parquet", files))
-    assert X.read_manifest(tgt, path) == files
+    assert XP.read_manifest(tgt, path) is None
+    tgt.write(path, XP.manifest_bytes("part-00003.parquet", files))
+    assert XP.read_manifest(tgt, path) == files
     tgt.write(path, b"{not json")
-    assert X.read_manifest(tgt, path) is None
+    assert XP.read_manifest(tgt, path) is None
 
 
 def test_locations_that_overlap_are_refused():
@@ -206,7 +207,7 @@ def test_inspect_target(tmp_path):
     tgt.write("notes.txt", b"hi")
     with pytest.raises(ValidationError, match="not empty"):
         XT.inspect_target(tgt, "id-1", "file:///src")
-    tgt.write("_export/e/export.json", X.json_bytes({**_spec("full").describe(), "status": "planning"}))
+    tgt.write("_export/e/export.json", XP.json_bytes({**_spec("full").describe(), "status": "planning"}))
     state = XT.inspect_target(tgt, "id-1", "file:///src")
     assert not state.empty and set(state.exports) == {"e"}
     with pytest.raises(ValidationError, match="another lakehouse"):

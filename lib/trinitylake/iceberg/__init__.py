@@ -1,5 +1,6 @@
-"""Iceberg tables in the lakehouse: a PyIceberg catalog on TrinityLake, and exports that carry
-the tables' files.
+"""Iceberg tables in the lakehouse: a PyIceberg catalog on TrinityLake, and the rewriting of a
+table's own files (paths in metadata JSON, manifests and manifest lists) that exports with
+tables use (`trinitylake.jobs.export.tables`, the export job's table phase).
 
 Load the catalog with PyIceberg::
 

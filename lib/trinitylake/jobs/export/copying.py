@@ -14,16 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trinitylake.errors import TrinityLakeError
-from trinitylake.jobs.export.plan import (
-    ExportSpec,
-    PlanRow,
-    export_bytes,
-    manifest_bytes,
-    manifest_path,
-    md5_hex,
-    read_manifest,
-    read_plan_part,
-)
+from trinitylake.jobs.export.plan import export_bytes, manifest_bytes, read_manifest, read_plan_part
+from trinitylake.jobs.export.rules import ExportSpec, PlanRow, manifest_path, md5_hex
 from trinitylake.storage import Storage, requests
 
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")

@@ -26,7 +26,7 @@ Phases (each timed into ``JobResult.seconds``; placement recorded in ``details["
    runs on the driver's threads or in executor tasks (parts shipped as a DataFrame of names).
    With tables (``with_tables``), the tables' data, delete and statistics files go through the
    same copy (`copy_parts`, phase ``export.table_copy``: the same placement, copy, verification
-   and resume) after this one, between their metadata rewrites (`trinitylake.iceberg.export_tables`).
+   and resume) after this one, between their metadata rewrites (`trinitylake.jobs.export.tables`).
 4. **verify**: time spent verifying, summed over the files (it happens inline, per file).
    *What is verified*: on S3 a HEAD request after each PUT compares the size and the ETag (the
    MD5 of what the store received) with the MD5 computed while copying. On local storage a stat
@@ -69,7 +69,8 @@ from trinitylake.errors import (
 )
 from trinitylake.format.node import deserialize, serialize
 from trinitylake.jobs.export import copying as XC
-from trinitylake.jobs.export import plan as X
+from trinitylake.jobs.export import plan as XP
+from trinitylake.jobs.export import rules as X
 from trinitylake.jobs.export import target as XT
 from trinitylake.jobs.export.copying import copy_part as _copy_part
 from trinitylake.jobs.export.planner import Planner, pool_map, raise_failures
@@ -335,14 +336,14 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
     try:
         # ---- plan ----------------------------------------------------------------------------
         with _Phase(result, "plan"):
-            index = X.read_json(target, f"{plan_dir}/_plan.json") if recorded is not None else None
+            index = XP.read_json(target, f"{plan_dir}/_plan.json") if recorded is not None else None
             if index is not None and index.get("format") != X.FORMAT_TAG:
                 index = None
             resumed = index is not None
             if not resumed:
                 created_here = recorded is None
                 target.write(f"{export_dir}/export.json",
-                             X.json_bytes({**spec.describe(), "status": "planning", "run_id": run_id,
+                             XP.json_bytes({**spec.describe(), "status": "planning", "run_id": run_id,
                                            "started_at": datetime.now(UTC).isoformat()}))
                 try:
                     index = Planner(ex, source, target, spec, plan_dir, batch, io_threads,
@@ -355,7 +356,7 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
                 index.update({"format": X.FORMAT_TAG, "root": {"path": spec.root_path, "size": root_row.size,
                                                                "md5": root_row.md5, "external": root_refs.external,
                                                                "action": root_row.action}})
-                target.write(f"{plan_dir}/_plan.json", X.json_bytes(index))
+                target.write(f"{plan_dir}/_plan.json", XP.json_bytes(index))
             elif index is not None and index["root"]["md5"] != (root_row := root_row or make_root_row()).md5:
                 raise StorageError(f"root file {source.uri(ref.path)} no longer matches the persisted plan of export "
                                    f"{name!r}; the source was modified")
@@ -378,7 +379,7 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
                        ) -> tuple[XC.CopyStats, str]:
             """Copy plan parts where the placement puts `n_files` files; raises a typed error for
             any failed file. The export's own files and, with tables, the tables' data files
-            (`trinitylake.iceberg.export_tables`) both go through here."""
+            (`trinitylake.jobs.export.tables`) both go through here."""
             # Per copied file one GET of the source (node files come with their bytes in the
             # plan) and one conditional PUT, verified by the PUT's ETag: on an object store
             # `auto` compares estimated times (the remote side's latency).
@@ -413,9 +414,9 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
             total, _ = copy_parts("export.copy", [p["name"] for p in parts], n_files, resumed,
                                   f"export {name}: copy {n_files} files ({len(parts)} parts)")
 
-        # ---- tables (with_tables): copied and rewritten before the root (trinitylake.iceberg) ---------
+        # ---- tables (with_tables): copied and rewritten before the root (jobs.export.tables) ---------
         if spec.with_tables:
-            from trinitylake.iceberg.export_tables import export_tables_phase
+            from trinitylake.jobs.export.tables import export_tables_phase
 
             with _Phase(result, "tables"):
                 export_tables_phase(lakehouse, ref, source, target, cfg, result, ex, export_dir, io_threads,
@@ -452,14 +453,14 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
         result.version_after = version_after if version_after is not None else latest
         try:
             target.write(f"{export_dir}/export.json",
-                         X.json_bytes({**spec.describe(), "status": "complete", "run_id": run_id,
+                         XP.json_bytes({**spec.describe(), "status": "complete", "run_id": run_id,
                                        "completed_at": datetime.now(UTC).isoformat(), "pinned_version": pin,
                                        "files": planned_files, "bytes": planned_bytes,
                                        "recorded_in_version": version_after}))
         except Exception as e:  # noqa: BLE001 - bookkeeping only; the export is complete
             log.warning("could not update %s: %s", target.uri(f"{export_dir}/export.json"), e)
-        if spec.with_tables:  # nothing at the target names the source (trinitylake.iceberg)
-            from trinitylake.iceberg.export_tables import seal_export_records
+        if spec.with_tables:  # nothing at the target names the source (jobs.export.tables)
+            from trinitylake.jobs.export.tables import seal_export_records
 
             seal_export_records(target, export_dir, source)
 

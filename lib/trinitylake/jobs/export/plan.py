@@ -1,8 +1,7 @@
 """Export plan files and source reads: the plan's Parquet parts, the copy's manifests, JSON
 records, and the two functions that read a source file (`plan_node`, `export_bytes`). What an
 export copies and how it rewrites files are the pure rules of `trinitylake.jobs.export.rules`
-(see its module doc for the choices); their names are handed on here for the modules that
-still import them from this one.
+(see its module doc for the choices): import them from there.
 """
 
 from __future__ import annotations
@@ -16,82 +15,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trinitylake.jobs.export.rules import (
-    ACTION_COPY,
     ACTION_REWRITE,
-    EXPORT_DIR,
-    FOREIGN,
     FORMAT_TAG,
-    INSIDE,
-    INTO_SOURCE,
-    KIND_DEF,
-    KIND_NODE,
-    KIND_ODF,
-    KIND_ROOT,
-    MODES,
     PLAN_COLUMNS,
     PLAN_SCHEMA,
     ExportSpec,
     NodeRefs,
     PlanRow,
-    export_node,
     exported_bytes,
-    exported_definition_bytes,
-    exported_node_bytes,
-    exported_table_def_bytes,
-    local_path,
-    manifest_path,
-    md5_hex,
-    part_summary,
-    plan_file,
     plan_node_bytes,
-    plan_part_name,
-    validate_name,
 )
 from trinitylake.storage import Storage
-
-# Own names, then the rules handed on (for modules that still import them from here).
-__all__ = [
-    "plan_node",
-    "export_bytes",
-    "plan_table",
-    "table_bytes",
-    "plan_part_bytes",
-    "read_plan_part",
-    "manifest_bytes",
-    "read_manifest",
-    "json_bytes",
-    "read_json",
-    "MODES",
-    "EXPORT_DIR",
-    "FORMAT_TAG",
-    "KIND_ROOT",
-    "KIND_DEF",
-    "KIND_NODE",
-    "KIND_ODF",
-    "ACTION_COPY",
-    "ACTION_REWRITE",
-    "PLAN_SCHEMA",
-    "PLAN_COLUMNS",
-    "md5_hex",
-    "ExportSpec",
-    "validate_name",
-    "local_path",
-    "INSIDE",
-    "INTO_SOURCE",
-    "FOREIGN",
-    "NodeRefs",
-    "export_node",
-    "exported_node_bytes",
-    "exported_definition_bytes",
-    "PlanRow",
-    "plan_node_bytes",
-    "plan_file",
-    "exported_table_def_bytes",
-    "exported_bytes",
-    "plan_part_name",
-    "part_summary",
-    "manifest_path",
-]
 
 
 def plan_node(source: Storage, path: str, depth: int, spec: ExportSpec) -> tuple[PlanRow, NodeRefs]:

@@ -102,7 +102,7 @@ class ExportSpec:
     target_uri: str
     source_id: str
     order: int
-    #: Export the Iceberg tables too (`trinitylake.iceberg.export_tables`): the copy rewrites
+    #: Export the Iceberg tables too (`trinitylake.jobs.export.tables`): the copy rewrites
     #: table definitions' metadata locations under the source root to the target root.
     with_tables: bool = False
 
@@ -338,7 +338,7 @@ def plan_file(source: Storage, path: str, kind: str, depth: int) -> PlanRow:
 def exported_table_def_bytes(data: bytes, where: str, spec: ExportSpec, source: Storage) -> bytes:
     """A definition file as an export with tables stores it: a TableDef's ``metadata_location``
     and ``previous_metadata_location`` under the source root point at the same paths under the
-    target root (where `trinitylake.iceberg.export_tables` copies the table). Every other
+    target root (where `trinitylake.jobs.export.tables` copies the table). Every other
     definition file, and a TableDef of a table elsewhere, comes back as it was.
 
     Definition files do not say what they hold: only a TableDef has format properties (field 9;

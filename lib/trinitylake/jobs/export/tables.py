@@ -1,4 +1,5 @@
-"""Exports that carry the tables (`tlake export --with-tables`, the export job's ``with_tables``).
+"""The export job's table phase: exports that carry the tables (`tlake export --with-tables`,
+the export job's ``with_tables``).
 
 A full export copies what TrinityLake reaches from the root (roots, nodes, definitions) and
 stops at each table's ``metadata_location``. With tables, for every Iceberg table of the exported
@@ -12,7 +13,8 @@ Iceberg's ``rewrite_table_path`` stages it, and copies the files as well:
   (the TableDefs' ``previous_metadata_location`` and superseded definitions point at them);
 * per retained snapshot (``table_snapshots: all``, the default) or the current one only
   (``current``: the exported metadata then lists that snapshot alone): its manifest list and
-  manifests, rewritten (`avro_rewrite`: paths, and each manifest's new length in the list),
+  manifests, rewritten (`trinitylake.iceberg.avro_rewrite`: paths, and each manifest's new length
+  in the list; the path rules are `trinitylake.iceberg.metadata_paths`),
   and the data and delete files they list as live, plus statistics files, copied as bytes.
 
 The table phase runs after the export's own copy and before its root, in three steps:
@@ -34,7 +36,7 @@ The table phase runs after the export's own copy and before its root, in three s
    file that is not yet there.
 
 Every file keeps its path relative to the root. The export's TableDefs are rewritten by the copy
-itself (`trinitylake.jobs.export.plan.exported_table_def_bytes`, the same prefix rule), so
+itself (`trinitylake.jobs.export.rules.exported_table_def_bytes`, the same prefix rule), so
 the exported lakehouse points at the copied metadata. Everything is written with exclusive
 creates before the exported root, so a crashed export stays invisible; a re-run keeps a rewritten
 file that is already there with exactly the computed bytes (rewriting is deterministic) and
@@ -62,12 +64,24 @@ from typing import TYPE_CHECKING, Any, Protocol
 from trinitylake.errors import AlreadyExistsError, StorageError, ValidationError
 from trinitylake.format import definitions as D
 from trinitylake.iceberg.avro_rewrite import map_strings, read_records, rewrite_avro
+from trinitylake.iceberg.metadata_paths import (
+    PathMap,
+    is_gzip,
+    live_files,
+    manifest_list_fn,
+    rewrite_metadata_json,
+    stat_files,
+)
+from trinitylake.jobs.export import plan as XP
+from trinitylake.jobs.export import rules as X
+from trinitylake.jobs.export.copying import OK, CopyStats, etag_matches, verify_written
+from trinitylake.jobs.export.planner import pool_map
 from trinitylake.lakehouse import LakehouseView
-from trinitylake.storage import Storage, is_absolute, join_uri, parse_uri
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL
+from trinitylake.storage import Storage, is_absolute
 
 if TYPE_CHECKING:
     from trinitylake.config import ExportConfig
-    from trinitylake.jobs.export.copying import CopyStats
     from trinitylake.lakehouse import Lakehouse, RootRef
     from trinitylake.maintenance.results import JobResult
     from trinitylake.spark.execution import Execution
@@ -144,61 +158,6 @@ class TablesResult:
         self.verified += st.verified
 
 
-class PathMap:
-    """Absolute paths under the source root -> the same paths under the target root."""
-
-    def __init__(self, source: Storage, target: Storage):
-        self.source, self.target = source, target
-
-    def relative(self, location: str) -> str | None:
-        """Path of `location` relative to the source root; None outside it (or not a path)."""
-        if not is_absolute(location):
-            return None
-        try:
-            rel = self.source.relative(location)
-        except Exception:  # noqa: BLE001 - an unparsable string is not one of our paths
-            return None
-        return rel or None
-
-    def __call__(self, value: str) -> str:
-        rel = self.relative(value)
-        return value if rel is None else join_uri(parse_uri(self.target.root).uri, rel)
-
-
-# ---- rewriting ------------------------------------------------------------------------------------
-def _is_gzip(data: bytes) -> bool:
-    return data[:2] == b"\x1f\x8b"
-
-
-def rewrite_metadata_json(data: bytes, paths: Callable[[str], str], keep_snapshots: set[int] | None = None) -> bytes:
-    """Table metadata JSON with every path string mapped; with `keep_snapshots`, only those
-    snapshots (and the log entries, refs and statistics of them) are kept. Gzip stays gzip."""
-    zipped = _is_gzip(data)
-    obj = json.loads(gzip.decompress(data) if zipped else data)
-    if keep_snapshots is not None:
-        obj["snapshots"] = [s for s in obj.get("snapshots", []) if s.get("snapshot-id") in keep_snapshots]
-        if "snapshot-log" in obj:
-            obj["snapshot-log"] = [e for e in obj["snapshot-log"] if e.get("snapshot-id") in keep_snapshots]
-        if "refs" in obj:
-            obj["refs"] = {k: v for k, v in obj["refs"].items() if v.get("snapshot-id") in keep_snapshots}
-        for k in ("statistics", "partition-statistics"):
-            if k in obj:
-                obj[k] = [s for s in obj[k] if s.get("snapshot-id") in keep_snapshots]
-    out = json.dumps(map_strings(obj, paths), separators=(",", ":")).encode()
-    return gzip.compress(out, mtime=0) if zipped else out
-
-
-def _manifest_list_fn(paths: Callable[[str], str], lengths: dict[str, int]) -> Callable[[dict], dict]:
-    def fn(rec: dict[str, Any]) -> dict[str, Any]:
-        rec = map_strings(rec, paths)
-        n = lengths.get(rec.get("manifest_path", ""))
-        if n is not None:
-            rec["manifest_length"] = n
-        return rec
-
-    return fn
-
-
 # ---- writing the rewritten files ----------------------------------------------------------------
 class _Writer:
     """Exclusive creates at the target, each verified as the export's copy verifies (the PUT's
@@ -210,8 +169,6 @@ class _Writer:
         self._lock = threading.Lock()
 
     def put(self, rel: str, data: bytes, rewritten: bool) -> None:
-        from trinitylake.jobs.export.copying import OK, etag_matches, verify_written
-
         md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
         try:
             etag = self.target.create_exclusive(rel, data)
@@ -244,23 +201,6 @@ def _read(storage: Storage, rel: str, what: str) -> bytes:
         raise StorageError(f"{what} {storage.uri(rel)} is missing; the table cannot be exported") from None
 
 
-def _live_files(manifest: bytes) -> list[tuple[str, int]]:
-    """Data and delete files a manifest lists as live (added or existing, not deleted), with
-    their sizes."""
-    _, recs = read_records(manifest)
-    return [(r["data_file"]["file_path"], int(r["data_file"].get("file_size_in_bytes") or -1))
-            for r in recs if r.get("status") != 2]
-
-
-def _stat_files(meta: dict[str, Any], keep: set[int] | None) -> list[tuple[str, int]]:
-    out = []
-    for k in ("statistics", "partition-statistics"):
-        for s in meta.get(k) or []:
-            if (keep is None or s.get("snapshot-id") in keep) and s.get("statistics-path"):
-                out.append((s["statistics-path"], int(s.get("file-size-in-bytes") or -1)))
-    return out
-
-
 # ---- one table -------------------------------------------------------------------------------------
 @dataclass
 class TablePlan:
@@ -280,7 +220,7 @@ def plan_table(name: str, metadata_location: str, source: Storage, target: Stora
     meta_rel = paths.relative(metadata_location)
     assert meta_rel is not None
     raw = _read(source, meta_rel, f"table {name}: metadata file")
-    meta = json.loads(gzip.decompress(raw) if _is_gzip(raw) else raw)
+    meta = json.loads(gzip.decompress(raw) if is_gzip(raw) else raw)
     current = meta.get("current-snapshot-id")
     if snapshots == "current":
         keep: set[int] | None = {current} if current is not None and current >= 0 else set()
@@ -315,7 +255,7 @@ def plan_table(name: str, metadata_location: str, source: Storage, target: Stora
         data = _read(source, rel, f"table {name}: manifest")
         out = rewrite_avro(data, lambda r: map_strings(r, paths), paths)
         writer.put(rel, out, True)
-        return rel, len(out), _live_files(data)
+        return rel, len(out), live_files(data)
 
     manifests: dict[str, int] = {}  # source rel -> rewritten length
     for rel, length, files in pmap(do_manifest, list(manifest_rels)):
@@ -326,7 +266,7 @@ def plan_table(name: str, metadata_location: str, source: Storage, target: Stora
                 result.external_files += 1
             else:
                 plan.files[frel] = size
-    for f, size in _stat_files(meta, keep):
+    for f, size in stat_files(meta, keep):
         frel = paths.relative(f)
         if frel is None:
             result.external_files += 1
@@ -335,7 +275,7 @@ def plan_table(name: str, metadata_location: str, source: Storage, target: Stora
 
     lengths = {paths(source.uri(rel)): n for rel, n in manifests.items()}
     for rel, data in lists.items():
-        plan.last.append((rel, rewrite_avro(data, _manifest_list_fn(paths, lengths), paths)))
+        plan.last.append((rel, rewrite_avro(data, manifest_list_fn(paths, lengths), paths)))
     # Previous metadata files that still exist (best effort), then the current one, last.
     for entry in meta.get("metadata-log") or []:
         prel = paths.relative(str(entry.get("metadata-file", "")))
@@ -409,22 +349,20 @@ def write_table_parts(source: Storage, target: Storage, plan_dir: str, files: di
     """The table files' plan parts (`KIND_TABLE_FILE` rows) under `plan_dir`, and whether they
     are an earlier run's (their index names the same files: the copy then verifies what that
     run's result manifests hold without reading the source)."""
-    from trinitylake.jobs.export import plan as X
-
     rows = [X.PlanRow(rel, source.uri(rel), KIND_TABLE_FILE, 0, X.ACTION_COPY, size) for rel, size in sorted(files.items())]
     total = sum(max(0, r.size) for r in rows)
-    index = X.read_json(target, f"{plan_dir}/{TABLES_INDEX}")
+    index = XP.read_json(target, f"{plan_dir}/{TABLES_INDEX}")
     if (index is not None and index.get("format") == X.FORMAT_TAG and index.get("files") == len(rows)
             and index.get("bytes") == total):
         return [p["name"] for p in index["parts"]], True
     parts = [(f"{TABLE_PART_PREFIX}{i:05d}.parquet", chunk) for i, chunk in enumerate(cut_parts(rows))]
 
     def write(part: tuple[str, list[X.PlanRow]]) -> dict[str, Any]:
-        target.write(f"{plan_dir}/{part[0]}", X.plan_part_bytes(part[1]))
+        target.write(f"{plan_dir}/{part[0]}", XP.plan_part_bytes(part[1]))
         return X.part_summary(*part)
 
     summaries = pmap(write, parts)
-    target.write(f"{plan_dir}/{TABLES_INDEX}", X.json_bytes({"format": X.FORMAT_TAG, "parts": summaries,
+    target.write(f"{plan_dir}/{TABLES_INDEX}", XP.json_bytes({"format": X.FORMAT_TAG, "parts": summaries,
                                                               "files": len(rows), "bytes": total}))
     return [p[0] for p in parts], False
 
@@ -434,24 +372,22 @@ def seal_export_records(target: Storage, export_dir: str, source: Storage) -> in
     """Remove the source's location from a completed export's bookkeeping: ``export.json``
     loses ``source`` (``source_id`` still names the lakehouse) and the plan parts' ``source``
     column keeps paths relative to the source root. Returns the files rewritten."""
-    from trinitylake.jobs.export import plan as X
-
     n = 0
-    meta = X.read_json(target, f"{export_dir}/export.json")
+    meta = XP.read_json(target, f"{export_dir}/export.json")
     if meta is not None and "source" in meta:
         meta.pop("source")
         meta["source_location"] = "sealed: an export with tables names nothing of its source"
-        target.write(f"{export_dir}/export.json", X.json_bytes(meta))
+        target.write(f"{export_dir}/export.json", XP.json_bytes(meta))
         n += 1
     plan_dir = f"{export_dir}/plan"
     for f in list(target.list(plan_dir)):
         if not f.path.endswith(".parquet"):
             continue
-        rows = X.read_plan_part(target.read(f.path))
+        rows = XP.read_plan_part(target.read(f.path))
         if not any(is_absolute(r.source) for r in rows):
             continue
         fixed = [r._replace(source=source.relative(r.source) or r.source) for r in rows]
-        target.write(f.path, X.table_bytes(X.plan_table(fixed)))
+        target.write(f.path, XP.table_bytes(XP.plan_table(fixed)))
         n += 1
     return n
 
@@ -465,9 +401,6 @@ def export_tables_phase(lakehouse: Lakehouse, ref: RootRef, source: Storage, tar
     ``tables``, ``table_files``, ``table_files_copied``, ``table_data_files``...; bytes
     ``tables``, ``table_data``; seconds ``tables_plan``, ``tables_copy``, ``tables_metadata``;
     ``details["tables"]`` with ``where`` the copy ran)."""
-    from trinitylake.jobs.export.planner import pool_map
-    from trinitylake.spark.execution import DISTRIBUTED, LOCAL
-
     snapshots = cfg.table_snapshots
     r = TablesResult()
     writer = _Writer(target, r)
