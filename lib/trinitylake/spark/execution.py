@@ -396,6 +396,26 @@ def warm_arrow() -> None:
     threading.Thread(target=lambda: pa.array([0], pa.int64()), name="tlake-warm-arrow", daemon=True).start()
 
 
+@contextmanager
+def timed(seconds: dict[str, float], name: str, what: str | None = None, *, announce: bool = False,
+          job: str = "") -> Iterator[None]:
+    """Time one phase of a job into `seconds` (the job's ``result.seconds``; summed over repeats,
+    in seconds to the millisecond). With `what`, its start (and end) is logged, prefixed by `job`;
+    with `announce`, `what` also goes to the progress listeners (`notify`) as it starts."""
+    if what is not None:
+        if announce:
+            notify(what)
+        log.info("%sphase %s started (%s)", f"{job}: " if job else "", name, what)
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        dt = time.perf_counter() - t0
+        seconds[name] = round(seconds.get(name, 0.0) + dt, 3)
+        if what is not None:
+            log.info("%sphase %s took %.2fs", f"{job}: " if job else "", name, dt)
+
+
 # ---- sessions --------------------------------------------------------------------------------
 def functions_for(spark: Session) -> Any:
     """The ``functions`` module matching `spark` (see :attr:`Execution.F`)."""

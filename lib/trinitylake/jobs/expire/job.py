@@ -45,10 +45,9 @@ started while a deeper one still has failures.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -69,7 +68,7 @@ from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.common import crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, notify
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, timed
 from trinitylake.spark.output import write_listing
 
 if TYPE_CHECKING:
@@ -119,20 +118,6 @@ class RootTimes:
 
 def _count_true(mask: pa.ChunkedArray | pa.Array) -> int:
     return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
-
-
-@contextmanager
-def _timed(result: JobResult, name: str, what: str) -> Iterator[None]:
-    """Time one phase of the run into ``result.seconds`` (summed over repeats)."""
-    notify(what)
-    t0 = time.perf_counter()
-    log.info("expire %s: phase %s started", result.run_id, name)
-    try:
-        yield
-    finally:
-        dt = time.perf_counter() - t0
-        result.seconds[name] = round(result.seconds.get(name, 0.0) + dt, 3)
-        log.info("expire %s: phase %s took %.2fs", result.run_id, name, dt)
 
 
 # ---- the candidates, held by the driver or by the executors -------------------------------------
@@ -305,18 +290,86 @@ def compact_control_table(lakehouse: Lakehouse, result: JobResult) -> None:
         result.details["control_compaction"] = f"failed: {type(e).__name__}: {e}"
 
 
+@dataclass
+class _Job:
+    """What every phase of one run reads: the run's execution, lakehouse, options and result,
+    where its plan goes, and the label of its Spark jobs."""
+
+    ex: Execution
+    lh: Lakehouse
+    cfg: ExpireConfig
+    result: JobResult
+    rdir: str
+    label: str
+
+    def timed(self, name: str, what: str) -> AbstractContextManager[None]:
+        return timed(self.result.seconds, name, what, announce=True, job=f"expire {self.result.run_id}")
+
+
+@dataclass
+class _Plan:
+    """The plan phase's outcome: the versions listed, the floor before and after, the expired
+    versions (left over from an interrupted run, then newly expired) and the plan document."""
+
+    latest: int
+    listed: list[int]
+    prev_oldest: int
+    new_oldest: int
+    leftover: list[int]
+    expired: list[int]
+    newly_expired: list[int]
+    doc: dict[str, Any]
+    #: What the retained walk started from (``plan.json``'s ``retained_walk``).
+    retained_walk: dict[str, Any] = field(default_factory=dict)
+
+
 def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig, result: JobResult) -> JobResult:
     """The expire job (see the module doc). `ex`: the job's `Execution` (a SparkSession is
     taken as one that runs every phase on its executors)."""
-    ex = as_execution(ex)
-    lh = lakehouse
-    storage = lh.storage
-    rdir = run_dir("expire", result.run_id)
-    now = int(cfg.reference_time)
     result.dry_run = bool(cfg.dry_run)
-    label = f"tlake expire {result.run_id}"
+    job = _Job(as_execution(ex), lakehouse, cfg, result, run_dir("expire", result.run_id),
+               f"tlake expire {result.run_id}")
+    plan = _plan(job)
+    if not plan.expired:
+        result.counts.update({"candidates": 0, "deleted": 0, "failed": 0})
+        result.plan_location = write_json(lakehouse.storage, f"{job.rdir}/plan.json", plan.doc)
+        if not result.dry_run and cfg.compact_control_table:
+            with job.timed("compact_control", "compact the control table"):
+                compact_control_table(lakehouse, result)
+        return result
+    retained, inp = _walk_retained(job, plan)
+    held: list[Any] = [retained]
+    try:
+        expired_reach = _walk_expired(job, plan, retained)
+        held.append(expired_reach)
+        cands = _write_plan(job, plan, inp, retained, expired_reach)
+        held.append(cands)
+        if result.dry_run:
+            log.info("expire %s (dry run): would expire %d versions and delete %d files (%d bytes); plan at %s",
+                     result.run_id, len(plan.expired), cands.files, cands.bytes, result.plan_location)
+            return result
+        crash_point("expire_after_plan")
+        _commit_phase(job, plan)
+        cands = _walk_new(job, plan, inp, retained, cands, held)
+        # From here on nothing new may reference the expired versions: rollbacks and export
+        # pins below the committed floor are refused (`lakehouse.roots.check_retained`).
+        crash_point("expire_before_delete")
+        _delete_phase(job, plan, cands)
+    finally:
+        for h in held:
+            h.release()
+    if cfg.compact_control_table:
+        with job.timed("compact_control", "compact the control table"):
+            compact_control_table(lakehouse, result)
+    log.info("expire %s: expired %d versions (oldest retained now %d), deleted %d files (%d failed)", result.run_id,
+             len(plan.expired), plan.new_oldest, result.counts["deleted"], result.counts["failed"])
+    return result
 
-    with _timed(result, "plan", "plan the expiration"):
+
+def _plan(job: _Job) -> _Plan:
+    """**plan**: the policy, the floor, the leftovers and the newly expired versions."""
+    lh, cfg, result = job.lh, job.cfg, job.result
+    with job.timed("plan", "plan the expiration"):
         latest = lh.latest_version()
         d = lh.load_root(latest).lakehouse_def
         listed = sorted({v for v in lh.listed_versions() if v <= latest} | {latest})
@@ -327,8 +380,8 @@ def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig,
                                             definition_min_versions=d.minimum_versions_to_keep or None)
         policy = RetentionPolicy.from_definition(d, max_version_age_ms=max_age, min_versions_to_keep=keep,
                                                  clock_skew_margin_ms=int(cfg.clock_skew_margin))
-        times = RootTimes(lh, threads=ex.limits.io_threads(lh.storage))
-        plan = plan_expiration(live, times, policy, now)
+        times = RootTimes(lh, threads=job.ex.limits.io_threads(lh.storage))
+        plan = plan_expiration(live, times, policy, int(cfg.reference_time))
         new_oldest = plan.oldest_retained
         expired = leftover + list(plan.expired)
     log.info("expire %s: %d versions (%d..%d); %d newly expired, %d left over from an earlier run; keeping %d..%d (%s)",
@@ -346,120 +399,126 @@ def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig,
     result.details["oldest_retained_before"] = prev_oldest
     result.details["oldest_retained_after"] = new_oldest
     result.details["stop_reason"] = plan.stop_reason
-    if not expired:
-        result.counts.update({"candidates": 0, "deleted": 0, "failed": 0})
-        result.plan_location = write_json(storage, f"{rdir}/plan.json", doc)
-        if not result.dry_run and cfg.compact_control_table:
-            with _timed(result, "compact_control", "compact the control table"):
-                compact_control_table(lh, result)
-        return result
+    return _Plan(latest, listed, prev_oldest, new_oldest, leftover, expired, list(plan.expired), doc)
 
-    with _timed(result, "walk_retained", "walk the retained versions"):
-        inp = WR.walk_input(lh, latest=latest, min_version=new_oldest)
+
+def _walk_retained(job: _Job, plan: _Plan) -> tuple[Reached, WR.WalkInput]:
+    """**walk_retained**: R, from the versions that stay, exports and pinned versions."""
+    with job.timed("walk_retained", "walk the retained versions"):
+        inp = WR.walk_input(job.lh, latest=plan.latest, min_version=plan.new_oldest)
         try:
-            retained, rst = walk_reachable_with_stats(ex, lh, inp.roots, label=f"{label}: retained", sizes=False,
-                                                      name="walk_retained")
+            retained, rst = walk_reachable_with_stats(job.ex, job.lh, inp.roots, label=f"{job.label}: retained",
+                                                      sizes=False, name="walk_retained")
         except CorruptNodeError as e:
             raise UnsafeOperationError(f"the files of the retained versions cannot be computed, so nothing was "
                                        f"committed or deleted: {e}") from e
-    fill_walk_counts(result, rst)
-    held: list[Any] = [retained]
-    try:
-        with _timed(result, "walk_expired", "walk the expired versions"):
-            try:
-                expired_reach, cst = walk_reachable_with_stats(
-                    ex, lh, [(v, root_name(v)) for v in expired], exclude=retained, sizes=True,
-                    tolerate_missing=True, label=f"{label}: expired", name="walk_expired")
-            except CorruptNodeError as e:
-                raise UnsafeOperationError(f"the files of the expired versions cannot be enumerated, so nothing was "
-                                           f"committed or deleted: {e}") from e
-            held.append(expired_reach)
-        result.details["expired_walk"] = {"levels": cst.levels, "missing": cst.missing, "read_ratio": cst.read_ratio,
+    fill_walk_counts(job.result, rst)
+    plan.retained_walk = {"roots": rst.roots, "files": rst.files, "exports": inp.export_roots,
+                                "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
+    return retained, inp
+
+
+def _walk_expired(job: _Job, plan: _Plan, retained: Reached) -> Reached:
+    """**walk_expired**: reach(expired) - R (missing nodes tolerated)."""
+    with job.timed("walk_expired", "walk the expired versions"):
+        try:
+            expired_reach, cst = walk_reachable_with_stats(
+                job.ex, job.lh, [(v, root_name(v)) for v in plan.expired], exclude=retained, sizes=True,
+                tolerate_missing=True, label=f"{job.label}: expired", name="walk_expired")
+        except CorruptNodeError as e:
+            raise UnsafeOperationError(f"the files of the expired versions cannot be enumerated, so nothing was "
+                                       f"committed or deleted: {e}") from e
+    job.result.details["expired_walk"] = {"levels": cst.levels, "missing": cst.missing, "read_ratio": cst.read_ratio,
                                           "where": cst.where}
-        with _timed(result, "write_plan", "write the plan"):
-            cands: _Candidates
-            if retained.is_local and expired_reach.is_local:
-                cands = _LocalCandidates(ex, expired_reach.table)
-            else:
-                cands = _DistributedCandidates(ex, expired_reach)
-            held.append(cands)
-            n_cands, bytes_cands = cands.files, cands.bytes
-            cand_uri = cands.write(ex, storage.uri(f"{rdir}/candidates"), storage.options)
-            doc["candidates"] = {"files": n_cands, "bytes": bytes_cands, "location": cand_uri,
-                                 "by_kind": {k: {"files": n, "bytes": b} for k, (n, b) in cands.by_kind.items()},
-                                 "not_format_owned_kept": cands.not_owned, "already_deleted": cands.already_gone}
-            doc["retained_walk"] = {"roots": rst.roots, "files": rst.files, "exports": inp.export_roots,
-                                    "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
-            result.plan_location = write_json(storage, f"{rdir}/plan.json", doc)
-        result.details["candidates_where"] = LOCAL if isinstance(cands, _LocalCandidates) else DISTRIBUTED
-        result.counts.update({"candidates": n_cands, "skipped_not_owned": cands.not_owned,
-                              "already_deleted": cands.already_gone})
-        for k, (n, b) in cands.by_kind.items():
-            result.counts[f"candidates_{k}"] = n
-            result.bytes[f"candidates_{k}"] = b
-        result.bytes["candidates"] = bytes_cands
-        result.output_location = cand_uri
-        if result.dry_run:
-            log.info("expire %s (dry run): would expire %d versions and delete %d files (%d bytes); plan at %s",
-                     result.run_id, len(expired), n_cands, bytes_cands, result.plan_location)
-            return result
+    return expired_reach
 
-        crash_point("expire_after_plan")
-        with _timed(result, "commit", "commit the new oldest retained version"):
-            if plan.expired:
-                committed = _commit(lh, new_oldest, result)
-                result.version_after = committed
-                result.details["commit_version"] = committed
-            crash_point("expire_after_commit")
 
-        with _timed(result, "walk_new", "walk versions committed since the plan"):
-            latest2 = lh.latest_version()
-            inp2 = WR.walk_input(lh, latest=latest2, min_version=new_oldest)
-            seen = set(inp.roots)
-            new_roots = [r for r in inp2.roots if r not in seen]
-            if new_roots:
-                try:
-                    extra, _ = walk_reachable_with_stats(ex, lh, new_roots, exclude=retained, sizes=False,
-                                                         label=f"{label}: new versions", name="walk_new")
-                except CorruptNodeError as e:
-                    raise UnsafeOperationError(f"versions committed since the plan cannot be walked; nothing was "
-                                               f"deleted (the expiration is committed; re-run to delete): {e}") from e
-                held.append(extra)
-                try:
-                    cands.drop_reached(ex, extra)
-                except _GoDistributed:
-                    assert isinstance(cands, _LocalCandidates)
-                    cands = cands.to_distributed(ex)
-                    held.append(cands)
-                    cands.drop_reached(ex, extra)
-                result.counts["new_roots_walked"] = len(new_roots)
-            n_final = cands.count()
-        if n_final != n_cands:
-            log.info("expire %s: %d candidates are reachable from versions committed since the plan; kept",
-                     result.run_id, n_cands - n_final)
-            # What is deleted is no longer the persisted candidates: persist it too, before deleting.
-            result.details["delete_location"] = cands.write(ex, storage.uri(f"{rdir}/to_delete"), storage.options)
-        # From here on nothing new may reference the expired versions: rollbacks and export
-        # pins below the committed floor are refused (`lakehouse.roots.check_retained`).
-        crash_point("expire_before_delete")
+def _write_plan(job: _Job, plan: _Plan, inp: WR.WalkInput, retained: Reached, expired_reach: Reached
+                ) -> _Candidates:
+    """**write_plan**: C, filtered and counted, written with ``plan.json`` before any commit."""
+    ex, storage, result = job.ex, job.lh.storage, job.result
+    with job.timed("write_plan", "write the plan"):
+        cands: _Candidates
+        if retained.is_local and expired_reach.is_local:
+            cands = _LocalCandidates(ex, expired_reach.table)
+        else:
+            cands = _DistributedCandidates(ex, expired_reach)
+        cand_uri = cands.write(ex, storage.uri(f"{job.rdir}/candidates"), storage.options)
+        doc = plan.doc
+        doc["candidates"] = {"files": cands.files, "bytes": cands.bytes, "location": cand_uri,
+                             "by_kind": {k: {"files": n, "bytes": b} for k, (n, b) in cands.by_kind.items()},
+                             "not_format_owned_kept": cands.not_owned, "already_deleted": cands.already_gone}
+        doc["retained_walk"] = plan.retained_walk
+        result.plan_location = write_json(storage, f"{job.rdir}/plan.json", doc)
+    result.details["candidates_where"] = LOCAL if isinstance(cands, _LocalCandidates) else DISTRIBUTED
+    result.counts.update({"candidates": cands.files, "skipped_not_owned": cands.not_owned,
+                          "already_deleted": cands.already_gone})
+    for k, (n, b) in cands.by_kind.items():
+        result.counts[f"candidates_{k}"] = n
+        result.bytes[f"candidates_{k}"] = b
+    result.bytes["candidates"] = cands.bytes
+    result.output_location = cand_uri
+    return cands
 
-        with _timed(result, "delete", "delete the expired files"):
-            out = _delete_levels(ex, lh, cands, expired, cfg, result)
-        result.counts["deleted"] = out.deleted
-        result.counts["failed"] = out.failed
-        result.counts["delete_batches"] = out.batches
-        if out.failed == 0:
-            result.bytes["deleted"] = bytes_cands
-        write_json(storage, f"{rdir}/result.json", result.to_dict())
-    finally:
-        for h in held:
-            h.release()
-    if cfg.compact_control_table:
-        with _timed(result, "compact_control", "compact the control table"):
-            compact_control_table(lh, result)
-    log.info("expire %s: expired %d versions (oldest retained now %d), deleted %d files (%d failed)", result.run_id,
-             len(expired), new_oldest, result.counts["deleted"], result.counts["failed"])
-    return result
+
+def _commit_phase(job: _Job, plan: _Plan) -> None:
+    """**commit**: the new floor, in a new version (only when versions were newly expired)."""
+    with job.timed("commit", "commit the new oldest retained version"):
+        if plan.newly_expired:
+            committed = _commit(job.lh, plan.new_oldest, job.result)
+            job.result.version_after = committed
+            job.result.details["commit_version"] = committed
+        crash_point("expire_after_commit")
+
+
+def _walk_new(job: _Job, plan: _Plan, inp: WR.WalkInput, retained: Reached, cands: _Candidates,
+              held: list[Any]) -> _Candidates:
+    """**walk_new**: files of versions (and exports) committed since the plan leave C; what is
+    deleted is persisted too when it is no longer the planned candidates. Returns C (moved to
+    the executors when the new versions' walk went there); what it holds joins `held`."""
+    ex, result, storage = job.ex, job.result, job.lh.storage
+    n_cands = cands.files
+    with job.timed("walk_new", "walk versions committed since the plan"):
+        inp2 = WR.walk_input(job.lh, latest=job.lh.latest_version(), min_version=plan.new_oldest)
+        seen = set(inp.roots)
+        new_roots = [r for r in inp2.roots if r not in seen]
+        if new_roots:
+            try:
+                extra, _ = walk_reachable_with_stats(ex, job.lh, new_roots, exclude=retained, sizes=False,
+                                                     label=f"{job.label}: new versions", name="walk_new")
+            except CorruptNodeError as e:
+                raise UnsafeOperationError(f"versions committed since the plan cannot be walked; nothing was "
+                                           f"deleted (the expiration is committed; re-run to delete): {e}") from e
+            held.append(extra)
+            try:
+                cands.drop_reached(ex, extra)
+            except _GoDistributed:
+                assert isinstance(cands, _LocalCandidates)
+                cands = cands.to_distributed(ex)
+                held.append(cands)
+                cands.drop_reached(ex, extra)
+            result.counts["new_roots_walked"] = len(new_roots)
+        n_final = cands.count()
+    if n_final != n_cands:
+        log.info("expire %s: %d candidates are reachable from versions committed since the plan; kept",
+                 result.run_id, n_cands - n_final)
+        # What is deleted is no longer the persisted candidates: persist it too, before deleting.
+        result.details["delete_location"] = cands.write(ex, storage.uri(f"{job.rdir}/to_delete"), storage.options)
+    return cands
+
+
+def _delete_phase(job: _Job, plan: _Plan, cands: _Candidates) -> None:
+    """**delete**: C deepest level first, the expired roots last; then ``result.json``."""
+    result = job.result
+    planned_bytes = result.bytes["candidates"]
+    with job.timed("delete", "delete the expired files"):
+        out = _delete_levels(job.ex, job.lh, cands, plan.expired, job.cfg, result)
+    result.counts["deleted"] = out.deleted
+    result.counts["failed"] = out.failed
+    result.counts["delete_batches"] = out.batches
+    if out.failed == 0:
+        result.bytes["deleted"] = planned_bytes
+    write_json(job.lh.storage, f"{job.rdir}/result.json", result.to_dict())
 
 
 def _commit(lh: Lakehouse, new_oldest: int, result: JobResult) -> int:
