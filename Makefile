@@ -4,6 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 AIRFLOW_VENV ?= .venv-airflow
 PYTEST_ARGS ?=
+# `make dist`'s archive (see dist below). Defined before any rule that names it as a
+# prerequisite: make expands a rule's prerequisites when it reads the rule.
+DIST_ARCHIVE := dist/trinitylake-env.tar.gz
+DIST_SOURCES := pyproject.toml $(shell find lib -name '*.py' -o -name '*.proto' -o -name '*.properties' 2>/dev/null)
 
 .PHONY: tools jars help setup venv test test-fast test-dags demo bench bench-large bench-objstore objstore lint fmt dist acceptance clean reliability-full
 
@@ -103,8 +107,7 @@ DELTA_JARS := spark-jars/lib/.fetched
 # fresh venv holding the wheel and its runtime dependencies; pyspark comes from the cluster).
 # pandas too: pyspark's Arrow paths (mapInArrow on the driver and in the Python workers) import
 # it, and a cluster's bare Python does not have it (tests/integration/test_cluster_path.py).
-DIST_ARCHIVE := dist/trinitylake-env.tar.gz
-DIST_SOURCES := pyproject.toml $(shell find lib -name '*.py' -o -name '*.proto' -o -name '*.properties' 2>/dev/null)
+# (DIST_ARCHIVE and DIST_SOURCES are defined at the top: rules above this point name them.)
 
 dist: venv ## build the wheel and dist/trinitylake-env.tar.gz for spark-submit --archives
 	rm -rf dist $(DIST_ENV)
