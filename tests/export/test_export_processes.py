@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import trinitylake.jobs.export.job as E
+import trinitylake.jobs.export.copy_phase as E
 import trinitylake.jobs.export.planner as P
 from trinitylake.errors import StorageError, TrinityLakeError
 from trinitylake.storage import Storage

@@ -108,9 +108,9 @@ PoolMap = Callable[[Callable[[Any], Any], list], list]
 
 
 class CopyParts(Protocol):
-    """The export job's copy phase (`trinitylake.jobs.export.job`): copies the named plan parts
-    where its placement puts `n_files` files, raises a typed error for any failure, and returns
-    what was copied and where it ran (``local`` or ``distributed``)."""
+    """The export job's copy phase (`trinitylake.jobs.export.copy_phase.Copier.copy_parts`):
+    copies the named plan parts where its placement puts `n_files` files, raises a typed error
+    for any failure, and returns what was copied and where it ran (``local`` or ``distributed``)."""
 
     def __call__(self, phase: str, names: list[str], n_files: int, resumed: bool, what: str
                  ) -> tuple[CopyStats, str]: ...
