@@ -54,6 +54,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     file (the cluster path, every command on S3) handed out last would leave the other worker
     idle at the end. Files keep their tests together and in order; only files move."""
     def weight(item: pytest.Item) -> int:
+        rel = item.path.relative_to(ROOT).as_posix()
+        if rel in LONGEST_FILES:
+            return 10 + len(LONGEST_FILES) - LONGEST_FILES.index(rel)
         marks = {m.name for m in item.iter_markers()}
         return 2 if "slow" in marks else 1 if marks & {"spark", "s3"} else 0
 
@@ -62,6 +65,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = str(item.path)
         by_file[path] = max(by_file.get(path, 0), weight(item))
     items.sort(key=lambda item: -by_file[str(item.path)])  # stable: order within a weight stays
+
+
+#: The files that take minutes, longest first (the 20 slowest tests of a `make test` run,
+#: summed per file): they start first, each on a worker of its own.
+LONGEST_FILES = (
+    "tests/integration/test_cluster_path.py",
+    "tests/secrets/test_channels_s3.py",
+    "tests/control/test_spark_delta.py",
+    "tests/reliability/test_maintenance_properties.py",
+    "tests/reliability/test_oracle_kills.py",
+    "tests/spark/test_modes.py",
+    "tests/secrets/test_channels.py",
+    "tests/control/test_spark_connect_control.py",
+    "tests/export/test_export_execution.py",
+    "tests/spark/test_expire.py",
+)
 
 
 #: The reliability figures of each pytest-xdist worker (tests/reliability/conftest.py).
