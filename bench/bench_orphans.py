@@ -3,7 +3,7 @@
 A lakehouse of N tables and V versions (`bench.generator`) gets M planted orphans: old,
 format-owned, unreferenced node and definition files spread over the hash prefixes. Then:
 
-* **scan**: the job's distributed listing (`trinitylake.jobs.orphans.job.list_lakehouse`: the
+* **scan**: the job's distributed listing (`trinitylake.jobs.orphans.listing.list_lakehouse`: the
   driver lists two levels of hash folders, executors list the 256 second-level prefixes)
   against ``find <root> -type f`` and a single-process ``os.walk`` over the same tree;
 * **cleanup**: the whole orphans job (list, walk every retained version, diff, write the plan,
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         size["tables"] = args.tables
     from bench.generator import generate
     from trinitylake.config import load_job_config
-    from trinitylake.jobs.orphans.job import list_lakehouse, run_orphans
+    from trinitylake.jobs.orphans.job import run_orphans
+    from trinitylake.jobs.orphans.listing import list_lakehouse
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance.results import JobResult
     from trinitylake.spark.session import get_spark

@@ -16,11 +16,12 @@ from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, 
 from trinitylake.errors import UnsafeOperationError
 from trinitylake.format.paths import hashed_path
 from trinitylake.jobs import runner
-from trinitylake.jobs.orphans.job import LocalDeleteStorage, list_prefix
+from trinitylake.jobs.orphans.listing import list_prefix
 from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.spark.output import read_parquet_table
 from trinitylake.storage import Storage
+from trinitylake.storage.local_delete import LocalDeleteStorage
 
 pytestmark = pytest.mark.spark
 DAY_S = 86_400

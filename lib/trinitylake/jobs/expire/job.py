@@ -338,7 +338,7 @@ def run_expire(ex: Execution | Session, lakehouse: Lakehouse, cfg: ExpireConfig,
                 compact_control_table(lakehouse, result)
         return result
     retained, inp = _walk_retained(job, plan)
-    held: list[Any] = [retained]
+    held: list[Reached | _Candidates] = [retained]
     try:
         expired_reach = _walk_expired(job, plan, retained)
         held.append(expired_reach)
@@ -472,7 +472,7 @@ def _commit_phase(job: _Job, plan: _Plan) -> None:
 
 
 def _walk_new(job: _Job, plan: _Plan, inp: WR.WalkInput, retained: Reached, cands: _Candidates,
-              held: list[Any]) -> _Candidates:
+              held: list[Reached | _Candidates]) -> _Candidates:
     """**walk_new**: files of versions (and exports) committed since the plan leave C; what is
     deleted is persisted too when it is no longer the planned candidates. Returns C (moved to
     the executors when the new versions' walk went there); what it holds joins `held`."""
