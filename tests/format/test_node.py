@@ -160,6 +160,20 @@ def test_wrong_column_type():
         deserialize(_ipc(t), None, "w.arrow")
 
 
+@pytest.mark.parametrize("damaged", ["\x00node", "pnodf", "tx"])
+def test_a_damaged_column_name_is_corrupt_not_a_missing_column(damaged):
+    """An internal root whose "pnode" (or "txn") name was damaged on disk (one byte, as the
+    reliability fuzzer found) must not read as a leaf with its subtrees silently gone."""
+    internal = pa.table({"key": ["n_keys", None, "k", None], "value": ["1", None, "v", None],
+                         "pnode": [None, "left.arrow", "right.arrow", None], "txn": [None, None, None, None]},
+                        schema=pa.schema([(c, pa.utf8()) for c in ("key", "value", "pnode", "txn")]))
+    assert deserialize(_ipc(internal), 3, "ok.arrow").children == ["left.arrow", "right.arrow"]
+    renamed = internal.rename_columns(["key", "value", damaged, "txn"] if damaged != "tx" else
+                                      ["key", "value", "pnode", damaged])
+    with pytest.raises(CorruptNodeError, match="d.arrow has columns the format does not define"):
+        deserialize(_ipc(renamed), 3, "d.arrow")
+
+
 def test_missing_value_column():
     t = pa.table({"key": ["a"]})
     with pytest.raises(CorruptNodeError, match="m.arrow"):

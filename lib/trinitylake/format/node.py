@@ -159,6 +159,13 @@ def deserialize(data: bytes, order: int | None, where: str) -> Node:
         raise CorruptNodeError(f"node file {where} has duplicate columns {dup}")
     if "key" not in names or "value" not in names:
         raise CorruptNodeError(f"node file {where} lacks the key/value columns (has {names})")
+    # A missing pnode/txn column reads as NULL (Java writes key,value only), so a column whose
+    # name is damaged must not pass as missing: a root whose "pnode" was corrupted would read
+    # as a leaf, every subtree silently gone (found by the reliability fuzzer at full scale).
+    unknown = [c for c in names if c not in SCHEMA.names]
+    if unknown:
+        raise CorruptNodeError(f"node file {where} has columns the format does not define: {unknown} "
+                               f"(a node file has {', '.join(SCHEMA.names)})")
     for c in names:
         if c in ("key", "value", "pnode", "txn") and not pa.types.is_string(table.schema.field(c).type):
             raise CorruptNodeError(f"node file {where}: column {c} is {table.schema.field(c).type}, expected utf8")
