@@ -194,6 +194,21 @@ def local_path(source: Storage, pointer: str) -> str | None:
 INSIDE, INTO_SOURCE, FOREIGN = 0, 1, 2
 
 
+def _repoint_list(source: Storage, pointers: list, copied: bool, refs: NodeRefs, inside: list[str]) -> bool:
+    """`_repoint` each entry of `pointers` in place, counting where each points and keeping
+    those inside the source in `inside`; True when one changed."""
+    changed = False
+    for i, pointer in enumerate(pointers):
+        p, where = _repoint(source, pointer, copied)
+        refs.count(where)
+        if where == INSIDE:
+            inside.append(p)
+        if p != pointer:
+            pointers[i] = p
+            changed = True
+    return changed
+
+
 def _repoint(source: Storage, pointer: str, copied: bool) -> tuple[str, int]:
     """(pointer as the exported file stores it, where it points: INSIDE the export, INTO_SOURCE
     or FOREIGN, i.e. an absolute URI outside the source that is kept as it is and not followed)."""
@@ -248,24 +263,9 @@ def export_node(node: Node, depth: int, spec: ExportSpec, source: Storage) -> tu
             if rel != d:
                 out.system[K.SYS_LAKEHOUSE_DEF] = rel
                 changed = True
-    copy_children = spec.copies_node(depth + 1)
-    for i, c in enumerate(out.children):
-        p, where = _repoint(source, c, copy_children)
-        refs.count(where)
-        if where == INSIDE:
-            refs.children.append(p)
-        if p != c:
-            out.children[i] = p
-            changed = True
+    changed |= _repoint_list(source, out.children, spec.copies_node(depth + 1), refs, refs.children)
     copy_odfs = spec.copies_odfs(depth)
-    for i, v in enumerate(out.values):
-        p, where = _repoint(source, v, copy_odfs)
-        refs.count(where)
-        if where == INSIDE:
-            refs.odfs.append(p)
-        if p != v:
-            out.values[i] = p
-            changed = True
+    changed |= _repoint_list(source, out.values, copy_odfs, refs, refs.odfs)
     for m in out.buffer:
         if m.value is None:
             continue
