@@ -15,10 +15,10 @@ import sys
 def main() -> None:
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    from trinitylake.spark.session import DEFAULT_CONF
+    from trinitylake.spark.session import DEFAULT_CONF, LOCAL_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    opts = {**DEFAULT_CONF, "spark.sql.shuffle.partitions": "4", "spark.app.name": "trinitylake-connect-tests",
+    opts = {**DEFAULT_CONF, **LOCAL_CONF, "spark.sql.shuffle.partitions": "4", "spark.app.name": "trinitylake-connect-tests",
             "spark.connect.grpc.binding.port": sys.argv[1]}
     RemoteSparkSession._start_connect_server("local[2]", opts)
     print("ready", flush=True)

@@ -28,6 +28,14 @@ DEFAULT_CONF = {
     # anyway (an unbounded one exhausted a 2 GB driver heap before the checkpoints existed).
     "spark.sql.maxPlanStringLength": "100000",
 }
+#: For a local master only: Delta and Spark size these for clusters. VACUUM lists the table's
+#: folders in `parallelPartitionDiscovery.parallelism` tasks (10,000) and Delta rebuilds a
+#: snapshot's state in `snapshotPartitions` (50): on `local[2]` the control table's
+#: compaction (OPTIMIZE + VACUUM) took 66 s for a table of 5 files, 8.8 s with these.
+LOCAL_CONF = {
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+    "spark.databricks.delta.snapshotPartitions": "4",
+}
 # Properties a Connect client cannot set on a running server (they are the server's own).
 _SERVER_ONLY = ("spark.ui.", "spark.driver.memory", "spark.python.worker.reuse", "spark.master")
 
@@ -49,7 +57,8 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     remote = remote or os.environ.get("SPARK_REMOTE") or None
     builder: Any = SparkSession.builder.appName(app_name)  # classic, or the Connect builder below
-    settings = {**DEFAULT_CONF, **(delta_conf() if delta and not remote else {}), **(conf or {})}
+    local_conf = LOCAL_CONF if not remote and (master or "").startswith("local") else {}
+    settings = {**DEFAULT_CONF, **local_conf, **(delta_conf() if delta and not remote else {}), **(conf or {})}
     if not any("log4j" in settings.get(k, "") for k in ("spark.driver.extraJavaOptions",)):
         # Spark's console noise down to warnings (and no "default log4j profile" banner); the
         # JVM reads it at start, which is the only moment without SparkContext.setLogLevel.
