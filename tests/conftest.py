@@ -67,19 +67,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -by_file[str(item.path)])  # stable: order within a weight stays
 
 
-#: The files that take minutes, longest first (the 20 slowest tests of a `make test` run,
-#: summed per file): they start first, each on a worker of its own.
+#: The files that take minutes, longest first (per-file sums of a `make test` run's junit times,
+#: at 89bd199): they start first, each on a worker of its own.
 LONGEST_FILES = (
-    "tests/integration/test_cluster_path.py",
-    "tests/secrets/test_channels_s3.py",
-    "tests/control/test_spark_delta.py",
-    "tests/reliability/test_maintenance_properties.py",
     "tests/reliability/test_oracle_kills.py",
     "tests/spark/test_modes.py",
+    "tests/secrets/test_channels_s3.py",
+    "tests/integration/test_cluster_path.py",
     "tests/secrets/test_channels.py",
+    "tests/control/test_spark_delta.py",
+    "tests/spark/test_orphans.py",
     "tests/control/test_spark_connect_control.py",
     "tests/export/test_export_execution.py",
     "tests/spark/test_expire.py",
+    "tests/reliability/test_maintenance_properties.py",
 )
 
 
