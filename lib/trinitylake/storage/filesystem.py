@@ -35,11 +35,6 @@ MAX_POOL_CONNECTIONS = 64
 #: without; on 2 cores the client's CPU is what bounds a copy's requests per second.
 _LEAN_CLIENT = {"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required",
                 "parameter_validation": False}
-#: botocore's own retries, under ours (`retry.call` retries every storage call 5 times): the
-#: "standard" mode AWS's SDKs use, 3 attempts. botocore's default ("legacy", 5 attempts with up to
-#: 8 s pauses) nested 5 x 5 deep: an unreachable endpoint took 46 s to report, now about 8 s.
-#: An operator's AWS_RETRY_MODE / AWS_MAX_ATTEMPTS or a `config_kwargs` retries option wins.
-_CLIENT_RETRIES = {"mode": "standard", "max_attempts": 3}
 _S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
 # AWS answers 409 ConditionalRequestConflict while another conditional write to the same key is
 # in flight; the request did not take effect and must be retried (it then gets 200 or 412).
@@ -82,8 +77,6 @@ def _make_fs(scheme: str, options: dict[str, Any]) -> Any:
         config_kwargs.setdefault("max_pool_connections", MAX_POOL_CONNECTIONS)
         for k, v in _LEAN_CLIENT.items():
             config_kwargs.setdefault(k, v)
-        if not any(os.environ.get(v) for v in ("AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS")):
-            config_kwargs.setdefault("retries", _CLIENT_RETRIES)
         opts["config_kwargs"] = _known_config(config_kwargs)
         opts.pop("skip_instance_cache", None)  # we cache (see _FS_CACHE), fsspec must not
         fs = fsspec.filesystem("s3", client_kwargs=client_kwargs, skip_instance_cache=True, **opts)
