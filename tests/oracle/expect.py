@@ -37,6 +37,7 @@ from tests.oracle.reader import (
     OracleError,
     base_of,
     boto_client_for,
+    in_one_call,
     parse_node,
     system_rows,
 )
@@ -57,6 +58,7 @@ def oracle_of(lh: Any) -> Oracle:
 
 
 # ---- versions and live roots -----------------------------------------------------------------------
+@in_one_call
 def latest_version(o: Oracle) -> int:
     vs = o.listed_versions()
     if not vs:
@@ -64,23 +66,27 @@ def latest_version(o: Oracle) -> int:
     return vs[-1]
 
 
+@in_one_call
 def definition_of(o: Oracle, version: int) -> Any:
     """The lakehouse definition the root of `version` points to."""
     node, base = o._root(f"{o.root}/{root_name(version)}")
     return o.definition(o.resolve(node.system["lakehouse_def"], base))
 
 
+@in_one_call
 def floor(o: Oracle) -> int:
     """The committed ``oldest_retained_version`` of the latest version's definition."""
     return int(o.latest()[1].oldest_retained_version)
 
 
+@in_one_call
 def kept_versions(o: Oracle) -> list[int]:
     """Listed versions from the committed floor to the latest."""
     latest, d = o.latest()
     return [v for v in o.listed_versions() if d.oldest_retained_version <= v <= latest]
 
 
+@in_one_call
 def live_entries(o: Oracle) -> list[tuple[int, str]]:
     """(version, root URI) of every live root, by the oracle's own rules (see the module doc)."""
     latest, d = o.latest()
@@ -97,6 +103,7 @@ def live_entries(o: Oracle) -> list[tuple[int, str]]:
     return out
 
 
+@in_one_call
 def export_roots(o: Oracle) -> dict[str, str]:
     """Export name -> root URI of every recorded export whose root exists."""
     d = o.latest()[1]
@@ -144,6 +151,7 @@ def listing(o: Oracle) -> dict[str, float]:
     return {p: os.path.getmtime(os.path.join(base, p)) for p in o.files.list(o.root)}
 
 
+@in_one_call
 def owned(o: Oracle) -> set[str]:
     """Files under the root whose names the format owns (FORMAT.md §7, the oracle's pattern)."""
     return o.owned_files()
@@ -184,6 +192,7 @@ class Walk:
         return sorted((k, r.kind, r.size, r.depth, r.first_version) for k, r in self.rows.items())
 
 
+@in_one_call
 def walk(o: Oracle, entries: Iterable[tuple[int, str]], *, sizes: bool = True, exclude: Iterable[str] = (),
          tolerate_missing: bool = True) -> Walk:
     """What the roots `entries` ((version, root URI)) reach, level by level (see the module doc).
@@ -268,28 +277,33 @@ def _leaf(leaves: dict[str, tuple[str, str, int]], k: str, uri: str, kind: str, 
         leaves[k] = (uri, kind, fv)
 
 
+@in_one_call
 def live_walk(o: Oracle, **kw: Any) -> Walk:
     """The walk of every live root (`live_entries`)."""
     return walk(o, live_entries(o), **kw)
 
 
+@in_one_call
 def version_files(o: Oracle, versions: Iterable[int]) -> set[str]:
     """Every file (relative path, or URI elsewhere) that the given versions' roots reach."""
     return walk(o, [(v, f"{o.root}/{root_name(v)}") for v in versions], sizes=False).paths()
 
 
 # ---- what a job must delete --------------------------------------------------------------------------
+@in_one_call
 def orphans(o: Oracle, cutoff_s: float) -> set[str]:
     """Format-owned files modified before `cutoff_s` (epoch seconds) that no live root reaches."""
     live = live_walk(o, sizes=False).paths()
     return {p for p, t in listing(o).items() if is_owned(p) and 0 < t < cutoff_s and p not in live}
 
 
+@in_one_call
 def unreferenced(o: Oracle) -> set[str]:
     """Format-owned files that no live root reaches, whatever their age."""
     return owned(o) - live_walk(o, sizes=False).paths()
 
 
+@in_one_call
 def expired_files(o: Oracle, expiring: Iterable[int]) -> set[str]:
     """What expiring `expiring` must delete: the files those versions reach (their roots
     included) that no other live root reaches."""
@@ -299,6 +313,7 @@ def expired_files(o: Oracle, expiring: Iterable[int]) -> set[str]:
 
 
 # ---- contents ----------------------------------------------------------------------------------------
+@in_one_call
 def merged_keys(o: Oracle, root_uri: str, cache: dict[str, NodeFile] | None = None) -> dict[str, str]:
     """Every key of the tree at `root_uri` -> the URI of the definition it points to (B-epsilon
     merge-on-read: a node's buffer overrides its key table and everything below it). `cache`
@@ -374,6 +389,7 @@ def decode(key: str, ns_max: int, t_max: int) -> tuple[str, str | None] | None:
     return None
 
 
+@in_one_call
 def tables(o: Oracle, version: int, cache: dict[str, NodeFile] | None = None) -> frozenset[str]:
     """``ns.table`` of every table version `version` holds."""
     uri = f"{o.root}/{root_name(version)}"
@@ -386,6 +402,7 @@ def tables(o: Oracle, version: int, cache: dict[str, NodeFile] | None = None) ->
     return frozenset(out)
 
 
+@in_one_call
 def contents(o: Oracle, root_uri: str) -> dict[str, bytes]:
     """What a reader sees at `root_uri`: every key with the bytes of its definition file."""
     return {k: o._read(u, f"definition of key {k!r}") for k, u in sorted(merged_keys(o, root_uri).items())}
@@ -406,6 +423,7 @@ def export_contents(uri: str, name: str, options: dict | None = None) -> dict[st
     return contents(o, loc)
 
 
+@in_one_call
 def root_files(o: Oracle) -> list[str]:
     return sorted(p for p in o.files.list(o.root) if ROOT_FILE.match(p))
 

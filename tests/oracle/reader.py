@@ -22,11 +22,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -39,6 +41,9 @@ ROOT_FILE = re.compile(r"^_[01]{64}\.arrow$")
 OWNED = re.compile(r"^(_[01]{64}\.arrow|_lakehouse_def_.+\.binpb|[01]{4}/[01]{4}/[01]{4}/[01]{8}-.+\.(arrow|binpb))$")
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
 class OracleError(AssertionError):
     """The oracle found the lakehouse unreadable: a test failure, never a library error."""
 
@@ -46,6 +51,12 @@ class OracleError(AssertionError):
 # ---- files ---------------------------------------------------------------------------------------
 class LocalFiles:
     """Plain local files; URIs are ``file:///abs/path`` or absolute paths."""
+
+    def begin_call(self) -> None:
+        pass
+
+    def end_call(self) -> None:
+        pass
 
     @staticmethod
     def path(uri: str) -> str:
@@ -68,10 +79,22 @@ class LocalFiles:
 
 
 class BotoFiles:
-    """S3 through a boto3 client (the library itself uses s3fs)."""
+    """S3 through a boto3 client (the library itself uses s3fs).
 
-    def __init__(self, client: Any):
+    Inside one oracle call (`Oracle.reading`), reads under `root` are answered against one
+    LIST of the root taken when the call first needs it: a key the listing lacks is missing
+    (no GET), and a key whose listed ETag is that of bytes this reader already fetched is not
+    fetched again (a check re-reads every retained version's tree, about 700 GETs per S3
+    case of the kill tests, nearly all of immutable files it read a moment before). A file
+    deleted, or rewritten with other bytes, since the last call is seen as such: the listing
+    is new per call and the ETag is the content's. Outside a call every read is a GET."""
+
+    def __init__(self, client: Any, root: str | None = None):
         self.client = client
+        self.root = root.rstrip("/") if root else None
+        self._in_call = False
+        self._listing: dict[str, str] | None = None  # key -> ETag, of the current call
+        self._fetched: dict[str, tuple[str, bytes]] = {}  # key -> (ETag, bytes)
 
     @staticmethod
     def _split(uri: str) -> tuple[str, str]:
@@ -79,12 +102,45 @@ class BotoFiles:
         bucket, _, key = uri[5:].partition("/")
         return bucket, key
 
-    def read(self, uri: str) -> bytes:
+    def begin_call(self) -> None:
+        self._in_call, self._listing = True, None
+
+    def end_call(self) -> None:
+        self._in_call, self._listing = False, None
+
+    def _listed(self) -> dict[str, str] | None:
+        if not self._in_call or self.root is None:
+            return None
+        if self._listing is None:
+            bucket, prefix = self._split(self.root + "/")
+            self._listing = {}
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    self._listing[obj["Key"]] = obj["ETag"]
+        return self._listing
+
+    def _get(self, uri: str) -> tuple[str, bytes]:
         bucket, key = self._split(uri)
         try:
-            return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            obj = self.client.get_object(Bucket=bucket, Key=key)
         except self.client.exceptions.NoSuchKey:
             raise FileNotFoundError(uri) from None
+        return obj["ETag"], obj["Body"].read()
+
+    def read(self, uri: str) -> bytes:
+        listed = self._listed() if self.root is not None and uri.startswith(self.root + "/") else None
+        if listed is None:
+            return self._get(uri)[1]
+        key = self._split(uri)[1]
+        etag = listed.get(key)
+        if etag is None:
+            raise FileNotFoundError(uri)
+        hit = self._fetched.get(key)
+        if hit is not None and hit[0] == etag:
+            return hit[1]
+        got = self._get(uri)
+        self._fetched[key] = got
+        return got[1]
 
     def exists(self, uri: str) -> bool:
         try:
@@ -95,6 +151,9 @@ class BotoFiles:
 
     def list(self, root: str) -> set[str]:
         bucket, prefix = self._split(root.rstrip("/") + "/")
+        listed = self._listed() if self.root is not None and root.rstrip("/") == self.root else None
+        if listed is not None:
+            return {k[len(prefix):] for k in listed}
         out = set()
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
@@ -108,6 +167,16 @@ def files_for(uri: str, s3_client: Any = None) -> LocalFiles | BotoFiles:
             raise ValueError("an s3:// lakehouse needs the boto3 client of the test server")
         return BotoFiles(s3_client)
     return LocalFiles()
+
+
+def in_one_call(fn: _F) -> _F:
+    """`fn(oracle, ...)` reads inside `Oracle.reading` (one listing for all its reads)."""
+    @functools.wraps(fn)
+    def wrapper(o: Oracle, *args: Any, **kwargs: Any) -> Any:
+        with o.reading():
+            return fn(o, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 # ---- node files ----------------------------------------------------------------------------------
@@ -215,7 +284,24 @@ class Oracle:
     def __init__(self, uri: str, s3_client: Any = None):
         self.root = uri.rstrip("/")
         self.files = files_for(uri, s3_client)
+        if isinstance(self.files, BotoFiles):
+            self.files.root = self.root  # reads under the root answer against a listing per call
         self.s3_client = s3_client
+        self._depth = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One oracle call: what it reads is the lakehouse as one listing of it shows it (see
+        `BotoFiles`); nested calls share the outermost one's listing."""
+        if self._depth == 0:
+            self.files.begin_call()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.files.end_call()
 
     # -- pointers
     def resolve(self, pointer: str, base: str) -> str:
@@ -235,15 +321,18 @@ class Oracle:
         except FileNotFoundError:
             raise OracleError(f"{what} {uri} is missing") from None
 
+    @in_one_call
     def definition(self, uri: str) -> pb.LakehouseDef:
         d = pb.LakehouseDef()
         d.ParseFromString(self._read(uri, "lakehouse definition"))
         return d
 
     # -- versions
+    @in_one_call
     def listed_versions(self) -> list[int]:
         return sorted(root_version(p) for p in self.files.list(self.root) if ROOT_FILE.match(p))
 
+    @in_one_call
     def latest(self) -> tuple[int, pb.LakehouseDef]:
         vs = self.listed_versions()
         if not vs:
@@ -259,6 +348,7 @@ class Oracle:
         d = self.definition(self.resolve(system["lakehouse_def"], base))
         return parse_node(data, d.order, uri), base
 
+    @in_one_call
     def live_roots(self) -> dict[str, str]:
         """label -> root URI of everything that must stay readable."""
         latest, d = self.latest()
@@ -270,6 +360,7 @@ class Oracle:
         return out
 
     # -- reachability
+    @in_one_call
     def reach(self, roots: Iterable[str], *, tolerate_missing: bool = False) -> set[str]:
         """Every file URI the given root URIs reach."""
         seen: set[str] = set()
@@ -305,20 +396,25 @@ class Oracle:
                     stack.append((parse_node(data, order, cu), base_of(c, b)))
         return seen
 
+    @in_one_call
     def reach_relative(self, roots: Iterable[str], **kw: Any) -> set[str]:
         """`reach` as paths relative to this root (files elsewhere left out)."""
         return {r for u in self.reach(roots, **kw) if (r := self.relative(u)) is not None}
 
+    @in_one_call
     def live_files(self) -> set[str]:
         return self.reach_relative(self.live_roots().values())
 
+    @in_one_call
     def version_files(self, versions: Iterable[int]) -> set[str]:
         return self.reach_relative(f"{self.root}/{root_name(v)}" for v in versions)
 
+    @in_one_call
     def owned_files(self) -> set[str]:
         return {p for p in self.files.list(self.root) if OWNED.match(p)}
 
     # -- user-visible contents
+    @in_one_call
     def items(self, root_uri: str) -> dict[str, bytes]:
         """Every key of the tree at `root_uri` with the bytes of its definition file."""
         node, base = self._root(root_uri)
@@ -340,6 +436,7 @@ class Oracle:
         return {k: self._read(self.resolve(v, b), f"definition of key {k!r}")
                 for k, (v, b) in sorted(merged(node, base).items())}
 
+    @in_one_call
     def snapshot(self) -> Snapshot:
         latest, d = self.latest()
         s = Snapshot()
@@ -351,6 +448,7 @@ class Oracle:
             s.versions.setdefault(v, self.items(f"{self.root}/{root_name(v)}"))
         return s
 
+    @in_one_call
     def problems(self, before: Snapshot | None = None) -> list[str]:
         """Everything wrong now: live roots that do not read, live files missing, and what a
         snapshot taken `before` lost (only what is still live is compared)."""

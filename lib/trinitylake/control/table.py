@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from typing import Any
 
@@ -191,7 +192,11 @@ class ControlTable:
             return "spark"
         spark = self._spark
         if spark is None or (callable(spark) and not hasattr(spark, "sql")):
-            # Never start a session to decide: only one that is already running counts.
+            # Never start a session to decide: only one that is already running counts, and a
+            # process that never imported pyspark has none (importing it to ask costs every
+            # `tlake` command 0.3-0.7 s: pyspark, and pandas through it).
+            if "pyspark.sql" not in sys.modules:
+                return "delta-rs"
             try:
                 from pyspark.sql import SparkSession
             except ImportError:
