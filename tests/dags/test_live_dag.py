@@ -48,6 +48,8 @@ class LiveAirflow:
                                     capture_output=True, text=True, check=True).stdout.strip()
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("AIRFLOW", "PYSPARK_", "SPARK_", "TLAKE_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        if "SPARK_SUBMIT_OPTS" in os.environ:  # the suite's JVM tuning (tests/conftest.py), never a setting of the DAG
+            env["SPARK_SUBMIT_OPTS"] = os.environ["SPARK_SUBMIT_OPTS"]
         env |= {"AIRFLOW_HOME": str(self.home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "airflow_dags"),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SPARK_HOME": spark_home,
                 "PATH": f"{spark_home}/bin{os.pathsep}{env.get('PATH', '')}"}

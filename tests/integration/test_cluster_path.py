@@ -10,8 +10,14 @@ from a virtualenv that holds nothing but ``pyspark``, with the packed environmen
   pyspark from ``SPARK_HOME``), so nothing of the project's virtualenv is used.
 * ``SPARK_HOME`` is set: a pip-installed ``spark-submit`` otherwise finds it by running
   ``$PYSPARK_DRIVER_PYTHON`` / ``$PYSPARK_PYTHON`` first, before any archive is unpacked.
+* The four jobs share one ``spark-submit`` and so one local cluster: its driver
+  (``_cluster_jobs.py``) runs ``jobs/walk.py``, ``expire.py``, ``orphans.py`` and ``export.py``
+  one after another as spark-submit runs a primary file (``__main__``, their own argv and exit
+  code). Four submits cost four drivers, four executor JVMs and four unpacked archives for the
+  same checks. ``jobs/walk.py`` is still submitted as the primary file itself by the test of a
+  Python without the packages.
 
-Slow (``make dist`` and a JVM per job): marked ``slow`` (``make test`` runs it; ``make
+Slow (``make dist`` and the cluster's JVMs): marked ``slow`` (``make test`` runs it; ``make
 test-fast`` does not). An existing ``dist/`` newer than pyproject.toml and every
 file under lib/ is reused (make's rule); a clean checkout builds it.
 """
@@ -101,9 +107,24 @@ def _result(output: str) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def _sections(stdout: str) -> dict[str, tuple[int, str]]:
+    """job -> (exit code, its output) of the cluster driver's framed output."""
+    out: dict[str, tuple[int, str]] = {}
+    job, lines = None, []
+    for line in stdout.splitlines():
+        if line.startswith("@@tlake-job "):
+            job, lines = line.split()[1], []
+        elif line.startswith("@@tlake-exit ") and job is not None:
+            out[job] = (int(line.split()[2]), "\n".join(lines))
+            job = None
+        elif job is not None:
+            lines.append(line)
+    return out
+
+
 @pytest.fixture(scope="module")
 def cluster(dist, pyspark_venv, tmp_path_factory) -> dict[str, Any]:
-    """Runs walk, expire, orphans (dry run) and export with spark-submit; records what happened."""
+    """Runs walk, expire, orphans (dry run) and export in one spark-submit; records what happened."""
     work = tmp_path_factory.mktemp("cluster-path")
     # The client-mode driver: the same archive, unpacked as a cluster would.
     local_env = work / "driver-env"
@@ -136,13 +157,17 @@ def cluster(dist, pyspark_venv, tmp_path_factory) -> dict[str, Any]:
         "export": ["--name", "weekly-1", "--target", str(work / "export")],
     }
     out: dict[str, Any] = {"lh": lh, "work": work, "orphan": orphan}
-    for job, args in jobs.items():
-        started = time.perf_counter()
-        proc = subprocess.run([*submit, str(ROOT / "jobs" / f"{job}.py"), "--lakehouse", str(lh), *args],
-                              capture_output=True, text=True, cwd=work, env=env, timeout=600)
-        assert proc.returncode == 0, f"spark-submit jobs/{job}.py exited {proc.returncode}:\n{proc.stderr[-4000:]}"
-        out[job] = _result(proc.stdout)
-        out[f"{job}_seconds"] = time.perf_counter() - started
+    # One spark-submit, one local-cluster: its driver runs each job's entry point in turn as
+    # spark-submit would (tests/integration/_cluster_jobs.py), sharing the executor JVM and ./env.
+    plan = [[job, ["--lakehouse", str(lh), *args]] for job, args in jobs.items()]
+    proc = subprocess.run([*submit, str(ROOT / "tests" / "integration" / "_cluster_jobs.py"), json.dumps(plan)],
+                          capture_output=True, text=True, cwd=work, env=env, timeout=900)
+    sections = _sections(proc.stdout)
+    assert list(sections) == list(jobs), f"spark-submit exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    for job, (code, output) in sections.items():
+        assert code == 0, f"jobs/{job}.py exited {code} in the cluster driver:\n{output[-3000:]}\n{proc.stderr[-4000:]}"
+        out[job] = _result(output)
+    assert proc.returncode == 0, proc.stderr[-4000:]
     show = subprocess.run([str(TLAKE), "--lakehouse", str(lh), "show", "--all", "--json"], capture_output=True,
                           text=True, timeout=120, check=True)
     out["show"] = json.loads(show.stdout)
