@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.oracle.reader import LocalFiles
 from trinitylake.errors import (
     CorruptDefinitionError,
     CorruptNodeError,
@@ -380,7 +381,7 @@ def small_lakehouse_bytes() -> dict[str, bytes]:
     return {f.path: lh.storage.read(f.path) for f in lh.storage.list("")}
 
 
-class _MemFiles:
+class _MemFiles(LocalFiles):
     """The oracle's file access over an in-memory copy of the files (relative path -> bytes)."""
 
     def __init__(self, root: str, files: dict[str, bytes]):
