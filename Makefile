@@ -55,7 +55,7 @@ TEST_WORKERS ?= 2
 test: venv tools jars $(DIST_ARCHIVE) ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
 	@mkdir -p build
 	@$(MAKE) --no-print-directory test-dags >build/test-dags.log 2>&1 & dags=$$!; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); suite=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); suite=$$?; \
 	wait $$dags; dags_rc=$$?; \
 	echo "---- make test-dags (ran beside the suite) ----"; cat build/test-dags.log; \
 	[ $$suite -eq 0 ] && [ $$dags_rc -eq 0 ]

@@ -60,8 +60,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest files first: `make test` runs the files on pytest-xdist workers (``--dist
     loadfile``: a file's module fixtures are set up once, on one worker), and a multi-minute
-    file (the cluster path, every command on S3) handed out last would leave the other worker
-    idle at the end. Files keep their tests together and in order; only files move."""
+    file (every command on S3, the kill cases) handed out last would leave the other worker
+    idle at the end. Files keep their tests together and in order; only files move.
+
+    pytest-xdist reorders files by their number of tests unless told not to (its default
+    ``--loadscope-reorder``): `make test` passes ``--no-loadscope-reorder``, without which the
+    single-test file of every command on S3 started last, alone, for its 160 s."""
     def weight(item: pytest.Item) -> int:
         rel = item.path.relative_to(ROOT).as_posix()
         if rel in LONGEST_FILES:
@@ -77,19 +81,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 #: The files that take minutes, longest first (per-file sums of a `make test` run's junit times,
-#: at 89bd199): they start first, each on a worker of its own.
+#: at fbfab97).
 LONGEST_FILES = (
-    "tests/reliability/test_oracle_kills.py",
     "tests/spark/test_modes.py",
     "tests/secrets/test_channels_s3.py",
-    "tests/integration/test_cluster_path.py",
-    "tests/secrets/test_channels.py",
-    "tests/control/test_spark_delta.py",
+    "tests/reliability/test_oracle_kills.py",
     "tests/spark/test_orphans.py",
+    "tests/integration/test_cluster_path.py",
+    "tests/reliability/test_maintenance_properties.py",
+    "tests/control/test_spark_delta.py",
+    "tests/spark/test_expire.py",
+    "tests/secrets/test_channels.py",
     "tests/control/test_spark_connect_control.py",
     "tests/export/test_export_execution.py",
-    "tests/spark/test_expire.py",
-    "tests/reliability/test_maintenance_properties.py",
 )
 
 
