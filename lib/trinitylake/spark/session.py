@@ -57,6 +57,12 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     remote = remote or os.environ.get("SPARK_REMOTE") or None
     builder: Any = SparkSession.builder.appName(app_name)  # classic, or the Connect builder below
+    # spark.api.mode=connect without a remote: a local Connect server, on local[*] unless a
+    # master is named. A classic session without a master stays as it is (spark-submit's).
+    local_connect = (not remote and (conf or {}).get("spark.api.mode") == "connect"
+                     and not os.environ.get("PYSPARK_GATEWAY_PORT"))
+    if local_connect:
+        master = master or "local[*]"
     local_conf = LOCAL_CONF if not remote and (master or "").startswith("local") else {}
     settings = {**DEFAULT_CONF, **local_conf, **(delta_conf() if delta and not remote else {}), **(conf or {})}
     if not any("log4j" in settings.get(k, "") for k in ("spark.driver.extraJavaOptions",)):
@@ -74,7 +80,7 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
         builder = builder.master(master)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    if not remote and settings.get("spark.api.mode") == "connect" and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if local_connect:
         local = _local_connect(master or "local[*]", app_name, settings)
         if local is not None:
             return local
