@@ -141,12 +141,8 @@ def size(o: Oracle, uri: str) -> int:
 def listing(o: Oracle) -> dict[str, float]:
     """Every file under the root (relative path) -> modification time in seconds."""
     if isinstance(o.files, BotoFiles):
-        bucket, prefix = o.files._split(o.root + "/")
-        out = {}
-        for page in o.files.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                out[obj["Key"][len(prefix):]] = obj["LastModified"].timestamp()
-        return out
+        prefix = o.files._split(o.root + "/")[1]
+        return {obj["Key"][len(prefix):]: obj["LastModified"].timestamp() for obj in o.files.objects(o.root)}
     base = o.files.path(o.root)
     return {p: os.path.getmtime(os.path.join(base, p)) for p in o.files.list(o.root)}
 

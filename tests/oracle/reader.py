@@ -89,9 +89,9 @@ class BotoFiles:
     deleted, or rewritten with other bytes, since the last call is seen as such: the listing
     is new per call and the ETag is the content's. Outside a call every read is a GET."""
 
-    def __init__(self, client: Any, root: str | None = None):
+    def __init__(self, client: Any):
         self.client = client
-        self.root = root.rstrip("/") if root else None
+        self.root: str | None = None  # the oracle's lakehouse root (set by `Oracle`)
         self._in_call = False
         self._listing: dict[str, str] | None = None  # key -> ETag, of the current call
         self._fetched: dict[str, tuple[str, bytes]] = {}  # key -> (ETag, bytes)
@@ -108,15 +108,18 @@ class BotoFiles:
     def end_call(self) -> None:
         self._in_call, self._listing = False, None
 
+    def objects(self, root: str) -> Iterator[dict[str, Any]]:
+        """Every object under `root` (``s3://bucket/prefix``) as LIST returns it (Key, ETag,
+        LastModified, ...)."""
+        bucket, prefix = self._split(root.rstrip("/") + "/")
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            yield from page.get("Contents", [])
+
     def _listed(self) -> dict[str, str] | None:
         if not self._in_call or self.root is None:
             return None
         if self._listing is None:
-            bucket, prefix = self._split(self.root + "/")
-            self._listing = {}
-            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-                for obj in page.get("Contents", []):
-                    self._listing[obj["Key"]] = obj["ETag"]
+            self._listing = {obj["Key"]: obj["ETag"] for obj in self.objects(self.root)}
         return self._listing
 
     def _get(self, uri: str) -> tuple[str, bytes]:
@@ -150,15 +153,10 @@ class BotoFiles:
             return False
 
     def list(self, root: str) -> set[str]:
-        bucket, prefix = self._split(root.rstrip("/") + "/")
+        prefix = self._split(root.rstrip("/") + "/")[1]
         listed = self._listed() if self.root is not None and root.rstrip("/") == self.root else None
-        if listed is not None:
-            return {k[len(prefix):] for k in listed}
-        out = set()
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                out.add(obj["Key"][len(prefix):])
-        return out
+        keys = listed if listed is not None else (obj["Key"] for obj in self.objects(root))
+        return {k[len(prefix):] for k in keys}
 
 
 def files_for(uri: str, s3_client: Any = None) -> LocalFiles | BotoFiles:
