@@ -24,14 +24,13 @@ import tlake_test_seams  # noqa: E402 - needs FAULTSITE on sys.path
 
 tlake_test_seams.install()  # crash points of in-process runs, by variable
 
-# Every Spark driver JVM the tests start (the shared sessions, the Connect servers, spark-submit,
-# the CLI's and the jobs' own sessions) reads SPARK_SUBMIT_OPTS: the C1 compiler only and the
-# serial collector. The tests' JVMs live seconds to minutes on small data, where C2's compile
-# threads and the parallel collector's threads cost more CPU than they win: a walk, orphans,
-# expire and export on a classic local[2] session, twice, took 140 CPU-seconds with the JVM's
-# defaults and 77 with these, on the 2-core machine the suite is bound by. Only the JVM's
-# tuning changes, never what runs; a value already set is kept.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Every Spark driver JVM the tests start reads SPARK_SUBMIT_OPTS: C1 only, the serial collector,
+# and the class-data-sharing archive `make test` builds (tests/jvm_archive.py says why and what
+# each one saves). Only the JVM's start-up and tuning change, never what runs; a value already
+# set is kept.
+from tests.jvm_archive import submit_opts  # noqa: E402
+
+os.environ.setdefault("SPARK_SUBMIT_OPTS", submit_opts())
 
 pytest_plugins = ["tests.s3server"]
 
