@@ -47,10 +47,8 @@ def submit_opts() -> str:
 
 def _workload() -> None:
     """What the tests' drivers do: a job on the executors of a local[2] session."""
-    sys.path.insert(0, str(ROOT))
     from tests.maintenance.helpers import build_history
-    from trinitylake.config import load_job_config
-    from trinitylake.jobs.runner import run_job
+    from tests.spark.conftest import run
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.spark.session import get_spark
 
@@ -60,8 +58,7 @@ def _workload() -> None:
         spark = get_spark("local[2]", app_name="trinitylake-jvm-archive", conf={"spark.sql.shuffle.partitions": "4"})
         # The walk is every job's first phase (node files read on executors through mapInArrow,
         # checkpoints, aggregates, a Parquet write): its classes are most of what any job loads.
-        cfg = load_job_config("walk", overrides={"lakehouse": lh.uri, "execution": "distributed"}, env={})
-        run_job("walk", cfg, spark=spark, audit=False)
+        run(spark, "walk", lh, execution="distributed")
         spark.stop()
 
 
