@@ -17,15 +17,16 @@ help: ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 # Packages are installed with uv, pip's interface with parallel downloads and installs: the main
-# venv took 149 s (115 CPU-s) with pip and its cache warm, 44 s with uv and its cache warm, 57 s
-# cold; the Airflow venv 94 s against about 8. uv itself comes from PyPI into the main venv, which
-# `python -m venv` makes (pip stays in it).
+# venv took 149 s (115 CPU-s) with pip and its cache warm, 67 s (90 CPU-s, bytecode included)
+# with uv and its cache cold; the Airflow venv 94 s against about 8. uv itself comes from PyPI
+# into the main venv, which `python -m venv` makes (pip stays in it).
 UV := $(BIN)/uv
 UV_INSTALL = $(UV) pip install -q
-# Bytecode: pip compiled every module of every package at install (about 45 CPU-s for the main
-# venv, most of it for modules no test imports). Python writes it at first import instead, where
-# PYTHONDONTWRITEBYTECODE (set on our sandboxes) does not forbid it: without bytecode on disk,
-# every process would compile pyspark's, pandas' and Airflow's modules again at each import.
+# Bytecode: the main venv and the packed environment get it at install, as pip did: where
+# PYTHONDONTWRITEBYTECODE is set (our sandboxes) Python never writes it, and every `tlake`, job
+# and executor would compile pyarrow's, s3fs's or pyspark's modules again at each start. The
+# Airflow venv, which only the DAG tests use, gets it at first import instead (compiling all of
+# Airflow added about 40 CPU-s to the set-up): make's recipes run without that variable.
 unexport PYTHONDONTWRITEBYTECODE
 
 $(BIN)/python:
@@ -35,7 +36,7 @@ $(UV): | $(BIN)/python
 	$(BIN)/pip install -q 'uv>=0.5,<1'
 
 $(BIN)/tlake: pyproject.toml | $(UV)
-	$(UV_INSTALL) -p $(BIN)/python -e '.[dev]'
+	$(UV_INSTALL) --compile-bytecode -p $(BIN)/python -e '.[dev]'
 	@touch $(BIN)/tlake
 
 # Bytecode of our own modules, written even where PYTHONDONTWRITEBYTECODE is set (as on our
