@@ -298,9 +298,13 @@ class _Walk:
         return Reached(self.stats, table=table)
 
     # -- executor levels --
-    def _keep(self, df: DataFrame) -> DataFrame:
-        """Materialize `df` and cut its lineage (flat plans, one computation)."""
-        df = df.localCheckpoint(eager=True)
+    def _keep(self, df: DataFrame, *, eager: bool = True) -> DataFrame:
+        """Cut `df`'s lineage (flat plans, one computation) and materialize it: now when
+        `eager`, else in the first job that reads it, which then both computes and keeps it.
+        Each Spark job costs scheduling and planning (about 0.2 s of driver CPU each on
+        `local[2]`, more on a cluster), so a level reads its nodes in the job that counts their
+        roles, and keeps its next frontier in the job that counts it: two jobs, not four."""
+        df = df.localCheckpoint(eager=eager)
         self.checkpoints.append(df)
         return df
 
@@ -319,11 +323,11 @@ class _Walk:
         if self.excl_keys:
             self.excl_df = (ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.excl_keys)])) if self.excl_df is None
                             else self.excl_df.unionByName(ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.excl_keys)]))))
-        excl = self._keep(self.excl_df.distinct()) if self.excl_df is not None else None
+        excl = self._keep(self.excl_df.distinct(), eager=False) if self.excl_df is not None else None
         self.selfs, self.leaves, self.visited = [[] for _ in OUTPUT_SCHEMA], {}, set()
         n = len(frontier_d)
         if excl is not None:
-            frontier = self._keep(frontier.join(excl, "path", "left_anti"))
+            frontier = self._keep(frontier.join(excl, "path", "left_anti"), eager=False)
             n = frontier.count()
         final = None
         aqe = _conf_get(ex.spark, "spark.sql.adaptive.enabled")
@@ -338,7 +342,8 @@ class _Walk:
                 with ex.phase(f"{self.name}.read_nodes", DISTRIBUTED, n,
                               f"read {n} node files at depth {depth} ({parts} tasks)"):
                     fn = functools.partial(expand_batches, self.reader, self.io_threads, depth)
-                    out = self._keep(ex.map_arrow(frontier, fn, LEVEL_SCHEMA, parts))
+                    # Kept by the roles' job below: the node files are read once, in it.
+                    out = self._keep(ex.map_arrow(frontier, fn, LEVEL_SCHEMA, parts), eager=False)
                     roles = {r["role"]: (int(r["n"]), int(r["read"] or 0)) for r in
                              out.groupBy("role").agg(F.count("*").alias("n"),
                                                      F.sum(W.present_column(F.col("size")).cast("int")).alias("read")).collect()}
@@ -355,7 +360,7 @@ class _Walk:
                            .join(visited, "path", "left_anti"))
                     if excl is not None:
                         nxt = nxt.join(excl, "path", "left_anti")
-                    nxt = self._keep(nxt)
+                    nxt = self._keep(nxt, eager=False)
                     n_next = nxt.count()
                 read_here = roles.get(R.ROLE_SELF, (0, 0))[0]
                 self.stats.node_reads += read_here + roles.get(R.ROLE_ERROR, (0, 0))[1]
@@ -409,7 +414,7 @@ class _Walk:
             leaves = leaves.join(visited, "path", "left_anti")
         if excl is not None:
             leaves = leaves.join(excl, "path", "left_anti")
-        leaves = self._keep(leaves)
+        leaves = self._keep(leaves, eager=False)
         n = leaves.count()
         if sizes and n and self.reader.storage.scheme != "file":
             # Object store: hashed definitions sized from listings of the 16 hash folders (a
