@@ -315,7 +315,9 @@ class Planner:
         checkpoints = []
 
         def keep(df: DataFrame) -> DataFrame:
-            df = df.localCheckpoint(eager=True)
+            # Kept by the first job that reads it (the level's counts below): the level's
+            # nodes are read once, in one job instead of two.
+            df = df.localCheckpoint(eager=False)
             checkpoints.append(df)
             return df
 

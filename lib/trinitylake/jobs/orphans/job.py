@@ -286,8 +286,9 @@ def _diff(job: _Job, listing: Listing, reached: Reached, rst: WalkStats, inp: WR
             b_cands = int(pc.sum(cands.column("size")).as_py() or 0) if n_cands else 0
         else:
             F = ex.F
-            # Materialized once: the plan and the delete see the very same candidates.
-            cands = cands.localCheckpoint(eager=True)
+            # Materialized once, by the count just below (one job, not two): the plan and the
+            # delete see the very same candidates.
+            cands = cands.localCheckpoint(eager=False)
             held.frames.append(cands)
             agg = cands.agg(F.count("*").alias("n"), F.sum("size").alias("b")).collect()[0]
             n_cands, b_cands = int(agg["n"]), int(agg["b"] or 0)
