@@ -385,6 +385,8 @@ class _Walk:
                 n = n_next
                 depth += 1
             final = self._finish_distributed(self_parts, leaf_parts, visited, excl, sizes)
+            # Still without adaptive execution: with it, this small aggregation is two jobs.
+            _summarize_df(final, self.stats)
         finally:
             _conf_set(ex.spark, "spark.sql.adaptive.enabled", aqe)
             for df in self.checkpoints:
@@ -393,7 +395,6 @@ class _Walk:
                         df.unpersist()
                     except Exception:  # noqa: BLE001
                         pass
-        _summarize_df(final, self.stats)
         return Reached(self.stats, df=final)
 
     def _finish_distributed(self, self_parts: list[DataFrame], leaf_parts: list[DataFrame], visited: DataFrame | None,
