@@ -392,8 +392,9 @@ class ControlTable:
             return
 
         def append_once(n: int) -> None:
-            # The first attempt writes through the table `_ensure` has just read (a CLI command
-            # read the log twice, one S3 LIST and GETs each); a retry reads it again.
+            # The first attempt writes through the table `_ensure` has just read, when it read
+            # one here; a retry reads it again. (A transaction's begin ensures the table first,
+            # so a CLI write still reads the log twice: at begin and here.)
             dt = checked if n == 1 and checked is not None else self._load()
             table_schema = pa.schema(dt.schema().to_arrow())
             try:
