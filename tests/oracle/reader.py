@@ -50,31 +50,57 @@ class OracleError(AssertionError):
 
 # ---- files ---------------------------------------------------------------------------------------
 class LocalFiles:
-    """Plain local files; URIs are ``file:///abs/path`` or absolute paths."""
+    """Plain local files; URIs are ``file:///abs/path`` or absolute paths.
+
+    Inside one oracle call (`Oracle.reading`) a directory is listed once and a file read once:
+    the call sees the lakehouse as it was when it first looked, as `BotoFiles` does with its
+    one LIST per call. A property check re-reads every retained version's tree after every
+    step, and each version's tree shares most of its node files with the next. Outside a call
+    (and in the next call) every read and listing goes to the disk again."""
+
+    def __init__(self) -> None:
+        self._in_call = False
+        self._reads: dict[str, bytes] = {}
+        self._lists: dict[str, set[str]] = {}
 
     def begin_call(self) -> None:
-        pass
+        self._in_call = True
 
     def end_call(self) -> None:
-        pass
+        self._in_call = False
+        self._reads.clear()
+        self._lists.clear()
 
     @staticmethod
     def path(uri: str) -> str:
         return uri[len("file://"):] if uri.startswith("file://") else uri
 
     def read(self, uri: str) -> bytes:
-        with open(self.path(uri), "rb") as f:
-            return f.read()
+        path = self.path(uri)
+        hit = self._reads.get(path)
+        if hit is not None:
+            return hit
+        with open(path, "rb") as f:
+            data = f.read()
+        if self._in_call:
+            self._reads[path] = data
+        return data
 
     def exists(self, uri: str) -> bool:
-        return os.path.isfile(self.path(uri))
+        path = self.path(uri)
+        return path in self._reads or os.path.isfile(path)
 
     def list(self, root: str) -> set[str]:
         base = self.path(root).rstrip("/")
+        hit = self._lists.get(base)
+        if hit is not None:
+            return set(hit)
         out = set()
         for d, _, files in os.walk(base):
             for name in files:
                 out.add(os.path.relpath(os.path.join(d, name), base).replace(os.sep, "/"))
+        if self._in_call:
+            self._lists[base] = set(out)
         return out
 
 
@@ -193,6 +219,10 @@ def _table(data: bytes, where: str) -> pa.Table:
         raise OracleError(f"{where} is not an Arrow IPC file: {e}") from e
 
 
+# Parsed node files, by their bytes: a check parses the same immutable node file once per
+# retained version that shares it. Keyed by content (with `where`, for the error messages), so
+# a file rewritten with other bytes is parsed again. Callers only read what these return.
+@functools.lru_cache(maxsize=8192)
 def system_rows(data: bytes, where: str) -> dict[str, str]:
     """The rows before the first NULL/NULL row (all rows' key/value in the Java layout)."""
     t = _table(data, where)
@@ -204,6 +234,7 @@ def system_rows(data: bytes, where: str) -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_node(data: bytes, order: int, where: str) -> NodeFile:
     table = _table(data, where)
     cols = {name: table.column(name).to_pylist() for name in table.column_names}
@@ -450,17 +481,23 @@ class Oracle:
     def problems(self, before: Snapshot | None = None) -> list[str]:
         """Everything wrong now: live roots that do not read, live files missing, and what a
         snapshot taken `before` lost (only what is still live is compared)."""
+        return self.check(before)[0]
+
+    @in_one_call
+    def check(self, before: Snapshot | None = None) -> tuple[list[str], Snapshot | None]:
+        """`problems(before)`, with the snapshot of now it compared against (None when the
+        lakehouse did not read): the next step's `before`, without reading it all again."""
         out = []
         try:
             now = self.snapshot()
             self.live_files()
         except OracleError as e:
-            return [str(e)]
+            return [str(e)], None
         if before is not None:
             still = Snapshot({v: k for v, k in before.versions.items() if v in now.versions},
                              {n: k for n, k in before.exports.items() if n in now.exports})
             out += still.diff(now)
-        return out
+        return out, now
 
 
 # ---- the shape the Spark job tests compare with ---------------------------------------------------

@@ -385,6 +385,7 @@ class _MemFiles(LocalFiles):
     """The oracle's file access over an in-memory copy of the files (relative path -> bytes)."""
 
     def __init__(self, root: str, files: dict[str, bytes]):
+        super().__init__()
         self.root, self.data = root, files
 
     def path(self, uri: str) -> str:
