@@ -405,7 +405,7 @@ class _Walk:
         empty_self = ex.to_df(OUTPUT_SCHEMA.empty_table())
         selfs = functools.reduce(lambda a, b: a.unionByName(b), self_parts, empty_self)
         if not leaf_parts:
-            return self._keep(selfs)
+            return self._keep(selfs, eager=False)  # kept by the summary's job (`_run_distributed`)
         leaves = functools.reduce(lambda a, b: a.unionByName(b), leaf_parts)
         best = F.min(F.struct("depth", "first_version", "kind")).alias("m")
         leaves = (leaves.groupBy("path").agg(best)
@@ -441,7 +441,8 @@ class _Walk:
                 return self._keep(selfs.unionByName(sized))
         else:
             sized = leaves.select("path", "kind", F.lit(W.UNKNOWN_SIZE).cast("long").alias("size"), "depth", "first_version")
-        return self._keep(selfs.unionByName(sized))
+        # No phase to time here: kept by the summary's job that follows, one job instead of two.
+        return self._keep(selfs.unionByName(sized), eager=False)
 
 
 def _conf_get(spark: Session, key: str) -> str | None:
