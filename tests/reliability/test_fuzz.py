@@ -378,6 +378,8 @@ def small_lakehouse_bytes() -> dict[str, bytes]:
     lh.create_namespace("ns")
     for i in range(12):
         lh.create_table("ns", f"t{i}")
+    for i in (3, 11):  # delete messages too: a read must honour them (a table dropped is gone)
+        lh.drop_table("ns", f"t{i}")
     return {f.path: lh.storage.read(f.path) for f in lh.storage.list("")}
 
 
