@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from trinitylake.errors import ConfigError
 from trinitylake.storage import Storage, s3_options_from_env
 
 _ENV = (
@@ -132,3 +133,20 @@ def test_environment_alone_reaches_the_server(env: pytest.MonkeyPatch, s3_server
     from tests.s3server import make_s3_storage
 
     assert make_s3_storage(s3_bucket + "/lake", s3_server.endpoint_url).read("_0") == b"v0"
+
+
+@pytest.mark.parametrize("where", ["endpoint_url", "client_kwargs"])
+def test_an_endpoint_with_credentials_is_refused_at_once(env: pytest.MonkeyPatch, where: str) -> None:
+    """botocore signs every request and the HTTP client then refuses a URL holding credentials:
+    without this check every operation failed only after s3fs's and our retries (a minute)."""
+    endpoint = "http://ops:hunter2pw@127.0.0.1:9"
+    opts = {"endpoint_url": endpoint} if where == "endpoint_url" else {"client_kwargs": {"endpoint_url": endpoint}}
+    with pytest.raises(ConfigError) as err:
+        Storage("s3://bkt/lh", options=opts)
+    assert "endpoint_url http://ops:<redacted>@127.0.0.1:9 carries credentials" in str(err.value)
+    assert "hunter2pw" not in str(err.value)
+    env.setenv("AWS_ENDPOINT_URL", endpoint)
+    with pytest.raises(ConfigError):
+        Storage("s3://bkt/lh")
+    # Unsigned (anonymous) requests send no Authorization header: the URL's credentials may serve.
+    assert Storage("s3://bkt/lh", options={"endpoint_url": endpoint, "anon": True}).options["anon"] is True

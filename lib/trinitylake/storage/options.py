@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlsplit
+
+from trinitylake.errors import ConfigError
+from trinitylake.redact import redact_text
 
 
 def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -35,4 +39,27 @@ def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, An
     for k, v in overrides.items():
         if v is not None:
             opts[k] = v
+    _refuse_credentials_in_endpoint(opts)
     return opts
+
+
+def _refuse_credentials_in_endpoint(opts: dict[str, Any]) -> None:
+    """A signed S3 client cannot use an endpoint URL with ``user:password@`` in it: the HTTP
+    client refuses to send both the signature's Authorization header and the URL's credentials,
+    on every request. s3fs takes that refusal for a network error and retries it, and so do we,
+    so the command failed only after about a minute of retries (25 tries per operation); it is
+    a setting to fix, said at once."""
+    endpoint = opts.get("endpoint_url") or (opts.get("client_kwargs") or {}).get("endpoint_url")
+    if not endpoint or opts.get("anon"):
+        return
+    try:
+        parts = urlsplit(str(endpoint))
+        has_userinfo = parts.username is not None or parts.password is not None
+    except ValueError:
+        return  # not a URL we can read: botocore says what is wrong with it
+    if has_userinfo:
+        raise ConfigError(
+            f"S3 endpoint_url {redact_text(str(endpoint))} carries credentials (user:password@): S3 requests "
+            "are signed, and the HTTP client refuses a URL with credentials in it; give the endpoint "
+            "without them, and the credentials as the key and secret options or the AWS_* environment"
+        )
