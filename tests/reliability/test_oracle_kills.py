@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.maintenance.helpers import build_history
+from tests.maintenance.helpers import build_history, build_history_on_s3
 from tests.oracle import Oracle
 from tests.oracle.jobs import AHEAD_MS, TTL_MS, run_local
 from tests.support.faults import FaultSpec, install, uninstall
@@ -81,9 +81,11 @@ def _kill(job: str, args: list[str], *, crash_at: str | None = None, killer: lis
     assert proc.returncode == -9, f"{job} was not killed (rc {proc.returncode}): {proc.stderr[-3000:]}"
 
 
-def _lakehouse(uri: str, seed: int, options: dict | None = None) -> Lakehouse:
-    lh = Lakehouse.create(uri, storage_options=options, order=4, node_max_bytes=4096, audit=False,
-                          txn_ttl_millis=TTL_MS)
+def _lakehouse(uri: str, seed: int, s3_server=None) -> Lakehouse:
+    shape = {"order": 4, "node_max_bytes": 4096, "txn_ttl_millis": TTL_MS}
+    if s3_server is not None:  # what is killed is the job on S3, not the commits before it
+        return build_history_on_s3(s3_server.client, uri, s3_server.storage_options, seed=seed, ops=26, **shape)
+    lh = Lakehouse.create(uri, audit=False, **shape)
     build_history(lh, seed=seed, ops=26)
     return lh
 
@@ -207,7 +209,7 @@ def test_export_killed_and_rerun(tmp_path, label, crash_at, killer, mode):
                          ids=["after_commit", "delete half done", "before_roots"])
 def test_expire_killed_and_rerun_on_s3(tmp_path, s3_server, s3_bucket, label, crash_at, killer):
     opts = s3_server.storage_options
-    lh = _lakehouse(f"{s3_bucket}/lh", seed=34, options=opts)
+    lh = _lakehouse(f"{s3_bucket}/lh", seed=34, s3_server=s3_server)
     o = Oracle(lh.uri, s3_client=s3_server.client)
     _expire_case(lh, o, tmp_path, crash_at, killer, label, options=opts,
                  env={"TLAKE_S3_ENDPOINT_URL": s3_server.endpoint_url})
@@ -227,7 +229,7 @@ def _plant_s3(s3_server, uri: str) -> set[str]:
 @pytest.mark.parametrize("label,killer", ORPHAN_KILLS[:2], ids=[k[0] for k in ORPHAN_KILLS[:2]])
 def test_orphans_killed_and_rerun_on_s3(tmp_path, s3_server, s3_bucket, label, killer):
     opts = s3_server.storage_options
-    lh = _lakehouse(f"{s3_bucket}/lh", seed=35, options=opts)
+    lh = _lakehouse(f"{s3_bucket}/lh", seed=35, s3_server=s3_server)
     o = Oracle(lh.uri, s3_client=s3_server.client)
     planted = _plant_s3(s3_server, lh.uri)
     owned, snap, live = o.owned_files(), o.snapshot(), o.live_files()
@@ -251,7 +253,7 @@ def test_jobs_under_transient_s3_faults_match_the_oracle(s3_server, s3_bucket, l
     """503 SlowDown, resets, timeouts and EIO on every storage operation of the job (some after
     the operation took effect); the job succeeds once and deletes exactly the oracle's set."""
     opts = s3_server.storage_options
-    lh = _lakehouse(f"{s3_bucket}/lh", seed=36, options=opts)
+    lh = _lakehouse(f"{s3_bucket}/lh", seed=36, s3_server=s3_server)
     o = Oracle(lh.uri, s3_client=s3_server.client)
     planted = _plant_s3(s3_server, lh.uri) if job == "orphans" else set()
     latest, _ = o.latest()
@@ -292,7 +294,7 @@ def test_keys_a_bulk_delete_refuses_are_failures_and_a_rerun_finishes(s3_server,
     from trinitylake.jobs.runner import JobFailedError
 
     opts = s3_server.storage_options
-    lh = _lakehouse(f"{s3_bucket}/lh", seed=37, options=opts)
+    lh = _lakehouse(f"{s3_bucket}/lh", seed=37, s3_server=s3_server)
     o = Oracle(lh.uri, s3_client=s3_server.client)
     planted = _plant_s3(s3_server, lh.uri) if job == "orphans" else set()
     latest, _ = o.latest()

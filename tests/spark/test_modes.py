@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.maintenance.helpers import build_history
+from tests.maintenance.helpers import build_history, build_history_on_s3
 from tests.oracle import expect as E
 from tests.spark.conftest import TTL_MS, job_config, orphan_names, owned_files, plant
 from trinitylake.jobs.runner import run_job
@@ -119,12 +119,12 @@ def test_full_export_in_every_mode_copies_the_same_tree(request, source, tmp_pat
 
 @pytest.mark.s3
 @pytest.mark.parametrize("mode", MODES)
-def test_walk_and_orphans_on_s3_in_every_mode(request, s3_lakehouse_uri, s3_storage_options, mode):
+def test_walk_and_orphans_on_s3_in_every_mode(request, s3_server, s3_lakehouse_uri, s3_storage_options, mode):
     """On the S3 test server: executors (classic or behind Spark Connect) read, list and delete
     through s3fs with the job's storage options, exactly as the driver does."""
     uri, opts = s3_lakehouse_uri, s3_storage_options
-    lh = Lakehouse.create(uri, storage_options=opts, order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=3000)
-    build_history(lh, seed=17, ops=16)
+    lh = build_history_on_s3(s3_server.client, uri, opts, seed=17, ops=16, order=4, node_max_bytes=4096,
+                             txn_ttl_millis=3000)
     names = orphan_names()
     planted = plant(lh.storage, {names["node"]: None, names["def"]: None})
     time.sleep(3.4)  # S3 modification times have whole seconds; the TTL floor is 3 s

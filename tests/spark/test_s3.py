@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.maintenance.helpers import build_history, snapshot
+from tests.maintenance.helpers import build_history_on_s3, snapshot
 from tests.spark.conftest import orphan_names, owned_files, plant, reach, run
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse import Lakehouse
@@ -16,10 +16,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.s3]
 TTL_MS = 3000  # S3 reports modification times in whole seconds
 
 
-def test_expire_and_orphans_on_s3(spark, s3_lakehouse_uri, s3_storage_options):
+def test_expire_and_orphans_on_s3(spark, s3_server, s3_lakehouse_uri, s3_storage_options):
     uri, opts = s3_lakehouse_uri, s3_storage_options
-    lh = Lakehouse.create(uri, storage_options=opts, order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
-    build_history(lh, seed=31, ops=24)
+    lh = build_history_on_s3(s3_server.client, uri, opts, seed=31, ops=24, order=4, node_max_bytes=4096,
+                             txn_ttl_millis=TTL_MS)
     names = orphan_names()
     old = plant(lh.storage, {names["node"]: None, names["def"]: None, "notes/README.txt": None})
     time.sleep(TTL_MS / 1000 + 0.4)
