@@ -55,10 +55,9 @@ def build_history_on_s3(client, uri: str, storage_options: dict, seed: int, ops:
     `storage_options` (no audit): written on local disk, then uploaded file by file. The files
     are those the same build writes on S3 itself (node file names are random either way), the
     S3 server's clock gives each its LastModified as there, and the build costs a quarter of
-    the CPU: moto serves each
-    of its few hundred reads, listings and conditional writes in the test's own process
-    (26 operations: 3.5 CPU-s built on S3, 0.8 here). For the tests whose subject is a job
-    on S3, not the commits that made its input."""
+    the CPU: moto serves each of its few hundred reads, listings and conditional writes in the
+    test's own process (26 operations: 3.5 CPU-s built on S3, 0.8 here). For the tests whose
+    subject is a job on S3, not the commits that made its input."""
     from trinitylake.lakehouse import Lakehouse
 
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
