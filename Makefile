@@ -137,6 +137,16 @@ objstore: venv ## build the object-store server for the latency benchmarks (s3s-
 bench-objstore: objstore ## object-store benchmark at 20 and 100 ms a request (BENCH_ARGS='--scale large', ...)
 	$(BIN)/python -m bench.bench_objstore $(BENCH_ARGS)
 
+# The anchor on object stores (bench/bench_objstore_anchor.py): s5cmd, and latproxy (a delaying
+# proxy in Go, so that the proxy takes no CPU from the client under test), built once with Go into
+# .cache/gotools (about a minute) unless the acceptance checks' cache already has them.
+.PHONY: gotools bench-objstore-anchor
+gotools: venv ## build s5cmd and latproxy for the anchored object-store benchmark (needs go)
+	$(BIN)/python -m bench.objstore gotools
+
+bench-objstore-anchor: objstore gotools ## tlake against s5cmd on s3s-fs at 20 and 100 ms (BENCH_ARGS='--scale large', ...)
+	$(BIN)/python -m bench.bench_objstore_anchor $(BENCH_ARGS)
+
 lint: venv ## ruff, and mypy on lib/trinitylake (settings in pyproject.toml)
 	$(BIN)/ruff check lib jobs tests bench airflow_dags conf
 	$(BIN)/mypy

@@ -132,17 +132,25 @@ def _restore_lakehouse(store: Any, source: Path) -> Path:
     return dst
 
 
-def _plant_orphans(lh_dir: Path, n: int) -> int:
-    """`n` old, format-owned, unreferenced files spread over the hash prefixes."""
+def plant_orphans(lh_dir: Path, n: int) -> list[str]:
+    """`n` old, format-owned, unreferenced files spread over the hash prefixes; their paths
+    relative to `lh_dir` (the keys under the lakehouse's prefix)."""
     from trinitylake.format.paths import hashed_path
 
+    keys = []
     for i in range(n):
         name = f"node-{uuid.uuid4()}.arrow" if i % 2 else f"ns-t{i}-{uuid.uuid4()}.binpb"
-        p = lh_dir / hashed_path(name)
+        key = hashed_path(name)
+        p = lh_dir / key
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"orphan")
         os.utime(p, (OLD, OLD))
-    return n
+        keys.append(key)
+    return keys
+
+
+def _plant_orphans(lh_dir: Path, n: int) -> int:
+    return len(plant_orphans(lh_dir, n))
 
 
 def _check_listing(store: Any, source: Path) -> None:

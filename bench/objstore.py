@@ -19,9 +19,17 @@ whatever the prefix (the server, not the latency, then dominated listing-heavy j
 are plain files under ``ROOT/<bucket>/<key>``: a lakehouse built on local disk and copied under
 ``ROOT/<bucket>/`` is served as is.
 
+The Go tools (:func:`ensure_gotools`, built once with ``go`` or found in the acceptance checks'
+cache): s5cmd, the anchor of the object-store benchmarks (``bench/bench_objstore_anchor.py``),
+and latproxy, the same delay as :class:`DelayProxy` in a Go process of its own
+(:class:`GoDelayProxy`, ``latency_store(..., proxy_kind="go")``): on 2 cores the Python proxy's
+event loop competes with the client under test; latproxy costs next to nothing, but counts
+nothing.
+
 Command line::
 
     python -m bench.objstore build                         # build s3s-fs (or find a built one)
+    python -m bench.objstore gotools                       # build s5cmd and latproxy (or find them)
     python -m bench.objstore serve ROOT --delay-ms 20       # s3s-fs + proxy until Ctrl-C
     python -m bench.objstore proxy LISTEN UPSTREAM DELAY_MS # the proxy alone (LISTEN 0: any port)
 
@@ -340,6 +348,9 @@ class DelayProxy:
     (Linux: 40 ms) holds every GET's body for 40 ms. Real S3 has no such stall; the latency
     this proxy adds is the configured one only."""
 
+    counts = True  # requests by kind and the server's time (GoDelayProxy keeps none)
+    pid = None  # runs in this process
+
     def __init__(
         self,
         upstream_port: int,
@@ -606,19 +617,23 @@ class DelayProxy:
 
 # ---- s3s-fs -------------------------------------------------------------------------------------
 def _patched_binary(cache: Path, need: frozenset[str] = frozenset(PATCHES)) -> Path | None:
-    """The cache's s3s-fs if its `patched` marker lists every patch in `need` (the acceptance
-    checks' marker is empty: their build has the empty-delimiter patch only)."""
+    """The cache's s3s-fs if its `patched` marker lists every patch in `need`. The acceptance
+    checks' build (``acceptance/lib/objstore.sh``) writes an empty `patched` after the
+    empty-delimiter patch and `patched2` once it also has the prefix-listing one (the same two
+    changes as :data:`PATCHES`, worded differently)."""
     b, marker = cache / "bin" / "s3s-fs", cache / "patched"
     if not (b.is_file() and os.access(b, os.X_OK) and marker.is_file()):
         return None
     have = set(marker.read_text().split()) or {"empty-delimiter"}
+    if (cache / "patched2").is_file():  # objstore.sh's marker of its build with both patches
+        have |= {"empty-delimiter", "prefix-listing"}
     return b if need <= have else None
 
 
 def find_s3s(cache_dir: str | os.PathLike[str] | None = None, need: frozenset[str] = frozenset(PATCHES)) -> Path | None:
     """A built s3s-fs with the patches `need` (default: all of ours): $TLAKE_S3S_FS, then
     `cache_dir` (default ``.cache/s3s``), then the acceptance checks' cache
-    (/tmp/acceptance-cache/s3s), whose build has the empty-delimiter patch only."""
+    (/tmp/acceptance-cache/s3s) when its markers say it has them."""
     env = os.environ.get("TLAKE_S3S_FS")
     if env:
         return Path(env) if os.access(env, os.X_OK) else None
@@ -686,14 +701,230 @@ def ensure_s3s(cache_dir: str | os.PathLike[str] | None = None, *, log: Any = pr
         return b
 
 
-def _run_logged(cmd: list[str], cwd: Path, out: Any, what: str) -> None:
+def _run_logged(cmd: list[str], cwd: Path, out: Any, what: str, env: dict[str, str] | None = None) -> None:
     out.write(f"$ {' '.join(cmd)}\n")
     out.flush()
-    rc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT).returncode
+    rc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
     if rc:
         out.flush()
         tail = Path(out.name).read_text().strip().splitlines()[-1:] or [""]
         raise RuntimeError(f"{what} failed (exit {rc}): {tail[0]}")
+
+
+# ---- Go tools: s5cmd (the anchor) and latproxy (a delaying proxy that costs no Python CPU) -------
+S5CMD_VERSION = "v2.3.0"
+DEFAULT_GOTOOLS = REPO_ROOT / ".cache" / "gotools"
+# Built by ../shared/acceptance/lib/gotools.sh (same s5cmd, same latproxy source).
+SHARED_GOTOOLS = Path("/tmp/acceptance-cache/gotools")
+GOTOOLS = ("s5cmd", "latproxy")
+# latproxy: the acceptance checks' Go proxy (acceptance/lib/latproxy/main.go), verbatim.
+LATPROXY_GO = """// latproxy: a TCP proxy that delays every chunk a client sends by a fixed time (an object store
+// far away), forwarding answers at once; per-kind request counts are not kept. Go, so the proxy
+// itself is never the bottleneck of a benchmark on 2 cores.
+// usage: latproxy LISTEN_PORT UPSTREAM_PORT DELAY_MS
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+type chunk struct {
+	due  time.Time
+	data []byte
+}
+
+func quickack(c *net.TCPConn) {
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, 12, 1) })
+	}
+}
+
+func handle(client *net.TCPConn, upstreamAddr string, delay time.Duration) {
+	defer client.Close()
+	u, err := net.Dial("tcp", upstreamAddr)
+	if err != nil {
+		return
+	}
+	up := u.(*net.TCPConn)
+	defer up.Close()
+	q := make(chan chunk, 4096)
+	go func() { // client -> queue
+		for {
+			buf := make([]byte, 65536)
+			n, err := client.Read(buf)
+			if n > 0 {
+				q <- chunk{time.Now().Add(delay), buf[:n]}
+			}
+			if err != nil {
+				close(q)
+				return
+			}
+		}
+	}()
+	go func() { // queue -> upstream, each chunk at its due time
+		for c := range q {
+			if w := time.Until(c.due); w > 0 {
+				time.Sleep(w)
+			}
+			if _, err := up.Write(c.data); err != nil {
+				return
+			}
+		}
+		up.CloseWrite()
+	}()
+	// upstream -> client at once; ack the server promptly (no 40 ms delayed ACK against Nagle)
+	buf := make([]byte, 65536)
+	for {
+		quickack(up)
+		n, err := up.Read(buf)
+		if n > 0 {
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				client.CloseWrite()
+			}
+			return
+		}
+	}
+}
+
+func main() {
+	if len(os.Args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: latproxy LISTEN_PORT UPSTREAM_PORT DELAY_MS")
+		os.Exit(2)
+	}
+	ms, _ := strconv.ParseFloat(os.Args[3], 64)
+	delay := time.Duration(ms * float64(time.Millisecond))
+	ln, err := net.Listen("tcp", "127.0.0.1:"+os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			continue
+		}
+		go handle(c.(*net.TCPConn), "127.0.0.1:"+os.Args[2], delay)
+	}
+}
+"""
+
+
+def find_gotools(cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Path] | None:
+    """s5cmd and latproxy, both from one cache: `cache_dir` (default ``.cache/gotools``), then
+    the acceptance checks' cache (/tmp/acceptance-cache/gotools); None when neither has both."""
+    for cache in (Path(cache_dir) if cache_dir else DEFAULT_GOTOOLS, SHARED_GOTOOLS):
+        tools = {name: cache / "bin" / name for name in GOTOOLS}
+        if all(t.is_file() and os.access(t, os.X_OK) for t in tools.values()):
+            return tools
+    return None
+
+
+def ensure_gotools(cache_dir: str | os.PathLike[str] | None = None, *, log: Any = print) -> dict[str, Path]:
+    """s5cmd and latproxy, built with the Go toolchain into `cache_dir` when no cache has them
+    (about a minute). ``go install ...@version`` fails here (it asks the module proxy for
+    deprecations, which ours refuses), so s5cmd is built from a throwaway module that requires
+    it, as ``acceptance/lib/gotools.sh`` does; latproxy from :data:`LATPROXY_GO`."""
+    found = find_gotools(cache_dir)
+    if found is not None:
+        return found
+    cache = Path(cache_dir) if cache_dir else DEFAULT_GOTOOLS
+    (cache / "bin").mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = find_gotools(cache)
+        if found is not None and found["s5cmd"].parent == cache / "bin":
+            return found
+        go = shutil.which("go")
+        if go is None:
+            raise RuntimeError("building s5cmd and latproxy needs the Go toolchain: https://go.dev/dl/")
+        env = {**os.environ, "GOFLAGS": "-mod=mod"}
+        build_log = cache / "build.log"
+        log(f"building s5cmd {S5CMD_VERSION} and latproxy into {cache} (about a minute; log: {build_log})")
+        with open(build_log, "w") as out:
+            s5 = cache / "s5"
+            s5.mkdir(exist_ok=True)
+            if not (s5 / "go.mod").is_file():
+                _run_logged([go, "mod", "init", "s5"], s5, out, "go mod init", env)
+            _run_logged([go, "get", f"github.com/peak/s5cmd/v2@{S5CMD_VERSION}"], s5, out, "go get of s5cmd", env)
+            _run_logged([go, "build", "-o", str(cache / "bin" / "s5cmd"), "github.com/peak/s5cmd/v2"], s5, out,
+                        "go build of s5cmd", env)
+            lp = cache / "latproxy"
+            lp.mkdir(exist_ok=True)
+            (lp / "go.mod").write_text("module latproxy\n\ngo 1.22\n")
+            (lp / "main.go").write_text(LATPROXY_GO)
+            _run_logged([go, "build", "-o", str(cache / "bin" / "latproxy"), "."], lp, out, "go build of latproxy", env)
+    found = find_gotools(cache)
+    if found is None:
+        raise RuntimeError(f"the Go builds finished but {cache}/bin lacks s5cmd or latproxy")
+    return found
+
+
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of a running process so far (/proc), None when unknown."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class GoDelayProxy:
+    """latproxy (Go) in a process of its own, in front of `upstream_port`: the same delay as
+    :class:`DelayProxy` (each client chunk held `delay_ms`, answers at once, the server acked
+    promptly), without its Python event loop on the cores of the client under test. It keeps
+    no counts: :meth:`stats` says so (``requests`` None); `counts` is False."""
+
+    counts = False
+
+    def __init__(self, upstream_port: int, delay_ms: float, binary: str | os.PathLike[str]) -> None:
+        self.upstream_port = upstream_port
+        self.delay_ms = float(delay_ms)
+        self.binary = str(binary)
+        self.port = 0
+        self.proc: subprocess.Popen[Any] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> int:
+        for _attempt in range(5):  # the free port may be taken between probe and bind
+            port = free_port()
+            proc = subprocess.Popen([self.binary, str(port), str(self.upstream_port), f"{self.delay_ms:g}"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if _wait_listening(port, proc):
+                self.port, self.proc = port, proc
+                return port
+            _stop_process(proc)
+        raise RuntimeError(f"latproxy did not start ({self.binary})")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop_process(self.proc)
+            self.proc = None
+
+    def stats(self) -> dict[str, Any]:
+        return {"requests": None, "requests_by_kind": {}, "kinds": {}, "server_s": None, "loop_lag_ms": None}
+
+    def reset_stats(self) -> None:
+        pass
 
 
 def free_port() -> int:
@@ -722,8 +953,9 @@ class LatencyStore:
     direct_url: str  # s3s-fs itself, no delay
     key: str
     secret: str
-    proxy: DelayProxy
+    proxy: DelayProxy | GoDelayProxy
     region: str = REGION
+    server_pid: int | None = None  # s3s-fs's process (its CPU: process_cpu_seconds)
 
     @property
     def env(self) -> dict[str, str]:
@@ -762,15 +994,29 @@ def latency_store(
     secret: str = DEFAULT_SECRET,
     binary: str | os.PathLike[str] | None = None,
     log_path: str | os.PathLike[str] | None = None,
+    proxy_kind: str = "python",
 ) -> Iterator[LatencyStore]:
     """s3s-fs serving `root_dir` (one folder per bucket) behind a proxy adding `delay_ms` to each
-    request; both stopped on exit. Builds s3s-fs first if needed (:func:`ensure_s3s`)."""
+    request; both stopped on exit. Builds s3s-fs first if needed (:func:`ensure_s3s`).
+
+    `proxy_kind`: ``"python"`` (:class:`DelayProxy`: counts requests by kind and times the
+    server; its delay can change between requests), ``"go"`` (:class:`GoDelayProxy`, built by
+    :func:`ensure_gotools` if needed: no counts, a fixed delay, next to no CPU) or ``"auto"``
+    (go when a built latproxy is found, else python)."""
+    if proxy_kind not in ("python", "go", "auto"):
+        raise ValueError(f"proxy_kind must be python, go or auto, not {proxy_kind!r}")
+    latproxy: Path | None = None
+    if proxy_kind == "go":
+        latproxy = ensure_gotools()["latproxy"]
+    elif proxy_kind == "auto":
+        found = find_gotools()
+        latproxy = found["latproxy"] if found else None
     root = Path(root_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     exe = str(binary) if binary else str(ensure_s3s())
     log_file = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed below
     proc: subprocess.Popen[Any] | None = None
-    proxy: DelayProxy | None = None
+    proxy: DelayProxy | GoDelayProxy | None = None
     try:
         for _attempt in range(5):  # the free port may be taken between probe and bind
             port = free_port()
@@ -786,9 +1032,10 @@ def latency_store(
             proc = None
         if proc is None:
             raise RuntimeError(f"s3s-fs did not start ({exe}); see {log_path or 'its log (pass log_path)'}")
-        proxy = DelayProxy(port, delay_ms)
+        proxy = GoDelayProxy(port, delay_ms, latproxy) if latproxy else DelayProxy(port, delay_ms)
         proxy.start()
-        yield LatencyStore(root, proxy.endpoint_url, f"http://127.0.0.1:{port}", key, secret, proxy)
+        yield LatencyStore(root, proxy.endpoint_url, f"http://127.0.0.1:{port}", key, secret, proxy,
+                           server_pid=proc.pid)
     finally:
         if proxy is not None:
             proxy.stop()
@@ -818,11 +1065,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build s3s-fs with cargo (or find a built one) and print its path")
     b.add_argument("--cache", default=None, help=f"cache folder (default {DEFAULT_CACHE.relative_to(REPO_ROOT)})")
+    g = sub.add_parser("gotools", help="build s5cmd and latproxy with Go (or find built ones) and print their paths")
+    g.add_argument("--cache", default=None, help=f"cache folder (default {DEFAULT_GOTOOLS.relative_to(REPO_ROOT)})")
     s = sub.add_parser("serve", help="serve ROOT through s3s-fs and the delaying proxy until interrupted")
     s.add_argument("root")
     s.add_argument("--delay-ms", type=float, default=20.0)
     s.add_argument("--key", default=DEFAULT_KEY)
     s.add_argument("--secret", default=DEFAULT_SECRET)
+    s.add_argument("--proxy", choices=("python", "go", "auto"), default="python",
+                   help="the delaying proxy: python (counts requests), go (latproxy) or auto")
     x = sub.add_parser("proxy", help="the delaying proxy alone, in the foreground")
     x.add_argument("listen", type=int, help="port to listen on (0: any free port, printed)")
     x.add_argument("upstream", help="upstream PORT or HOST:PORT")
@@ -832,17 +1083,22 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "build":
         print(ensure_s3s(a.cache))
         return 0
+    if a.cmd == "gotools":
+        for path in ensure_gotools(a.cache).values():
+            print(path)
+        return 0
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     if a.cmd == "serve":
-        with latency_store(a.root, a.delay_ms, key=a.key, secret=a.secret) as st:
+        with latency_store(a.root, a.delay_ms, key=a.key, secret=a.secret, proxy_kind=a.proxy) as st:
             for k, v in st.env.items():
                 print(f"export {k}={v}")
             print(f"# s3s-fs {st.direct_url} (direct), {st.endpoint_url} with {a.delay_ms:g} ms a request")
             print(f"# tlake --lakehouse s3://BUCKET/PATH {' '.join(st.tlake_args())} ...", flush=True)
             stop.wait()
-            print(json.dumps(st.proxy.stats()), file=sys.stderr)
+            if st.proxy.counts:
+                print(json.dumps(st.proxy.stats()), file=sys.stderr)
         return 0
     host, port = _parse_hostport(a.upstream)
     proxy = DelayProxy(port, a.delay_ms, upstream_host=host, port=a.listen)

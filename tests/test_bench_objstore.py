@@ -40,3 +40,40 @@ def test_placement_ratios_refuse_rows_merged_from_another_run() -> None:
 def test_failed_runs_give_no_ratio() -> None:
     rows = [_row("r1", "local", 300.0), _row("r1", "distributed", 100.0, ok=False)]
     assert placement_ratios(rows) == ({}, [])
+
+
+def test_the_acceptance_build_of_s3s_fs_counts_with_both_patches(tmp_path, monkeypatch) -> None:
+    from bench import objstore
+
+    cache = tmp_path / "s3s"
+    (cache / "bin").mkdir(parents=True)
+    exe = cache / "bin" / "s3s-fs"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.delenv("TLAKE_S3S_FS", raising=False)
+    monkeypatch.setattr(objstore, "SHARED_CACHE", cache)
+    (cache / "patched").write_text("")  # objstore.sh after the empty-delimiter patch
+    assert objstore.find_s3s(tmp_path / "none") is None
+    assert objstore.find_s3s(tmp_path / "none", need=frozenset({"empty-delimiter"})) == exe
+    (cache / "patched2").write_text("")  # ... and after the prefix-listing one
+    assert objstore.find_s3s(tmp_path / "none") == exe
+
+
+def test_go_tools_come_from_one_cache(tmp_path, monkeypatch) -> None:
+    import os
+
+    from bench import objstore
+
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    monkeypatch.setattr(objstore, "SHARED_GOTOOLS", shared)
+    for cache, names in ((shared, ("s5cmd", "latproxy")), (own, ("s5cmd",))):
+        (cache / "bin").mkdir(parents=True)
+        for n in names:
+            (cache / "bin" / n).write_text("")
+            (cache / "bin" / n).chmod(0o755)
+    assert objstore.find_gotools(own) == {n: shared / "bin" / n for n in ("s5cmd", "latproxy")}
+    (own / "bin" / "latproxy").write_text("")
+    (own / "bin" / "latproxy").chmod(0o755)
+    assert objstore.find_gotools(own)["latproxy"] == own / "bin" / "latproxy"
+    assert objstore.process_cpu_seconds(os.getpid()) > 0
+    assert objstore.process_cpu_seconds(None) is None
