@@ -91,7 +91,8 @@ def make_s3_storage(root_uri: str, endpoint_url: str) -> Any:
 
 
 def _atomic_conditional_puts(mp: pytest.MonkeyPatch) -> None:
-    """Make moto's PutObject check-then-write atomic, as S3's conditional writes are.
+    """Make moto's PutObject check-then-write atomic, as S3's conditional writes are, and its
+    CopyObject honour ``If-None-Match: *`` as S3 does.
 
     moto checks ``If-None-Match: *`` / ``If-Match`` and then stores the object, and its threaded
     server runs requests concurrently: two processes racing for the same key could both succeed
@@ -102,14 +103,28 @@ def _atomic_conditional_puts(mp: pytest.MonkeyPatch) -> None:
 
     from moto.s3.responses import S3Response
 
+    from moto.s3.exceptions import PreconditionFailed
+
     lock = threading.Lock()
     put = S3Response.put_object
+    copy = S3Response.copy_object
 
     def put_object(self: Any) -> Any:
         with lock:
             return put(self)
 
+    def copy_object(self: Any) -> Any:
+        # moto 5.2.5 ignores If-None-Match on CopyObject and overwrites; S3 refuses an
+        # existing key with 412, as for a PUT (AWS's conditional writes). Patched here, in the
+        # test server's own process, so an exclusive server-side copy is tested as S3 runs it.
+        with lock:
+            if (self.headers.get("If-None-Match") == "*"
+                    and self.backend.get_object(self.bucket_name, self.parse_key_name()) is not None):
+                raise PreconditionFailed("If-None-Match")
+            return copy(self)
+
     mp.setattr(S3Response, "put_object", put_object)
+    mp.setattr(S3Response, "copy_object", copy_object)
 
 
 @pytest.fixture(scope="session")

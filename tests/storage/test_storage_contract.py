@@ -585,22 +585,56 @@ def test_s3_error_classification() -> None:
 
 @pytest.fixture
 def offline_s3() -> Storage:
-    # s3fs connects lazily; the fake endpoint is never reached because pipe_file is replaced.
+    # The fake endpoint is never reached: the client calls the tests fake are put in its place.
     return Storage("s3://tl-offline/lake", {"endpoint_url": "http://127.0.0.1:9", "key": "k", "secret": "s"})
+
+
+class _Got:
+    """What a fake GET answers (obstore's GetResult, as far as the engine reads it)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    async def bytes_async(self) -> bytes:
+        return self.data
+
+
+def _fake_put(monkeypatch: pytest.MonkeyPatch, fn: Any) -> None:
+    """The S3 engine's PUTs answered by `fn(key, data, mode)` (raise to fail; fault injection)."""
+    import obstore
+
+    async def put_async(store: Any, key: str, data: bytes, mode: str | None = None, **kw: Any) -> Any:
+        fn(key, data, mode)
+        return {"e_tag": None, "version": None}
+
+    monkeypatch.setattr(obstore, "put_async", put_async)
+
+
+def _fake_get(monkeypatch: pytest.MonkeyPatch, fn: Any) -> None:
+    import obstore
+
+    async def get_async(store: Any, key: str, **kw: Any) -> Any:
+        return _Got(fn(key))
+
+    monkeypatch.setattr(obstore, "get_async", get_async)
 
 
 def test_s3_create_exclusive_retries_conditional_conflicts(
     offline_s3: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from obstore.exceptions import GenericError
+
+    assert offline_s3.engine is not None
     calls: list[str] = []
 
-    def flaky(path: str, data: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+    def flaky(key: str, data: bytes, mode: str) -> None:
         calls.append(mode)
         if len(calls) < 3:
-            raise _wrapped("ConditionalRequestConflict", 409, "conflicting conditional operation")
+            raise GenericError("Generic S3 error: Error performing PUT: status: 409 Conflict: "
+                               "<Code>ConditionalRequestConflict</Code>")
 
     monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
-    monkeypatch.setattr(offline_s3.fs, "pipe_file", flaky)
+    _fake_put(monkeypatch, flaky)
     offline_s3.create_exclusive("_1", b"data")
     assert calls == ["create", "create", "create"]
 
@@ -608,42 +642,44 @@ def test_s3_create_exclusive_retries_conditional_conflicts(
 def test_s3_create_exclusive_maps_412_and_keeps_other_errors(
     offline_s3: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def precondition(path: str, data: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
-        raise _wrapped("PreconditionFailed", 412, "At least one of the pre-conditions you specified did not hold")
+    from obstore.exceptions import AlreadyExistsError, GenericError, PermissionDeniedError
 
-    monkeypatch.setattr(offline_s3.fs, "pipe_file", precondition)
-    # A 412 may be botocore's retry of our own unseen success: the stored bytes decide.
-    monkeypatch.setattr(offline_s3.fs, "cat_file", lambda path, **kw: b"theirs")
+    def precondition(key: str, data: bytes, mode: str) -> None:
+        raise AlreadyExistsError("Object at location lake/_1 already exists: 412 Precondition Failed")
+
+    _fake_put(monkeypatch, precondition)
+    # A 412 may be a retry of our own unseen success: the stored bytes decide.
+    _fake_get(monkeypatch, lambda key: b"theirs")
     with pytest.raises(FileExistsError, match="already exists: s3://tl-offline/lake/_1"):
         offline_s3.create_exclusive("_1", b"data")
-    monkeypatch.setattr(offline_s3.fs, "cat_file", lambda path, **kw: b"data")
+    _fake_get(monkeypatch, lambda key: b"data")
     offline_s3.create_exclusive("_1", b"data")
 
-    def unreadable(path: str, **kwargs: Any) -> bytes:
-        raise ConnectionResetError("connection reset reading _1")
+    def unreadable(key: str) -> bytes:
+        raise GenericError("Generic S3 error: error sending request: connection reset reading _1")
 
-    monkeypatch.setattr(offline_s3.fs, "cat_file", unreadable)  # unknown, not a lost race
+    monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
+    _fake_get(monkeypatch, unreadable)  # unknown, not a lost race
     with pytest.raises(UnknownOutcomeError, match="s3://tl-offline/lake/_1"):
         offline_s3.create_exclusive("_1", b"data")
 
-    def denied(path: str, data: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
-        raise PermissionError("Access Denied for node-4120.arrow")
+    def denied(key: str, data: bytes, mode: str) -> None:
+        raise PermissionDeniedError("Access Denied for node-4120.arrow")
 
-    monkeypatch.setattr(offline_s3.fs, "pipe_file", denied)
+    _fake_put(monkeypatch, denied)
     with pytest.raises(PermissionError):
         offline_s3.create_exclusive("_1", b"data")
 
     calls = []
 
-    def always_conflict(path: str, data: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+    def always_conflict(key: str, data: bytes, mode: str) -> None:
         calls.append(1)
-        raise _wrapped("ConditionalRequestConflict", 409, "conflict")
+        raise GenericError("Generic S3 error: status: 409 Conflict: <Code>ConditionalRequestConflict</Code>")
 
-    monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
-    monkeypatch.setattr(offline_s3.fs, "pipe_file", always_conflict)
+    _fake_put(monkeypatch, always_conflict)
     with pytest.raises(OSError):
         offline_s3.create_exclusive("_1", b"data")
-    assert len(calls) == filesystem_mod._S3_CONFLICT_RETRIES + 1
+    assert len(calls) == storage_mod._S3_CONFLICT_ATTEMPTS
 
 
 def test_s3_filesystem_has_no_listings_cache(offline_s3: Storage) -> None:

@@ -157,10 +157,15 @@ def _read_one(reader: R.Reader, key: str) -> tuple[bytes | None, tuple[int, str]
     """The bytes of `key`, or its failure as `expand_node` reports it."""
     try:
         return reader.read(key), None
-    except FileNotFoundError as e:
-        return None, (MISSING, str(e))
     except Exception as e:  # noqa: BLE001 - reported as a row, the driver raises with context
-        return None, (ERROR, f"{type(e).__name__}: {e}")
+        return None, _failure(e)
+
+
+def _failure(e: BaseException) -> tuple[int, str]:
+    """A read's error as `expand_node` reports it: missing, or an error row naming it."""
+    if isinstance(e, FileNotFoundError):
+        return MISSING, str(e)
+    return ERROR, f"{type(e).__name__}: {e}"
 
 
 def _read_rest(fd: int, first: bytes) -> bytes:
@@ -179,8 +184,9 @@ def _local_root(reader: R.Reader) -> str | None:
 
 
 def wants_threads(reader: R.Reader) -> bool:
-    """Whether `read_files` would use a thread pool (it reads local files in line)."""
-    return _local_root(reader) is None
+    """Whether `read_files` would use a thread pool (it reads local files in line, and an
+    object store the I/O engine serves through the engine)."""
+    return _local_root(reader) is None and reader.storage.engine is None
 
 
 def read_files(reader: R.Reader, keys: Sequence[str], pool: ThreadPoolExecutor | None = None,
@@ -223,6 +229,22 @@ def read_files(reader: R.Reader, keys: Sequence[str], pool: ThreadPoolExecutor |
                     break
         finally:
             os.close(dfd)
+        return datas, failed
+    if reader.storage.engine is not None:
+        # An object store the I/O engine serves: the batch's reads in flight together, as many
+        # as the store's latency needs (`trinitylake.storage.object_io`), in chunks that stop
+        # at `max_bytes` like the loop below.
+        step = max(64, 4 * reader.storage.engine.in_flight.limit())
+        for s in range(0, len(keys), step):
+            for j, r in enumerate(reader.read_many(keys[s:s + step])):
+                if isinstance(r, BaseException):
+                    failed[s + j] = _failure(r)
+                    datas.append(None)
+                else:
+                    datas.append(r)
+                    total += len(r)
+            if total >= max_bytes:
+                break
         return datas, failed
     step = 64 if pool is not None else 1
     for s in range(0, len(keys), step):

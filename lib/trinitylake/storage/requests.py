@@ -18,8 +18,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-#: Kinds of requests, in the order results print them.
-KINDS = ("get", "put", "list", "head", "delete", "other")
+#: Kinds of requests, in the order results print them (``copy``: a server-side CopyObject).
+KINDS = ("get", "put", "copy", "list", "head", "delete", "other")
 #: Bytes moved: read from the store (GET bodies), written to it (PUT bodies).
 BYTE_KINDS = ("bytes_read", "bytes_written")
 FIELDS = KINDS + BYTE_KINDS

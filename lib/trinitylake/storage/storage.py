@@ -18,19 +18,21 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import functools
 import os
 import re
 import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trinitylake.errors import StorageError, UnknownOutcomeError
 from trinitylake.storage import requests, retry
 from trinitylake.storage.filesystem import as_bytes, delete_objects, filesystem, head_object, mtime_of, put_if_absent
+from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO, sorted_keys_range
 from trinitylake.storage.options import s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
     RETRY_ATTEMPTS,
@@ -42,6 +44,30 @@ from trinitylake.storage.retry import (  # noqa: F401 - part of this module's AP
 from trinitylake.storage.uri import ParsedURI, is_absolute, is_plain_relative, join_uri, parse_uri
 
 _MEMORY_LOCK = threading.Lock()
+_UNSET: Any = object()  # `Storage.engine` not looked up yet
+# AWS answers 409 ConditionalRequestConflict while another conditional write to the same key is
+# in flight; the request did not take effect and is retried (it then gets 200 or 412).
+_S3_CONFLICT_ATTEMPTS = 7
+
+
+def _is_conflict(e: BaseException) -> bool:
+    return is_conditional_conflict(e) or isinstance(e, ConditionalConflict)
+
+
+def _result_of(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or the error it raised (a batch's per-file result)."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - returned per file
+        return e
+
+
+def _one(results: builtins.list[Any]) -> Any:
+    """The one result of a one-item engine batch, raising its error."""
+    r = results[0]
+    if isinstance(r, BaseException):
+        raise r
+    return r
 
 # Temporary names of in-flight local writes: ``<target>.tmp-<32 hex>``. Listings skip them.
 _TMP_RE = re.compile(r"\.tmp-[0-9a-f]{32}$")
@@ -80,16 +106,19 @@ class Storage:
             self.options = s3_options_from_env(self.options)
         self._fs: Any = None
         self._fs_pid: int | None = None
+        self._engine: Any = _UNSET
 
     # ---- plumbing -------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_fs"] = None
         state["_fs_pid"] = None
+        state["_engine"] = _UNSET
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_fs_pid", None)
+        state["_engine"] = _UNSET
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
@@ -104,6 +133,21 @@ class Storage:
             return fs
         self._fs, self._fs_pid = filesystem(self.scheme, self.options), pid
         return self._fs
+
+    @property
+    def engine(self) -> ObjectIO | None:
+        """The asynchronous S3 engine (`trinitylake.storage.object_io`) serving this storage's
+        requests, or None (not S3, or options only s3fs understands: s3fs serves them)."""
+        eng = self._engine
+        if eng is _UNSET:
+            eng = self._engine = ObjectIO.for_options(self.options) if self.scheme == "s3" else None
+        return eng
+
+    def copies_server_side_from(self, source: Storage) -> bool:
+        """Whether a file of `source` can be copied here by the store itself (S3 CopyObject):
+        one endpoint, one set of credentials. (Each copy must also stay in its bucket.)"""
+        a, b = self.engine, source.engine
+        return a is not None and b is not None and a.identity == b.identity
 
     def for_uri(self, uri: str) -> Storage:
         """A storage rooted at another URI, sharing these options when the scheme matches."""
@@ -218,6 +262,9 @@ class Storage:
         if self._local():
             with open(fp, "rb") as f:
                 return f.read()
+        eng = self.engine
+        if eng is not None:
+            return _one(eng.get_many([fp], attempts=1))
         # max_concurrency=1: else s3fs first sends a HEAD for the size (to split big files into
         # ranged GETs), a second round trip per read of our small files.
         data = self.fs.cat_file(fp, max_concurrency=1)
@@ -232,7 +279,7 @@ class Storage:
         if self._local():
             return os.path.isfile(fp)
         if self.scheme == "s3":
-            return head_object(self.fs, fp) is not None
+            return self._head(fp) is not None
         try:
             d = self.fs.info(fp)
         except FileNotFoundError:
@@ -243,7 +290,18 @@ class Storage:
         """S3 only: ``{"size", "mtime", "ETag"}`` of `path` from one HEAD, None when missing."""
         if self.scheme != "s3":
             raise StorageError(f"head_s3 needs an s3:// storage, this one is {self.root}")
-        return self.retrying("info", path, lambda fp: head_object(self.fs, fp), self._fs_path(path))
+        return self.retrying("info", path, self._head, self._fs_path(path))
+
+    def _head(self, fp: str) -> dict[str, Any] | None:
+        """One HEAD of the S3 object `fp` (bucket/key): size, mtime, ETag; None when missing."""
+        eng = self.engine
+        if eng is None:
+            return head_object(self.fs, fp)
+        try:
+            h = _one(eng.head_many([fp], attempts=1))
+        except FileNotFoundError:
+            return None
+        return {"size": h.size, "mtime": h.mtime, "ETag": h.etag}
 
     def info(self, path: str) -> FileInfo:
         """Size and mtime of a file. Raises FileNotFoundError for a missing file or a directory."""
@@ -257,7 +315,7 @@ class Storage:
                     raise FileNotFoundError(fp)
                 return FileInfo(path, st.st_size, st.st_mtime)
             if self.scheme == "s3":
-                h = head_object(self.fs, fp)
+                h = self._head(fp)
                 if h is None:
                     raise FileNotFoundError(fp)
                 return FileInfo(path, h["size"], mtime_of(h))
@@ -288,6 +346,10 @@ class Storage:
         if self.scheme == "memory":
             with _MEMORY_LOCK:
                 self.fs.pipe_file(fp, data)
+            return
+        eng = self.engine
+        if eng is not None:
+            _one(eng.put_many([(fp, bytes(data))], exclusive=False, attempts=1))
             return
         self.fs.pipe_file(fp, data)
 
@@ -355,13 +417,32 @@ class Storage:
                 self.fs.pipe_file(fp, data)
             return None
 
-        return put_if_absent(self.fs, fp, data, lambda: self._raise_unless_ours(fp, data, path))
+        eng = self.engine
+        if eng is None:
+            return put_if_absent(self.fs, fp, data, lambda: self._raise_unless_ours(fp, data, path))
+        return self._put_if_absent(eng, fp, data, path)
+
+    def _put_if_absent(self, eng: ObjectIO, fp: str, data: bytes | bytearray, path: str) -> str | None:
+        """One PUT with ``If-None-Match: *`` through the engine, retried while S3 answers 409
+        ConditionalRequestConflict (another conditional write to the key in flight); a 412 is
+        ours when the stored bytes are ours (see `_raise_unless_ours`)."""
+
+        def put(_n: int) -> str | None:
+            try:
+                return _one(eng.put_many([(fp, bytes(data))], exclusive=True, attempts=1))
+            except FileExistsError:
+                self._raise_unless_ours(fp, data, path)
+                return None
+
+        etag: str | None = retry.call(put, retry_on=_is_conflict, attempts=_S3_CONFLICT_ATTEMPTS)
+        return etag
 
     def _raise_unless_ours(self, fp: str, data: bytes | bytearray, path: str) -> None:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
         own win, not a lost race: the stored bytes are ours (every commit file we write carries
         a unique transaction id or UUID). Anything else is another writer's file."""
-        if not self.holds(path, data, read=lambda: self.fs.cat_file(fp)):
+        read = (lambda: self._read_once(fp)) if self.engine is not None else (lambda: self.fs.cat_file(fp))
+        if not self.holds(path, data, read=read):
             raise FileExistsError(f"already exists: {self.uri(path)}")
 
     def _create_exclusive_local(self, fp: str, data: bytes | bytearray, path: str) -> None:
@@ -417,6 +498,9 @@ class Storage:
                     failures.append((p, str(e)))
             return failures
         if self.scheme == "s3":
+            # DeleteObjects through botocore even with the engine: obstore answers a bulk delete
+            # in a missing bucket as done, and does not name the keys S3 refused; a request
+            # removes 1,000 keys, so its client CPU does not matter.
             failures.extend(delete_objects(self.fs, resolved, self.uri))
             return failures
         # memory:// and other fsspec filesystems: one by one, because fsspec's bulk rm stops at
@@ -429,6 +513,86 @@ class Storage:
             except Exception as e:  # noqa: BLE001 - reported per file
                 failures.append((p, str(e)))
         return failures
+
+    # ---- batches: many files a call ------------------------------------------------------
+    # On S3 through the engine (requests in flight by latency, retried per file); elsewhere a
+    # loop of the single-file operations. Per file the result or its error, never a raise for
+    # one file; the batch itself goes through the attempt seam once (a fault there fails it).
+    def read_many(self, paths: Sequence[str]) -> builtins.list[bytes | BaseException]:
+        """The bytes of each path (FileNotFoundError and typed errors per file)."""
+        if not paths:
+            return []
+        eng = self.engine
+        if eng is None:
+            return [_result_of(self.read, p) for p in paths]
+        fps = [self._fs_path(p) for p in paths]
+        out = self.retrying("read", paths[0], eng.get_many, fps)
+        return [self._typed("read", p, r) for p, r in zip(paths, out, strict=True)]
+
+    def create_exclusive_many(self, items: Sequence[tuple[str, bytes]]) -> builtins.list[str | None | BaseException]:
+        """`create_exclusive` of each ``(path, bytes)``: per file the ETag (S3) or None, or its
+        error (FileExistsError: another writer's file is there; nothing is overwritten)."""
+        if not items:
+            return []
+        eng = self.engine
+        if eng is None:
+            return [_result_of(self.create_exclusive, p, d) for p, d in items]
+        for p, d in items:
+            if not d:
+                raise ValueError(f"refusing to create empty file {self.uri(p)} exclusively")
+        fps = [(self._fs_path(p), bytes(d)) for p, d in items]
+        out = self.retrying("create_exclusive", items[0][0], functools.partial(eng.put_many, exclusive=True), fps)
+        res: builtins.list[str | None | BaseException] = []
+        for (p, d), r in zip(items, out, strict=True):
+            if isinstance(r, FileExistsError | ConditionalConflict):
+                # 412: an unseen earlier attempt of ours, or another writer's file; 409: a
+                # conditional write in flight. The one-file path tells them apart.
+                r = _result_of(self.create_exclusive, p, d)
+            res.append(self._typed("create_exclusive", p, r))
+        return res
+
+    def head_many(self, paths: Sequence[str]) -> builtins.list[Listed | BaseException]:
+        """S3: size, mtime and ETag of each path (FileNotFoundError per missing file)."""
+        eng = self.engine
+        if eng is None:
+            raise StorageError(f"head_many needs the S3 engine, this storage is {self.root}")
+        out = self.retrying("info", paths[0], eng.head_many, [self._fs_path(p) for p in paths]) if paths else []
+        return [self._typed("info", p, r) for p, r in zip(paths, out, strict=True)]
+
+    def copy_many_from(self, source: Storage, pairs: Sequence[tuple[str, str]]) -> builtins.list[None | BaseException]:
+        """Server-side copies (`copies_server_side_from`): each ``(source path, path here)`` one
+        CopyObject with ``If-None-Match: *``. Per file None, or FileExistsError (the key exists
+        here: never overwritten), FileNotFoundError (no source) or its typed error."""
+        eng = self.engine
+        if eng is None or not self.copies_server_side_from(source):
+            raise StorageError(f"{self.root} cannot copy server-side from {source.root}")
+        fps = [(source._fs_path(s), self._fs_path(t)) for s, t in pairs]
+        out = self.retrying("create_exclusive", pairs[0][1], eng.copy_many, fps) if pairs else []
+        return [self._typed("copy", t, r) for (_s, t), r in zip(pairs, out, strict=True)]
+
+    def list_range(self, first: str, last: str) -> Iterator[FileInfo | tuple[str, int, float, str | None]]:
+        """S3: the objects from `first` to `last` (paths under this root, in key order) as
+        ``(path, size, mtime, ETag)``: one LIST a 1,000 of them, from the folder both lie in."""
+        eng = self.engine
+        if eng is None:
+            raise StorageError(f"list_range needs the S3 engine, this storage is {self.root}")
+        a, b = self._fs_path(first), self._fs_path(last)
+        bucket = a.partition("/")[0]
+        folder, after, stop = sorted_keys_range([a.partition("/")[2], b.partition("/")[2]])
+        rf = self._parsed.fs_path.strip("/")
+        for o in eng.list_objects(f"{bucket}/{folder}", start_after=after, stop_after=stop):
+            name = f"{bucket}/{o.key}"
+            if name.startswith(rf + "/"):
+                yield name[len(rf) + 1:], o.size, o.mtime, o.etag
+
+    def _typed(self, op: str, path: str, r: Any) -> Any:
+        if isinstance(r, FileNotFoundError):
+            return FileNotFoundError(errno.ENOENT, f"no such file: {self._uri_quiet(path)}")
+        if isinstance(r, FileExistsError):
+            return FileExistsError(errno.EEXIST, f"already exists: {self._uri_quiet(path)}")
+        if isinstance(r, BaseException):
+            return typed_error(op, self._uri_quiet(path), r, RETRY_ATTEMPTS)
+        return r
 
     # ---- listing ----------------------------------------------------------------------
     def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
@@ -445,6 +609,9 @@ class Storage:
         yield from self.retrying("list", prefix, self._list_remote_once, base, root_fp, recursive)
 
     def _list_remote_once(self, base: str, root_fp: str, recursive: bool) -> builtins.list[FileInfo]:
+        eng = self.engine
+        if eng is not None:
+            return self._list_engine(eng, base, root_fp, recursive)
         try:
             if recursive:
                 found = self.fs.find(base, detail=True)
@@ -468,6 +635,20 @@ class Storage:
             out.append(FileInfo(rel, int(d.get("size") or 0), mtime_of(d)))
         return out
 
+    def _list_engine(self, eng: ObjectIO, base: str, root_fp: str, recursive: bool) -> builtins.list[FileInfo]:
+        bucket = base.strip("/").partition("/")[0]
+        rf = root_fp.strip("/")
+        objs: Iterable[Listed] = eng.list_dirs(base)[1] if not recursive else eng.list_objects(base)
+        under = base.strip("/") + "/"
+        out: builtins.list[FileInfo] = []
+        for o in objs:
+            name = f"{bucket}/{o.key}"
+            if not name.startswith(under):
+                continue
+            rel = name[len(rf) + 1:] if name.startswith(rf + "/") else name
+            out.append(FileInfo(rel, o.size, o.mtime))
+        return out
+
     def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         """Immediate children of `prefix`: (sub-directory paths, files), relative to the root."""
         base = self._fs_path(prefix) if prefix else self._parsed.fs_path
@@ -488,6 +669,20 @@ class Storage:
                             files.append(FileInfo(pre + e.name, st.st_size, st.st_mtime))
             except (FileNotFoundError, NotADirectoryError):
                 pass
+            return sorted(dirs), sorted(files, key=lambda f: f.path)
+        eng = self.engine
+        if eng is not None:
+            bucket = base.strip("/").partition("/")[0]
+            under = base.strip("/") + "/"
+            sub, objs = eng.list_dirs(base)
+            for d in sub:
+                full = f"{bucket}/{d}"
+                if full.startswith(under):
+                    dirs.append(pre + full.rsplit("/", 1)[-1])
+            for o in objs:
+                full = f"{bucket}/{o.key}"
+                if full.startswith(under):
+                    files.append(FileInfo(pre + full.rsplit("/", 1)[-1], o.size, o.mtime))
             return sorted(dirs), sorted(files, key=lambda f: f.path)
         try:
             entries = (

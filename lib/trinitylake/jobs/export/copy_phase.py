@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: Parts copied at once by a driver-local copy (their files share the driver's thread pool).
 LOCAL_PARTS_IN_FLIGHT = 4
+#: Parts copied at once by a driver-local copy to an object store the I/O engine serves.
+ENGINE_PARTS_IN_FLIGHT = 32
 #: A driver-local copy of local files with at least this many files runs its plan parts in
 #: worker processes (one per core): copying small files is per-file Python plus system calls,
 #: so one process is bound by the interpreter (threads only add GIL contention; see
@@ -196,7 +198,10 @@ def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Sto
     total = XC.CopyStats()
     pmap, close = pool_map(threads)
     try:
-        k = max(1, min(LOCAL_PARTS_IN_FLIGHT, len(names)))
+        # Through the I/O engine, parts wait on round trips (their copies, listings, manifest)
+        # and the engine's one limit bounds the requests: many parts at once.
+        parts = ENGINE_PARTS_IN_FLIGHT if target.engine is not None else LOCAL_PARTS_IN_FLIGHT
+        k = max(1, min(parts, len(names)))
         if k == 1:
             for nm in names:
                 st = copy(nm, source=src, target=tgt, pmap=pmap)

@@ -84,10 +84,21 @@ def _expand(source: Storage, spec: X.ExportSpec, pmap: PoolMap, items: list[tupl
     """Read and plan node files ``(path, depth)``: `LEVEL_SCHEMA` tuples (the node's row, its
     children to copy, the definition files it references, or what went wrong)."""
 
+    # An object store the I/O engine serves: the level's reads in flight together, then
+    # planned from their bytes (a thread pool of 16 capped a level at 160 reads/s at 100 ms).
+    read: dict[str, bytes | BaseException] = {}
+    if source.engine is not None and items:
+        read = dict(zip([p for p, _ in items], source.read_many([p for p, _ in items]), strict=True))
+        pmap = lambda fn, xs: [fn(x) for x in xs]  # noqa: E731 - decoding only: no I/O left
+
     def one(item: tuple[str, int]) -> list[tuple]:
         path, depth = item
         try:
-            row, refs = XP.plan_node(source, path, depth, spec)
+            got = read.get(path)
+            if isinstance(got, BaseException):
+                raise got
+            row, refs = (XP.plan_node(source, path, depth, spec) if got is None
+                         else XP.plan_node_bytes(source, path, depth, spec, got))
         except FileNotFoundError as e:
             return [(ROLE_MISSING, path, X.KIND_NODE, depth, "", -1, "", 0, None, str(e))]
         except TrinityLakeError as e:

@@ -1,0 +1,538 @@
+"""The I/O engine for S3: asynchronous requests through the Rust `object_store` client
+(``obstore``), as many in flight as the store's latency needs, up to what the client's CPU allows.
+
+Why this client and this shape (measured on these 2-core machines, ../shared/ENVIRONMENT.md):
+
+* **CPU per request.** botocore costs 1.0-2.3 ms of client CPU a request, and its interpreter
+  lock caps one process near 500 requests/s whatever the cores. ``obstore`` costs 0.2-0.5 ms a
+  GET, PUT or copy, with its own runtime spreading the requests over the cores.
+* **Requests in flight by Little's law.** A phase that must send N requests at latency W needs
+  ``N x W / L`` seconds with L in flight. L is set from the store's measured round trip (a low
+  percentile of the recent requests: the store's latency, not the queueing our own load adds)
+  times the rate one process can sustain (cores / CPU per request), between `MIN_IN_FLIGHT`
+  and `MAX_IN_FLIGHT`: at 20 ms about 130 in flight, at 100 ms about 650 (capped). A fixed
+  thread count (16) capped every phase at 160 requests/s at 100 ms.
+* **One event loop per process**, on a daemon thread of its own: callers on any thread (the
+  driver's phases, an executor task, a copy worker) hand it a batch and wait; every batch
+  shares one limit, so parallel callers never multiply it.
+
+`ObjectIO.for_options` gives the engine for a storage's S3 options, or None where it cannot
+serve them (``obstore`` not installed, an option it has no equivalent for, or a forked child of
+a process whose runtime started: its threads did not survive the fork); `Storage` then keeps
+s3fs. Errors come back as the builtin errors `Storage` already types: FileNotFoundError,
+FileExistsError (a refused ``If-None-Match: *``), PermissionError (403), and OSError with a
+transient errno for what a retry may cure; a batch returns them per item, never raises for one.
+Every request is counted by kind (`trinitylake.storage.requests`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import concurrent.futures
+import errno
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from trinitylake.storage import requests
+from trinitylake.storage.retry import RETRY_ATTEMPTS, backoff_seconds, is_transient
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Fewest requests kept in flight (a store answering in 1 ms still gains from a few).
+MIN_IN_FLIGHT = 16
+#: Most requests in flight per process (sockets and memory; S3 answers 5,500 GETs/s a prefix).
+MAX_IN_FLIGHT = 768
+#: Client CPU per request assumed before any is measured (obstore, measured 0.21-0.46 ms).
+DEFAULT_CPU_PER_REQUEST_S = 0.3e-3
+#: Round trip assumed before any request returned (S3 in-region: tens of ms).
+DEFAULT_LATENCY_S = 0.02
+#: Recent round trips the latency estimate reads (a low percentile of them).
+_LATENCY_WINDOW = 64
+_LATENCY_PERCENTILE = 0.1
+#: A LIST answers at most this many keys (S3's page).
+LIST_PAGE = 1000
+
+# Options of a storage (s3fs-style, `trinitylake.storage.options`) the engine understands; any
+# other option keeps the storage on s3fs, which knows them all.
+_KNOWN_OPTIONS = frozenset({"endpoint_url", "key", "secret", "token", "anon", "client_kwargs", "config_kwargs",
+                            "use_listings_cache", "skip_instance_cache", "use_ssl"})
+_KNOWN_CLIENT_KWARGS = frozenset({"endpoint_url", "region_name"})
+
+_ENGINES: dict[str, ObjectIO] = {}
+_ENGINES_LOCK = threading.Lock()
+_RUNTIME_PID: list[int | None] = [None]  # the process whose obstore runtime started (fork check)
+
+
+def available() -> bool:
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---- requests in flight --------------------------------------------------------------------------
+class InFlight:
+    """How many requests to keep in flight: the store's round trip (a low percentile of the
+    recent ones) times the request rate this process can sustain (cores / CPU per request)."""
+
+    def __init__(self, cores: int | None = None, cpu_per_request_s: float = DEFAULT_CPU_PER_REQUEST_S):
+        self.cores = max(1, cores or os.cpu_count() or 1)
+        self.cpu_per_request_s = cpu_per_request_s
+        self._recent: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        self._recent.append(seconds)
+
+    def observe_cpu(self, cpu_seconds: float, n_requests: int) -> None:
+        """A batch of `n_requests` cost this process `cpu_seconds` of CPU (all its threads)."""
+        if n_requests >= 64 and cpu_seconds > 0:
+            per = cpu_seconds / n_requests
+            # Smoothed, and bounded so that one noisy batch cannot swing the limit tenfold.
+            self.cpu_per_request_s = min(max(0.7 * self.cpu_per_request_s + 0.3 * per, 0.05e-3), 5e-3)
+
+    def latency(self) -> float:
+        """The store's round trip in seconds (before any request: `DEFAULT_LATENCY_S`)."""
+        recent = sorted(self._recent)
+        if not recent:
+            return DEFAULT_LATENCY_S
+        return recent[min(len(recent) - 1, int(len(recent) * _LATENCY_PERCENTILE))]
+
+    def rate_ceiling(self) -> float:
+        """Requests per second one process can sustain."""
+        return self.cores / self.cpu_per_request_s
+
+    def limit(self) -> int:
+        """Little's law: in flight = rate x latency, within [MIN_IN_FLIGHT, MAX_IN_FLIGHT]."""
+        return int(min(MAX_IN_FLIGHT, max(MIN_IN_FLIGHT, math.ceil(self.rate_ceiling() * self.latency()))))
+
+
+class _Gate:
+    """At most `InFlight.limit()` requests in flight on the loop, whichever batch they belong to."""
+
+    def __init__(self, in_flight: InFlight):
+        self.in_flight = in_flight
+        self.active = 0
+        self.peak = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> None:
+        while self.active >= self.in_flight.limit():
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            await fut
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+
+    def release(self) -> None:
+        self.active -= 1
+        room = self.in_flight.limit() - self.active
+        while room > 0 and self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                room -= 1
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+_TRANSIENT_WORDS = ("timed out", "timeout", "connection", "error sending request", "reset", "broken pipe",
+                    "status: 500", "status: 502", "status: 503", "status: 504", "status: 429", "slowdown",
+                    "service unavailable", "internal error", "dns error", "incomplete", "body error")
+
+
+def as_builtin(exc: BaseException, what: str) -> BaseException:
+    """An obstore error as the builtin error `Storage` callers handle, naming `what`."""
+    try:
+        from obstore import exceptions as ox
+    except ImportError:  # pragma: no cover - only engines that exist raise these
+        return exc
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, ox.NotFoundError):
+        return FileNotFoundError(errno.ENOENT, f"no such file: {what}")
+    if isinstance(exc, ox.AlreadyExistsError | ox.PreconditionError):
+        return FileExistsError(errno.EEXIST, f"already exists: {what}")
+    if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError):
+        return PermissionError(errno.EACCES, f"access denied to {what}: {text}")
+    low = str(exc).lower()
+    if "404" in low and "not found" in low:
+        return FileNotFoundError(errno.ENOENT, f"no such file: {what}")
+    if "412" in low or "precondition" in low:
+        return FileExistsError(errno.EEXIST, f"already exists: {what}")
+    if "403" in low or "accessdenied" in low or "forbidden" in low:
+        return PermissionError(errno.EACCES, f"access denied to {what}: {text}")
+    if "409" in low and "conditionalrequestconflict" in low:
+        return ConditionalConflict(f"conditional write conflict on {what}: {text}")
+    if any(w in low for w in _TRANSIENT_WORDS):
+        return ConnectionError(errno.EIO, f"{what}: {text}")
+    return OSError(errno.EIO if isinstance(exc, ox.GenericError) else errno.EINVAL, f"{what}: {text}")
+
+
+class ConditionalConflict(OSError):
+    """S3's 409 ConditionalRequestConflict: another conditional write to the key was in flight;
+    this one did not take effect. Its own retry loop (`Storage.create_exclusive`), not the
+    generic transient one."""
+
+
+# ---- one listed object -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Listed:
+    """One object of a listing: its key in the bucket, size, mtime (epoch s) and ETag (quoted
+    as S3 answers it, or None)."""
+
+    key: str
+    size: int
+    mtime: float
+    etag: str | None
+
+
+def _listed(meta: Any) -> Listed:
+    lm = meta.get("last_modified")
+    return Listed(str(meta["path"]), int(meta.get("size") or 0), float(lm.timestamp()) if lm is not None else 0.0,
+                  meta.get("e_tag"))
+
+
+# ---- the engine ------------------------------------------------------------------------------------
+class ObjectIO:
+    """One S3 endpoint with one set of credentials: a store per bucket, one limit of requests in
+    flight, one event loop (see the module doc). Paths are ``bucket/key``."""
+
+    def __init__(self, config: dict[str, Any], client_options: dict[str, Any], identity: str):
+        self.config = config
+        self.client_options = client_options
+        #: Endpoint and credentials, hashed: two storages with equal identities reach the same
+        #: objects with the same rights (a copy between them can be server-side).
+        self.identity = identity
+        self.in_flight = InFlight()
+        self._stores: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gate: _Gate | None = None
+
+    # -- construction --
+    @classmethod
+    def for_options(cls, options: dict[str, Any]) -> ObjectIO | None:
+        """The process's engine for these S3 options, or None where it cannot serve them."""
+        if not _options_supported(options) or not available():
+            return None
+        pid = os.getpid()
+        if _RUNTIME_PID[0] is not None and _RUNTIME_PID[0] != pid:
+            return None  # a forked child: the parent's client runtime threads are gone
+        config, client_options = _obstore_config(options)
+        key = json.dumps([config, client_options], sort_keys=True, default=str)
+        with _ENGINES_LOCK:
+            eng = _ENGINES.get(key)
+            if eng is None:
+                import hashlib
+
+                ident = hashlib.sha256(key.encode()).hexdigest()[:16]
+                eng = _ENGINES[key] = cls(config, client_options, ident)
+            return eng
+
+    def store(self, bucket: str) -> Any:
+        st = self._stores.get(bucket)
+        if st is None:
+            with self._lock:
+                st = self._stores.get(bucket)
+                if st is None:
+                    from obstore.store import S3Store
+
+                    _RUNTIME_PID[0] = os.getpid()
+                    # Retries are ours (per request, `is_transient`, the storage's backoff), so
+                    # that a failure reads the same through every client.
+                    st = self._stores[bucket] = S3Store(
+                        bucket, config=self.config, client_options=self.client_options,  # type: ignore[arg-type]
+                        retry_config={"max_retries": 0, "retry_timeout": _timedelta(60),
+                                      "backoff": {"init_backoff": _timedelta(0.05), "max_backoff": _timedelta(2),
+                                                  "base": 2}})
+        return st
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        lp = self._loop
+        if lp is not None:
+            return lp
+        with self._lock:
+            if self._loop is None:
+                lp = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(lp)
+                    ready.set()
+                    lp.run_forever()
+
+                threading.Thread(target=run, name="trinitylake-object-io", daemon=True).start()
+                ready.wait()
+                self._gate = _Gate(self.in_flight)
+                self._loop = lp
+            return self._loop
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run `coro` on the engine's loop and wait for it (from any thread but the loop's)."""
+        fut: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop())  # type: ignore[arg-type]
+        return fut.result()
+
+    @property
+    def peak_in_flight(self) -> int:
+        return self._gate.peak if self._gate is not None else 0
+
+    # -- one request, counted, timed, retried --
+    async def _request(self, kind: str | None, what: str, make: Callable[[], Awaitable[T]], attempts: int) -> T:
+        gate = self._gate
+        assert gate is not None
+        n = 0
+        while True:
+            n += 1
+            await gate.acquire()
+            t0 = time.perf_counter()
+            try:
+                if kind is not None:
+                    requests.record(kind)
+                out = await make()
+            except Exception as e:  # noqa: BLE001 - typed below
+                err = as_builtin(e, what)
+                if n >= attempts or not is_transient(err):
+                    raise err from e
+            else:
+                self.in_flight.observe(time.perf_counter() - t0)
+                return out
+            finally:
+                gate.release()
+            await asyncio.sleep(backoff_seconds(n))
+
+    async def _many(self, items: Sequence[Any], one: Callable[[Any], Awaitable[T]]) -> list[T | BaseException]:
+        """``one(item)`` for every item, as many at once as the gate lets through; per item its
+        result or its (builtin) error. Tasks are started in windows, so a batch of a million
+        items holds a window's coroutines, not a million."""
+        out: list[T | BaseException] = [None] * len(items)  # type: ignore[list-item]
+        it = iter(range(len(items)))
+
+        async def worker() -> None:
+            # Workers pull items until none is left; the gate decides how many of their
+            # requests are in flight (asyncio.wait over thousands of tasks cost O(n) a call).
+            for i in it:
+                try:
+                    out[i] = await one(items[i])
+                except Exception as e:  # noqa: BLE001 - returned per item
+                    out[i] = e
+
+        cpu0 = time.process_time()
+        await asyncio.gather(*(worker() for _ in range(min(len(items), MAX_IN_FLIGHT))))
+        self.in_flight.observe_cpu(time.process_time() - cpu0, len(items))
+        return out
+
+    # -- batches (each item: its result or its error) --
+    def get_many(self, paths: Sequence[str], attempts: int = RETRY_ATTEMPTS) -> list[bytes | BaseException]:
+        """The bytes of each ``bucket/key``."""
+        import obstore
+
+        async def one(fp: str) -> bytes:
+            bucket, key = _split(fp)
+
+            async def get() -> bytes:
+                res = await obstore.get_async(self.store(bucket), key)
+                return bytes(await res.bytes_async())
+
+            data = await self._request("get", f"s3://{fp}", get, attempts)
+            requests.record("bytes_read", len(data))
+            return data
+
+        return self.run(self._many(paths, one)) if paths else []
+
+    def put_many(self, items: Sequence[tuple[str, bytes]], *, exclusive: bool,
+                 attempts: int = RETRY_ATTEMPTS) -> list[str | None | BaseException]:
+        """PUT each ``(bucket/key, bytes)``; with `exclusive` as ``If-None-Match: *`` (a key that
+        exists comes back as FileExistsError, never overwritten). Per item the ETag answered."""
+        import obstore
+
+        mode: Literal["create", "overwrite"] = "create" if exclusive else "overwrite"
+
+        async def one(item: tuple[str, bytes]) -> str | None:
+            fp, data = item
+            bucket, key = _split(fp)
+
+            async def put() -> Any:
+                return await obstore.put_async(self.store(bucket), key, data, mode=mode, use_multipart=False)
+
+            res = await self._request("put", f"s3://{fp}", put, attempts)
+            requests.record("bytes_written", len(data))
+            etag = res.get("e_tag") if isinstance(res, dict) else None
+            return str(etag) if etag else None
+
+        return self.run(self._many(items, one)) if items else []
+
+    def copy_many(self, pairs: Sequence[tuple[str, str]], attempts: int = RETRY_ATTEMPTS) -> list[None | BaseException]:
+        """Server-side copy of each ``(bucket/src, bucket/dst)`` (one bucket per pair): one
+        CopyObject with ``If-None-Match: *``, no byte through the client. A target that exists
+        comes back as FileExistsError (never overwritten); a missing source as FileNotFoundError."""
+        import obstore
+
+        async def one(pair: tuple[str, str]) -> None:
+            src, dst = pair
+            sb, sk = _split(src)
+            db, dk = _split(dst)
+            if sb != db:
+                raise ValueError(f"server-side copy across buckets: s3://{src} -> s3://{dst}")
+
+            async def copy() -> None:
+                await obstore.copy_async(self.store(db), sk, dk, overwrite=False)
+
+            await self._request("copy", f"s3://{dst}", copy, attempts)
+
+        return self.run(self._many(pairs, one)) if pairs else []
+
+    def head_many(self, paths: Sequence[str], attempts: int = RETRY_ATTEMPTS) -> list[Listed | BaseException]:
+        import obstore
+
+        async def one(fp: str) -> Listed:
+            bucket, key = _split(fp)
+
+            async def head() -> Any:
+                return await obstore.head_async(self.store(bucket), key)
+
+            return _listed(await self._request("head", f"s3://{fp}", head, attempts))
+
+        return self.run(self._many(paths, one)) if paths else []
+
+    def list_objects(self, base: str, *, start_after: str | None = None, stop_after: str | None = None,
+             attempts: int = RETRY_ATTEMPTS) -> Iterator[Listed]:
+        """Objects under the folder ``bucket/prefix`` (recursive, keys in order), pages fetched one
+        ahead of the caller; from after `start_after` and up to `stop_after` (keys) when given."""
+        bucket, prefix = _split(base, allow_bare=True)
+        prefix = prefix.strip("/")
+        stream = self._open_list(bucket, prefix, start_after)
+        while True:
+            page = self.run(self._next_page(stream, f"s3://{base}", attempts))
+            if page is None:
+                return
+            for meta in page:
+                item = _listed(meta)
+                if stop_after is not None and item.key > stop_after:
+                    return
+                yield item
+
+    def list_many(self, bases: Sequence[str]) -> list[list[Listed] | BaseException]:
+        """Whole listings of several folders at once (their pages in flight together)."""
+
+        async def one(base: str) -> list[Listed]:
+            bucket, prefix = _split(base, allow_bare=True)
+            stream = self._open_list(bucket, prefix.strip("/"), None)
+            out: list[Listed] = []
+            while True:
+                page = await self._next_page(stream, f"s3://{base}", RETRY_ATTEMPTS)
+                if page is None:
+                    return out
+                out.extend(_listed(m) for m in page)
+
+        return self.run(self._many(bases, one)) if bases else []
+
+    def list_dirs(self, base: str) -> tuple[list[str], list[Listed]]:
+        """Immediate children of the folder ``bucket/prefix``: (sub-folder keys, objects)."""
+        import obstore
+
+        bucket, prefix = _split(base, allow_bare=True)
+        prefix = prefix.strip("/")
+
+        async def lst() -> Any:
+            return await obstore.list_with_delimiter_async(self.store(bucket), prefix or None)
+
+        async def go() -> Any:
+            return await self._request("list", f"s3://{base}", lst, RETRY_ATTEMPTS)
+
+        res = self.run(go())
+        return [str(p).rstrip("/") for p in res.get("common_prefixes") or []], [_listed(m) for m in res.get("objects") or []]
+
+    def _open_list(self, bucket: str, prefix: str, start_after: str | None) -> Any:
+        import obstore
+
+        return obstore.list(self.store(bucket), prefix or None, offset=start_after, chunk_size=LIST_PAGE)
+
+    async def _next_page(self, stream: Any, what: str, attempts: int) -> Any:
+        async def nxt() -> Any:
+            try:
+                page = await stream.__anext__()
+            except StopAsyncIteration:
+                return None  # the stream knew it was done: no request
+            requests.record("list")
+            return page
+
+        # A failed page cannot be asked again from the same stream: one attempt, the
+        # storage's retry re-lists.
+        return await self._request(None, what, nxt, 1)
+
+
+def _timedelta(seconds: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
+
+
+def _split(fp: str, allow_bare: bool = False) -> tuple[str, str]:
+    bucket, _, key = fp.strip("/").partition("/")
+    if not bucket or (not key and not allow_bare):
+        raise ValueError(f"not an object path (bucket/key): {fp!r}")
+    return bucket, key
+
+
+def _options_supported(options: dict[str, Any]) -> bool:
+    if set(options) - _KNOWN_OPTIONS:
+        return False
+    ck = options.get("client_kwargs") or {}
+    if set(ck) - _KNOWN_CLIENT_KWARGS:
+        return False
+    if options.get("use_ssl") is False:
+        return False
+    return True
+
+
+def _obstore_config(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """obstore's S3 config and client options for s3fs-style storage options."""
+    ck = options.get("client_kwargs") or {}
+    endpoint = options.get("endpoint_url") or ck.get("endpoint_url")
+    region = ck.get("region_name") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    config: dict[str, Any] = {"region": region,
+                              # S3 honours If-None-Match on CopyObject as on PUT (AWS docs,
+                              # conditional writes): one request, refused when the key exists.
+                              "copy_if_not_exists": "header:If-None-Match:*"}
+    client: dict[str, Any] = {"timeout": "120s", "connect_timeout": "10s", "pool_idle_timeout": "30s"}
+    if endpoint:
+        config["endpoint"] = str(endpoint)
+        config["virtual_hosted_style_request"] = False
+        if str(endpoint).startswith("http://"):
+            client["allow_http"] = True
+    if options.get("anon"):
+        config["skip_signature"] = True
+    else:
+        if options.get("key"):
+            config["access_key_id"] = options["key"]
+        if options.get("secret"):
+            config["secret_access_key"] = options["secret"]
+        if options.get("token"):
+            config["token"] = options["token"]
+    return config, client
+
+
+def sorted_keys_range(keys: Sequence[str]) -> tuple[str, str | None, str]:
+    """For sorted keys of one bucket: (the folder holding all of them, the key to list after,
+    the last key): a listing of that range sees every one of them."""
+    first, last = keys[0], keys[-1]
+    common = os.path.commonprefix([first, last])
+    folder = common.rsplit("/", 1)[0] if "/" in common else ""
+    # Any string below `first`: listings return keys strictly after it.
+    after = first[:-1] if len(first) > len(folder) + 1 else None
+    return folder, after, last
+
+
+def in_sorted(keys: Sequence[str], key: str) -> bool:
+    i = bisect.bisect_left(keys, key)
+    return i < len(keys) and keys[i] == key
