@@ -252,16 +252,19 @@ class Execution:
         if self.mode == DISTRIBUTED:
             return items > 0
         if storage is not None and getattr(storage, "scheme", "file") != "file" and requests_per_item > 0 and items > 0:
-            est = self.estimate(items * requests_per_item, storage.scheme, items, jobs)
+            est = self.estimate(items * requests_per_item, storage.scheme, items, jobs,
+                                engine=getattr(storage, "engine", None))
             if est is not None:
                 if phase:
                     self._estimates[phase] = est.to_dict()
                 return est.executors_faster
         return items > (self.limits.local_max_items if limit is None else limit)
 
-    def estimate(self, n_requests: float, scheme: str, items: int, jobs: int = 1) -> Any:
+    def estimate(self, n_requests: float, scheme: str, items: int, jobs: int = 1, engine: Any = None) -> Any:
         """`placement.Estimate` of a phase of `n_requests` requests on `scheme`, or None before
-        any request measured the store's latency."""
+        any request measured the store's latency. With the I/O engine (`engine`, the storage's
+        `trinitylake.storage.object_io.ObjectIO`), the driver and each executor task keep its
+        limit of requests in flight, at its measured CPU per request."""
         lat = requests.latency(scheme)
         if lat is None:
             return None
@@ -281,6 +284,10 @@ class Execution:
         else:
             slots = cpus = placement.ASSUMED_SLOTS
         threads = self.limits.threads
+        cpu_per_request = placement.CPU_PER_REQUEST
+        if engine is not None:
+            threads = engine.in_flight.limit()
+            cpu_per_request = engine.in_flight.cpu_per_request_s
         tasks = min(items, PARTITIONS_PER_CORE * slots)
         start = self.start_s if self.start_s is not None else placement.SESSION_START
         if here:
@@ -289,7 +296,9 @@ class Execution:
         if self._starting is not None:  # already starting (`prestart`): count half of it
             start /= 2
         return placement.estimate(n_requests, lat, threads=threads, slots=slots, cpus=cpus, tasks=tasks,
-                                  session_started=self.started, jobs=jobs, start_s=start, here=here)
+                                  session_started=self.started, jobs=jobs, start_s=start, here=here,
+                                  driver_cpus=cpus_here if engine is not None else 1,
+                                  cpu_per_request=cpu_per_request)
 
     def executors_share_the_driver(self) -> bool:
         """Whether the started classic session's executors run on the driver's own cores (a

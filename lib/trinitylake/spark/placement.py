@@ -88,15 +88,19 @@ class Estimate:
 
 
 def estimate(requests: float, latency_s: float, *, threads: int, slots: int, cpus: int, tasks: int,
-             session_started: bool, jobs: int = 1, start_s: float = SESSION_START, here: bool = False) -> Estimate:
+             session_started: bool, jobs: int = 1, start_s: float = SESSION_START, here: bool = False,
+             driver_cpus: int = 1, cpu_per_request: float = CPU_PER_REQUEST) -> Estimate:
     """Seconds of a phase of `requests` requests on the driver and on the executors (see the
     module doc). `jobs`: Spark jobs the phase runs (a walk runs one per level); `start_s`: what
     starting the session costs when it is not up (`start_seconds`); `here`: the executors run on
-    the driver's machine (`HERE_CPU_FACTOR`)."""
+    the driver's machine (`HERE_CPU_FACTOR`). `threads`: requests in flight per process (the I/O
+    engine's limit, or a thread pool's size); `cpu_per_request` the client's CPU per request;
+    `driver_cpus`: the cores its requests can use on the driver (the engine's client runtime
+    spreads over them; botocore, under the interpreter lock, cannot: leave 1)."""
     latency_s = max(latency_s, 1e-4)
     threads, slots, cpus = max(1, threads), max(1, slots), max(1, cpus)
-    driver_rate = min(threads / latency_s, 1.0 / CPU_PER_REQUEST)
-    executor_rate = min(slots * threads / latency_s, cpus / (CPU_PER_REQUEST * (HERE_CPU_FACTOR if here else 1.0)))
+    driver_rate = min(threads / latency_s, max(1, driver_cpus) / cpu_per_request)
+    executor_rate = min(slots * threads / latency_s, cpus / (cpu_per_request * (HERE_CPU_FACTOR if here else 1.0)))
     overhead = (0.0 if session_started else start_s) + jobs * JOB_OVERHEAD + tasks * TASK_OVERHEAD / slots
     return Estimate(driver_s=requests / driver_rate, executors_s=overhead + requests / executor_rate,
                     requests=requests, latency_ms=latency_s * 1000.0, driver_threads=threads, slots=slots, cpus=cpus)

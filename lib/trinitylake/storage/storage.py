@@ -638,7 +638,10 @@ class Storage:
     def _list_engine(self, eng: ObjectIO, base: str, root_fp: str, recursive: bool) -> builtins.list[FileInfo]:
         bucket = base.strip("/").partition("/")[0]
         rf = root_fp.strip("/")
-        objs: Iterable[Listed] = eng.list_dirs(base)[1] if not recursive else eng.list_objects(base)
+        try:
+            objs: Iterable[Listed] = list(eng.list_dirs(base)[1] if not recursive else eng.list_objects(base))
+        except FileNotFoundError:  # no such bucket: nothing under it (as s3fs answers)
+            return []
         under = base.strip("/") + "/"
         out: builtins.list[FileInfo] = []
         for o in objs:
@@ -674,7 +677,10 @@ class Storage:
         if eng is not None:
             bucket = base.strip("/").partition("/")[0]
             under = base.strip("/") + "/"
-            sub, objs = eng.list_dirs(base)
+            try:
+                sub, objs = eng.list_dirs(base)
+            except FileNotFoundError:  # no such bucket: nothing under it (as s3fs answers)
+                return [], []
             for d in sub:
                 full = f"{bucket}/{d}"
                 if full.startswith(under):
