@@ -26,7 +26,8 @@ BENCHMARKS_MD = REPO_ROOT / "BENCHMARKS.md"
 
 
 # Benchmarks run only when named in --only: they need more than the virtualenv.
-OPT_IN = {"objstore": "builds s3s-fs with cargo and takes tens of minutes (make bench-objstore)"}
+OPT_IN = {"objstore": "builds s3s-fs with cargo and takes tens of minutes (make bench-objstore)",
+          "objstore_anchor": "builds s3s-fs and s5cmd and takes tens of minutes (make bench-objstore-anchor)"}
 
 
 def discover() -> list[str]:
