@@ -47,6 +47,16 @@ No walk task: ``walk`` is a read-only inventory of the files the retained versio
 delete anything; a task of its own would read every node file once more and change nothing.
 Run it by hand (``tlake walk`` or ``spark-submit jobs/walk.py``) to look at a lakehouse.
 
+Export to another store (disaster recovery to another S3 endpoint or account): the
+``export_target_storage_options`` param (else the Variable of that name) becomes the export
+task's ``TLAKE_EXPORT_TARGET_STORAGE_OPTIONS``: the target's own fsspec options, a JSON object
+or ``key=value,key=value`` (e.g. ``{"endpoint_url": "https://s3.dr.example.com"}``). Empty (the
+default): none, the target shares the lakehouse's options. The target's credentials never go
+through a param or the command line: set ``TLAKE_TARGET_AWS_ACCESS_KEY_ID`` and
+``TLAKE_TARGET_AWS_SECRET_ACCESS_KEY`` (and ``TLAKE_TARGET_S3_ENDPOINT_URL``) in the worker's
+environment (spark-submit's driver inherits it) or, on Databricks, in the cluster's
+``spark_env_vars`` from a secret scope; the job redacts them from everything it records.
+
 Idempotency: every job gets ``--reference-time`` = the run's logical date (for a run triggered
 without one, its ``run_after``), never "now", and the export is named ``weekly-<YYYYMMDD>`` of
 that date and exports the version current at it. Clearing a run re-runs the same cutoffs.
@@ -58,19 +68,20 @@ API (``{{ var.value.get(...) }}`` in templated fields: the UI, a secrets backend
 the pool and the spark-submit connection id are parse-time settings and come from
 ``AIRFLOW_VAR_<NAME>`` environment variables only:
 
-=================================  ==========================================  ==========================
-Variable (``AIRFLOW_VAR_<NAME>``)  meaning                                     default
-=================================  ==========================================  ==========================
-trinitylake_lakehouse              lakehouse URI (param ``lakehouse``)         s3://CHANGE-ME/trinitylake
-trinitylake_export_root            export root URI (param ``export_root``)     s3://CHANGE-ME/...-exports
-trinitylake_repo                   checkout with jobs/, conf/, dist/           /opt/trinitylake
-trinitylake_databricks_root        workspace folder with jobs/, conf/, dist/   /Workspace/Shared/trinitylake
-trinitylake_schedule               cron of both DAGs                           0 3 * * * (UTC)
-trinitylake_spark_conn_id          spark-submit connection (environment only)  spark_default
-trinitylake_databricks_conn_id     Databricks connection                       databricks_default
-trinitylake_pool                   pool of every task (environment only)       trinitylake_maintenance
-trinitylake_failure_hook           ``module:function`` alerted on failures     (none: log only)
-=================================  ==========================================  ==========================
+=========================================  ====================================================  =============================
+Variable (``AIRFLOW_VAR_<NAME>``)          meaning                                               default
+=========================================  ====================================================  =============================
+trinitylake_lakehouse                      lakehouse URI (param ``lakehouse``)                   s3://CHANGE-ME/trinitylake
+trinitylake_export_root                    export root URI (param ``export_root``)               s3://CHANGE-ME/...-exports
+trinitylake_export_target_storage_options  export target's storage options (param of that name)  (none)
+trinitylake_repo                           checkout with jobs/, conf/, dist/                     /opt/trinitylake
+trinitylake_databricks_root                workspace folder with jobs/, conf/, dist/             /Workspace/Shared/trinitylake
+trinitylake_schedule                       cron of both DAGs                                     0 3 * * * (UTC)
+trinitylake_spark_conn_id                  spark-submit connection (environment only)            spark_default
+trinitylake_databricks_conn_id             Databricks connection                                 databricks_default
+trinitylake_pool                           pool of every task (environment only)                 trinitylake_maintenance
+trinitylake_failure_hook                   ``module:function`` alerted on failures               (none: log only)
+=========================================  ====================================================  =============================
 
 Operations: every task of both DAGs runs in the pool ``trinitylake_maintenance`` (create it
 with one slot: ``airflow pools set trinitylake_maintenance 1 "TrinityLake maintenance"``), so
@@ -124,6 +135,8 @@ POOL = _variable("trinitylake_pool", "trinitylake_maintenance")
 GUARD_TASK_ID = "lakehouse_guard"
 LAKEHOUSE = _setting("lakehouse", "trinitylake_lakehouse", tl.DEFAULT_LAKEHOUSE)
 EXPORT_ROOT = _setting("export_root", "trinitylake_export_root", tl.DEFAULT_EXPORT_ROOT)
+EXPORT_TARGET_STORAGE_OPTIONS = _setting("export_target_storage_options", "trinitylake_export_target_storage_options",
+                                         "")
 
 # The run's logical date; a run triggered without one (Airflow 3 allows it) uses its run_after.
 RUN_TIME = "(dag_run.logical_date or dag_run.run_after)"
@@ -138,6 +151,14 @@ COMMON_PARAMS = {
         "",
         type="string",
         description="Weekly exports go to <export_root>/weekly-<YYYYMMDD>; empty: the trinitylake_export_root Variable.",
+    ),
+    "export_target_storage_options": Param(
+        "",
+        type="string",
+        description="Storage options of the export target on another store (another S3 endpoint or account), "
+        'as a JSON object or key=value,key=value, e.g. {"endpoint_url": "https://s3.dr.example.com"}; no '
+        "credentials (TLAKE_TARGET_AWS_* in the worker's environment). Empty: the "
+        "trinitylake_export_target_storage_options Variable, else none (the target shares the lakehouse's options).",
     ),
     "orphans_max_candidates": Param(
         100_000,
@@ -243,6 +264,8 @@ def _spark_submit_task(task: tl.MaintenanceTask) -> BaseOperator:
             export_root=EXPORT_ROOT,
             max_candidates="{{ params.orphans_max_candidates }}",
         ),
+        # Templated; an empty value is dropped when the task runs (trinitylake_spark.py).
+        env_vars=tl.job_environment(task, target_storage_options=EXPORT_TARGET_STORAGE_OPTIONS) or None,
         retries=task.retries,
         execution_timeout=timedelta(minutes=task.timeout_minutes),
     )
@@ -276,7 +299,8 @@ def _databricks_task(task: tl.MaintenanceTask) -> BaseOperator:
         doc_md=task.description,
         databricks_conn_id=DATABRICKS_CONN_ID,
         run_name=f"trinitylake-{task.task_id}-{{{{ {RUN_TIME} | ts_nodash }}}}",
-        new_cluster=tl.databricks_new_cluster(),
+        new_cluster=tl.databricks_new_cluster(
+            tl.job_environment(task, target_storage_options=EXPORT_TARGET_STORAGE_OPTIONS)),
         spark_python_task=tl.databricks_spark_python_task(
             task,
             jobs_root=DATABRICKS_ROOT,

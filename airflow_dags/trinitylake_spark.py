@@ -21,6 +21,9 @@ disk):
   else the pip-installed pyspark of ``<repo>/.venv`` (``make venv``). None of these: the task
   fails at once (no retries) saying so.
 
+* **Environment**: ``env_vars`` that rendered empty are dropped (an unset optional setting,
+  such as the export's ``TLAKE_EXPORT_TARGET_STORAGE_OPTIONS``).
+
 * **Results and errors**: where the driver runs on this worker (local and client mode), the
   job writes its outcome to the file ``TLAKE_RESULT_FILE`` names (``jobs/_outcome.py``). The
   job's result (the JSON ``tlake <job> --json`` prints) becomes the task's XCom
@@ -175,6 +178,10 @@ class TrinityLakeSparkSubmitOperator(SparkSubmitOperator):
     def _prepare(self) -> str | None:
         """Set the interpreter, the archive, PATH and the result file for where the driver
         runs; returns the result file's path (None where none comes back)."""
+        # A templated variable that rendered empty (the export's target storage options when no
+        # param or Variable gives any) is left out: the job reads an empty variable as unset, and
+        # spark-submit's standalone cluster mode refuses any env_vars.
+        self.env_vars = {k: v for k, v in (self.env_vars or {}).items() if str(v).strip()} or None
         repo = Path(self.repo)
         probe = self._get_hook()  # resolves the connection: master and deploy mode
         conn = _resolved_connection(probe)

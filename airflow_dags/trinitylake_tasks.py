@@ -20,6 +20,15 @@ Every job gets ``--lakehouse``, ``--conf conf/<job>.yaml`` and ``--reference-tim
 run's logical (scheduled) time, never "now", so that a re-run of a date computes the same
 cutoffs; the export is named after that date and exports the version current at it.
 
+An export to another store (disaster recovery to another S3 endpoint or account) takes the
+target's own storage options from the environment of its driver (:func:`job_environment`):
+``TLAKE_EXPORT_TARGET_STORAGE_OPTIONS`` (a JSON object or ``key=value,key=value``; empty: none,
+the target shares the lakehouse's options) for the non-secret ones, and the target's
+credentials from ``TLAKE_TARGET_AWS_ACCESS_KEY_ID`` / ``TLAKE_TARGET_AWS_SECRET_ACCESS_KEY`` (and
+``TLAKE_TARGET_S3_ENDPOINT_URL``) set on the worker or cluster from a secret store, never in a
+job's parameters. An environment variable rather than a flag: a templated value that may be
+empty cannot add or leave out a command-line flag, and an empty variable counts as unset.
+
 This module is pure Python (no Airflow, no Databricks SDK imports) so that the generator and
 the tests of the main virtualenv can import it.
 """
@@ -40,6 +49,9 @@ WHEEL = f"trinitylake-{PACKAGE_VERSION}-py3-none-any.whl"
 ENV_ARCHIVE = "trinitylake-env.tar.gz"
 #: Spark properties that make driver (cluster mode) and executors use the unpacked archive.
 ENV_ARCHIVE_CONF: dict[str, str] = {"spark.pyspark.python": "./env/bin/python"}
+
+#: The export's ``target_storage_options`` from the environment (trinitylake.options; empty: unset).
+TARGET_OPTIONS_ENV = "TLAKE_EXPORT_TARGET_STORAGE_OPTIONS"
 
 #: Task id of the weekly gate (ShortCircuitOperator / condition_task).
 GATE_TASK_ID = "is_export_day"
@@ -157,6 +169,15 @@ def job_arguments(
     return args
 
 
+def job_environment(task: MaintenanceTask, *, target_storage_options: str | None = None) -> dict[str, str]:
+    """Environment variables of ``jobs/<job>.py`` for one task: the export's target storage
+    options (:data:`TARGET_OPTIONS_ENV`, a placeholder of the orchestrator like the arguments);
+    none for the other jobs, or when `target_storage_options` is None."""
+    if task.job == "export" and target_storage_options is not None:
+        return {TARGET_OPTIONS_ENV: target_storage_options}
+    return {}
+
+
 def is_export_day(when: datetime, export_weekday: int | str = DEFAULT_EXPORT_WEEKDAY) -> bool:
     """True when ``when`` falls on the ISO weekday of the weekly export (7 = Sunday)."""
     weekday = int(export_weekday)
@@ -191,20 +212,24 @@ SERVERLESS_ENVIRONMENT_VERSION = "4"
 SERVERLESS_JOB_NAME = "trinitylake_maintenance_serverless"
 
 
-def databricks_new_cluster() -> dict[str, Any]:
+def databricks_new_cluster(spark_env_vars: dict[str, str] | None = None) -> dict[str, Any]:
     """The job cluster every Spark task runs on (AWS node type; change for Azure/GCP).
 
     Executor credentials: the cluster's instance profile (``aws_attributes``), or
     ``spark_env_vars`` ``AWS_*`` referencing a secret scope (``{{secrets/<scope>/<key>}}``);
-    never job parameters.
+    never job parameters. An export target on another store: its options in `spark_env_vars`
+    (:func:`job_environment`), its credentials as ``TLAKE_TARGET_AWS_*`` from a secret scope.
     """
-    return {
+    cluster: dict[str, Any] = {
         "spark_version": DATABRICKS_SPARK_VERSION,
         "node_type_id": "i3.xlarge",
         "num_workers": 2,
         "data_security_mode": DATABRICKS_ACCESS_MODE,
         "spark_conf": dict(SPARK_CONF),
     }
+    if spark_env_vars:
+        cluster["spark_env_vars"] = dict(spark_env_vars)
+    return cluster
 
 
 def databricks_spark_python_task(
@@ -245,6 +270,7 @@ def databricks_job(
     export_root_default: str = DEFAULT_EXPORT_ROOT,
     pause_status: str = "PAUSED",
     serverless: bool = False,
+    export_target_storage_options: str | None = None,
 ) -> dict[str, Any]:
     """The Jobs API 2.2 job settings of the pipeline (one task per row).
 
@@ -258,6 +284,10 @@ def databricks_job(
         serverless: no cluster: every Spark task names the job's serverless environment
             (``environment_key``), whose ``dependencies`` install the wheel; else one job
             cluster (:func:`databricks_new_cluster`) with the wheel as a task library.
+        export_target_storage_options: the export target's options on the job cluster
+            (:data:`TARGET_OPTIONS_ENV`; e.g. a bundle variable); None: not set (the job's
+            ``conf/export.yaml`` decides). Serverless compute has no cluster environment: its
+            storage is reached through Unity Catalog.
     """
     wheel = wheel or f"{root}/dist/{WHEEL}"
     conf_root = conf_root or root
@@ -322,7 +352,9 @@ def databricks_job(
             }
         ]
     else:
-        job["job_clusters"] = [{"job_cluster_key": JOB_CLUSTER_KEY, "new_cluster": databricks_new_cluster()}]
+        export = next(task for task in TASKS if task.job == "export")
+        env = job_environment(export, target_storage_options=export_target_storage_options)
+        job["job_clusters"] = [{"job_cluster_key": JOB_CLUSTER_KEY, "new_cluster": databricks_new_cluster(env)}]
     job["tasks"] = tasks
     job["schedule"] = {
         "quartz_cron_expression": DAILY_QUARTZ_CRON,

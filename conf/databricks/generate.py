@@ -17,6 +17,11 @@ Outputs (all committed; tests/test_databricks_conf.py fails when they drift):
   ``..._serverless.job.yml``: the same jobs as asset bundle resources, included by
   ``databricks.yml`` (paths relative to this folder; the bundle uploads jobs/, conf/ and the
   wheel; dev mode pauses schedules, prod runs the classic job and keeps the serverless one paused).
+  The classic job's cluster takes the export target's storage options from the bundle variable
+  ``export_target_storage_options`` (``TLAKE_EXPORT_TARGET_STORAGE_OPTIONS``; empty by default:
+  none). The Jobs API files leave them to ``conf/export.yaml`` (``target_storage_options``).
+  The target's credentials: ``TLAKE_TARGET_AWS_*`` in the cluster's ``spark_env_vars`` from a
+  secret scope (``{{secrets/<scope>/<key>}}``), never a parameter.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ def bundle_resource(serverless: bool = False) -> dict[str, Any]:
         export_root_default="${var.export_root}",
         pause_status="PAUSED" if serverless else "UNPAUSED",  # one of the two runs
         serverless=serverless,
+        export_target_storage_options="${var.export_target_storage_options}",
     )
     return {"resources": {"jobs": {job["name"]: job}}}
 

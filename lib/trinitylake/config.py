@@ -217,6 +217,7 @@ class ExportConfig(JobConfig):
 
     name: str
     target: str
+    target_storage_options: Mapping[str, Any]
     version: int | None
     as_of: int | None
     mode: str

@@ -198,6 +198,11 @@ _JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {
              required=True),
         _opt("target", "uri", None, "Root URI the snapshot is copied to (required; outside the lakehouse).",
              required=True),
+        _opt("target_storage_options", "storage_options", {},
+             "fsspec options for the target's storage (e.g. endpoint_url, key, secret): another endpoint or "
+             "account. When any is given, or a TLAKE_TARGET_* variable is set, the target uses only these (and "
+             "those variables), never storage_options; when none is, a target of the lakehouse's scheme shares "
+             "storage_options. Merged across layers.", flag="--target-storage-option"),
         _opt("version", "int", None, "Version to export; null means the latest (or the one current at as_of).",
              nullable=True, minimum=0),
         _opt("as_of", "timestamp", None, "Export the version current at this instant instead of a version number.",

@@ -3,8 +3,10 @@
 Options and command lines reach the control table, the plan and result JSON under
 ``_maintenance/``, logs, ``tlake show``, the HTML report, error messages and the job results
 handed to Airflow. Each of those passes its data through this module first, so a credential
-given as a storage option, a Spark property, an environment-derived option or inside a URI
-never leaves the process in clear text.
+given as a storage option (the lakehouse's ``storage_options`` or an export target's
+``target_storage_options``, where the keys decide alike), a Spark property, an
+environment-derived option (``TLAKE_TARGET_AWS_*`` included: see
+`trinitylake.storage.target_options`) or inside a URI never leaves the process in clear text.
 
 Two kinds of rule, both keeping what an operator needs (option names, endpoints, regions,
 buckets, paths):

@@ -35,6 +35,13 @@ def plant_channels(planted: Planted, *, s3_endpoint: str | None) -> tuple[list[s
     planted.env["AZURE_CLIENT_SECRET"] = planted.new("env_azure_client_secret")
     if not s3_endpoint:
         planted.env["AWS_SECRET_ACCESS_KEY"] = planted.new("env_aws_secret")
+    # The export target's own options (trinitylake.storage.target_options): its option from the
+    # environment and, for an S3 target, its credentials from the TLAKE_TARGET_* variables.
+    planted.env["TLAKE_EXPORT_TARGET_STORAGE_OPTIONS"] = f"{env_option}={planted.new('env_target_option')}"
+    if s3_endpoint:
+        planted.env["TLAKE_TARGET_S3_ENDPOINT_URL"] = s3_endpoint
+        planted.env["TLAKE_TARGET_AWS_ACCESS_KEY_ID"] = planted.new("env_target_key_id", "AKIA")
+        planted.env["TLAKE_TARGET_AWS_SECRET_ACCESS_KEY"] = planted.new("env_target_secret")
     return storage, spark
 
 
@@ -68,7 +75,8 @@ def every_command(planted: Planted, lake: str, storage: list[str], spark: list[s
     t([*g, "orphans", *spark, "--dry-run", "--json"], cwd=cwd)
     t([*g, "orphans", *spark], cwd=cwd)
     t([*g, "walk", *spark, "--versions", "9999"], cwd=cwd, ok=False)  # a failed job run
-    t([*g, "export", "--name", "e1", "--target", f"{export_target}/e1", *spark, "--json"], cwd=cwd)
+    t([*g, "export", "--name", "e1", "--target", f"{export_target}/e1", *spark, "--json",
+       "--target-storage-option", f"secret={planted.new('target_secret')}"], cwd=cwd)
     t([*g, "export", "list", "--json"], cwd=cwd)
     t([*g, "export", "drop", "e1"], cwd=cwd)
     t([*g, "show"], cwd=cwd)
@@ -97,6 +105,9 @@ def check_recorded_redacted(out: dict[str, str]) -> None:
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://u:<redacted>@127.0.0.1:1"
     options = walks[0]["arguments"]["storage_options"]
     assert options.get("sas_token", options.get("token")) == "<redacted>"  # from TLAKE_STORAGE_OPTIONS
+    exports = [e["arguments"]["target_storage_options"] for e in history if e["command"] == "export"]
+    assert exports and all(opts and set(opts.values()) == {"<redacted>"} for opts in exports)
+    assert any("secret" in opts for opts in exports)  # --target-storage-option
     creates = [e for e in history if e["command"] == "namespace create"]
     assert creates and any(a.endswith("=<redacted>") for a in creates[-1]["arguments"]["argv"])
     assert json.loads(out["job walk"])["status"] == "succeeded"

@@ -1,16 +1,20 @@
 """`tlake export`: snapshot exports from the command line.
 
     tlake --lakehouse SRC export --name N --target URI [--version V | --as-of T]
-                                 [--full | --partial --depth D | --minimal] [--json]
+                                 [--full | --partial --depth D | --minimal]
+                                 [--target-storage-option KEY=VALUE ...] [--json]
     tlake --lakehouse SRC export list [--json]
     tlake --lakehouse SRC export drop NAME
 
 The export itself is the job of `trinitylake.jobs.export.job`, run through the shared job runner
 (audit rows; ``--execution auto`` keeps a small export on the driver's threads without starting
 Spark, ``distributed`` sends every phase to a Spark session: ``--master``, ``--spark-conf``,
-e.g. ``spark.api.mode=connect``). The target's storage
-options are the lakehouse's when the scheme is the same, else the environment's
-(``TLAKE_S3_ENDPOINT_URL``, ``AWS_*``). ``drop`` and ``list`` only touch the lakehouse definition.
+e.g. ``spark.api.mode=connect``). The target's storage options: its own when any is given
+(``--target-storage-option``, ``target_storage_options`` in ``--conf``,
+``TLAKE_EXPORT_TARGET_STORAGE_OPTIONS``, or the ``TLAKE_TARGET_*`` variables of an ``s3://``
+target; `trinitylake.storage.target_options`), and then only those; else the lakehouse's when
+the scheme is the same, else the environment's (``TLAKE_S3_ENDPOINT_URL``, ``AWS_*``).
+``drop`` and ``list`` only touch the lakehouse definition.
 Registered by `trinitylake.cli` when this module exists.
 """
 
@@ -65,6 +69,11 @@ def register(cli: click.Group) -> None:
     @cli.group("export", invoke_without_command=True)
     @click.option("--name", default=None, help="name to record the export under (unique per lakehouse)")
     @click.option("--target", default=None, help="root URI to export to (outside the lakehouse)")
+    @click.option("--target-storage-option", "target_storage_options", multiple=True, metavar="KEY=VALUE",
+                  help="fsspec option of the target's storage (e.g. endpoint_url=..., key=..., secret=...), "
+                       "repeatable: a target on another endpoint or account. When any is given (or a TLAKE_TARGET_* "
+                       "variable is set) the target uses only these, never --storage-option; credentials are "
+                       "better given as TLAKE_TARGET_AWS_ACCESS_KEY_ID / TLAKE_TARGET_AWS_SECRET_ACCESS_KEY")
     @click.option("--version", "version", type=int, default=None, help="version to export (default: the latest)")
     @click.option("--as-of", "as_of", default=None, help="export the version current at TIMESTAMP (ISO-8601 or epoch ms)")
     @click.option("--full", "mode", flag_value="full", help="copy every reachable file (the default)")
@@ -89,7 +98,8 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="print the job result as JSON")
     @click.pass_context
     @handle_errors
-    def export(click_ctx: click.Context, name: str | None, target: str | None, version: int | None, as_of: str | None,
+    def export(click_ctx: click.Context, name: str | None, target: str | None, target_storage_options: tuple[str, ...],
+               version: int | None, as_of: str | None,
                mode: str | None, depth: int | None, batch_size: int | None, execution: str | None, threads: int | None,
                local_threads: int | None,
                no_verify: bool, with_tables: bool | None, table_snapshots: str | None, master: str | None,
@@ -115,6 +125,8 @@ def register(cli: click.Group) -> None:
             "control_uri": ctx.control_uri,
             "name": name,
             "target": target,
+            # Parsed as the job's own flag (values typed, dotted keys nested); None: not given.
+            "target_storage_options": list(target_storage_options) or None,
             "version": version,
             "as_of": as_of,
             "mode": mode,

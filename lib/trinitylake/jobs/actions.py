@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from trinitylake.config import JOB_OPTIONS, JobConfig, load_job_config
+from trinitylake.config import JOB_OPTIONS, ExportConfig, JobConfig, load_job_config
 from trinitylake.control import SCHEMA as CONTROL_SCHEMA
 from trinitylake.control import ControlTable
 from trinitylake.control.records import RECORD_TYPE_RANK
@@ -68,6 +68,7 @@ from trinitylake.maintenance.plan import read_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
 from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark_location
+from trinitylake.storage.target_options import resolve_target_options
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
@@ -210,11 +211,22 @@ class ExpireResult(ActionResult):
 
 
 class ExportResult(ActionResult):
+    def _target_options(self, export_dir: str) -> dict[str, Any] | None:
+        """The target's storage options as the run had them: its own (``target_storage_options``,
+        ``TLAKE_TARGET_*``), else the lakehouse's when the scheme is the same."""
+        cfg = self.config
+        own = resolve_target_options(export_dir, cfg.target_storage_options if isinstance(cfg, ExportConfig) else {})
+        if own is not None:
+            return own
+        return (dict(cfg.storage_options) or None) if same_scheme(export_dir, self.job_result.lakehouse) else None
+
     def copied_files_df(self) -> Any:
         """Every file of the export, verified at the target: ``path`` (relative to the target
         root), ``source`` (URI), ``kind`` (root, node, def, odf), ``depth``, ``action`` (copy
         or rewrite), ``size`` and ``md5`` as verified at the target. A re-run that resumed an
-        interrupted export lists the files of both runs."""
+        interrupted export lists the files of both runs. Spark reads the plan and manifests at the
+        target itself: a target on another store needs the session's own access to it (e.g.
+        ``spark.hadoop.fs.s3a.bucket.<bucket>.endpoint``)."""
         spark = self.spark
         F = functions_for(spark)  # noqa: N806
         r = self.job_result
@@ -224,8 +236,7 @@ class ExportResult(ActionResult):
         cols = [F.col(f.name).cast(_sql_type(f)).alias(f.name) for f in COPIED_SCHEMA]
         # The root file is copied last, outside the plan's parts; the plan index (one small
         # JSON file, which Spark's readers skip for its leading underscore) records it.
-        target = Storage(export_dir, dict(self.config.storage_options) or None
-                         if same_scheme(export_dir, r.lakehouse) else None)
+        target = Storage(export_dir, self._target_options(export_dir))
         root = read_json(target, "plan/_plan.json")["root"]
         source = join_uri(parse_uri(r.lakehouse).uri, root_name(int(r.details["version"])))
         row = [root["path"], source, "root", 0, root["action"], int(root["size"]), root["md5"]]
@@ -354,7 +365,9 @@ class TrinityLakeActions:
         return JobAction(self, "expire", options)
 
     def export(self, **options: Any) -> JobAction[ExportResult]:
-        """Copy a version to ``target`` under ``name`` (``mode`` full, partial or minimal)."""
+        """Copy a version to ``target`` under ``name`` (``mode`` full, partial or minimal); a
+        target on another store takes ``target_storage_options={...}`` (or the ``TLAKE_TARGET_*``
+        environment, `trinitylake.storage.target_options`)."""
         return JobAction(self, "export", options)
 
 
