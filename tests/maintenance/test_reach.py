@@ -126,6 +126,7 @@ def test_minimal_export_makes_its_source_files_reachable(make_lakehouse, tmp_pat
     loc = write_minimal_export(lh, v, str(tmp_path / "exports" / "e1"), "e1")
     inp = WR.walk_input(lh)
     assert inp.export_roots == {"e1": loc} and inp.pinned_versions == {"e1": v}
+    assert inp.self_contained_exports == {}, "a pinned export is walked"
     export_only = R.reference_walk(lh, [(v, loc)])
     source_only = R.reference_walk(lh, [(v, root_name(v))])
     assert export_only.paths("root") == {loc}
@@ -139,11 +140,16 @@ def test_walk_input_edge_cases(make_lakehouse, tmp_path):
     with pytest.raises(VersionNotFoundError, match="999"):
         WR.walk_input(lh, [1, 999])
     assert WR.walk_input(lh, [2, 1]).roots == [(1, root_name(1)), (2, root_name(2))]
-    # An unpinned (full) export whose root is gone is skipped with a warning.
+    # An unpinned export is self-contained: recorded as such, never walked, and not even
+    # probed (its root being gone goes unnoticed: no warning).
     loc = write_minimal_export(lh, 2, str(tmp_path / "e_full"), "full", pin=False)
+    inp = WR.walk_input(lh)
+    assert inp.self_contained_exports == {"full": loc} and "full" not in inp.export_roots
+    assert loc not in {r for _, r in inp.roots}
     os.unlink(loc[len("file://"):])
     inp = WR.walk_input(lh)
-    assert "full" not in inp.export_roots and any("full" in w for w in inp.warnings)
+    assert inp.self_contained_exports == {"full": loc} and "full" not in inp.export_roots
+    assert not any("full" in w for w in inp.warnings)
     # A pinned export whose root and pinned version are both gone cannot be enumerated.
     loc = write_minimal_export(lh, 1, str(tmp_path / "e_min"), "min")
     os.unlink(loc[len("file://"):])

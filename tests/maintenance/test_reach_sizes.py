@@ -91,3 +91,58 @@ def test_a_stat_error_other_than_missing_is_asked_again_through_the_storage(tree
     monkeypatch.setattr(R.Reader, "size", size)
     assert R.sizes_of(reader, keys) == _expected(root, keys)
     assert [k.rsplit("/", 1)[1] for k in asked] == ["def-00007.binpb"]
+
+
+def test_object_store_sizes_come_from_folder_listings_never_one_request_per_key(monkeypatch):
+    """On a store that is not local disk (memory:// here; S3 through a request-capturing proxy
+    in `test_walk_self_contained.py`), every key is sized from a listing: hashed keys, keys at
+    the root and in other folders, and absolute keys of another tree; each folder listed once."""
+    import uuid
+
+    from trinitylake.storage import Storage
+
+    base = f"memory://sizes-{uuid.uuid4().hex[:8]}"
+    lake, other = Storage(f"{base}/lh"), Storage(f"{base}/exports/e1")
+    keys, want = [], []
+    for i in range(40):
+        key = f"{i % 5:04b}/{i % 3:04b}/{i % 2:04b}/0000000{i % 2}-def-{i:03d}.binpb"
+        lake.write(key, b"x" * (i + 1))
+        keys.append(key)
+        want.append(i + 1)
+    for key, size in (("_lakehouse_def_a.binpb", 7), ("_lakehouse_def_b.binpb", 8), ("tables/t1/def.binpb", 9)):
+        lake.write(key, b"y" * size)
+        keys.append(key)
+        want.append(size)
+    for j in range(3):
+        other.write(f"0001/0010/0011/00000001-def-{j}.binpb", b"z" * (20 + j))
+        keys.append(other.uri(f"0001/0010/0011/00000001-def-{j}.binpb"))
+        want.append(20 + j)
+    keys.append("0001/0001/0001/00000001-gone.binpb")
+    keys.append(other.uri("0001/0010/0011/00000001-gone.binpb"))
+    want += [-1, -1]
+    listed: list[tuple[str, str]] = []
+    real_list, real_dirs = Storage.list, Storage.list_dirs
+
+    def spy_list(self, prefix="", recursive=True):
+        listed.append(("list", prefix))
+        return real_list(self, prefix, recursive)
+
+    def spy_dirs(self, prefix=""):
+        listed.append(("dirs", prefix))
+        return real_dirs(self, prefix)
+
+    monkeypatch.setattr(Storage, "list", spy_list)
+    monkeypatch.setattr(Storage, "list_dirs", spy_dirs)
+    monkeypatch.setattr(R.Reader, "size", lambda self, k: pytest.fail(f"{k} sized by one request"))
+    reader = R.Reader(lake.root)
+    # Few keys: one listing of each key's own folder.
+    few = [keys[0], keys[40], keys[42], keys[43], keys[-1]]
+    assert R.sizes_of(reader, few) == [want[keys.index(k)] for k in few]
+    assert len(listed) == len({R.size_folder(k) for k in few}) == 4  # the two of e1 share theirs
+    # Many hashed keys: one recursive listing of the root (a small lakehouse) and one of the
+    # other tree's folder; then per top-level hash folder (a big one).
+    for one_stream, folders in ((R.LIST_ONE_STREAM_KEYS, 2), (1, 5 + 3)):  # 5 hash folders, "", tables/t1, e1
+        monkeypatch.setattr(R, "LIST_ONE_STREAM_KEYS", one_stream)
+        listed.clear()
+        assert R.sizes_of(reader, keys) == want
+        assert len(listed) == len(set(listed)) == folders, listed

@@ -6,8 +6,13 @@ no code with the library's walk, retention or orphan rules:
 
 * **Which roots are live** is the oracle's own choice (`live_entries`): every listed version from
   the latest definition's ``oldest_retained_version`` to the latest listed root, the root of every
-  ``exported_snapshots`` entry that exists, and every ``exported_snapshot_pins`` version that is
-  listed. The latest version is the highest listed root (§7.5: listing is authoritative).
+  *pinned* ``exported_snapshots`` entry (its name also in ``exported_snapshot_pins``) that exists,
+  and every ``exported_snapshot_pins`` version that is listed. An unpinned export is
+  self-contained (§7: "a full export no longer depends on the source"): it is not walked and not
+  even probed (`self_contained_exports`). The oracle's reader still reads every export for what
+  must stay readable (`Oracle.live_files`, `Oracle.problems`), so a job that deleted a source file
+  a self-contained export needed would fail those checks. The latest version is the highest
+  listed root (§7.5: listing is authoritative).
 * **What a set of roots reaches, with depth and first_version** (`walk`): breadth first, level
   by level. A file's depth is the length of its shortest pointer path from any of the roots
   (roots are depth 0); its first_version is the smallest version among the roots that reach it
@@ -97,17 +102,25 @@ def live_entries(o: Oracle) -> list[tuple[int, str]]:
         if v in listed and v not in walked:
             out.append((int(v), f"{o.root}/{root_name(v)}"))
             walked.add(v)
-    for _, uri in sorted(d.exported_snapshots.items()):
-        if exists(o, uri):
+    for name, uri in sorted(d.exported_snapshots.items()):
+        if name in d.exported_snapshot_pins and exists(o, uri):
             out.append((root_version(uri.rsplit("/", 1)[-1]), uri))
     return out
 
 
 @in_one_call
 def export_roots(o: Oracle) -> dict[str, str]:
-    """Export name -> root URI of every recorded export whose root exists."""
+    """Export name -> root URI of every walked export: recorded, pinned, and its root exists."""
     d = o.latest()[1]
-    return {n: u for n, u in sorted(d.exported_snapshots.items()) if exists(o, u)}
+    return {n: u for n, u in sorted(d.exported_snapshots.items()) if n in d.exported_snapshot_pins and exists(o, u)}
+
+
+@in_one_call
+def self_contained_exports(o: Oracle) -> dict[str, str]:
+    """Export name -> root URI of every recorded export without a pin: not walked (nothing of
+    it is read here either)."""
+    d = o.latest()[1]
+    return {n: u for n, u in sorted(d.exported_snapshots.items()) if n not in d.exported_snapshot_pins}
 
 
 # ---- files -----------------------------------------------------------------------------------------
@@ -427,6 +440,6 @@ def root_files(o: Oracle) -> list[str]:
 __all__ = [
     "Row", "Walk", "contents", "decode", "export_contents", "export_roots", "expired_files", "floor", "is_owned",
     "latest_version", "listing", "live_entries", "live_walk", "merged_keys", "oracle_for", "oracle_of", "orphans",
-    "owned", "kept_versions", "root_files", "size", "tables", "unreferenced", "version_contents",
-    "version_files", "walk",
+    "owned", "kept_versions", "root_files", "self_contained_exports", "size", "tables", "unreferenced",
+    "version_contents", "version_files", "walk",
 ]

@@ -15,9 +15,13 @@
   alike: a delete-shadowed set message still names a file the node file references.
   ``previous_root`` and ``rollback_from_root`` name other versions' roots; they are history,
   not content, and are not followed (a version's content is its own tree).
-* **Which roots are live** (our documented extension of the lakehouse definition, FORMAT.md §4
-  and §7, fields 100-105): every version from ``oldest_retained_version`` to the latest, the
-  root of every ``exported_snapshots`` entry, and every ``exported_snapshot_pins`` version.
+* **Which roots must stay readable** (our documented extension of the lakehouse definition,
+  FORMAT.md §4 and §7, fields 100-105): every version from ``oldest_retained_version`` to the
+  latest, the root of every ``exported_snapshots`` entry, and every ``exported_snapshot_pins``
+  version. Every export is read here, pinned or not: `live_files` is what no job may delete,
+  checked independently of which exports the jobs walk (`tests.oracle.expect.live_entries`
+  walks only pinned ones; a self-contained export reaches no file of the source, so the two
+  agree exactly when that holds).
 """
 
 from __future__ import annotations

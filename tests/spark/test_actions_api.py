@@ -235,8 +235,16 @@ def test_under_spark_connect(connect_spark, lake, exported, expired):
     assert sorted(map(tuple, via_connect.collect())) == sorted(map(tuple, done.copied_files_df().collect()))
     res = TrinityLakeActions(connect_spark, lh, env={}).walk().execute()
     o = E.oracle_of(lh)
-    assert E.export_roots(o), "the export is walked too"
+    # The full export is self-contained: neither walked (nothing of it among the paths below)
+    # nor read, and the result says so.
+    full = E.self_contained_exports(o)
+    assert set(full) == {"weekly-1"} and not E.export_roots(o)
+    assert res.job_result.details["exports"]["weekly-1"] == {"root": full["weekly-1"], "walked": False,
+                                                             "pinned_version": None,
+                                                             "reason": "self-contained, not walked"}
+    assert res.counts["self_contained_exports"] == 1 and res.counts["exports"] == 0
     expected = _kinds(E.live_walk(o, sizes=False))
+    assert not any(p.startswith(full["weekly-1"].rsplit("/", 1)[0] + "/") for p in expected)
     assert dict(_rows(res.reachable_files_df(), "path", "kind")) == expected
     _check_history(history(connect_spark, lh.uri), lh, [expired[0], res])
 

@@ -142,7 +142,9 @@ def test_walk_job_writes_the_listing_summary_and_audit_rows(spark, walked_lakeho
     assert sorted(listing.columns) == ["depth", "first_version", "kind", "path", "size"]
     assert result["output_location"].endswith("/_maintenance/walk/walk-test-1")
     summary = json.loads(lh.storage.read("_maintenance/walk/walk-test-1/_summary.json"))
-    assert summary["stats"]["read_ratio"] == 1.0 and summary["exports"]
+    assert summary["stats"]["read_ratio"] == 1.0 and summary["exports"] == E.export_roots(E.oracle_of(lh))
+    assert summary["self_contained_exports"] == {}, "the minimal export is pinned: walked"
+    assert result["details"]["exports"]["e1"]["walked"] is True
     rows = [r for r in ControlTable(uri + "/_control").records() if r.txn_id == "walk-test-1"]
     assert [r.record_type for r in rows] == ["begin", "read"]
     assert rows[1].metrics["files_reachable"] == result["counts"]["reachable"]
@@ -200,3 +202,39 @@ def test_a_local_walk_sized_by_the_second_process_equals_the_oracle(walked_lakeh
     assert len(answers) == 1 and answers[0] is not None and len(answers[0]) > 10
     got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
     assert got == ref.tuples()
+
+
+@pytest.mark.s3
+def test_a_distributed_walk_on_s3_sizes_every_definition_from_listings(spark, s3_server, s3_bucket):
+    """On the executors, on S3, with a pinned partial export: the hashed definitions are sized
+    from listings of the hash folders, the lakehouse definitions at the root and the export's
+    own files (absolute keys) from listings of their folders: the walk, sizes included, is the
+    oracle's, and no HEAD (captured by a proxy in front of the server) names a file it sized."""
+    from tests.maintenance.helpers import build_history_on_s3
+    from tests.oracle.jobs import run_local
+    from tests.support.recording_proxy import RecordingProxy
+    from trinitylake.lakehouse import Lakehouse
+
+    bucket = s3_bucket.removeprefix("s3://")
+    uri, opts = f"{s3_bucket}/wh/lh", s3_server.storage_options
+    lh = build_history_on_s3(s3_server.client, uri, opts, seed=47, ops=16, order=4, node_max_bytes=4096)
+    part = run_local("export", uri, storage_options=opts, name="p1", target=f"{s3_bucket}/wh/exports/p1",
+                     version=lh.latest_version() - 1, mode="partial", depth=0)
+    assert part.details["pinned_version"] is not None
+    ref = E.live_walk(E.oracle_of(lh))
+    sized = {k for k, r in ref.rows.items() if r.kind in ("definition", "lakehouse_def")}
+    assert any("://" in k for k in sized) and any("/" not in k for k in sized)
+    roots = _roots(lh)
+    with RecordingProxy(int(s3_server.endpoint_url.rsplit(":", 1)[1])) as proxy:
+        plh = Lakehouse.open(uri, storage_options={**opts, "endpoint_url": proxy.endpoint_url}, audit=False)
+        proxy.clear()
+        reached, st = walk_reachable_with_stats(Execution("distributed", spark=spark), plh, roots, batch_size=4)
+        try:
+            assert st.where == "distributed"
+            got = sorted(tuple(r) for r in reached.df.select("path", "kind", "size", "depth", "first_version").collect())
+        finally:
+            reached.release()
+        heads = {r.key for r in proxy.requests if r.method == "HEAD"}
+    assert got == ref.tuples()
+    assert not heads & {k.removeprefix(f"s3://{bucket}/") if "://" in k else f"wh/lh/{k}" for k in sized}, heads
+    assert proxy.count("GET") > 0

@@ -316,12 +316,14 @@ def _local_sizes(reader: Reader, keys: Sequence[str]) -> list[int] | None:
 
 
 def sizes_of(reader: Reader, keys: Sequence[str], io_threads: int = 8, *, listing: bool = True) -> list[int]:
-    """Sizes of files by key (-1 for missing ones): local keys by plain ``stat`` in large
-    chunks (`_local_sizes`); on an object store, many keys from listings of their top-level
-    hash folders (`listed_sizes`: one LIST answers 1,000 sizes, a HEAD one), the rest with
-    one HEAD each, `io_threads` at a time (object stores answer in tens of milliseconds;
-    threads hide that latency). `listing=False`: HEADs only (a task sizing a slice of keys,
-    whose folders other tasks would list again)."""
+    """Sizes of files by key (-1 for missing ones).
+
+    On local disk: relative keys by plain ``stat`` in large chunks (`_local_sizes`); with a
+    key outside the root among them, every key by one request through the storage
+    (`Reader.size`: a ``stat``, or a HEAD for a file on an object store). On an object store:
+    from listings only, never a HEAD per file (`listed_sizes`; its docstring states the request
+    model). `listing=False` asks for one request per key instead (`Reader.size`: a HEAD on an
+    object store), `io_threads` at a time; the jobs no longer use it there."""
     local = _local_sizes(reader, keys)
     if local is not None:
         return local
@@ -335,60 +337,109 @@ def sizes_of(reader: Reader, keys: Sequence[str], io_threads: int = 8, *, listin
         return list(pool.map(reader.size, keys, chunksize=64))
 
 
-#: Fewest keys worth sizing by listings instead of a HEAD per key: the hashed keys are
-#: spread over the 16 top-level hash folders, each listed whole (a LIST answers 1,000 sizes;
-#: a folder holds about 1/16 of the lakehouse's hashed files).
+#: Fewest hashed keys worth listing whole top-level hash folders (or the whole root) for;
+#: fewer are sized from the listings of their own folders (see `listed_sizes`).
 LIST_SIZES_MIN_KEYS = 16
 #: Below this many keys the whole root is listed in one stream of pages (see `listed_sizes`).
 LIST_ONE_STREAM_KEYS = 2000
+#: Listing of a whole folder tree (recursive) vs. of one folder's own files (delimited).
+_RECURSIVE, _FOLDER = "recursive", "folder"
+
+
+def size_folder(key: str) -> str:
+    """The folder a key's file is listed with when it is sized by its folder: the key up to its
+    last ``/`` (a relative folder, ``""`` for the lakehouse root, or the URI of a folder of
+    another tree). A plain string operation, so a Spark column computes the same
+    (``regexp_extract(path, '^(.*)/[^/]*$', 1)``)."""
+    return key.rsplit("/", 1)[0] if "/" in key else ""
+
+
+def _is_hashed(key: str) -> bool:
+    """A relative key below one of the 16 top-level hash folders (``bbbb/``)."""
+    return len(key) > 5 and key[4] == "/" and all(c in "01" for c in key[:4])
+
+
+def folder_sizes(reader: Reader, folder: str, stores: dict[str, Storage] | None = None) -> dict[str, int]:
+    """Walk key -> size of every file directly in `folder` (a `size_folder` value): one
+    delimited listing, ``ceil(files / 1000)`` LIST requests on an object store. A relative
+    folder is listed through the lakehouse's storage; a folder elsewhere through a storage at
+    the top of its store (its bucket, sharing the options when the scheme matches, as
+    `Reader` reads there), cached in `stores`."""
+    if not is_absolute(folder):
+        return {f.path: f.size for f in reader.storage.list_dirs(folder)[1]}
+    p = parse_uri(folder + "/" if folder.endswith("://") else folder)  # "file://" of "file:///x"
+    st = None if stores is None else stores.get(p.store_uri)
+    if st is None:
+        st = reader.storage.for_store_of(p)
+        if stores is not None:
+            stores[p.store_uri] = st
+    key_of = reader.locator.key_of_uri
+    return {key_of(join_uri(p.store_uri, f.path)): f.size for f in st.list_dirs(p.path.strip("/"))[1]}
 
 
 def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> list[int] | None:
-    """Sizes of `keys` on an object store from recursive listings of the top-level hash
-    folders that hold many of them (1,000 sizes per LIST request instead of one HEAD per
-    file); other keys (absolute, at the root, in folders with few keys) by HEAD. A key the
-    listing does not show is missing (-1): S3 listings are strongly consistent. None when the
-    storage is local or too few keys would be sized this way."""
+    """Sizes of `keys` on an object store from listings, without a HEAD per file; None when
+    the lakehouse's storage is local (`sizes_of` stats there). A key no listing shows is
+    missing (-1): S3 listings are strongly consistent.
+
+    **Request model** (a LIST answers up to 1,000 files, a HEAD one; both cost one round trip):
+
+    * hashed keys (relative, below a top-level hash folder ``bbbb/``), at least
+      `LIST_SIZES_MIN_KEYS` of them: with fewer than `LIST_ONE_STREAM_KEYS` keys in all, one
+      recursive listing of the whole root (``ceil(files / 1000)`` LISTs in one stream, which also
+      sizes every other relative key); otherwise one recursive listing per top-level hash
+      folder that holds a key (at most 16 streams at once, ``ceil(folder's files / 1000)`` each);
+    * every other key (a few hashed ones, the lakehouse definitions at the root, relative keys
+      outside the hash folders, and absolute keys: a partial export's own files, definitions
+      reached through absolute URIs, on any store) is grouped with the keys of its folder
+      (`size_folder`), and each folder is listed once, delimited (`folder_sizes`):
+      ``ceil(folder's files / 1000)`` LISTs for all its keys.
+
+    A folder holding k of the keys costs ``ceil(n / 1000)`` LISTs for its n files instead of k
+    HEADs, so listing never sends more requests unless a folder holds over 1,000 files per key
+    sized in it. The format keeps folders small: a hash leaf folder ``bbbb/bbbb/bbbb/`` holds
+    1/4096 of a tree's hashed files (one page up to 4M of them), which is why a few hashed keys
+    are sized by their leaf folders rather than by listing whole top-level folders. The root,
+    listed for its lakehouse definitions, holds two files per version. The folders are listed
+    `io_threads` at a time."""
     st = reader.storage
-    if st.is_local or len(keys) < LIST_SIZES_MIN_KEYS:
+    if st.is_local:
         return None
-    by_top: dict[str, list[int]] = {}
-    at_root: list[int] = []
+    if not keys:
+        return []
+    hashed: list[int] = []
+    others: list[int] = []
     for i, k in enumerate(keys):
-        if not is_absolute(k):
-            top, sep, _ = k.partition("/")
-            if sep:
-                by_top.setdefault(top, []).append(i)
-            else:
-                at_root.append(i)
-    folders = sorted(by_top)
-    if not folders:
-        return None
-    if len(keys) < LIST_ONE_STREAM_KEYS:
-        # A small lakehouse: one recursive listing of the root, a few pages in a row, costs
-        # fewer requests than a LIST per hash folder at once.
-        by_top = {"*": [i for idx in by_top.values() for i in idx] + at_root}
-        folders = ["*"]
-    elif len(at_root) >= 2:  # lakehouse definitions: one delimited listing of the root
-        by_top[""] = at_root
-        folders.append("")
+        (hashed if _is_hashed(k) else others).append(i)
+    jobs: dict[tuple[str, str], list[int]] = {}
+    if len(hashed) >= LIST_SIZES_MIN_KEYS:
+        if len(keys) < LIST_ONE_STREAM_KEYS:
+            # A small lakehouse: one recursive listing of the root, a few pages in a row, costs
+            # fewer requests than a LIST per hash folder at once; it shows every relative key.
+            rel = [i for i in others if not is_absolute(keys[i])]
+            jobs[(_RECURSIVE, "")] = hashed + rel
+            others = [i for i in others if is_absolute(keys[i])]
+        else:
+            for i in hashed:
+                jobs.setdefault((_RECURSIVE, keys[i][:4]), []).append(i)
+    else:
+        others = hashed + others
+    for i in others:
+        jobs.setdefault((_FOLDER, size_folder(keys[i])), []).append(i)
+    stores: dict[str, Storage] = {}
 
-    def list_folder(top: str) -> dict[str, int]:
-        if top == "*":
-            return {f.path: f.size for f in st.list("")}
-        if not top:
-            return {f.path: f.size for f in st.list_dirs("")[1]}
-        return {f.path: f.size for f in st.list(top)}
+    def list_one(job: tuple[str, str]) -> dict[str, int]:
+        how, folder = job
+        if how == _RECURSIVE:
+            return {f.path: f.size for f in st.list(folder)}
+        return folder_sizes(reader, folder, stores)
 
-    out = [-2] * len(keys)
-    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(folders)))) as pool:
-        for top, sizes in zip(folders, pool.map(list_folder, folders), strict=True):
-            for i in by_top[top]:
+    out = [-1] * len(keys)
+    order = sorted(jobs)
+    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(order)))) as pool:
+        for job, sizes in zip(order, pool.map(list_one, order), strict=True):
+            for i in jobs[job]:
                 out[i] = sizes.get(keys[i], -1)
-    rest = [i for i, s in enumerate(out) if s == -2]
-    if rest:
-        for i, s in zip(rest, sizes_of(reader, [keys[i] for i in rest], io_threads, listing=False), strict=True):
-            out[i] = s
     return out
 
 

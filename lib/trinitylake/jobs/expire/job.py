@@ -9,7 +9,8 @@ Phases (each timed into ``result.seconds``; where a phase ran is recorded in
    (`jobs.expire.rules.plan_expiration`) picks the newly expired oldest prefix, reading
    only the root files it needs.
 2. **walk_retained**: R = every file reachable from the versions that stay (oldest retained
-   .. latest), exports and pinned versions. Any missing or unreadable node stops the run
+   .. latest), pinned exports and pinned versions (self-contained exports reference no
+   source file: `maintenance.walk_roots`). Any missing or unreadable node stops the run
    here, before anything is committed (the live set cannot be computed).
 3. **walk_expired**: C = reach(expired) - R, walking the expired roots with R as `exclude`, so
    only nodes the expired versions do not share with retained ones are read. Missing nodes
@@ -403,7 +404,7 @@ def _plan(job: _Job) -> _Plan:
 
 
 def _walk_retained(job: _Job, plan: _Plan) -> tuple[Reached, WR.WalkInput]:
-    """**walk_retained**: R, from the versions that stay, exports and pinned versions."""
+    """**walk_retained**: R, from the versions that stay, pinned exports and pinned versions."""
     with job.timed("walk_retained", "walk the retained versions"):
         inp = WR.walk_input(job.lh, latest=plan.latest, min_version=plan.new_oldest)
         try:
@@ -414,7 +415,8 @@ def _walk_retained(job: _Job, plan: _Plan) -> tuple[Reached, WR.WalkInput]:
                                        f"committed or deleted: {e}") from e
     fill_walk_counts(job.result, rst)
     plan.retained_walk = {"roots": rst.roots, "files": rst.files, "exports": inp.export_roots,
-                                "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
+                          "self_contained_exports": inp.self_contained_exports,
+                          "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
     return retained, inp
 
 

@@ -12,7 +12,8 @@ Phases (each placed on the driver or the executors, `trinitylake.spark.execution
    prefixes, a few per task with I/O threads). Folders that are not hash folders
    (``_control/``, ``_maintenance/``, table data, anything foreign) are never listed. Only
    format-owned names are candidates.
-3. **walk**: R = reach(every retained version, export root and pinned version). A walk that
+3. **walk**: R = reach(every retained version, pinned export's root and pinned version;
+   self-contained exports are not walked, `maintenance.walk_roots`). A walk that
    fails refuses the run (`UnsafeOperationError`): nothing is deleted. Its roots are fixed by
    the check phase, so unless ``execution`` is ``distributed`` it runs in a thread while the
    driver lists (node parsing overlaps the listing's filesystem waits); only the walk may
@@ -176,7 +177,8 @@ def _check(job: _Job) -> tuple[int, O.AgeCutoff]:
 
 
 def _walk(job: _Job, latest: int) -> tuple[WR.WalkInput, Reached, WalkStats, float]:
-    """**walk**: R = reach(every retained version, export root and pinned version)."""
+    """**walk**: R = reach(every retained version, pinned export's root and pinned version;
+    self-contained exports reference no source file and are not walked)."""
     t0 = time.perf_counter()
     inp = WR.walk_input(job.lh, latest=latest)
     try:
@@ -257,6 +259,7 @@ def _record_walk(job: _Job, inp: WR.WalkInput, rst: WalkStats) -> None:
     if unsized:
         result.bytes.pop("reachable", None)
     job.doc["walk"] = {"roots": rst.roots, "files": rst.files, "exports": inp.export_roots,
+                       "self_contained_exports": inp.self_contained_exports,
                        "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
 
 

@@ -22,8 +22,10 @@ A listed file is an orphan candidate only if
 authority (a bucket alias, ``hdfs://nn1`` vs ``hdfs://nn2``): its key is then an absolute URI
 while the listing gives a relative path, and the file would look orphaned (iceberg #4194).
 :func:`mismatch_key` finds such references: an absolute URI outside the root and outside
-every export root whose path, without scheme and authority, lies under the root's path. By
-default the job stops when one of them matches a candidate; ``ignore`` keeps those files.
+the root of every walked export (a pinned one; self-contained exports are not walked, see
+`trinitylake.maintenance.walk_roots`) whose path, without scheme and authority, lies under the
+root's path. By default the job stops when one of them matches a candidate; ``ignore`` keeps
+those files.
 """
 
 from __future__ import annotations

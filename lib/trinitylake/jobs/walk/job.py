@@ -56,6 +56,7 @@ from trinitylake.jobs.walk.rows import (
     WalkStats,
     batch_table,
     expand_batches,
+    folder_size_batches,
     list_size_batches,
     size_batches,
 )
@@ -418,20 +419,28 @@ class _Walk:
         leaves = self._keep(leaves, eager=False)
         n = leaves.count()
         if sizes and n and self.reader.storage.scheme != "file":
-            # Object store: hashed definitions sized from listings of the 16 hash folders (a
-            # LIST per 1,000 files instead of a HEAD per file), the others by HEAD.
+            # Object store: sizes from listings, never a HEAD per file (`reach.listed_sizes`'s
+            # request model). Hashed definitions: recursive listings of the 16 hash folders (a
+            # LIST per 1,000 files). The others (lakehouse definitions at the root, files
+            # outside the hash folders, a partial export's own files and anything else reached
+            # by absolute URI): one delimited listing per folder that holds one of them.
             with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n, f"size {n} definition files (listings)"):
                 listed = ex.map_arrow(pa.table({"folder": pa.array(HASH_FOLDERS, pa.string())}),
                                       functools.partial(list_size_batches, self.reader.storage, self.io_threads),
                                       LISTED_SCHEMA, ex.partitions(len(HASH_FOLDERS), 1))
                 hashed = F.col("path").rlike(_HASHED_KEY)
-                by_list = (leaves.filter(hashed).join(listed, "path", "left")
-                           .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(W.UNKNOWN_SIZE)).cast("long").alias("size"),
-                                   "depth", "first_version"))
+                by_list = _sized_by(F, leaves.filter(hashed), listed)
                 others = leaves.filter(~hashed)
-                by_head = ex.map_arrow(others, functools.partial(size_batches, self.reader, self.io_threads),
-                                       OUTPUT_SCHEMA, 1)
-                return self._keep(selfs.unionByName(by_list).unionByName(by_head))
+                # `reach.size_folder` as a column: the key up to its last "/" ("" at the root).
+                folders = sorted(r["folder"] for r in others.select(
+                    F.regexp_extract(F.col("path"), r"^(.*)/[^/]*$", 1).alias("folder")).distinct().collect())
+                sized_parts = [selfs, by_list]
+                if folders:
+                    in_folders = ex.map_arrow(pa.table({"folder": pa.array(folders, pa.string())}),
+                                              functools.partial(folder_size_batches, self.reader, self.io_threads),
+                                              LISTED_SCHEMA, ex.partitions(len(folders), 64, self.parallelism))
+                    sized_parts.append(_sized_by(F, others, in_folders))
+                return self._keep(functools.reduce(lambda a, b: a.unionByName(b), sized_parts))
         if sizes and n:
             parts = ex.partitions(n, max(self.batch_size, 1024), self.parallelism)
             with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n, f"size {n} definition files ({parts} tasks)"):
@@ -443,6 +452,14 @@ class _Walk:
             sized = leaves.select("path", "kind", F.lit(W.UNKNOWN_SIZE).cast("long").alias("size"), "depth", "first_version")
         # No phase to time here: kept by the summary's job that follows, one job instead of two.
         return self._keep(selfs.unionByName(sized), eager=False)
+
+
+def _sized_by(F: Any, leaves: DataFrame, listed: DataFrame) -> DataFrame:  # noqa: N803 - the session's functions
+    """`leaves` (LEAF_SCHEMA) as OUTPUT_SCHEMA rows, sized by the `listed` (LISTED_SCHEMA) files;
+    a leaf no listing shows is missing (`W.UNKNOWN_SIZE`)."""
+    return (leaves.join(listed, "path", "left")
+            .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(W.UNKNOWN_SIZE)).cast("long").alias("size"),
+                    "depth", "first_version"))
 
 
 def _conf_get(spark: Session, key: str) -> str | None:
@@ -494,14 +511,17 @@ def _summarize_df(df: DataFrame, stats: WalkStats) -> None:
 # ---- the job ------------------------------------------------------------------------------
 def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobResult) -> JobResult:
     """The walk job: list every file reachable from the configured versions (default: every
-    retained version, export and pinned version) into Parquet at ``cfg.output``."""
+    retained version, pinned export and pinned version; self-contained exports are reported in
+    ``details["exports"]``, not walked) into Parquet at ``cfg.output``."""
     t0 = time.perf_counter()
     versions = None if isinstance(cfg.versions, str) else list(cfg.versions)  # str: 'retained'
     inp = WR.walk_input(lakehouse, versions)
     result.seconds["plan"] = round(time.perf_counter() - t0, 3)
     result.counts["versions"] = len(inp.retained_versions)
     result.counts["exports"] = len(inp.export_roots)
+    result.counts["self_contained_exports"] = len(inp.self_contained_exports)
     result.counts["pinned_versions"] = len(inp.pinned_versions)
+    result.details["exports"] = exports_walked(inp)
     result.details["warnings"] = inp.warnings
     t0 = time.perf_counter()
     reached, st = walk_reachable_with_stats(ex, lakehouse, inp.roots, cfg.batch_size, cfg.parallelism,
@@ -517,6 +537,7 @@ def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobRe
         fill_table_pointer_counts(result, lakehouse, st, ex.limits.io_threads(lakehouse.storage))
         summary = {"run_id": result.run_id, "lakehouse": lakehouse.uri, "output": out,
                    "versions": inp.retained_versions, "exports": inp.export_roots,
+                   "self_contained_exports": inp.self_contained_exports,
                    "pinned_versions": inp.pinned_versions, "stats": st.to_dict()}
         result.plan_location = write_json(lakehouse.storage, f"{run_dir('walk', result.run_id)}/_summary.json", summary)
     finally:
@@ -524,6 +545,26 @@ def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobRe
     log.info("walk %s: %d reachable files (%s), %d bytes; listing at %s", result.run_id, st.total_files,
              ", ".join(f"{k} {v}" for k, v in sorted(st.files.items())), sum(st.bytes.values()), out)
     return result
+
+
+def exports_walked(inp: WR.WalkInput) -> dict[str, dict[str, Any]]:
+    """What the walk did with each recorded export, for the result's details: a pinned export's
+    root was walked (it may reference source files); a self-contained one (unpinned: a full
+    export, or a partial one that reached the bottom of the tree) was neither read nor sized
+    (`trinitylake.maintenance.walk_roots`)."""
+    out: dict[str, dict[str, Any]] = {}
+    pinned = inp.pinned_versions
+    for name, uri in inp.export_roots.items():
+        out[name] = {"root": uri, "walked": True, "pinned_version": pinned.get(name),
+                     "reason": "pinned: references source files"}
+    for name, v in pinned.items():
+        if name not in out:  # its root is missing (see the warnings): the pinned version is walked
+            out[name] = {"root": None, "walked": False, "pinned_version": v,
+                         "reason": f"root missing; pinned version {v} walked instead"}
+    for name, uri in inp.self_contained_exports.items():
+        out[name] = {"root": uri, "walked": False, "pinned_version": None,
+                     "reason": "self-contained, not walked"}
+    return dict(sorted(out.items()))
 
 
 def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable") -> None:

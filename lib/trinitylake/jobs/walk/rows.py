@@ -118,10 +118,12 @@ def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Itera
 
 
 def size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function sizing definition rows (LEAF_SCHEMA in, OUTPUT_SCHEMA out)."""
+    """``mapInArrow`` function sizing definition rows (LEAF_SCHEMA in, OUTPUT_SCHEMA out) one
+    key at a time: on local disk (a ``stat`` each). Object stores size from listings instead
+    (`list_size_batches`, `folder_size_batches`)."""
     for chunk in chunks(rows_of(batches, "path", "kind", "depth", "first_version"), _CHUNK):
-        # listing=False: this task holds a slice of the keys; folder listings are a phase of
-        # their own (`list_size_batches`).
+        # listing=False: this task holds a slice of the keys; on an object store the folders
+        # are listed in a phase of their own.
         sizes = R.sizes_of(reader, [r[0] for r in chunk], io_threads, listing=False)
         yield batch_of(OUTPUT_SCHEMA, [[r[0] for r in chunk], [r[1] for r in chunk], [int(s) for s in sizes],
                                        [r[2] for r in chunk], [r[3] for r in chunk]])
@@ -149,6 +151,27 @@ def list_size_batches(storage: Storage, io_threads: int, batches: Iterator[pa.Re
             if b.num_rows:
                 yield b
 
+
+
+def folder_size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]
+                        ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: every file (walk key, size) directly in the task's folders
+    (`reach.size_folder` values: relative folders, ``""`` for the root, or URIs of folders
+    elsewhere), one delimited listing each (`reach.folder_sizes`: a LIST per 1,000 files)."""
+    folders = [f for b in batches for f in b.column(0).to_pylist()]
+    if not folders:
+        return
+    stores: dict[str, Storage] = {}
+
+    def one(folder: str) -> pa.RecordBatch:
+        sizes = R.folder_sizes(reader, folder, stores)
+        return pa.RecordBatch.from_arrays([pa.array(list(sizes), pa.string()),
+                                           pa.array(list(sizes.values()), pa.int64())], schema=LISTED_SCHEMA)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(io_threads, len(folders)))) as pool:
+        for b in pool.map(one, folders):
+            if b.num_rows:
+                yield b
 
 
 def batch_table(schema: pa.Schema, cols: list[list[Any]]) -> pa.Table:
