@@ -101,9 +101,8 @@ def _atomic_conditional_puts(mp: pytest.MonkeyPatch) -> None:
     (unconditional PUTs go through it too: the test server needs no throughput)."""
     import threading
 
-    from moto.s3.responses import S3Response
-
     from moto.s3.exceptions import PreconditionFailed
+    from moto.s3.responses import S3Response
 
     lock = threading.Lock()
     put = S3Response.put_object

@@ -74,6 +74,7 @@ from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import LOCAL, Execution, as_execution, timed
 from trinitylake.storage import Storage, parse_uri
 from trinitylake.storage.dir_spread import spread_subdirectories
+from trinitylake.storage.target_options import resolve_target_options
 
 if TYPE_CHECKING:
     from trinitylake.config import ExportConfig
@@ -231,7 +232,9 @@ def _validate(ex: Execution, lakehouse: Lakehouse, cfg: ExportConfig, result: Jo
     latest = lakehouse.latest_version()
     result.version_before = latest
     current_def = lakehouse.load_root(latest).lakehouse_def
-    target = _target_storage(lakehouse, target_uri, target_storage_options)
+    # The target's own options (target_storage_options, TLAKE_TARGET_*); None: it shares the lakehouse's.
+    options = resolve_target_options(target_uri, getattr(cfg, "target_storage_options", None), target_storage_options)
+    target = _target_storage(lakehouse, target_uri, options)
     state = XT.inspect_target(target, current_def.id, source.root)
     recorded = state.exports.get(name)
     version, as_of = cfg.version, cfg.as_of
