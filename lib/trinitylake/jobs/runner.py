@@ -122,6 +122,7 @@ def run_job(job: str, cfg: JobConfig, *, spark: Session | None = None, audit: bo
     # and log line, including the storage client's own (see trinitylake.redact).
     arguments = redact_value(cfg.to_dict(), learn=True)
     warm_arrow()
+    opened_here = lakehouse is None
     if lakehouse is None:
         lakehouse = Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                                    control_uri=cfg.control_uri, audit=audit, context=AuditContext(job, arguments))
@@ -132,7 +133,10 @@ def run_job(job: str, cfg: JobConfig, *, spark: Session | None = None, audit: bo
     ex = execution_for(cfg, job, result, spark)
     if ex.mode == DISTRIBUTED:
         ex.prestart()  # every phase will need it: its start overlaps the steps before the first
-    result.version_before = lakehouse.latest_version()
+    # The version the runner's own `Lakehouse.open` just found (one discovery, not two: on an
+    # object store each is a few round trips), else discovered now.
+    opened = lakehouse.opened_version if opened_here else None
+    result.version_before = opened if opened is not None else lakehouse.latest_version()
     started = datetime.now(UTC)
     result.txn_seq = job_begin(lakehouse.auditor, job, cfg.run_id, arguments, result.version_before)
     log.info("%s %s started on %s (version %s, txn_seq %s, execution %s)", job, cfg.run_id, lakehouse.uri,

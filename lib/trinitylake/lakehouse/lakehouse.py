@@ -61,6 +61,8 @@ class Lakehouse:
         self.auditor = Auditor(self, control_uri or (self.uri + "/_control"), enabled=audit)
         #: The command and arguments this handle's audit rows name (fixed: see AuditContext).
         self.context = context
+        #: The latest version found by `open` (None: not opened that way).
+        self.opened_version: int | None = None
 
     # ---- creation and opening -----------------------------------------------------------
     @classmethod
@@ -124,7 +126,9 @@ class Lakehouse:
         command its audit rows record (default: the library's own operations)."""
         lh = cls(Storage(uri, storage_options), control_uri=control_uri, audit=audit, context=context)
         try:
-            lh.latest_version()  # raises LakehouseNotFoundError
+            #: The latest version when it was opened (raises LakehouseNotFoundError): a job that
+            #: opens it and starts at once takes it as its version before (one discovery, not two).
+            lh.opened_version = lh.latest_version()
         except StorageNotADirectoryError as e:
             _refuse_file_root(lh.storage, "no lakehouse at", e)
             raise
@@ -181,7 +185,10 @@ class Lakehouse:
             start = parse_hint(self.storage.read(HINT_FILE))
         except FileNotFoundError:
             start = None
-        if start is None or not self.storage.exists(root_name(start)):
+        # The hinted root and the next one probed together (one round trip on an object store,
+        # where each probe waits its latency), then the following ones two at a time.
+        found = self.storage.exists_many([root_name(start), root_name(start + 1)]) if start is not None else [False]
+        if not found[0]:
             if self.storage.exists(root_name(0)):
                 start = 0
             else:
@@ -189,8 +196,14 @@ class Lakehouse:
                 if not listed:
                     raise LakehouseNotFoundError(f"no lakehouse at {self.uri} (no root node file found)")
                 start = listed[-1]
-        v = start
-        while self.storage.exists(root_name(v + 1)):
+            found = [True, self.storage.exists(root_name(start + 1))]
+        v = start if start is not None else 0
+        more = found[1]  # root v + 1 exists
+        while more:
+            v += 1
+            nxt, more = self.storage.exists_many([root_name(v + 1), root_name(v + 2)])
+            if not nxt:
+                break
             v += 1
         return v
 

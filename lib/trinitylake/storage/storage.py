@@ -551,6 +551,20 @@ class Storage:
             res.append(self._typed("create_exclusive", p, r))
         return res
 
+    def exists_many(self, paths: Sequence[str]) -> builtins.list[bool]:
+        """`exists` of each path; on S3 their HEADs in flight together (one round trip)."""
+        if self.engine is None or len(paths) < 2:
+            return [self.exists(p) for p in paths]
+        out: builtins.list[bool] = []
+        for h in self.head_many(paths):
+            if isinstance(h, FileNotFoundError):
+                out.append(False)
+            elif isinstance(h, BaseException):
+                raise h
+            else:
+                out.append(True)
+        return out
+
     def head_many(self, paths: Sequence[str]) -> builtins.list[Listed | BaseException]:
         """S3: size, mtime and ETag of each path (FileNotFoundError per missing file)."""
         eng = self.engine

@@ -515,7 +515,9 @@ def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobRe
     ``details["exports"]``, not walked) into Parquet at ``cfg.output``."""
     t0 = time.perf_counter()
     versions = None if isinstance(cfg.versions, str) else list(cfg.versions)  # str: 'retained'
-    inp = WR.walk_input(lakehouse, versions)
+    # The version the job started at: the walk reports that snapshot (a commit meanwhile is
+    # walked by the next run), and discovering it again costs round trips on an object store.
+    inp = WR.walk_input(lakehouse, versions, latest=result.version_before)
     result.seconds["plan"] = round(time.perf_counter() - t0, 3)
     result.counts["versions"] = len(inp.retained_versions)
     result.counts["exports"] = len(inp.export_roots)
