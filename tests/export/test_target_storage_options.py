@@ -388,3 +388,17 @@ def test_target_credentials_never_leave_the_process(source, dr_server, s3_server
     leaks = (planted.leaks_in_outputs() + planted.leaks_in_bucket(s3_server.client, source.bucket)
              + planted.leaks_in_bucket(dr_server.client, bucket) + planted.leaks_in_dir(tmp_path))
     assert not leaks, "secrets leaked:\n" + "\n".join(leaks[:20])
+
+
+def test_a_target_with_options_of_its_own_never_follows_the_lakehouses_endpoint(monkeypatch):
+    """Keys for the target and no endpoint: S3's own endpoint, not the lakehouse's variable."""
+    from trinitylake.storage import Storage
+    from trinitylake.storage.target_options import resolve_target_options
+
+    monkeypatch.setenv("TLAKE_S3_ENDPOINT_URL", "http://the-lakehouse-store:9000")
+    opts = resolve_target_options("s3://dr/lh", {"key": "AK", "secret": "s"}, env={})
+    assert opts is not None
+    st = Storage("s3://dr/lh", opts)
+    assert "endpoint_url" not in st.options and st.options["key"] == "AK"
+    # Without options of its own the lakehouse's endpoint variable still applies (as before).
+    assert Storage("s3://dr/lh").options["endpoint_url"] == "http://the-lakehouse-store:9000"

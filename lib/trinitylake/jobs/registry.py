@@ -73,7 +73,8 @@ _ACTIONS = "trinitylake.jobs.actions"
 
 JOBS: tuple[JobSpec, ...] = (
     JobSpec("walk", WalkConfig, "trinitylake.jobs.walk.job:run_walk",
-            "List every file reachable from the retained versions, exports and pinned versions (read-only).",
+            "List every file reachable from the retained versions, pinned exports and pinned versions (read-only; "
+            "a full export is self-contained and not walked).",
             f"{_ACTIONS}:WalkResult"),
     JobSpec("expire", ExpireConfig, "trinitylake.jobs.expire.job:run_expire",
             "Expire old versions (commit first), then delete the files only they reached.",

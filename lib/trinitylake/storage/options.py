@@ -24,7 +24,10 @@ def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, An
     opts: dict[str, Any] = {}
     endpoint = os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
     explicit_endpoint = (overrides.get("client_kwargs") or {}).get("endpoint_url")
-    if endpoint and not explicit_endpoint:
+    # ``endpoint_url=""``: S3's own endpoint, whatever the environment says (an export's
+    # target with options of its own must not follow the lakehouse's endpoint variable).
+    aws_default = overrides.get("endpoint_url") == ""
+    if endpoint and not explicit_endpoint and not aws_default:
         opts["endpoint_url"] = endpoint
     if os.environ.get("AWS_ACCESS_KEY_ID"):
         opts["key"] = os.environ["AWS_ACCESS_KEY_ID"]
@@ -37,7 +40,7 @@ def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, An
         # Explicit credentials replace the environment's: its session token belongs to its key.
         opts.pop("token", None)
     for k, v in overrides.items():
-        if v is not None:
+        if v is not None and not (k == "endpoint_url" and v == ""):
             opts[k] = v
     _refuse_credentials_in_endpoint(opts)
     return opts

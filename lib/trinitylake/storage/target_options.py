@@ -97,5 +97,10 @@ def resolve_target_options(target_uri: str, configured: Mapping[str, Any] | None
         options.update(given)
         if not options:
             return None
+    if (options and parse_uri(target_uri).scheme == "s3" and not options.get("endpoint_url")
+            and not (options.get("client_kwargs") or {}).get("endpoint_url")):
+        # Options of its own and no endpoint: S3's own, never the lakehouse's
+        # TLAKE_S3_ENDPOINT_URL / AWS_ENDPOINT_URL (`s3_options_from_env` reads "" so).
+        options["endpoint_url"] = ""
     redact_value(options, learn=True)  # scrubbed from every later message and log line
     return options

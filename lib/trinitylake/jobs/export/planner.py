@@ -408,8 +408,12 @@ class Planner:
         with ex.phase("export.write_plan", DISTRIBUTED, self.upper,
                       f"export {spec.name}: write the plan ({n_parts} parts)") as entry:
             fn = functools.partial(_part_batches, self.target, self.plan_dir)
-            summaries = [r.asDict() for r in allrows.repartition(n_parts, "target")
-                         .mapInArrow(fn, ddl(SUMMARY_SCHEMA)).collect()]
+            # On an object store each part is one range of target keys (sampled by Spark): the
+            # copy verifies a part's server-side copies by listing its range (`copying.copy_batch`),
+            # where a hash partition's keys would span the whole lakehouse.
+            cut = (allrows.repartitionByRange(n_parts, "target") if self.target.engine is not None
+                   else allrows.repartition(n_parts, "target"))
+            summaries = [r.asDict() for r in cut.mapInArrow(fn, ddl(SUMMARY_SCHEMA)).collect()]
             for r in summaries:
                 ex.add_executor_requests(r.pop("requests", None))
             entry["items"] += sum(int(r["rows"]) for r in summaries) - self.upper  # the rows written
