@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -555,6 +556,59 @@ def _go_tools(proxy: str) -> tuple[dict[str, Path], str]:
     return found, ("python" if proxy == "python" else "go")
 
 
+def _phase_seconds(phases: str | None, name: str) -> float | None:
+    """Seconds of phase `name` in a row's ``phases`` text (``"plan 1.6 copy 25.8 ..."``)."""
+    words = (phases or "").split()
+    for k, v in zip(words[::2], words[1::2], strict=False):
+        if k == name:
+            return float(v)
+    return None
+
+
+def _slots_of(master: str) -> int:
+    hit = re.fullmatch(r"local\[(\d+)\]", master.strip()) or re.fullmatch(
+        r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master.strip())
+    if hit is None:
+        return 0
+    return int(hit.group(1)) * (int(hit.group(2)) if hit.lastindex and hit.lastindex > 1 else 1)
+
+
+def cluster_projection(rows: list[dict[str, Any]], master: str) -> list[str]:
+    """Notes projecting a cluster from this run's measured figures (issue 42, placement): the
+    driver's copy rate (the local export's copy phase), one executor slot's (the distributed
+    export's copy phase over the master's slots) and Spark's fixed cost (a distributed walk's
+    wall time minus the local walk's). These 2 cores cannot show executors beating a driver
+    that uses them well; a cluster adds cores, which this projects."""
+    out: list[str] = []
+    slots = _slots_of(master)
+    for delay in sorted({r["delay_ms"] for r in rows if r.get("tool") == "tlake"}):
+        def row(job: str, execution: str, delay: float = delay) -> dict[str, Any] | None:
+            return next((r for r in rows if r.get("delay_ms") == delay and r.get("job") == job
+                         and r.get("execution") == execution and r.get("ok")), None)
+
+        lx, dx, lw, dw = row("export", "local"), row("export", "distributed"), row("walk", "local"), row("walk", "distributed")
+        if not (lx and dx and lw and dw and slots):
+            continue
+        lc, dc = _phase_seconds(lx.get("phases"), "copy"), _phase_seconds(dx.get("phases"), "copy")
+        files = lx.get("files") or dx.get("files")
+        if not (lc and dc and files):
+            continue
+        driver_rate, slot_rate = files / lc, files / dc / slots
+        fixed = max(0.0, float(dw["wall_s"]) - float(lw["wall_s"]))
+        line = (f"projection at {delay:g} ms (measured here: the driver copies {driver_rate:.0f} files/s, one executor "
+                f"slot {slot_rate:.0f} files/s with {slots} slots on these same 2 cores and the store's server, Spark's "
+                f"fixed cost {fixed:.0f} s): a full export of F files takes F/{driver_rate:.0f} s on the driver and "
+                f"{fixed:.0f} + F/({slot_rate:.0f} x S) s on S executor slots")
+        for f in (100_000, 1_000_000):
+            drv = f / driver_rate
+            wins = [s for s in (8, 16, 32, 64, 128, 256) if fixed + f / (slot_rate * s) * 1.25 < drv]
+            line += (f"; {f:,} files: driver {drv:.0f} s, executors first win at "
+                     f"{wins[0] if wins else 'more than 256'} slots")
+        out.append(line + " (a real store serves the copies itself and does not share the client's cores: "
+                   "both rates are lower bounds there).")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args("objstore_anchor", argv, _extra)
     size = dict(SIZES[args.scale])
@@ -614,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
               "s3s_fs": str(s3s), "s5cmd": f"{tools['s5cmd']} ({S5CMD_VERSION})", "tlake_flags": args.tlake_flags,
               "prices_per_1000": PRICES, "lakehouse": built, "repeat": args.repeat}
     notes = [
+        *cluster_projection(rows, args.master),
         "wall_s: the whole process (tlake: Spark's start included when a phase ran on Spark). client_cpu_s: its "
         "user + system CPU, children included; cpu_ms_per_req: that over its requests. server_cpu_s: s3s-fs's CPU "
         "meanwhile (the server shares the machine's cores with the client).",
