@@ -7,11 +7,12 @@ Why this client and this shape (measured on these 2-core machines, ../shared/ENV
   lock caps one process near 500 requests/s whatever the cores. ``obstore`` costs 0.2-0.5 ms a
   GET, PUT or copy, with its own runtime spreading the requests over the cores.
 * **Requests in flight by Little's law.** A phase that must send N requests at latency W needs
-  ``N x W / L`` seconds with L in flight. L is set from the store's measured round trip (a low
-  percentile of the recent requests: the store's latency, not the queueing our own load adds)
-  times the rate one process can sustain (cores / CPU per request), between `MIN_IN_FLIGHT`
-  and `MAX_IN_FLIGHT`: at 20 ms about 130 in flight, at 100 ms about 650 (capped). A fixed
-  thread count (16) capped every phase at 160 requests/s at 100 ms.
+  ``N x W / L`` seconds with L in flight. L is set from the store's measured round trip (the
+  shortest of the recent requests, as TCP's BBR takes its minimum RTT: the store's latency, not
+  the queueing our own load adds, which would feed back into more requests in flight and more
+  queueing) times the rate one process can sustain (cores / CPU per request), between
+  `MIN_IN_FLIGHT` and `MAX_IN_FLIGHT`: at 20 ms about 130 in flight, at 100 ms about 650. A
+  fixed thread count (16) capped every phase at 160 requests/s at 100 ms.
 * **One event loop per process**, on a daemon thread of its own: callers on any thread (the
   driver's phases, an executor task, a copy worker) hand it a batch and wait; every batch
   shares one limit, so parallel callers never multiply it.
@@ -56,9 +57,9 @@ MAX_IN_FLIGHT = 768
 DEFAULT_CPU_PER_REQUEST_S = 0.3e-3
 #: Round trip assumed before any request returned (S3 in-region: tens of ms).
 DEFAULT_LATENCY_S = 0.02
-#: Recent round trips the latency estimate reads (a low percentile of them).
+#: Recent round trips the latency estimate reads (the shortest of them): a changed latency is
+#: followed within this many requests.
 _LATENCY_WINDOW = 64
-_LATENCY_PERCENTILE = 0.1
 #: A LIST answers at most this many keys (S3's page).
 LIST_PAGE = 1000
 
@@ -104,10 +105,8 @@ class InFlight:
 
     def latency(self) -> float:
         """The store's round trip in seconds (before any request: `DEFAULT_LATENCY_S`)."""
-        recent = sorted(self._recent)
-        if not recent:
-            return DEFAULT_LATENCY_S
-        return recent[min(len(recent) - 1, int(len(recent) * _LATENCY_PERCENTILE))]
+        recent = list(self._recent)
+        return min(recent) if recent else DEFAULT_LATENCY_S
 
     def rate_ceiling(self) -> float:
         """Requests per second one process can sustain."""

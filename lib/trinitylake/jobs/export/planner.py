@@ -291,10 +291,15 @@ class Planner:
         rows = self._rows()
         self.nodes, self.odfs, self.node_bytes = {}, {}, 0
         per = max(self.batch, LOCAL_PART_ROWS)
-        if self.source.scheme != "file" or self.target.scheme != "file":
+        remote = self.target if self.target.scheme != "file" else self.source
+        if remote.scheme != "file" and (self.target.engine is None or self.ex.distributed(
+                len(rows), storage=remote, requests_per_item=1)):
             # An object store: a part is a copy task, and its files wait on round trips, not on
             # a core. At least `REMOTE_MIN_PARTS` parts, so that every executor core has tasks
-            # (2,205 files made 3 parts of 1,024: 3 tasks for 4 executors).
+            # (2,205 files made 3 parts of 1,024: 3 tasks for 4 executors). A copy the I/O
+            # engine runs on the driver keeps its parts whole: the engine keeps a part's
+            # requests in flight together, and every part costs two LISTs of its key range,
+            # a GET of its rows and a PUT of its manifest.
             per = min(per, max(REMOTE_PART_MIN_ROWS, math.ceil(len(rows) / REMOTE_MIN_PARTS)))
         chunks = [rows[i : i + per] for i in range(0, len(rows), per)]
         with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
