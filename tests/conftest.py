@@ -144,18 +144,25 @@ def connect_spark():
 
     from trinitylake.spark.session import get_spark
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     token = secrets.token_hex(16)
     env = {**os.environ, "SPARK_CONNECT_AUTHENTICATE_TOKEN": token, "PYSPARK_PYTHON": sys.executable}
     env.pop("SPARK_REMOTE", None)
-    server = subprocess.Popen([sys.executable, "-m", "tests.connect_server", str(port)], cwd=ROOT, env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
+    # A free port is only free when it is picked: until the server's JVM binds it (10-20 s),
+    # any outgoing connection of another test process (the S3 engine keeps hundreds) may be
+    # given it as its ephemeral port, and the server then fails to bind. Another port, then.
+    for attempt in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = subprocess.Popen([sys.executable, "-m", "tests.connect_server", str(port)], cwd=ROOT, env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = server.stdout.readline()
-        if line.strip() != "ready":
-            pytest.fail(f"the Spark Connect test server did not start (exit code {server.poll()})")
+        if line.strip() == "ready":
+            break
+        code = server.wait()
+        if attempt == 2:
+            pytest.fail(f"the Spark Connect test server did not start (exit code {code}, 3 ports tried)")
+    try:
         os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
         session = get_spark(remote=f"sc://localhost:{port}")
         yield session

@@ -193,7 +193,10 @@ def test_killed_export_resumes_without_recopying_verified_files(spark, run, make
     present = target_files(tgt)
     parts = json.loads(tgt.read("_export/k1/plan/_plan.json"))["parts"]
     planned = sum(p["rows"] for p in parts) + 1
-    assert len(parts) >= 3 and 4 <= len(present) < planned - 1  # some copied, not all
+    # Some copied, not all: the root at least (written last). The aborted stage's other tasks
+    # may finish their parts before they notice the cancellation (seen on a loaded machine: all
+    # but the root), so no more is asserted missing.
+    assert len(parts) >= 3 and 4 <= len(present) <= planned - 1
     manifested: set[str] = set()
     for p in parts:
         manifested |= set(read_manifest(tgt, f"_export/k1/copied/{p['name'].removesuffix('.parquet')}.json") or {})
