@@ -31,7 +31,15 @@ from typing import Any
 
 from trinitylake.errors import StorageError, UnknownOutcomeError
 from trinitylake.storage import requests, retry
-from trinitylake.storage.filesystem import as_bytes, delete_objects, filesystem, head_object, mtime_of, put_if_absent
+from trinitylake.storage.filesystem import (
+    _S3_CONFLICT_RETRIES,
+    as_bytes,
+    delete_objects,
+    filesystem,
+    head_object,
+    mtime_of,
+    put_if_absent,
+)
 from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO, sorted_keys_range
 from trinitylake.storage.options import s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
@@ -45,9 +53,9 @@ from trinitylake.storage.uri import ParsedURI, is_absolute, is_plain_relative, j
 
 _MEMORY_LOCK = threading.Lock()
 _UNSET: Any = object()  # `Storage.engine` not looked up yet
-# AWS answers 409 ConditionalRequestConflict while another conditional write to the same key is
-# in flight; the request did not take effect and is retried (it then gets 200 or 412).
-_S3_CONFLICT_ATTEMPTS = 7
+# Attempts of a conditional PUT while S3 answers 409 ConditionalRequestConflict: the same bound
+# through the engine as through s3fs (`filesystem.put_if_absent`).
+_S3_CONFLICT_ATTEMPTS = _S3_CONFLICT_RETRIES + 1
 
 
 def _is_conflict(e: BaseException) -> bool:
@@ -441,8 +449,7 @@ class Storage:
         """A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
         own win, not a lost race: the stored bytes are ours (every commit file we write carries
         a unique transaction id or UUID). Anything else is another writer's file."""
-        read = (lambda: self._read_once(fp)) if self.engine is not None else (lambda: self.fs.cat_file(fp))
-        if not self.holds(path, data, read=read):
+        if not self.holds(path, data, read=lambda: self._read_once(fp)):
             raise FileExistsError(f"already exists: {self.uri(path)}")
 
     def _create_exclusive_local(self, fp: str, data: bytes | bytearray, path: str) -> None:
@@ -584,7 +591,7 @@ class Storage:
         out = self.retrying("create_exclusive", pairs[0][1], eng.copy_many, fps) if pairs else []
         return [self._typed("copy", t, r) for (_s, t), r in zip(pairs, out, strict=True)]
 
-    def list_range(self, first: str, last: str) -> Iterator[FileInfo | tuple[str, int, float, str | None]]:
+    def list_range(self, first: str, last: str) -> Iterator[tuple[str, int, float, str | None]]:
         """S3: the objects from `first` to `last` (paths under this root, in key order) as
         ``(path, size, mtime, ETag)``: one LIST a 1,000 of them, from the folder both lie in."""
         eng = self.engine

@@ -16,7 +16,7 @@ from typing import Any
 from trinitylake.errors import TrinityLakeError
 from trinitylake.jobs.export.plan import export_bytes, manifest_bytes, read_manifest, read_plan_part
 from trinitylake.jobs.export.rules import ACTION_COPY, ExportSpec, PlanRow, exported_bytes, manifest_path, md5_hex
-from trinitylake.storage import Storage, requests
+from trinitylake.storage import Storage, parse_uri, requests
 
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -179,6 +179,14 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
     except Exception as e:  # noqa: BLE001 - reported as data; the driver raises a typed error
         st.errors.append(f"StorageError: cannot create {target.uri(row.target)}: {type(e).__name__}: {e}")
         return st, None
+    return st, _verify_created(st, row, target, size, md5, created, etag, changed, checksum)
+
+
+def _verify_created(st: CopyStats, row: PlanRow, target: Storage, size: int, md5: str, created: bool,
+                    etag: str | None, changed: bool, checksum: bool) -> tuple[int, str] | None:
+    """After the exclusive create of `row` (`created`; else the key was already there): verify
+    the target holds `size` bytes with MD5 `md5`, count the outcome into `st`, and return the
+    (size, MD5) the part's manifest records, or None when it failed (reported in `st`)."""
     t = time.perf_counter()
     try:
         if created and etag is not None and etag_matches(etag, md5):
@@ -188,20 +196,21 @@ def copy_one(row: PlanRow, source: Storage, target: Storage, spec: ExportSpec, *
             state = (verify_written if created else verify_file)(target, row.target, size, md5, checksum)
     except Exception as e:  # noqa: BLE001
         st.errors.append(f"StorageError: cannot verify {target.uri(row.target)}: {type(e).__name__}: {e}")
-        return st, None
+        return None
     st.seconds_verify += time.perf_counter() - t
     if state != OK:
         if created:
             st.errors.append(f"StorageError: {target.uri(row.target)} failed verification after the copy ({state})")
         else:
             st.conflicts.append(f"{target.uri(row.target)} exists with other content than {row.source}")
-        return st, None
+        return None
     if not created:
-        return _skip(st, size), (size, md5)
+        _skip(st, size)
+        return size, md5
     st.verified, st.verified_bytes = 1, size
     st.copied, st.copied_bytes = 1, size
     st.rewritten += bool(changed)
-    return st, (size, md5)
+    return size, md5
 
 
 def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, export_dir: str, checksum: bool,
@@ -215,13 +224,22 @@ def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, exp
     if target.engine is not None:
         # An object store the I/O engine serves: the part's requests in flight together,
         # server-side copies where the store can (`copy_batch`).
-        batch_stats, verified = copy_batch(rows, source, target, spec, checksum=checksum, recorded=recorded)
-        if not batch_stats.failed and verified != recorded:
-            target.write(mpath, manifest_bytes(name, verified))
-        return batch_stats
+        stats, files = copy_batch(rows, source, target, spec, checksum=checksum, recorded=recorded)
+    else:
+        stats, files = _copy_each(rows, source, target, spec, checksum, recorded, pmap)
+    if not stats.failed and files != recorded:
+        target.write(mpath, manifest_bytes(name, files))
+    return stats
+
+
+def _copy_each(rows: list[PlanRow], source: Storage, target: Storage, spec: ExportSpec, checksum: bool,
+               recorded: dict[str, tuple[int, str]], pmap: Callable[[Callable[[Any], Any], list], list] | None
+               ) -> tuple[CopyStats, dict[str, tuple[int, str]]]:
+    """`copy_one` per row (over `pmap`): the stats and the (size, MD5) of every verified file."""
     ensure_dirs = getattr(target, "ensure_dirs", None)
     if ensure_dirs is not None:
         ensure_dirs(r.target for r in rows if r.target not in recorded)
+
     def one(r: PlanRow) -> tuple[CopyStats, tuple[int, str] | None]:
         return copy_one(r, source, target, spec, checksum=checksum, recorded=recorded.get(r.target))
 
@@ -232,9 +250,7 @@ def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, exp
         stats.add(st)
         if done is not None:
             files[r.target] = done
-    if not stats.failed and files != recorded:
-        target.write(mpath, manifest_bytes(name, files))
-    return stats
+    return stats, files
 
 
 # ---- object stores: a part's files as batches --------------------------------------------------------
@@ -247,7 +263,7 @@ _LIST_SLACK = 2000
 
 
 def _same_bucket(a: Storage, b: Storage) -> bool:
-    return a.root.split("/", 3)[2:3] == b.root.split("/", 3)[2:3]
+    return parse_uri(a.root).store_uri == parse_uri(b.root).store_uri
 
 
 def copy_batch(rows: list[PlanRow], source: Storage, target: Storage, spec: ExportSpec, *, checksum: bool,
@@ -287,8 +303,10 @@ def copy_batch(rows: list[PlanRow], source: Storage, target: Storage, spec: Expo
             todo.append(r)  # missing, or not verifiable by its ETag: copied (or verified) again
     todo += [r for r in rows if r.target not in recorded]
     server_side = target.copies_server_side_from(source) and _same_bucket(source, target)
-    by_copy = [r for r in todo if server_side and r.data is None and r.action == ACTION_COPY]
-    by_put = [r for r in todo if not (server_side and r.data is None and r.action == ACTION_COPY)]
+    by_copy: list[PlanRow] = []
+    by_put: list[PlanRow] = []
+    for r in todo:
+        (by_copy if server_side and r.data is None and r.action == ACTION_COPY else by_put).append(r)
     if by_put:
         _put_rows(by_put, source, target, spec, checksum, stats, files)
     if by_copy:
@@ -356,40 +374,17 @@ def _put_rows(rows: list[PlanRow], source: Storage, target: Storage, spec: Expor
             target.write(r.target, data)
     answers = dict(zip([it[0].target for it in nonempty],
                        target.create_exclusive_many([(it[0].target, it[1]) for it in nonempty]), strict=True))
-    t = time.perf_counter()
     for r, data, md5, changed in items:
         st = CopyStats()
         res = answers.get(r.target)
-        created = not isinstance(res, BaseException)
         if isinstance(res, BaseException) and not isinstance(res, FileExistsError):
             st.errors.append(f"StorageError: cannot create {target.uri(r.target)}: {type(res).__name__}: {res}")
-            stats.add(st)
-            continue
-        try:
-            if created and isinstance(res, str) and etag_matches(res, md5):
-                state = OK
-            else:
-                state = (verify_written if created else verify_file)(target, r.target, len(data), md5, checksum)
-        except Exception as e:  # noqa: BLE001 - reported as data
-            st.errors.append(f"StorageError: cannot verify {target.uri(r.target)}: {type(e).__name__}: {e}")
-            stats.add(st)
-            continue
-        if state != OK:
-            if created:
-                st.errors.append(f"StorageError: {target.uri(r.target)} failed verification after the copy ({state})")
-            else:
-                st.conflicts.append(f"{target.uri(r.target)} exists with other content than {r.source}")
-            stats.add(st)
-            continue
-        size = len(data)
-        if created:
-            st.verified, st.verified_bytes, st.copied, st.copied_bytes = 1, size, 1, size
-            st.rewritten = int(bool(changed))
         else:
-            st.skipped, st.skipped_bytes, st.verified, st.verified_bytes = 1, size, 1, size
-        files[r.target] = (size, md5)
+            done = _verify_created(st, r, target, len(data), md5, not isinstance(res, BaseException),
+                                   res if isinstance(res, str) else None, changed, checksum)
+            if done is not None:
+                files[r.target] = done
         stats.add(st)
-    stats.seconds_verify += time.perf_counter() - t
 
 
 def _copy_rows(rows: list[PlanRow], source: Storage, target: Storage, checksum: bool, stats: CopyStats,
@@ -452,7 +447,7 @@ def _listed(storage: Storage, paths: list[str]) -> dict[str, tuple[int, str | No
     out: dict[str, tuple[int, str | None]] = {}
     budget = _LIST_KEYS_PER_FILE * len(paths) + _LIST_SLACK
     complete = True
-    for n, (p, size, _mtime, etag) in enumerate(storage.list_range(paths[0], paths[-1])):  # type: ignore[misc]
+    for n, (p, size, _mtime, etag) in enumerate(storage.list_range(paths[0], paths[-1])):
         if p in wanted:
             out[p] = (size, etag)
         if n >= budget:
