@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -230,28 +230,22 @@ def read_files(reader: R.Reader, keys: Sequence[str], pool: ThreadPoolExecutor |
         finally:
             os.close(dfd)
         return datas, failed
-    if reader.storage.engine is not None:
-        # An object store the I/O engine serves: the batch's reads in flight together, as many
-        # as the store's latency needs (`trinitylake.storage.object_io`), in chunks that stop
-        # at `max_bytes` like the loop below.
-        step = max(64, 4 * reader.storage.engine.in_flight.limit())
-        for s in range(0, len(keys), step):
-            for j, r in enumerate(reader.read_many(keys[s:s + step])):
-                if isinstance(r, BaseException):
-                    failed[s + j] = _failure(r)
-                    datas.append(None)
-                else:
-                    datas.append(r)
-                    total += len(r)
-            if total >= max_bytes:
-                break
-        return datas, failed
-    step = 64 if pool is not None else 1
+    engine = reader.storage.engine
+
+    def fetch(part: Sequence[str]) -> Iterable[tuple[bytes | None, tuple[int, str] | None]]:
+        if engine is not None:
+            # An object store the I/O engine serves: the chunk's reads in flight together, as
+            # many as the store's latency needs (`trinitylake.storage.object_io`).
+            return [(None, _failure(r)) if isinstance(r, BaseException) else (r, None)
+                    for r in reader.read_many(part)]
+        if pool is not None and len(part) > 1:
+            return pool.map(lambda k: _read_one(reader, k), part)
+        return (_read_one(reader, k) for k in part)
+
+    # Chunks that stop at `max_bytes`: a few times the engine's limit, or the pool's 64.
+    step = max(64, 4 * engine.in_flight.limit()) if engine is not None else 64 if pool is not None else 1
     for s in range(0, len(keys), step):
-        part = keys[s:s + step]
-        got = pool.map(lambda k: _read_one(reader, k), part) if pool is not None and len(part) > 1 else (
-            _read_one(reader, k) for k in part)
-        for j, (data, fail) in enumerate(got):
+        for j, (data, fail) in enumerate(fetch(keys[s:s + step])):
             if fail is not None:
                 failed[s + j] = fail
             datas.append(data)
