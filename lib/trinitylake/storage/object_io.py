@@ -29,7 +29,6 @@ Every request is counted by kind (`trinitylake.storage.requests`).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import concurrent.futures
 import errno
 import json
@@ -433,21 +432,6 @@ class ObjectIO:
                     return
                 yield item
 
-    def list_many(self, bases: Sequence[str]) -> list[list[Listed] | BaseException]:
-        """Whole listings of several folders at once (their pages in flight together)."""
-
-        async def one(base: str) -> list[Listed]:
-            bucket, prefix = _split(base, allow_bare=True)
-            stream = self._open_list(bucket, prefix.strip("/"), None)
-            out: list[Listed] = []
-            while True:
-                page = await self._next_page(stream, f"s3://{base}", RETRY_ATTEMPTS)
-                if page is None:
-                    return out
-                out.extend(_listed(m) for m in page)
-
-        return self.run(self._many(bases, one)) if bases else []
-
     def list_dirs(self, base: str) -> tuple[list[str], list[Listed]]:
         """Immediate children of the folder ``bucket/prefix``: (sub-folder keys, objects)."""
         import obstore
@@ -552,8 +536,3 @@ def sorted_keys_range(keys: Sequence[str]) -> tuple[str, str | None, str]:
     # Any string below `first`: listings return keys strictly after it.
     after = first[:-1] if len(first) > len(folder) + 1 else None
     return folder, after, last
-
-
-def in_sorted(keys: Sequence[str], key: str) -> bool:
-    i = bisect.bisect_left(keys, key)
-    return i < len(keys) and keys[i] == key
