@@ -27,7 +27,6 @@ same run.
 from __future__ import annotations
 
 import os
-import random
 import time
 from typing import Any
 
@@ -43,24 +42,10 @@ def _extra(p: Any) -> None:
 
 def build(uri: str, tables: int, versions: int) -> None:
     """The acceptance scripts' lakehouse (mklh.py), through the public API."""
+    from bench.generator import fill_acceptance_shape
     from trinitylake.lakehouse import Lakehouse
 
-    lh = Lakehouse.create(uri, order=16, node_max_bytes=16384, audit=False)
-    t = lh.begin()
-    for j in range(5):
-        t.create_namespace(f"ns{j}")
-    t.commit()
-    for s in range(0, tables, 500):
-        t = lh.begin()
-        for i in range(s, min(tables, s + 500)):
-            t.create_table(f"ns{i % 5}", f"t{i:06d}", metadata_location=f"s3://w/t{i}/v0.json")
-        t.commit()
-    rng = random.Random(1)
-    for v in range(versions):
-        i = rng.randrange(tables)
-        t = lh.begin()
-        t.alter_table(f"ns{i % 5}", f"t{i:06d}", metadata_location=f"s3://w/t{i}/v{v + 1}.json")
-        t.commit()
+    fill_acceptance_shape(Lakehouse.create(uri, order=16, node_max_bytes=16384, audit=False), tables, versions)
 
 
 def measure(uri: str, rounds: int, label: str) -> tuple[list[dict[str, Any]], dict[str, float | None]]:

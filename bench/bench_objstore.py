@@ -383,14 +383,20 @@ def _extra(p: Any) -> None:
                    help="keep the earlier result's rows of the cases not run now (their ratios with new rows are refused)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args("objstore", argv, _extra)
-    size = dict(SIZES[args.scale])
+def size_and_delays(args: Any, sizes: dict[str, dict[str, int]]) -> tuple[dict[str, int], list[float]]:
+    """The lakehouse size of ``--scale`` with ``--tables/--versions/--orphans`` over it (also
+    set back as ``args.orphans``), and the ``--delays`` in ms."""
+    size = dict(sizes[args.scale])
     for k in ("tables", "versions", "orphans"):
         if getattr(args, k) is not None:
             size[k] = getattr(args, k)
     args.orphans = size["orphans"]
-    delays = [float(x) for x in args.delays.split(",") if x.strip()]
+    return size, [float(x) for x in args.delays.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args("objstore", argv, _extra)
+    size, delays = size_and_delays(args, SIZES)
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     executions = [e.strip() for e in args.executions.split(",") if e.strip()]
     for j in jobs:

@@ -66,6 +66,7 @@ from bench.bench_objstore import (
     plant_orphans,
     print_table,
     same_run_ratio,
+    size_and_delays,
 )
 from bench.common import RESULTS_DIR, parse_args, scratch_dir, write_result
 
@@ -260,18 +261,13 @@ def build_lakehouse(path: Path, tables: int, versions: int, *, batch: int = 500,
     """The acceptance checks' shape (``acceptance/lib/mklh.py``) through the project's API: order
     16, 16 KiB nodes, 5 namespaces, `tables` created `batch` to a transaction, then `versions`
     single-table alters (seeded). Prints progress about every 10%."""
-    import random
-
+    from bench.generator import fill_acceptance_shape
     from trinitylake.lakehouse import Lakehouse
 
     t0 = time.perf_counter()
     subprocess.run([_tlake(), "--lakehouse", str(path), "--no-audit", "init", "--order", "16",
                     "--node-max-bytes", "16384"], check=True, capture_output=True)
     lh = Lakehouse.open(str(path), audit=False)
-    t = lh.begin()
-    for j in range(5):
-        t.create_namespace(f"ns{j}")
-    t.commit()
     steps = math.ceil(tables / batch) + versions
     done, shown = 0, 0.0
 
@@ -282,19 +278,7 @@ def build_lakehouse(path: Path, tables: int, versions: int, *, batch: int = 500,
             shown = done / steps
             log(f"  building the lakehouse: {done}/{steps} commits, {time.perf_counter() - t0:.0f} s", flush=True)
 
-    for s in range(0, tables, batch):
-        t = lh.begin()
-        for i in range(s, min(tables, s + batch)):
-            t.create_table(f"ns{i % 5}", f"t{i:06d}", metadata_location=f"s3://w/t{i}/v0.json")
-        t.commit()
-        step()
-    rng = random.Random(1)
-    for v in range(versions):
-        i = rng.randrange(tables)
-        t = lh.begin()
-        t.alter_table(f"ns{i % 5}", f"t{i:06d}", metadata_location=f"s3://w/t{i}/v{v + 1}.json")
-        t.commit()
-        step()
+    fill_acceptance_shape(lh, tables, versions, batch, step)
     return {"tables": tables, "versions": versions, "latest_version": lh.latest_version(), "batch": batch,
             "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -611,12 +595,7 @@ def cluster_projection(rows: list[dict[str, Any]], master: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args("objstore_anchor", argv, _extra)
-    size = dict(SIZES[args.scale])
-    for k in ("tables", "versions", "orphans"):
-        if getattr(args, k) is not None:
-            size[k] = getattr(args, k)
-    args.orphans = size["orphans"]
-    delays = [float(x) for x in args.delays.split(",") if x.strip()]
+    size, delays = size_and_delays(args, SIZES)
     args.executions = [e.strip() for e in args.executions.split(",") if e.strip()]
     for e in args.executions:
         if e not in ALL_EXECUTIONS:

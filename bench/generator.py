@@ -349,3 +349,31 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def fill_acceptance_shape(lh: Lakehouse, tables: int, versions: int, batch: int = 500,
+                          on_commit: Any = None) -> None:
+    """The acceptance scripts' lakehouse shape (``acceptance/lib/mklh.py``) in `lh` (order 16,
+    16 KiB nodes, made by the caller): 5 namespaces, `tables` tables created `batch` to a
+    transaction, then `versions` single-table alters drawn with seed 1. `on_commit()` after
+    each commit of the tables and alters (progress)."""
+    t = lh.begin()
+    for j in range(5):
+        t.create_namespace(f"ns{j}")
+    t.commit()
+    for s in range(0, tables, batch):
+        t = lh.begin()
+        for i in range(s, min(tables, s + batch)):
+            t.create_table(f"ns{i % 5}", f"t{i:06d}", metadata_location=f"s3://w/t{i}/v0.json")
+        t.commit()
+        if on_commit is not None:
+            on_commit()
+    rng = random.Random(1)
+    for v in range(versions):
+        i = rng.randrange(tables)
+        t = lh.begin()
+        t.alter_table(f"ns{i % 5}", f"t{i:06d}", metadata_location=f"s3://w/t{i}/v{v + 1}.json")
+        t.commit()
+        if on_commit is not None:
+            on_commit()
+
