@@ -140,7 +140,7 @@ def test_local_crash_mid_part_is_invisible_and_resumable(run, make_lakehouse, tm
     target = str(tmp_path / "t")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((root, os.environ.get("PYTHONPATH", "")))}
-    proc = subprocess.run([sys.executable, "-m", "tests.oracle.killer", "--op", "create_exclusive", "--nth", "3",
+    proc = subprocess.run([sys.executable, "-m", "tests.support.killer", "--op", "create_exclusive", "--nth", "3",
                            "--when", "after", "--root", Storage(target).root, "export", "--lakehouse", lh.uri,
                            "--execution", "local", "--name", "c1", "--target", target, "--version", str(v),
                            "--control-uri", str(tmp_path / "control")],

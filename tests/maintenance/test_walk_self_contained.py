@@ -27,7 +27,7 @@ import pytest
 
 from tests.maintenance.helpers import build_history, build_history_on_s3
 from tests.oracle import expect as E
-from tests.oracle.jobs import AHEAD_MS, TTL_MS, run_local
+from tests.support.jobs import AHEAD_MS, TTL_MS, run_local
 from tests.support.recording_proxy import RecordingProxy
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse import Lakehouse

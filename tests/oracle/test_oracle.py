@@ -93,7 +93,7 @@ def test_a_reference_rule_broken_in_the_library_walk_is_caught(tmp_path, monkeyp
     deletes definitions retained versions still use, and the oracle reports them."""
     import numpy as np
 
-    from tests.oracle.jobs import TTL_MS, run_local
+    from tests.support.jobs import TTL_MS, run_local
     from trinitylake.format.node_arrow import VALUE
     from trinitylake.maintenance import node_batch as NB
 

@@ -92,7 +92,7 @@ def render_oracle(full: dict[str, Any] | None, ci: dict[str, Any] | None) -> lis
         "`VersionExpiredError`.",
         "- **SIGKILL and re-run** (`tests/reliability/test_oracle_kills.py`): each job in its own process, killed at "
         "every crash point of expire (`TLAKE_TEST_CRASH_AT`, also the commit's `before_root`/`after_root`) and "
-        "through the storage seam (`tests/oracle/killer.py`: before a delete, with half a delete batch done, after "
+        "through the storage seam (`tests/support/killer.py`: before a delete, with half a delete batch done, after "
         "the n-th file an export created), then re-run; local files and the S3 (moto) server. The same file runs "
         "expire and orphans on S3 under transient faults (503 SlowDown, resets, timeouts, EIO; 30% after the "
         "operation took effect). No test is gated by an environment variable: all of them run in `make test`.",

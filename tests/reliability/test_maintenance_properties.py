@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.oracle import Oracle
-from tests.oracle.jobs import TTL_MS, run_local
+from tests.support.jobs import TTL_MS, run_local
 from trinitylake.errors import TransactionConflictError, VersionExpiredError
 from trinitylake.format.paths import hashed_path
 from trinitylake.lakehouse import Lakehouse

@@ -19,7 +19,7 @@ import pytest
 
 from tests.maintenance.helpers import build_history, write_minimal_export
 from tests.oracle import Oracle
-from tests.oracle.jobs import AHEAD_MS, TTL_MS, pause_at, run_local
+from tests.support.jobs import AHEAD_MS, TTL_MS, pause_at, run_local
 from trinitylake.errors import UnsafeOperationError, VersionExpiredError
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.expire import job as expire_mod

@@ -1,5 +1,5 @@
 """Expire, orphans and export SIGKILLed at every crash point (and mid-delete / mid-copy through
-the storage seam, `tests.oracle.killer`), then re-run; the oracle checks after the kill and
+the storage seam, `tests.support.killer`), then re-run; the oracle checks after the kill and
 after the re-run. Local files, and the S3 (moto) server for expire and orphans, also under
 injected transient storage faults (503 SlowDown, resets, timeouts; some after the operation
 took effect).
@@ -19,8 +19,8 @@ import pytest
 
 from tests.maintenance.helpers import build_history, build_history_on_s3
 from tests.oracle import Oracle
-from tests.oracle.jobs import AHEAD_MS, TTL_MS, run_local
 from tests.support.faults import FaultSpec, install, uninstall
+from tests.support.jobs import AHEAD_MS, TTL_MS, run_local
 from trinitylake.format.paths import hashed_path, root_name
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.storage import Storage
@@ -76,7 +76,7 @@ def _kill(job: str, args: list[str], *, crash_at: str | None = None, killer: lis
     e = {**os.environ, "PYTHONPATH": os.pathsep.join((ROOT, os.environ.get("PYTHONPATH", ""))), **(env or {})}
     if crash_at:
         e["TLAKE_TEST_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "tests.oracle.killer", *(killer or ["--op", "none", "--nth", "0"]), job, *args]
+    cmd = [sys.executable, "-m", "tests.support.killer", *(killer or ["--op", "none", "--nth", "0"]), job, *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, f"{job} was not killed (rc {proc.returncode}): {proc.stderr[-3000:]}"
 

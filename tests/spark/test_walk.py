@@ -211,7 +211,7 @@ def test_a_distributed_walk_on_s3_sizes_every_definition_from_listings(spark, s3
     own files (absolute keys) from listings of their folders: the walk, sizes included, is the
     oracle's, and no HEAD (captured by a proxy in front of the server) names a file it sized."""
     from tests.maintenance.helpers import build_history_on_s3
-    from tests.oracle.jobs import run_local
+    from tests.support.jobs import run_local
     from tests.support.recording_proxy import RecordingProxy
     from trinitylake.lakehouse import Lakehouse
 

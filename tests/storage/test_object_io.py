@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.oracle.jobs import run_local
+from tests.support.jobs import run_local
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.object_io import MAX_IN_FLIGHT, InFlight

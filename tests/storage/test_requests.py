@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.oracle.jobs import run_local
 from tests.spark.conftest import reach
+from tests.support.jobs import run_local
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.storage import Storage, requests
 
