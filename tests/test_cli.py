@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -222,3 +223,24 @@ def test_as_of_naive_iso_is_utc(populated):
     t = rows[2]["created_at"]  # "...+00:00"
     naive = t.split("+")[0]
     assert _json(tl("namespace", "list", "--as-of", naive, "--json"))["version"] == 2
+
+
+def test_ambiguous_dotted_table_name_is_refused_and_changes_nothing(populated, lh_path):
+    """`sales.my.orders` reads as table `my.orders` to us and as table `orders` of namespace
+    `sales.my` to PyIceberg and Spark: the CLI refuses it in one line instead of guessing."""
+    tl = populated
+    before = _roots(lh_path)
+    for verb in (("table", "create", "sales.my.orders"), ("table", "describe", "sales.my.orders"),
+                 ("table", "drop", "sales.my.orders")):
+        r = _fails(tl(*verb), "ValidationError", "ambiguous", "tuple")
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert _roots(lh_path) == before
+    assert _json(tl("table", "list", "sales", "--json"))["tables"] == [f"t{i}" for i in range(1, 6)]
+
+
+def test_walk_labels_only_file_counters_as_files(populated):
+    out = _ok(populated("walk", "--execution", "local")).stdout
+    assert re.search(r"files: reachable\s+\d", out), out
+    for not_files in ("exports", "pinned_versions", "self_contained_exports", "table_pointers_none", "node_reads"):
+        assert re.search(rf"^\s*{not_files}\s+\d", out, re.M), (not_files, out)
+        assert f"files: {not_files}" not in out, out

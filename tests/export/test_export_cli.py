@@ -49,7 +49,8 @@ def test_cli_export_list_read_drop(spark, make_lakehouse, tmp_path):
     assert not (tmp_path / "other").exists()
 
     code, out = _tlake(lh, "export", "drop", "m1")
-    assert code == 0 and "dropped export m1" in out
+    assert code == 0 and f"dropped export m1 of version {v}, pin on version {v} released" in out, out
+    assert f"(recorded in lakehouse version {lh.latest_version()})" in out, out
     assert "m1" not in lh.definition().exported_snapshot_pins
     code, out = _tlake(lh, "export", "drop", "m1")
     assert code == 1 and "SnapshotNotFoundError" in out

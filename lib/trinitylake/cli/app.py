@@ -61,9 +61,16 @@ def _view(ctx: Ctx, version: int | None, as_of: str | None, snapshot: str | None
 
 
 def split_name(full: str) -> tuple[str, str]:
+    """``NAMESPACE.NAME`` of a command line. The format allows dots inside both parts, so a
+    second dot makes the name ambiguous (PyIceberg and Spark read ``a.b.c`` as the table ``c`` of
+    the nested namespace ``a.b``): it is refused, never guessed."""
     ns, sep, name = full.partition(".")
     if not sep or not ns or not name:
         raise ValidationError(f"expected NAMESPACE.NAME, got {full!r}")
+    if "." in name:
+        raise ValidationError(
+            f"{full!r} is ambiguous (more than one dot: namespace {ns!r} or {full.rsplit('.', 1)[0]!r}?); "
+            f"name such a table from Python as a tuple, e.g. catalog.create_table(({ns!r}, {name!r}), schema)")
     return ns, name
 
 

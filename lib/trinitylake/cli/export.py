@@ -187,12 +187,18 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def export_drop(ctx: Ctx, name: str) -> None:
         """Forget an export: remove its record and its pin (the exported files are kept)."""
-        from trinitylake.jobs.export.target import drop_export
+        from trinitylake.jobs.export.target import drop_export, list_exports
 
         lh = ctx.lakehouse()
-        loc = lh.definition().exported_snapshots.get(name)
+        d = lh.definition()
+        loc = d.exported_snapshots.get(name)
+        row = next((r for r in list_exports(d) if r["name"] == name), None)
         txn = lh.begin()
         txn.mutate_definition(drop_export(name), f"drop export {name}")
         v = txn.commit(command="export drop", arguments={"name": name})
+        # The reader asks "which export went": its own version first; the lakehouse version that
+        # records the drop comes after, named as such.
+        of = f" of version {row['version']}" if row is not None and row.get("version") is not None else ""
+        pin = f", pin on version {row['pinned_version']} released" if row is not None and row.get("pinned_version") is not None else ""
         where = f"; its files stay at {loc.rsplit('/', 1)[0]}" if loc else ""
-        click.echo(f"dropped export {name} (version {v}){where}")
+        click.echo(f"dropped export {name}{of}{pin} (recorded in lakehouse version {v}){where}")

@@ -210,6 +210,12 @@ def outcome_lines(result: JobResult) -> list[str]:
     return lines
 
 
+# Counters of things other than files (versions, nodes, exports, tables, listing prefixes,
+# batches) show under their own name; every other counter counts files: "files: <name>".
+_NOT_FILE_COUNTS = ("versions", "node_", "unique_", "delete_", "exports", "pinned_versions", "self_contained_exports",
+                    "table_pointers_", "list_prefixes", "batches")
+
+
 def render_result(result: JobResult, console: Console | None = None) -> None:
     """A job result as a "measure / value" table of counts, bytes, seconds and requests, then
     the paths (lakehouse, plan, output) as whole lines: a table cell folds a long path
@@ -228,7 +234,7 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
     if result.txn_seq is not None:
         t.add_row("txn_seq", str(result.txn_seq))
     for k in sorted(result.counts):
-        t.add_row(f"files: {k}" if not k.startswith(("versions", "node_", "unique_", "delete_")) else k,
+        t.add_row(f"files: {k}" if not k.startswith(_NOT_FILE_COUNTS) else k,
                   f"{result.counts[k]:,}")
     for k in sorted(result.bytes):
         t.add_row(f"bytes: {k}", _human_bytes(result.bytes[k]))

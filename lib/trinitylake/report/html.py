@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from trinitylake.options import JOB_OPTIONS
 from trinitylake.report.data import IcebergTable, JobRun, Reach, ReportData, VersionPoint
 from trinitylake.report.lanes import job_label, job_title
 from trinitylake.report.svg import (
@@ -195,12 +196,32 @@ def _arg_text(v: object) -> str:
     return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str, ensure_ascii=False)
 
 
+_MS_UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
+
+
+def _ms_text(ms: int) -> str:
+    """A duration option's stored milliseconds in the largest unit that keeps it exact, as the
+    command line takes it (``1000`` -> ``1s``, ``604800000`` -> ``7d``)."""
+    for size, unit in _MS_UNITS:
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def _shown_value(job: str, key: str, v: object) -> str:
+    opt = (JOB_OPTIONS.get(job) or {}).get(key)
+    if opt is not None and opt.kind == "duration" and isinstance(v, int) and not isinstance(v, bool):
+        return _ms_text(v)
+    return _arg_text(v)
+
+
 def _args(j: JobRun) -> str:
-    """The run's non-default arguments as ``key=value`` (every argument in the tooltip)."""
+    """The run's non-default arguments as ``key=value`` (every argument in the tooltip);
+    durations with their unit (they are stored in milliseconds)."""
     shown = j.shown_arguments()
     if not shown:
         return ""
-    text = " ".join(f"{k}={_arg_text(v)}" for k, v in shown.items())
+    text = " ".join(f"{k}={_shown_value(j.name, k, v)}" for k, v in shown.items())
     every = json.dumps(j.arguments, sort_keys=True, default=str, ensure_ascii=False)
     return f'<div class="args mono" title="{esc(every[:2000])}">{esc(text)}</div>'
 

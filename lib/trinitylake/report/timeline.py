@@ -81,7 +81,11 @@ def timeline_svg(d: ReportData) -> tuple[str, list[tuple[str, str]]]:
     v_hi = max(p.version for p in d.versions)
     y_ticks = nice_ticks(v_lo, v_hi, 6, integer=True)
     y_range = (min(v_lo, y_ticks[0]) - 0.5, max(v_hi, y_ticks[-1]) + 0.9)
-    plot = Plot((min(xs), hi), y_range, height=360, margin=TIMELINE_MARGIN)
+    # The job lanes under the chart share its x scale, so their row labels ("export drop", ...)
+    # sit in its left margin: wide enough for the longest (12px text, ~7px a character).
+    longest = max((len(j.name) for j in d.jobs if j.time is not None), default=0)
+    top, right, bottom, left = TIMELINE_MARGIN
+    plot = Plot((min(xs), hi), y_range, height=360, margin=(top, right, bottom, max(left, 7 * longest + 16)))
     scale = TimeScale(xs, plot.left, plot.right)
     plot.xscale = scale
     tks, caption = scale.ticks()
