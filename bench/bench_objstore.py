@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, parse_args, scratch_dir, write_result
+from bench.common import RESULTS_DIR, MixedRunsError, parse_args, scratch_dir, write_result
 
 SIZES = {
     "small": {"tables": 2000, "versions": 50, "orphans": 10_000},
@@ -55,10 +55,6 @@ MASTER = "local-cluster[4,1,1024]"
 BUCKET = "bench"
 LH_KEY = "lh"
 OLD = time.time() - 30 * 86_400
-
-
-class MixedRunsError(ValueError):
-    """Two timings of different bench runs were about to be compared."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +86,12 @@ def _timing(row: dict[str, Any]) -> Timing | None:
     return Timing(row["run_id"], f"{row['delay_ms']:g} ms {row['job']} {row['execution']}", float(row["wall_s"]))
 
 
-def placement_ratios(rows: list[dict[str, Any]]) -> tuple[dict[str, float | None], list[str]]:
+def placement_ratios(
+    rows: list[dict[str, Any]], runs: dict[str, str] | None = None
+) -> tuple[dict[str, float | None], list[str]]:
     """The headline ratios of job rows, per delay and job: local / distributed and auto / the
     faster of the two. Pairs whose sides come from different runs are refused (listed in the
-    second value), never printed."""
+    second value), never printed; `runs`, when given, gets the run of each ratio."""
     by = {(r["delay_ms"], r["job"], r["execution"]): r for r in rows if "job" in r}
     ratios: dict[str, float | None] = {}
     refused: list[str] = []
@@ -103,12 +101,16 @@ def placement_ratios(rows: list[dict[str, Any]]) -> tuple[dict[str, float | None
         head = f"{delay:g} ms, {job}"
         try:
             if tl and td:
-                ratios[f"{head}: wall time local / distributed (>1: executors faster)"] = round(same_run_ratio(tl, td), 3)
+                label = f"{head}: wall time local / distributed (>1: executors faster)"
+                ratios[label] = round(same_run_ratio(tl, td), 3)
+                if runs is not None:
+                    runs[label] = tl.run_id
                 if ta:
                     best = faster(tl, td)
-                    ratios[f"{head}: wall time auto / faster placement ({best.label.split()[-1]})"] = round(
-                        same_run_ratio(ta, best), 3
-                    )
+                    label = f"{head}: wall time auto / faster placement ({best.label.split()[-1]})"
+                    ratios[label] = round(same_run_ratio(ta, best), 3)
+                    if runs is not None:
+                        runs[label] = ta.run_id
         except MixedRunsError as e:
             refused.append(f"{head}: {e}")
     return ratios, refused
@@ -158,16 +160,23 @@ def _check_listing(store: Any, source: Path) -> None:
     an empty delimiter made recursive listings stop at the first level)."""
     import boto3
 
-    client = boto3.client("s3", endpoint_url=store.direct_url, aws_access_key_id=store.key,
-                          aws_secret_access_key=store.secret, region_name=store.region)
+    client = boto3.client(
+        "s3",
+        endpoint_url=store.direct_url,
+        aws_access_key_id=store.key,
+        aws_secret_access_key=store.secret,
+        region_name=store.region,
+    )
     want = sorted(f"{LH_KEY}/{p.relative_to(source).as_posix()}" for p in source.rglob("*") if p.is_file())
     for prefix in (f"{LH_KEY}/", f"{LH_KEY}/{want[-1].split('/')[1]}/"):
         got = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix, Delimiter=""):
             got += [o["Key"] for o in page.get("Contents", [])]
         if sorted(got) != [k for k in want if k.startswith(prefix)]:
-            raise RuntimeError(f"s3s-fs lists {len(got)} keys under {prefix}, the folder holds "
-                               f"{sum(k.startswith(prefix) for k in want)}: is it built with bench.objstore.PATCHES?")
+            raise RuntimeError(
+                f"s3s-fs lists {len(got)} keys under {prefix}, the folder holds "
+                f"{sum(k.startswith(prefix) for k in want)}: is it built with bench.objstore.PATCHES?"
+            )
 
 
 def _count_files(d: Path) -> tuple[int, int]:
@@ -183,8 +192,13 @@ def _job_env(store: Any) -> dict[str, str]:
     import pyspark
 
     py = sys.executable
-    env = {**os.environ, **store.env, "SPARK_HOME": os.path.dirname(pyspark.__file__),
-           "PYSPARK_PYTHON": py, "PYSPARK_DRIVER_PYTHON": py}
+    env = {
+        **os.environ,
+        **store.env,
+        "SPARK_HOME": os.path.dirname(pyspark.__file__),
+        "PYSPARK_PYTHON": py,
+        "PYSPARK_DRIVER_PYTHON": py,
+    }
     for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "SPARK_REMOTE"):
         env.pop(k, None)
     return env
@@ -196,8 +210,9 @@ def _tlake() -> str:
 
 
 # ---- one job run -----------------------------------------------------------------------------------
-def _run_job(store: Any, run_id: str, delay: float, job: str, execution: str, args: Any, source: Path,
-             work: Path) -> dict[str, Any]:
+def _run_job(
+    store: Any, run_id: str, delay: float, job: str, execution: str, args: Any, source: Path, work: Path
+) -> dict[str, Any]:
     lh_dir = _restore_lakehouse(store, source)
     planted = _plant_orphans(lh_dir, args.orphans) if job == "orphans" else 0
     target_bucket = f"x{int(delay)}-{execution}"
@@ -239,7 +254,7 @@ def _run_job(store: Any, run_id: str, delay: float, job: str, execution: str, ar
     error = None
     if not ok:
         lines = [ln for ln in (err.strip().splitlines() or [""]) if ln.strip() and not ln.startswith(" ")]
-        error = (result.get("error") or (lines[-1] if lines else f"exit {rc}"))
+        error = result.get("error") or (lines[-1] if lines else f"exit {rc}")
         if rc == 0 and expect is not None and files != expect:
             error = f"{job} handled {files} files, expected {expect}"
     if job == "export":
@@ -253,10 +268,15 @@ def _run_job(store: Any, run_id: str, delay: float, job: str, execution: str, ar
         "execution": execution,
         "ok": ok,
         "wall_s": round(wall, 3),
-        "phases": " ".join(f"{k} {v:.3g}" for k, v in (result.get("seconds") or {}).items()
-                           if isinstance(v, int | float) and k != "total"),
+        "phases": " ".join(
+            f"{k} {v:.3g}"
+            for k, v in (result.get("seconds") or {}).items()
+            if isinstance(v, int | float) and k != "total"
+        ),
         "spark_start_s": (details.get("spark") or {}).get("session_seconds"),
-        "placed": ",".join(f"{k.split('.')[-1]}:{(v or {}).get('where', '?')[0]}" for k, v in execution_details.items()),
+        "placed": ",".join(
+            f"{k.split('.')[-1]}:{(v or {}).get('where', '?')[0]}" for k, v in execution_details.items()
+        ),
         "files": files,
         "requests": stats["requests"],
         "get": kinds.get("GET", 0),
@@ -271,9 +291,16 @@ def _run_job(store: Any, run_id: str, delay: float, job: str, execution: str, ar
         "load_1m": round(load, 2),
         "error": error,
     }
-    detail = {"row": row, "cmd": cmd, "phases": result.get("seconds"), "execution": execution_details,
-              "spark": details.get("spark"), "requests_reported_by_job": result.get("requests"),
-              "proxy": stats, "counts": counts}
+    detail = {
+        "row": row,
+        "cmd": cmd,
+        "phases": result.get("seconds"),
+        "execution": execution_details,
+        "spark": details.get("spark"),
+        "requests_reported_by_job": result.get("requests"),
+        "proxy": stats,
+        "counts": counts,
+    }
     return {"row": row, "detail": detail}
 
 
@@ -308,8 +335,13 @@ print(json.dumps(out))
 
 def _client_run(url: str, store: Any, n: int, threads: int) -> dict[str, Any]:
     env = {**os.environ, **store.env}
-    out = subprocess.run([sys.executable, "-c", _CLIENT, url, BUCKET, f"{LH_KEY}/", str(n), str(threads)],
-                         env=env, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-c", _CLIENT, url, BUCKET, f"{LH_KEY}/", str(n), str(threads)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if out.returncode:
         raise RuntimeError(f"request client failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout)
@@ -318,8 +350,12 @@ def _client_run(url: str, store: Any, n: int, threads: int) -> dict[str, Any]:
 def server_rows(store: Any, run_id: str, n: int, delays: list[float]) -> list[dict[str, Any]]:
     """Requests straight to s3s-fs and through the proxy, one client process."""
     rows = []
-    cases = [("s3s-fs direct", store.direct_url, 0.0, 1), ("proxy", store.endpoint_url, 0.0, 1),
-             ("s3s-fs direct", store.direct_url, 0.0, 16), ("proxy", store.endpoint_url, 0.0, 16)]
+    cases = [
+        ("s3s-fs direct", store.direct_url, 0.0, 1),
+        ("proxy", store.endpoint_url, 0.0, 1),
+        ("s3s-fs direct", store.direct_url, 0.0, 16),
+        ("proxy", store.endpoint_url, 0.0, 16),
+    ]
     cases += [("proxy", store.endpoint_url, d, 1) for d in delays]
     for target, url, delay, threads in cases:
         store.proxy.delay_ms = delay
@@ -329,27 +365,57 @@ def server_rows(store: Any, run_id: str, n: int, delays: list[float]) -> list[di
         stats = snap.get("kinds") or {}
         for op, r in res.items():
             k = stats.get(op) or {}
-            rows.append({
-                "run_id": run_id,
-                "target": target,
-                "delay_ms": delay,
-                "threads": threads,
-                "op": op,
-                "requests": r["requests"],
-                "ms_per_request": round(1000 * r["seconds"] / r["requests"], 3) if threads == 1 else None,
-                "requests_per_s": round(r["requests"] / r["seconds"], 1),
-                "server_ms": round(1000 * k["server_s"] / k["timed"], 3) if k.get("timed") else None,
-                "proxy_lag_ms": round(snap["loop_lag_ms"], 2) if snap.get("loop_lag_ms") is not None else None,
-            })
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "target": target,
+                    "delay_ms": delay,
+                    "threads": threads,
+                    "op": op,
+                    "requests": r["requests"],
+                    "ms_per_request": round(1000 * r["seconds"] / r["requests"], 3) if threads == 1 else None,
+                    "requests_per_s": round(r["requests"] / r["seconds"], 1),
+                    "server_ms": round(1000 * k["server_s"] / k["timed"], 3) if k.get("timed") else None,
+                    "proxy_lag_ms": round(snap["loop_lag_ms"], 2) if snap.get("loop_lag_ms") is not None else None,
+                }
+            )
     return rows
 
 
 # ---- output ----------------------------------------------------------------------------------------
-JOB_COLUMNS = ["delay_ms", "job", "execution", "ok", "wall_s", "spark_start_s", "phases", "placed", "files",
-               "requests", "get", "put", "list", "head", "delete", "errors", "server_ms_per_req", "server_s",
-               "proxy_lag_ms", "load_1m"]
-SERVER_COLUMNS = ["target", "delay_ms", "threads", "op", "requests", "ms_per_request", "requests_per_s", "server_ms",
-                  "proxy_lag_ms"]
+JOB_COLUMNS = [
+    "delay_ms",
+    "job",
+    "execution",
+    "ok",
+    "wall_s",
+    "spark_start_s",
+    "phases",
+    "placed",
+    "files",
+    "requests",
+    "get",
+    "put",
+    "list",
+    "head",
+    "delete",
+    "errors",
+    "server_ms_per_req",
+    "server_s",
+    "proxy_lag_ms",
+    "load_1m",
+]
+SERVER_COLUMNS = [
+    "target",
+    "delay_ms",
+    "threads",
+    "op",
+    "requests",
+    "ms_per_request",
+    "requests_per_s",
+    "server_ms",
+    "proxy_lag_ms",
+]
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -379,8 +445,11 @@ def _extra(p: Any) -> None:
     p.add_argument("--master", default=MASTER)
     p.add_argument("--requests", type=int, default=400, help="requests of each kind in the server measurement")
     p.add_argument("--timeout", type=float, default=3600, help="seconds allowed to one tlake run")
-    p.add_argument("--merge", action="store_true",
-                   help="keep the earlier result's rows of the cases not run now (their ratios with new rows are refused)")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the earlier result's rows of the cases not run now (their ratios with new rows are refused)",
+    )
 
 
 def size_and_delays(args: Any, sizes: dict[str, dict[str, int]]) -> tuple[dict[str, int], list[float]]:
@@ -412,14 +481,18 @@ def main(argv: list[str] | None = None) -> int:
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     binary = ensure_s3s()
     t_all = time.perf_counter()
-    print(f"run {run_id}: {size['tables']} tables, {size['versions']} versions, {size['orphans']} orphans; "
-          f"delays {delays} ms; s3s-fs {binary}", flush=True)
+    print(
+        f"run {run_id}: {size['tables']} tables, {size['versions']} versions, {size['orphans']} orphans; "
+        f"delays {delays} ms; s3s-fs {binary}",
+        flush=True,
+    )
     job_rows: list[dict[str, Any]] = []
     details: list[dict[str, Any]] = []
     with scratch_dir("objstore", keep=args.keep) as d:
         source = d / "lh-src"
-        gen = generate(str(source), tables=size["tables"], versions=size["versions"], order=16,
-                       node_max_bytes=16 * 1024, seed=7)
+        gen = generate(
+            str(source), tables=size["tables"], versions=size["versions"], order=16, node_max_bytes=16 * 1024, seed=7
+        )
         files, nbytes = _count_files(source)
         print(f"lakehouse: {files} files, {nbytes / 1e6:.1f} MB, built in {gen['seconds']:.1f} s", flush=True)
         work = d / "runs"
@@ -436,15 +509,19 @@ def main(argv: list[str] | None = None) -> int:
                         job_rows.append(r["row"])
                         details.append(r["detail"])
                         x = r["row"]
-                        print(f"{delay:g} ms {job} {execution}: {x['wall_s']:.1f} s, {x['requests']} requests"
-                              + ("" if x["ok"] else f"  FAILED: {x['error']}"), flush=True)
+                        print(
+                            f"{delay:g} ms {job} {execution}: {x['wall_s']:.1f} s, {x['requests']} requests"
+                            + ("" if x["ok"] else f"  FAILED: {x['error']}"),
+                            flush=True,
+                        )
         if args.keep:
             print(f"kept {d}")
 
     suffix = "" if args.scale == "small" else f"_{args.scale}"
     if args.merge:
         job_rows = _merged(job_rows, RESULTS_DIR / f"objstore{suffix}.json")
-    ratios, refused = placement_ratios(job_rows)
+    ratio_runs: dict[str, str] = {}
+    ratios, refused = placement_ratios(job_rows, ratio_runs)
     server_ratios = _server_ratios(srv_rows)
     print()
     print_table(job_rows, ["run_id", *JOB_COLUMNS] if args.merge else JOB_COLUMNS)
@@ -453,9 +530,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k}: {v}")
     for r in refused:
         print(f"REFUSED {r}")
-    params = {**size, "files": files, "bytes": nbytes, "delays_ms": delays, "master": args.master,
-              "run_id": run_id, "s3s_fs": str(binary), "generator": {k: gen[k] for k in ("tables", "versions", "nodes",
-                                                                                        "tree_height")}}
+    params = {
+        **size,
+        "files": files,
+        "bytes": nbytes,
+        "delays_ms": delays,
+        "master": args.master,
+        "run_id": run_id,
+        "s3s_fs": str(binary),
+        "generator": {k: gen[k] for k in ("tables", "versions", "nodes", "tree_height")},
+    }
     notes = [
         "wall_s: the whole tlake process, Spark's start included (spark_start_s of it when a phase ran on Spark). "
         "phases: the job's own seconds by phase (some overlap: the orphans listing runs beside the walk). "
@@ -469,15 +553,35 @@ def main(argv: list[str] | None = None) -> int:
         "machine slows Spark's start above all.",
         *[f"refused: {r}" for r in refused],
     ]
-    write_result("objstore", "Object store with latency: walk, export, orphans by placement", job_rows, ratios,
-                 scale=args.scale, description=__doc__.split("\n\n")[1], params=params, columns=JOB_COLUMNS,
-                 notes=notes, seconds=time.perf_counter() - t_all)
-    write_result("objstore_server", "Object store with latency: the server's own share", srv_rows, server_ratios,
-                 scale=args.scale, module="objstore", description=__doc__.split("\n\n")[2], params={"run_id": run_id},
-                 columns=SERVER_COLUMNS,
-                 notes=["ms_per_request: one client thread, boto3 (its own CPU included). server_ms: measured by "
-                        "the proxy (request forwarded -> answer received), so the proxy rows say what the server "
-                        "itself costs. s3s-fs answers a LIST page by walking the whole bucket folder."])
+    write_result(
+        "objstore",
+        "Object store with latency: walk, export, orphans by placement",
+        job_rows,
+        ratios,
+        scale=args.scale,
+        description=__doc__.split("\n\n")[1],
+        params=params,
+        columns=JOB_COLUMNS,
+        notes=notes,
+        seconds=time.perf_counter() - t_all,
+        ratio_runs=ratio_runs,
+    )
+    write_result(
+        "objstore_server",
+        "Object store with latency: the server's own share",
+        srv_rows,
+        server_ratios,
+        scale=args.scale,
+        module="objstore",
+        description=__doc__.split("\n\n")[2],
+        params={"run_id": run_id},
+        columns=SERVER_COLUMNS,
+        notes=[
+            "ms_per_request: one client thread, boto3 (its own CPU included). server_ms: measured by "
+            "the proxy (request forwarded -> answer received), so the proxy rows say what the server "
+            "itself costs. s3s-fs answers a LIST page by walking the whole bucket folder."
+        ],
+    )
     detail_path = RESULTS_DIR / f"objstore{suffix}_runs.json"
     detail_path.write_text(json.dumps({"run_id": run_id, "runs": details}, indent=1, default=str) + "\n")
     return 0 if all(r["ok"] for r in job_rows if r["run_id"] == run_id) else 1
@@ -486,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
 def _server_ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """Per op, one thread: ms a request through the proxy at 0 ms / straight to s3s-fs, and the
     server's share of a request through the proxy at each delay."""
+
     def t(row: dict[str, Any]) -> Timing:
         return Timing(row["run_id"], f"{row['target']} {row['delay_ms']:g} ms {row['op']}", row["ms_per_request"])
 
@@ -496,12 +601,14 @@ def _server_ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         zero = next((r for r in seq if r["target"] == "proxy" and r["delay_ms"] == 0 and r["op"] == op), None)
         if direct and zero:
             out[f"{op}, one thread: ms a request via the proxy at 0 ms / straight to s3s-fs"] = round(
-                same_run_ratio(t(zero), t(direct)), 3)
+                same_run_ratio(t(zero), t(direct)), 3
+            )
         for r in seq:
             if r["target"] == "proxy" and r["delay_ms"] > 0 and r["op"] == op and r["server_ms"] is not None:
                 server = Timing(r["run_id"], f"server {op}", r["server_ms"])
                 out[f"{op} at {r['delay_ms']:g} ms, one thread: server's time / the client's whole request"] = round(
-                    same_run_ratio(server, t(r)), 3)
+                    same_run_ratio(server, t(r)), 3
+                )
     return out
 
 
@@ -512,7 +619,9 @@ def _merged(new_rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
     except (OSError, json.JSONDecodeError):
         return new_rows
     have = {(r["delay_ms"], r["job"], r["execution"]) for r in new_rows}
-    return [r for r in old if (r.get("delay_ms"), r.get("job"), r.get("execution")) not in have] + new_rows
+    # A kept row keeps its own run; its commit is unknown when it was written before rows had one.
+    kept = [{"commit": None, **r} for r in old if (r.get("delay_ms"), r.get("job"), r.get("execution")) not in have]
+    return kept + new_rows
 
 
 if __name__ == "__main__":

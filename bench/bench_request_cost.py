@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(runs) != 1:
         raise SystemExit(f"{args.source} holds rows of {len(runs)} runs; derive from one run only")
     params = doc.get("params") or {}
+    source_run = next(iter(runs))
+    # The rows are figures of the source run, not of this derivation: they carry its run and commit.
+    source_commit = next((r["commit"] for r in rows if r.get("commit")), (doc.get("machine") or {}).get("git"))
     out: list[dict[str, Any]] = []
     ratios: dict[str, float | None] = {}
     # Requests do not depend on the placement or the delay: one row per job (local, 100 ms).
@@ -69,29 +72,56 @@ def main(argv: list[str] | None = None) -> int:
         r = max(picked, key=lambda x: x["delay_ms"])
         # Files the job handled: the lakehouse's (walk), the copied ones (export), the
         # lakehouse's and the planted orphans (orphans lists them all).
-        files = {"walk": int(params.get("files") or 0), "export": int(r.get("files") or 0),
-                 "orphans": int(params.get("files") or 0) + int(params.get("orphans") or 0)}[job] or 1
+        files = {
+            "walk": int(params.get("files") or 0),
+            "export": int(r.get("files") or 0),
+            "orphans": int(params.get("files") or 0) + int(params.get("orphans") or 0),
+        }[job] or 1
         model = model_requests(job, r, params)
         per_file = r["requests"] / files
         cost = run_cost(r)
-        out.append({"job": job, "files": files, "requests": r["requests"], "get": r["get"], "put": r["put"],
-                    "list": r["list"], "head": r["head"], "delete": r["delete"],
-                    "requests_per_file": round(per_file, 3),
-                    "model_requests": model, "vs_model": round(r["requests"] / model, 3) if model else None,
-                    "usd_per_run": round(cost, 5),
-                    "usd_at_1M_files": round(cost / files * 1_000_000, 2),
-                    "usd_at_10M_files": round(cost / files * 10_000_000, 2)})
+        out.append(
+            {
+                "job": job,
+                "files": files,
+                "requests": r["requests"],
+                "get": r["get"],
+                "put": r["put"],
+                "list": r["list"],
+                "head": r["head"],
+                "delete": r["delete"],
+                "requests_per_file": round(per_file, 3),
+                "model_requests": model,
+                "vs_model": round(r["requests"] / model, 3) if model else None,
+                "usd_per_run": round(cost, 5),
+                "usd_at_1M_files": round(cost / files * 1_000_000, 2),
+                "usd_at_10M_files": round(cost / files * 10_000_000, 2),
+                "run_id": source_run,
+                "commit": source_commit,
+            }
+        )
         if model:
             ratios[f"{job}: requests / model"] = round(r["requests"] / model, 3)
     write_result(
-        "request_cost", "Object store: requests per file against the model, and the cost of a run", out, ratios,
-        scale=args.scale, module="request_cost",
+        "request_cost",
+        "Object store: requests per file against the model, and the cost of a run",
+        out,
+        ratios,
+        scale=args.scale,
+        module="request_cost",
         description=(__doc__ or "").strip(),
-        params={"source": "bench/results/objstore.json", "run_id": runs.pop(), "tables": params.get("tables"),
-                "versions": params.get("versions"), "orphans": params.get("orphans")},
-        notes=["Counts come from the latency proxy of the source run (driver and executors together); the "
-               "per-file rates scale to 1M and 10M files linearly, which holds for the per-file requests "
-               "(GET/PUT per file) and overstates LIST and bookkeeping, which grow slower."],
+        params={
+            "source": "bench/results/objstore.json",
+            "run_id": source_run,
+            "tables": params.get("tables"),
+            "versions": params.get("versions"),
+            "orphans": params.get("orphans"),
+        },
+        notes=[
+            "Counts come from the latency proxy of the source run (driver and executors together); the "
+            "per-file rates scale to 1M and 10M files linearly, which holds for the per-file requests "
+            "(GET/PUT per file) and overstates LIST and bookkeeping, which grow slower."
+        ],
     )
     for r in out:
         print(r)

@@ -41,7 +41,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, RESULTS_DIR, TMP_DIR, machine_info, parse_args, ratio, write_result
+from bench.common import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    RUN_ID,
+    TMP_DIR,
+    commit,
+    one_run,
+    parse_args,
+    ratio,
+    run_of,
+    write_result,
+)
 
 PEERS = Path(os.environ.get("TLAKE_PEERS_DIR", "/work/shared/acceptance/lib"))
 PY = sys.executable
@@ -481,37 +492,56 @@ def measure_size(args: Any, cache: Path, tables: int, versions: int, env: dict[s
         r.setdefault("planted", None)
         r["generator_s"] = gen.get("seconds")
         r["date"] = date
-        r["run"] = RUN_ID  # ratios pair rows of one run only (`same_run`)
-        r["git"] = GIT
+        # The rows of sizes not re-measured stay in the file: a ratio, a crossover or a fit pairs
+        # rows of one run of one clean commit only (`same_run`, `analysis_run`).
+        r["run_id"] = RUN_ID
+        r["commit"] = commit()
     return rows
 
 
-# The run that measures now: rows keep it, so that a ratio is printed only when both its sides
-# come from one run of one clean commit (rows of sizes not re-measured are kept in the file).
-RUN_ID = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
-GIT = (machine_info().get("git") or "unknown")
-
-
-def run_of(r: dict[str, Any]) -> str:
-    """The run a row comes from (rows written before runs were recorded: their size's date)."""
-    return str(r.get("run") or f"date {r.get('date')}")
-
-
 def same_run(a: dict[str, Any] | None, b: dict[str, Any] | None, refused: list[str], label: str) -> bool:
-    """Whether a ratio of rows `a` and `b` may be printed: both measured, in one run, on a
-    clean tree. Otherwise the reason is added to `refused` (printed instead of the ratio)."""
+    """Whether a ratio of rows `a` and `b` may be printed: both measured, in one run (rows
+    without a run id pair with nothing), on a clean tree. Otherwise the reason is added to
+    `refused` (printed instead of the ratio)."""
     if a is None or b is None:
         return False
-    if run_of(a) != run_of(b):
-        refused.append(f"{label}: not printed, its sides come from different runs ({a['tool']}: {run_of(a)}; "
-                       f"{b['tool']}: {run_of(b)}); re-measure both with `python -m bench.bench_scale --sizes "
-                       f"{a['tables']}:{a['versions']} --fresh`")
+    remeasure = f"re-measure both with `python -m bench.bench_scale --sizes {a['tables']}:{a['versions']}`"
+    undated = [r["tool"] for r in (a, b) if run_of(r) is None]
+    if undated:
+        refused.append(
+            f"{label}: not printed, {' and '.join(undated)} {UNDATED} "
+            f"(which rows were measured together is unknown); {remeasure}"
+        )
         return False
-    dirty = [str(r.get("git")) for r in (a, b) if str(r.get("git", "")).endswith("+dirty")]
+    if run_of(a) != run_of(b):
+        refused.append(
+            f"{label}: not printed, its sides come from different runs ({a['tool']}: {run_of(a)}; "
+            f"{b['tool']}: {run_of(b)}); {remeasure}"
+        )
+        return False
+    dirty = [str(r.get("commit")) for r in (a, b) if str(r.get("commit") or "").endswith("+dirty")]
     if dirty:
         refused.append(f"{label}: not printed, measured on a tree with uncommitted changes ({dirty[0]})")
         return False
     return True
+
+
+def analysis_run(rows: list[dict[str, Any]]) -> str | None:
+    """The run the crossover and the fits come from: of the runs of a clean commit, the one
+    whose ok walks cover the most sizes with both `local` and `distributed` (then the most
+    sizes, then the latest). None when no row carries a run of a clean commit."""
+
+    def score(run: str) -> tuple[int, int, str]:
+        mine = [r for r in rows if run_of(r) == run and r["job"] == "walk" and r.get("ok")]
+        both = {
+            f
+            for f in {r["files"] for r in mine}
+            if {"tlake local", "tlake distributed"} <= {r["tool"] for r in mine if r["files"] == f}
+        }
+        return len(both), len({r["files"] for r in mine}), run
+
+    runs = {run_of(r) for r in rows if not str(r.get("commit") or "+dirty").endswith("+dirty")} - {None}
+    return max(runs, key=score) if runs else None
 
 
 # ---- analysis -----------------------------------------------------------------------------------
@@ -573,7 +603,7 @@ def crossover(rows: list[dict[str, Any]]) -> dict[str, Any]:
     above which executors win once Spark is up, ``cold_crossover_nodes`` the size above which
     a job's only big level pays for starting Spark too.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"run_id": one_run(rows, "a crossover of walk rows")}
     loc = level_points(rows, "tlake local")
     dist = level_points(rows, "tlake distributed", skip_first=True)
     firsts = level_points(rows, "tlake distributed", only_first=True)
@@ -638,19 +668,63 @@ def crossover(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def mixed_runs_notes(rows: list[dict]) -> list[str]:
-    """One note per size whose rows come from runs of different days: their ratios compare
-    different states of the machine's disk (the same cp -r took 150 s one day, 278 s another)."""
+def extrapolate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seconds vs files of every (job, tool), log-log over the sizes of 10k files or more, and
+    the fitted seconds at 1M files: from the rows of one run only (MixedRunsError otherwise)."""
+    one_run(rows, "a fit of seconds over sizes")
+    out = {}
+    for job, tool in sorted({(r["job"], r["tool"]) for r in rows}):
+        pts = [(r["files"], r["seconds"]) for r in rows if r["job"] == job and r["tool"] == tool and r.get("ok")]
+        fit = fit_loglog([p[0] for p in pts if p[0] >= 10_000], [p[1] for p in pts if p[0] >= 10_000])
+        if fit:
+            out[f"{job} / {tool}"] = {
+                "largest_ok_files": max(p[0] for p in pts),
+                "slope": round(fit[1], 3),
+                "seconds_at_1M": round(math.exp(fit[0]) * 1e6 ** fit[1], 1),
+            }
+    return out
+
+
+UNDATED = "measured before rows carried a run id"
+
+
+def refusal_notes(refused: list[str]) -> list[str]:
+    """One note per ratio refused across runs or on a dirty tree; the ratios refused because
+    their rows carry no run id, counted per size in one note (`runs_notes` says why)."""
+    undated: dict[str, int] = {}
+    for x in refused:
+        if UNDATED in x:
+            size = x.split(":", 1)[0].rsplit(", ", 1)[-1]
+            undated[size] = undated.get(size, 0) + 1
+    out = [f"REFUSED: {x}" for x in refused if UNDATED not in x]
+    if undated:
+        out.append(
+            "Not printed, their rows carrying no run id: "
+            + "; ".join(f"{n} ratio{'s' if n > 1 else ''} at {size}" for size, n in undated.items())
+            + "."
+        )
+    return out
+
+
+def runs_notes(rows: list[dict[str, Any]], run: str | None) -> list[str]:
+    """Which rows come from which run, and why the older ones pair with nothing."""
     out = []
-    for files in sorted({r["files"] for r in rows}):
-        by_day: dict[str, list[str]] = {}
-        for r in rows:
-            if r["files"] == files and r.get("date"):
-                by_day.setdefault(str(r["date"])[:10], []).append(f"{r['job']} {r['tool']}")
-        if len(by_day) > 1:
-            out.append(f"At {files:,} files the rows come from runs of {len(by_day)} days; compare rows of one day only "
-                       "(ratios mixing days mix disk states): "
-                       + "; ".join(f"{day}: {', '.join(sorted(t))}" for day, t in sorted(by_day.items())))
+    by_run: dict[str | None, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_run.setdefault(run_of(r), []).append(r)
+    for rid, rs in sorted(by_run.items(), key=lambda x: x[0] or ""):
+        sizes = ", ".join(f"{f:,}" for f in sorted({r["files"] for r in rs}))
+        if rid is None:
+            dates = sorted({str(r.get("date"))[:10] for r in rs if r.get("date")})
+            out.append(
+                f"{len(rs)} rows ({sizes} files; measured {', '.join(dates)}) carry no run id: they were measured "
+                "before rows carried one, in runs of different days, and pair with nothing (no ratio, crossover "
+                "or fit uses them; re-measure a size with `--sizes TABLES:VERSIONS` for its ratios)."
+            )
+        else:
+            commits = ", ".join(sorted({str(r.get("commit")) for r in rs}))
+            used = " (the crossover and the fits come from this run)" if rid == run else ""
+            out.append(f"Run `{rid}` (commit {commits}): {len(rs)} rows at {sizes} files{used}.")
     return out
 
 
@@ -685,7 +759,12 @@ def write_rows(
     args: Any, old: list[dict[str, Any]], new: list[dict[str, Any]], ladder: list[tuple[int, ...]], secs: float
 ) -> None:
     measured = {(r["tables"], r["versions"], r["job"], r["tool"]) for r in new}
-    rows = [dict(r) for r in old if (r["tables"], r["versions"], r["job"], r["tool"]) not in measured]
+    # A kept row keeps its run; one written before rows carried a run id gets none (not this run's).
+    rows = [
+        {"run_id": None, "commit": None, **r}
+        for r in old
+        if (r["tables"], r["versions"], r["job"], r["tool"]) not in measured
+    ]
     rows += [dict(r) for r in new]
     # One file count per lakehouse (each run adds a few job outputs): the smallest one seen.
     first: dict[tuple[int, int], int] = {}
@@ -705,7 +784,13 @@ def _best_row(rows: list[dict[str, Any]], files: int, job: str, tool: str) -> di
 
 
 def crossover_text(c: dict[str, Any]) -> str:
-    out = "Crossover of `--execution distributed` over `local` (walk). "
+    if not c.get("run_id"):
+        return (
+            "Crossover of `--execution distributed` over `local` (walk): not computed, "
+            + (c.get("refused") or "no run of a clean commit measured both at two sizes")
+            + "."
+        )
+    out = f"Crossover of `--execution distributed` over `local` (walk), from run `{c['run_id']}` only. "
     if c.get("level_local_s") and c.get("level_distributed_s"):
         lo, di = c["level_local_s"], c["level_distributed_s"]
         out += (
@@ -755,13 +840,17 @@ def crossover_text(c: dict[str, Any]) -> str:
     return out
 
 
-def extrapolation_text(extrap: dict[str, Any], largest: int | None) -> str:
+def extrapolation_text(extrap: dict[str, Any], largest: int | None, run: str | None = None) -> str:
     if not extrap:
-        return "No fit of seconds vs files (fewer than two sizes of 10k files or more)."
+        return (
+            "No fit of seconds vs files: "
+            + (f"run `{run}` measured fewer than two sizes of 10k files or more" if run else "no run of a clean commit")
+            + " (fits use the rows of one run only)."
+        )
     at = "at 1M files" + (" (extrapolated)" if largest and largest < 1_000_000 else " (fitted)")
     return (
-        f"Largest lakehouse measured: {largest:,} files. Seconds ∝ files^slope, fitted over the sizes of 10k files "
-        f"or more, and the fitted seconds {at}: "
+        f"Largest lakehouse measured in run `{run}`: {largest:,} files. Seconds ∝ files^slope, fitted over that "
+        f"run's sizes of 10k files or more, and the fitted seconds {at}: "
         + "; ".join(
             f"{k}: slope {v['slope']}, {v['seconds_at_1M']:,} s"
             + (
@@ -775,10 +864,13 @@ def extrapolation_text(extrap: dict[str, Any], largest: int | None) -> str:
     )
 
 
-def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]], secs: float) -> int:
+def scale_ratios(rows: list[dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, str], list[str]]:
+    """The headline ratios per size, each of two rows of one run of a clean commit (`same_run`):
+    (ratios, the run of each ratio, the ratios refused and why)."""
     sizes = sorted({r["files"] for r in rows})
     ratios: dict[str, float | None] = {}
     refused: list[str] = []
+    runs: dict[str, str] = {}
     for f in sizes:
         lab = f"{f:,} files"
         peer_w = _best_row(rows, f, "walk", "peer: tlwalk.py (serial pyarrow)")
@@ -787,10 +879,12 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
             label = f"walk seconds, tlake {mode} / tlwalk.py, {lab}"
             if same_run(w, peer_w, refused, label) and w and peer_w:
                 ratios[label] = ratio(w["seconds"], peer_w["seconds"])
+                runs[label] = str(run_of(w))
         loc, dist = _best_row(rows, f, "walk", "tlake local"), _best_row(rows, f, "walk", "tlake distributed")
         label = f"walk seconds, tlake distributed / tlake local, {lab}"
         if same_run(dist, loc, refused, label) and loc and dist:
             ratios[label] = ratio(dist["seconds"], loc["seconds"])
+            runs[label] = str(run_of(loc))
         vac = next((r for r in rows if r["files"] == f and r["tool"].startswith("peer: delta-rs")), None)
         orph = next(
             (
@@ -802,9 +896,8 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         )
         label = f"orphans files/s, delta-rs vacuum / tlake auto (same number of orphans), {lab}"
         if same_run(vac, orph, refused, label) and vac and orph and vac["items_per_s"] and orph["items_per_s"]:
-            ratios[f"orphans files/s, delta-rs vacuum / tlake auto (same number of orphans), {lab}"] = ratio(
-                vac["items_per_s"], orph["items_per_s"]
-            )
+            ratios[label] = ratio(vac["items_per_s"], orph["items_per_s"])
+            runs[label] = str(run_of(orph))
         cp = next((r for r in rows if r["files"] == f and r["tool"].startswith("peer: cp")), None)
         exp = next(
             (r for r in rows if r["files"] == f and r["job"] == "export" and r["tool"] == "tlake auto" and r.get("ok")),
@@ -812,8 +905,20 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         )
         label = f"export bytes/s, cp -r / tlake export auto, {lab}"
         if same_run(cp, exp, refused, label) and cp and exp and cp["mb_per_s"] and exp["mb_per_s"]:
-            ratios[f"export bytes/s, cp -r / tlake export auto, {lab}"] = ratio(cp["mb_per_s"], exp["mb_per_s"])
-    cross = crossover(rows)
+            ratios[label] = ratio(cp["mb_per_s"], exp["mb_per_s"])
+            runs[label] = str(run_of(exp))
+    return ratios, runs, refused
+
+
+def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]], secs: float) -> int:
+    sizes = sorted({r["files"] for r in rows})
+    ratios, ratio_runs, refused = scale_ratios(rows)
+    # The crossover and the fits span sizes: all from one run (never a size of one run against
+    # a size of another), the run `analysis_run` picks.
+    run = analysis_run(rows)
+    mine = [r for r in rows if run_of(r) == run]
+    cross = crossover(mine) if run else {}
+    extrap = extrapolate(mine) if run else {}
     largest = max(sizes) if sizes else None
     phase_notes = []
     for r in rows:
@@ -825,17 +930,6 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
                 f"{r['job']} `{r['tool']}` at {largest:,} files: seconds {ph.get('seconds')}; "
                 f"phases (where, items, s) {ex}" + (f"; walk levels (depth, nodes, where, s) {lv}" if lv else "")
             )
-    # extrapolation of every tool to 1M files when the ladder stops short of it
-    extrap = {}
-    for job, tool in sorted({(r["job"], r["tool"]) for r in rows}):
-        pts = [(r["files"], r["seconds"]) for r in rows if r["job"] == job and r["tool"] == tool and r.get("ok")]
-        fit = fit_loglog([p[0] for p in pts if p[0] >= 10_000], [p[1] for p in pts if p[0] >= 10_000])
-        if fit:
-            extrap[f"{job} / {tool}"] = {
-                "largest_ok_files": max(p[0] for p in pts),
-                "slope": round(fit[1], 3),
-                "seconds_at_1M": round(math.exp(fit[0]) * 1e6 ** fit[1], 1),
-            }
     notes = [
         "Wall seconds of one process each, Spark start included (`spark_s`: the session start inside it; 0 when "
         "the job never started Spark). `where`: placements of the job's phases (`details.execution`). "
@@ -843,10 +937,10 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         "Peers: `tlwalk.py` and `peer_vacuum.py` from the acceptance peers (`TLAKE_PEERS_DIR`); the vacuum row's "
         "seconds are delta-rs's own `vacuum()` call inside its process (its files are planted first, untimed).",
         crossover_text(cross),
-        extrapolation_text(extrap, largest),
+        extrapolation_text(extrap, max((r["files"] for r in mine), default=None), run),
         *phase_notes,
-        *mixed_runs_notes(rows),
-        *[f"REFUSED: {x}" for x in refused],
+        *runs_notes(rows, run),
+        *refusal_notes(refused),
     ]
     failed = [
         f"{r['job']} {r['tool']} at {r['files']:,} files: {str(r.get('error'))[-300:]}" for r in rows if not r.get("ok")
@@ -899,9 +993,10 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         notes=notes,
         plot=plots,
         seconds=secs,
+        ratio_runs=ratio_runs,
     )
     doc = json.loads(path.read_text())  # the analysis, machine-readable, next to the rows
-    doc["analysis"] = {"crossover": cross, "extrapolation": extrap}
+    doc["analysis"] = {"run_id": run, "crossover": cross, "extrapolation": extrap}
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return 0  # failures are recorded in the result (rows with ok = no, and notes)
 

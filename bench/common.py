@@ -20,11 +20,16 @@ Result schema (``bench/results/<name>.json``)
 - ``module`` (str, added): the ``bench_<module>.py`` that wrote it.
 - ``params`` (dict, optional): the knobs of the run (tables, commits, seeds, ...).
 - ``rows`` (list of flat dicts): the table. Values are numbers, strings, bools or None; every
-  row should have the same keys. ``columns`` (list of str, optional): the columns BENCHMARKS.md
+  row should have the same keys. Every row carries ``run_id`` (the run that measured it) and
+  ``commit`` (``machine.git`` of that run), added by :func:`write_result` to the rows that do not
+  name them already: a benchmark that keeps rows of an earlier run (``bench_scale``,
+  ``bench_objstore --merge``) keeps their own, ``None`` for rows written before rows had one. ``columns`` (list of str, optional): the columns BENCHMARKS.md
   shows, in that order (default: every key, in first-seen order); the JSON keeps them all.
 - ``ratios`` (dict str -> number): the headline comparisons, each key a sentence-like label
   that states both sides, e.g. ``"bytes per commit, single-node baseline / ours, 10k tables"``.
-  Ratios compare numbers measured in the SAME run (the machines are noisy).
+  Ratios compare numbers measured in the SAME run (the machines are noisy): when the rows come
+  from several runs, ``ratio_runs`` (dict label -> run id) names the one run each ratio's sides
+  come from, and :func:`write_result` refuses (:class:`MixedRunsError`) a ratio without one.
 - ``notes`` (list of str, optional): caveats rendered under the table.
 - ``plot`` (dict or list of dicts, optional): scaling curves drawn by run_all into
   ``bench/results/<name>[-<id>].png``. Keys: ``x`` (column), ``ys`` (list of columns),
@@ -35,6 +40,7 @@ Result schema (``bench/results/<name>.json``)
 - ``machine`` (dict, added): ``cpu_count``, ``python``, ``platform``, ``date`` (UTC ISO),
   ``git`` (short commit, ``+dirty`` when the tree has changes).
 - ``seconds`` (number, optional): wall time of the benchmark.
+- ``run_id`` (str, added): the run that wrote the file (:data:`RUN_ID`).
 
 Example::
 
@@ -61,6 +67,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -324,6 +331,42 @@ def local_s3() -> Iterator[LocalS3]:
 
 
 # ---- results --------------------------------------------------------------------------------
+#: This process's run: every row it writes carries it, so that a ratio, a crossover or a fit is
+#: computed from rows of one run only (a result file may keep rows of earlier runs).
+RUN_ID = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+class MixedRunsError(ValueError):
+    """Figures of different bench runs were about to be compared (the machines are noisy: a
+    ratio of two runs measures the machine's other work as much as ours)."""
+
+
+def run_of(row: dict[str, Any]) -> str | None:
+    """The run a row was measured in; None for rows written before rows carried one."""
+    run = row.get("run_id")
+    return str(run) if run else None
+
+
+def one_run(rows: list[dict[str, Any]], what: str) -> str:
+    """The run id every one of `rows` carries; :class:`MixedRunsError` when they come from
+    several runs or one of them has no run id (`what` names the figure refused)."""
+    runs = {run_of(r) for r in rows}
+    if not rows or None in runs or len(runs) != 1:
+        shown = ", ".join(sorted(r or "no run id" for r in runs)) or "no rows"
+        raise MixedRunsError(f"refusing {what}: its rows come from {shown}, not from one run")
+    return str(runs.pop())
+
+
+_COMMIT: list[str | None] = []
+
+
+def commit() -> str | None:
+    """The commit measured (``machine_info()['git']``), looked up once per process."""
+    if not _COMMIT:
+        _COMMIT.append(machine_info().get("git"))
+    return _COMMIT[0]
+
+
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpu_count": os.cpu_count(),
@@ -368,15 +411,26 @@ def write_result(
     plot: dict[str, Any] | list[dict[str, Any]] | None = None,
     seconds: float | None = None,
     module: str | None = None,
+    ratio_runs: dict[str, str] | None = None,
 ) -> Path:
     """Write ``bench/results/<name>.json`` in the schema of this module's docstring.
 
     Results of a non-default scale go to ``<name>_<scale>.json`` (name and title say so), so
     that ``make bench`` and ``make bench-large`` results sit side by side in BENCHMARKS.md.
-    `module` is the ``bench_<module>.py`` that produced it (default: `name`).
+    `module` is the ``bench_<module>.py`` that produced it (default: `name`). Rows without a
+    ``run_id``/``commit`` get this run's; when the rows span several runs, every ratio must be
+    named in `ratio_runs` with a run of the rows (:class:`MixedRunsError` otherwise).
     """
     if not re.fullmatch(r"[a-z0-9_]+", name):
         raise ValueError(f"benchmark name must be [a-z0-9_]+, got {name!r}")
+    rows = [{**r, "run_id": r.get("run_id", RUN_ID), "commit": r.get("commit", commit())} for r in rows]
+    runs = {run_of(r) for r in rows}
+    if ratios and len(runs) > 1:
+        unnamed = [k for k in ratios if (ratio_runs or {}).get(k) not in runs - {None}]
+        if unnamed:
+            raise MixedRunsError(
+                f"{name}: rows of {len(runs)} runs and no one run named for the ratio(s) {'; '.join(unnamed[:3])}"
+            )
     module = module or name
     if scale != SCALES[0]:
         name, title = f"{name}_{scale}", f"{title} ({scale} scale)"
@@ -390,17 +444,19 @@ def write_result(
         "columns": columns,
         "rows": rows,
         "ratios": ratios,
+        "ratio_runs": {k: v for k, v in (ratio_runs or {}).items() if k in ratios} or None,
         "notes": notes or [],
         "plot": plot,
         "machine": machine_info(),
         "seconds": seconds,
+        "run_id": RUN_ID,
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(_clean(doc), indent=2, default=str) + "\n")
     os.replace(tmp, path)
-    print(f"wrote {path.relative_to(REPO_ROOT)}")
+    print(f"wrote {os.path.relpath(path, REPO_ROOT)}")
     return path
 
 

@@ -26,8 +26,10 @@ BENCHMARKS_MD = REPO_ROOT / "BENCHMARKS.md"
 
 
 # Benchmarks run only when named in --only: they need more than the virtualenv.
-OPT_IN = {"objstore": "builds s3s-fs with cargo and takes tens of minutes (make bench-objstore)",
-          "objstore_anchor": "builds s3s-fs and s5cmd and takes tens of minutes (make bench-objstore-anchor)"}
+OPT_IN = {
+    "objstore": "builds s3s-fs with cargo and takes tens of minutes (make bench-objstore)",
+    "objstore_anchor": "builds s3s-fs and s5cmd and takes tens of minutes (make bench-objstore-anchor)",
+}
 
 
 def discover() -> list[str]:
@@ -78,15 +80,53 @@ def fmt(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+#: Row keys every writer adds (bench.common.write_result): stated once per section, as the run
+#: line, unless the rows come from several runs.
+RUN_KEYS = ("run_id", "commit")
+
+
 def columns_of(doc: dict[str, Any]) -> list[str]:
     cols = list(doc.get("columns") or [])
-    if cols:
-        return cols
-    for r in doc.get("rows") or []:
-        for k in r:
-            if k not in cols:
-                cols.append(k)
+    if not cols:
+        for r in doc.get("rows") or []:
+            for k in r:
+                if k not in cols and k not in RUN_KEYS:
+                    cols.append(k)
+    if len(runs_of(doc)) > 1:  # which rows pair with which: the run is a column
+        cols += [k for k in RUN_KEYS if k not in cols]
     return cols
+
+
+def runs_of(doc: dict[str, Any]) -> list[str | None]:
+    """The runs of a result's rows, in first-seen order (None: rows written before rows had one)."""
+    out: list[str | None] = []
+    for r in doc.get("rows") or []:
+        run = r.get("run_id") or None
+        if run not in out:
+            out.append(run)
+    return out
+
+
+def run_line(doc: dict[str, Any]) -> str | None:
+    """What the reader needs to know about the runs behind a section's rows and ratios."""
+    runs = runs_of(doc)
+    if not runs:
+        return None
+    if runs == [None]:
+        return "The rows carry no run id (written before rows carried one)" + (
+            "; the ratios above were computed by the one run that wrote this file, from the rows it measured."
+            if doc.get("ratios")
+            else "."
+        )
+    if len(runs) == 1:
+        git = (doc.get("machine") or {}).get("git")
+        commits = sorted({str(r.get("commit") or git) for r in doc.get("rows") or []})
+        return f"All rows from run `{runs[0]}` (commit {', '.join(commits)})."
+    old = " (rows without one were written before rows carried a run id and pair with nothing)" if None in runs else ""
+    return (
+        f"Rows of {len(runs)} runs: each ratio names the run both its sides come from{old}; "
+        "no figure here combines rows of two runs."
+    )
 
 
 def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -226,10 +266,15 @@ def render_markdown(docs: list[dict[str, Any]], plots: dict[str, list[Path]]) ->
         ratios = d.get("ratios") or {}
         if ratios:
             lines += ["**Ratios** (same run):", ""]
-            lines += md_table(
-                ["comparison", "ratio"], [[k, "n/a" if v is None else f"{fmt(float(v))}×"] for k, v in ratios.items()]
-            )
+            header, by_run = ["comparison", "ratio"], d.get("ratio_runs") or {}
+            table = [[k, "n/a" if v is None else f"{fmt(float(v))}×"] for k, v in ratios.items()]
+            if by_run:
+                header.append("run")
+                table = [[*row, by_run.get(row[0], "")] for row in table]
+            lines += md_table(header, table)
             lines.append("")
+        if run_line(d):
+            lines += [run_line(d) or "", ""]
         rows = d.get("rows") or []
         if rows:
             cols = columns_of(d)
