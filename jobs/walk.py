@@ -1,18 +1,26 @@
 """spark-submit entry point of the TrinityLake walk job (see `trinitylake.jobs.runner`).
 
     spark-submit jobs/walk.py --lakehouse s3://bucket/lh --conf conf/walk.yaml [--flag value ...]
+
+This file imports nothing but ``trinitylake`` (from the environment of ``make dist``): in cluster
+deploy mode it is all of the project the driver's container gets. The defaults of
+``conf/walk.yaml`` are built into the package; a YAML shipped with ``--files`` is found by its
+base name in the working directory.
 """
 
-import os
 import sys
 
-# _preflight sits beside this file; runpy and some launchers do not put this folder on sys.path.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _preflight import require  # noqa: E402
-
-require("walk")
-
-from _outcome import main  # noqa: E402 - after the dependency check (the runner's main, plus $TLAKE_RESULT_FILE)
+try:
+    from trinitylake.jobs.entry import run
+except ModuleNotFoundError as e:  # the package checks its own dependencies, not its own absence
+    if e.name != "trinitylake":
+        raise
+    sys.stderr.write(
+        f"tlake walk: missing Python packages on {sys.executable}: trinitylake and its dependencies "
+        "(ship the environment from `make dist` with spark-submit --archives "
+        "dist/trinitylake-env.tar.gz#env, or pip install the wheel)\n"
+    )
+    sys.exit(2)
 
 if __name__ == "__main__":
-    sys.exit(main("walk", sys.argv[1:]))
+    sys.exit(run("walk"))

@@ -335,6 +335,48 @@ def test_missing_file(tmp_path):
         load("orphans", tmp_path / "nope.yaml")
 
 
+def test_a_file_shipped_with_spark_submit_files_is_found_by_its_base_name(tmp_path, monkeypatch, caplog):
+    """A cluster-mode driver's container has ``./expire.yaml`` (spark-submit --files), not the
+    submitting machine's ``conf/expire.yaml``: the base name in the working directory is read,
+    and a log line says so."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "dry_run: true\nmax_version_age: 2d\n", "expire.yaml")
+    for given in ("conf/expire.yaml", "/opt/repo/conf/expire.yaml", "expire.yaml"):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="trinitylake.config"):
+            cfg = load("expire", given)
+        assert (cfg.dry_run, cfg.max_version_age, cfg.sources["dry_run"]) == (True, 2 * DAY, "file")
+        assert cfg.conf_path == "expire.yaml"
+        said = [r.getMessage() for r in caplog.records]
+        if given == "expire.yaml":
+            assert said == []  # the file named is the file read
+        else:
+            assert len(said) == 1 and f"{given} is not on this machine; reading expire.yaml" in said[0]
+    # A bad value in the shipped file names the file that was read.
+    write(tmp_path, "dry_run: maybe\n", "expire.yaml")
+    with pytest.raises(ConfigError, match=r"'dry_run' in expire\.yaml"):
+        load("expire", "conf/expire.yaml")
+
+
+def test_an_existing_path_wins_over_a_shipped_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "dry_run: true\n", "orphans.yaml")
+    (tmp_path / "conf").mkdir()
+    write(tmp_path / "conf", "dry_run: false\n", "orphans.yaml")
+    cfg = load("orphans", "conf/orphans.yaml")
+    assert (cfg.dry_run, cfg.conf_path) == (False, "conf/orphans.yaml")
+
+
+def test_a_conf_path_found_nowhere_names_both_places(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load("walk", "conf/walk.yaml")
+    assert str(err.value) == (f"walk config file conf/walk.yaml does not exist, nor is walk.yaml in the working "
+                              f"directory {tmp_path} (where spark-submit --files puts it)")
+    with pytest.raises(ConfigError, match=r"^walk config file walk\.yaml does not exist$"):
+        load("walk", "walk.yaml")
+
+
 def test_unknown_env_var_for_the_job():
     with pytest.raises(ConfigError, match="TLAKE_ORPHANS_DRYRUN sets unknown orphans option 'dryrun'"):
         load("orphans", env={"TLAKE_ORPHANS_DRYRUN": "true"})

@@ -1,5 +1,5 @@
-"""jobs/_outcome.py: the outcome file the Airflow operator reads ($TLAKE_RESULT_FILE), and which
-errors are permanent (fail without retries) or transient (retried)."""
+"""trinitylake.jobs.outcome: the outcome file the Airflow operator reads ($TLAKE_RESULT_FILE), and
+which errors are permanent (fail without retries) or transient (retried)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from trinitylake import errors
+from trinitylake.jobs.outcome import is_permanent
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "jobs"))
-from _outcome import is_permanent  # noqa: E402
 
 PERMANENT = [
     errors.LakehouseNotFoundError("no lakehouse at s3://b/lh"),

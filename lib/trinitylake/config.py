@@ -35,6 +35,7 @@ the Spark jobs, Airflow tooling and the tests can all use it.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -87,6 +88,8 @@ DEFAULT_MIN_VERSIONS_TO_KEEP = 3
 #: orchestrator and the driver). Further ahead would make young files look old to the
 #: destructive jobs, so it is refused.
 MAX_FUTURE_REFERENCE_MS = 10 * 60 * 1000
+
+log = logging.getLogger("trinitylake.config")
 
 # ---- the loaded configuration -------------------------------------------------------------
 
@@ -325,6 +328,29 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, d
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
+def shipped_conf_path(job: str, conf_path: str) -> str:
+    """The YAML file to read for ``--conf conf_path``: the path itself when it exists; else a
+    file of its base name in the working directory, where ``spark-submit --files`` puts what it
+    ships (a YARN or Kubernetes driver container of cluster deploy mode gets ``./expire.yaml``,
+    not the submitting machine's ``conf/expire.yaml``), said in a log line.
+
+    Raises:
+        ConfigError: neither exists; the message names both.
+    """
+    if os.path.exists(conf_path):
+        return conf_path
+    shipped = os.path.basename(conf_path)
+    if shipped and os.path.abspath(shipped) != os.path.abspath(conf_path) and os.path.isfile(shipped):
+        # A warning, not info: it is logged before the job configures logging, and it says that
+        # another file than the one named is read.
+        log.warning("%s config file %s is not on this machine; reading %s from the working directory %s "
+                    "(shipped by spark-submit --files)", job, conf_path, shipped, os.getcwd())
+        return shipped
+    nor = (f", nor is {shipped} in the working directory {os.getcwd()} (where spark-submit --files puts it)"
+           if shipped and os.path.abspath(shipped) != os.path.abspath(conf_path) else "")
+    raise ConfigError(f"{job} config file {conf_path} does not exist{nor}")
+
+
 def _file_layer(job: str, conf_path: str) -> _Layer:
     try:
         with open(conf_path, encoding="utf-8") as f:
@@ -452,7 +478,10 @@ def load_job_config(
 
     Args:
         job: ``walk``, ``expire``, ``orphans`` or ``export``.
-        conf_path: a YAML file of ``option: value`` (e.g. ``conf/orphans.yaml``), or None.
+        conf_path: a YAML file of ``option: value`` (e.g. ``conf/orphans.yaml``), or None (the
+            built-in defaults, which the files in ``conf/`` spell out). A path that does not
+            exist is looked for by its base name in the working directory, where
+            ``spark-submit --files`` ships it (:func:`shipped_conf_path`).
         overrides: the strongest layer, e.g. command-line values. Keys may use ``-`` or ``_``;
             a None value means "not given" (pass the string ``"null"`` to force a null).
         env: the environment to read ``TLAKE_<JOB>_<KEY>`` (and ``TLAKE_<KEY>`` for the common
@@ -484,6 +513,7 @@ def _load(
     _job_options(job)
     layers = []
     if conf_path is not None:
+        conf_path = shipped_conf_path(job, conf_path)
         layers.append(_file_layer(job, conf_path))
     layers.append(_env_layer(job, os.environ if env is None else env))
     layers.append(overrides)

@@ -15,49 +15,55 @@ operation, a corrupt node, a bad option, storage that refuses or is full) is per
 storage failure that outlived its retries, a commit conflict, and anything untyped (Spark, the
 JVM, memory) are transient. The operator fails permanent errors without retries and lets
 transient ones retry, and pushes ``result`` to XCom.
+
+The entry files ``jobs/<job>.py`` reach this through `trinitylake.jobs.entry`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trinitylake import errors
+from trinitylake.redact import redact_text
+
 RESULT_FILE_ENV = "TLAKE_RESULT_FILE"
+
+#: Errors a re-run may get past: another writer's commit won, a transaction was rebased away.
+_TRANSIENT: tuple[type[BaseException], ...] = (errors.CommitConflictError, errors.TransactionConflictError)
+#: Storage errors an operator fixes (a permission, a file on the path, read-only, full): a
+#: re-run meets them again.
+_FIXED_BY_OPERATOR: tuple[type[BaseException], ...] = (
+    errors.StoragePermissionError,
+    errors.StorageNotADirectoryError,
+    errors.StorageReadOnlyError,
+    errors.StorageFullError,
+)
 
 
 def is_permanent(exc: BaseException | None, exit_code: int) -> bool:
     """True when a re-run of the same job cannot succeed without someone changing something."""
-    from trinitylake import errors
-
     if exc is None:
         return exit_code == 2  # a configuration error before the job started
-    transient: tuple[type[BaseException], ...] = (errors.CommitConflictError, errors.TransactionConflictError)
-    # Storage errors an operator fixes (permission, a file on the path, read-only, full); the
-    # subclasses that name them may not exist in every version of the library.
-    fixed_by_operator = tuple(
-        c for c in (getattr(errors, n, None) for n in ("StoragePermissionError", "StorageNotADirectoryError",
-                                                        "StorageReadOnlyError", "StorageFullError"))
-        if isinstance(c, type))
-    if isinstance(exc, fixed_by_operator):
+    if isinstance(exc, _FIXED_BY_OPERATOR):
         return True
-    if isinstance(exc, (errors.StorageError, *transient)):
+    if isinstance(exc, (errors.StorageError, *_TRANSIENT)):
         return False
     return isinstance(exc, errors.TrinityLakeError)
 
 
 def _cause(exc: BaseException | None) -> BaseException | None:
-    """The error a job failed with (`JobFailedError` wraps it as its cause)."""
+    """The error a job failed with (`JobFailedError` wraps it as its cause). By name: the
+    runner imports the Spark engine, which this module leaves to :func:`main`."""
     if exc is not None and type(exc).__name__ == "JobFailedError" and exc.__cause__ is not None:
         return exc.__cause__
     return exc
 
 
 def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseException | None) -> None:
-    from trinitylake.redact import redact_text
-
+    """Write the outcome object to `path` (atomically: a reader never sees half of it)."""
     cause = _cause(exc)
     if result is None and exc is not None:
         result = getattr(exc, "result", None)
@@ -102,7 +108,8 @@ def main(job: str, argv: Sequence[str]) -> int:
             raise
         return seen["result"]
 
-    # main() looks both up at call time (parse_job_args is imported inside it).
+    # The runner's main looks both up at call time (parse_job_args is imported inside it): these
+    # wrappers see the config error or the result without a second copy of its error handling.
     runner.run_job, job_flags.parse_job_args = recording, parsing
     try:
         code = runner.main(job, argv)
@@ -118,7 +125,3 @@ def main(job: str, argv: Sequence[str]) -> int:
         runner.run_job, job_flags.parse_job_args = run_job, parse_job_args
     write_outcome(path, job, code, seen.get("result"), seen.get("error"))
     return code
-
-
-if __name__ == "__main__":  # pragma: no cover - the jobs import main()
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
