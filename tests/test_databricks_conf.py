@@ -229,6 +229,11 @@ def test_databricks_bundle(generate):
     assert targets["dev"]["mode"] == "development" and targets["dev"]["default"] is True
     assert targets["prod"]["mode"] == "production"
     assert {"lakehouse", "export_root"} <= set(bundle["variables"])
+    # Required (no default): the CLI refuses validate/deploy/run without them, so no target, prod
+    # least of all (its schedule runs), is ever deployed against a placeholder bucket.
+    for name in ("lakehouse", "export_root"):
+        assert "default" not in bundle["variables"][name], name
+    assert "CHANGE-ME" not in (REPO / "databricks.yml").read_text(encoding="utf-8")
     included = {Path(p).resolve() for pattern in bundle["include"] for p in glob.glob(str(REPO / pattern))}
     assert generate.BUNDLE_RESOURCE_PATH.resolve() in included
     assert generate.SERVERLESS_BUNDLE_RESOURCE_PATH.resolve() in included
@@ -246,3 +251,19 @@ def test_databricks_bundle(generate):
             assert (REPO / conf.removeprefix("${workspace.file_path}/")).is_file()
             assert task["libraries"] == [{"whl": "../../../dist/*.whl"}]
     assert "trinitylake_wheel" in bundle["artifacts"]
+
+
+def test_readme_bundle_commands_name_their_target_and_variables():
+    """`databricks bundle run` without `-t` targets dev, which a prod deploy never created; a
+    deploy or run without the required variables is refused by the CLI."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    commands = [c.strip() for line in readme.splitlines() if "databricks bundle" in line
+                for c in line.split("&&") if "databricks bundle" in c]
+    assert commands
+    for c in commands:
+        if "`" in c:
+            continue  # prose mentioning the command, not a command line
+        verb = c.split("databricks bundle", 1)[1].split()[0]
+        if verb in ("validate", "deploy", "run"):
+            assert re.search(r"(^|\s)-t \w+", c), f"no target: {c}"
+            assert "--var lakehouse=" in c or "$V" in c or "BUNDLE_VAR_lakehouse" in readme, f"no lakehouse: {c}"
