@@ -12,7 +12,10 @@ no code with the library's walk, retention or orphan rules:
   even probed (`self_contained_exports`). The oracle's reader still reads every export for what
   must stay readable (`Oracle.live_files`, `Oracle.problems`), so a job that deleted a source file
   a self-contained export needed would fail those checks. The latest version is the highest
-  listed root (§7.5: listing is authoritative).
+  listed root (§7.5: listing is authoritative). Then the running root of every live distributed
+  transaction (§7 step 3; `txn_entries`): open or committing by its latest listed state file, and
+  within its ``expire_at`` plus a clock-skew margin. Its first_version is the version it began
+  at (re-pinned by every stage).
 * **What a set of roots reaches, with depth and first_version** (`walk`): breadth first, level
   by level. A file's depth is the length of its shortest pointer path from any of the roots
   (roots are depth 0); its first_version is the smallest version among the roots that reach it
@@ -44,6 +47,7 @@ from tests.oracle.reader import (
     boto_client_for,
     in_one_call,
     parse_node,
+    root_base,
     system_rows,
 )
 
@@ -92,7 +96,7 @@ def kept_versions(o: Oracle) -> list[int]:
 
 
 @in_one_call
-def live_entries(o: Oracle) -> list[tuple[int, str]]:
+def live_entries(o: Oracle, at_ms: int | None = None) -> list[tuple[int, str]]:
     """(version, root URI) of every live root, by the oracle's own rules (see the module doc)."""
     latest, d = o.latest()
     listed = set(o.listed_versions())
@@ -105,7 +109,15 @@ def live_entries(o: Oracle) -> list[tuple[int, str]]:
     for name, uri in sorted(d.exported_snapshots.items()):
         if name in d.exported_snapshot_pins and exists(o, uri):
             out.append((root_version(uri.rsplit("/", 1)[-1]), uri))
+    out += txn_entries(o, at_ms)
     return out
+
+
+@in_one_call
+def txn_entries(o: Oracle, at_ms: int | None = None) -> list[tuple[int, str]]:
+    """(beginning version, running root URI) of every live distributed transaction at `at_ms`
+    (default now; `Oracle.live_transactions`): what they staged is reachable only from there."""
+    return [(t.begin_version, t.running_root) for t in o.live_transactions(at_ms)]
 
 
 @in_one_call
@@ -225,7 +237,7 @@ def walk(o: Oracle, entries: Iterable[tuple[int, str]], *, sizes: bool = True, e
             continue
         prev = frontier.get(k)
         if prev is None or v < prev[2]:
-            frontier[k] = (uri, uri.rsplit("/", 1)[0], int(v), None)
+            frontier[k] = (uri, root_base(uri), int(v), None)
     depth = 0
     while frontier:
         leaves: dict[str, tuple[str, str, int]] = {}  # key -> (uri, kind, first_version)
@@ -329,7 +341,7 @@ def merged_keys(o: Oracle, root_uri: str, cache: dict[str, NodeFile] | None = No
     keeps parsed node files by URI (they are immutable)."""
     data = o._read(root_uri, "root node file")
     system = system_rows(data, root_uri)
-    base = root_uri.rsplit("/", 1)[0]
+    base = root_base(root_uri)
     order = int(o.definition(o.resolve(system["lakehouse_def"], base)).order)
 
     def load(uri: str) -> NodeFile:
@@ -375,7 +387,7 @@ def merged_keys(o: Oracle, root_uri: str, cache: dict[str, NodeFile] | None = No
 
 def _widths(o: Oracle, root_uri: str) -> tuple[int, int]:
     system = system_rows(o._read(root_uri, "root node file"), root_uri)
-    d = o.definition(o.resolve(system["lakehouse_def"], root_uri.rsplit("/", 1)[0]))
+    d = o.definition(o.resolve(system["lakehouse_def"], root_base(root_uri)))
     return int(d.namespace_name_max_size_bytes or 100), int(d.table_name_max_size_bytes or 100)
 
 
@@ -441,5 +453,5 @@ __all__ = [
     "Row", "Walk", "contents", "decode", "export_contents", "export_roots", "expired_files", "floor", "is_owned",
     "latest_version", "listing", "live_entries", "live_walk", "merged_keys", "oracle_for", "oracle_of", "orphans",
     "owned", "kept_versions", "root_files", "self_contained_exports", "size", "tables", "unreferenced",
-    "version_contents", "version_files", "walk",
+    "txn_entries", "version_contents", "version_files", "walk",
 ]

@@ -21,7 +21,12 @@
   version. Every export is read here, pinned or not: `live_files` is what no job may delete,
   checked independently of which exports the jobs walk (`tests.oracle.expect.live_entries`
   walks only pinned ones; a self-contained export reaches no file of the source, so the two
-  agree exactly when that holds).
+  agree exactly when that holds). And the running root of every live distributed transaction
+  (§7 step 3): a hash-prefixed node file in root layout, whose pointers are relative to the
+  lakehouse root, named by the latest state file ``txn-<id>[.<n>].binpb`` of a transaction that
+  is open or committing and not past ``expire_at`` (plus a clock-skew margin): it reaches every
+  definition and node the transaction staged, however old those files are.
+* **Definitions** are decoded by the oracle's own protobuf wire reader (`tests.oracle.defs`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +44,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from tests.format.oracle import root_name, root_version
-from trinitylake.format import definitions_pb2 as pb
+from tests.oracle.defs import DefinitionError, LakehouseDef, TransactionDef, lakehouse_def, transaction_def
 
 ROOT_FILE = re.compile(r"^_[01]{64}\.arrow$")
 #: Files the format owns (storage-layout.md): roots, lakehouse definitions, hash-prefixed files.
@@ -289,6 +295,46 @@ def base_of(pointer: str, base: str) -> str:
     return pointer[: m.start()]
 
 
+def root_base(uri: str) -> str:
+    """The root that the pointers inside the root node file at `uri` are relative to: its
+    folder for a version's root (``<root>/_<bits>.arrow``) or an export's; the lakehouse root
+    for a distributed transaction's running root, a hash-prefixed node file in root layout."""
+    m = HASHED_SUFFIX.search(uri)
+    return uri[: m.start()] if m is not None else uri.rsplit("/", 1)[0]
+
+
+# ---- distributed transactions ----------------------------------------------------------------------
+#: A TransactionDef state file (relative path): ``txn-<id>.binpb`` is state 0 (the Java reference's
+#: name), ``txn-<id>.<n>.binpb`` state n (our extension: one file per state, never overwritten);
+#: ids are 1-128 of ``A-Za-z0-9_-`` not starting with ``_``/``-``, so never contain a dot.
+TXN_FILE = re.compile(r"^[01]{4}/[01]{4}/[01]{4}/[01]{8}-txn-([A-Za-z0-9][A-Za-z0-9_-]{0,127})(?:\.([0-9]+))?\.binpb$")
+#: States in which a transaction may still commit (an empty state is open, as Java writes it).
+TXN_LIVE_STATES = ("", "open", "committing")
+#: How long past ``expire_at`` a transaction's running root stays live: the expiry is stamped by
+#: one host's clock and checked by another's, so maintenance keeps the staged files a clock-skew
+#: margin longer (FORMAT.md §7's margin; the library documents the same 10 minutes). Inside the
+#: TTL nothing of a live transaction may ever be deleted, whatever the margin.
+TXN_KEEP_AFTER_EXPIRY_MS = 10 * 60_000
+
+
+@dataclass(frozen=True)
+class Txn:
+    """The latest state of one distributed transaction, as its state files say."""
+
+    id: str
+    state_number: int
+    d: TransactionDef
+    running_root: str  # full URI
+    begin_version: int
+
+    def live(self, now_ms: int, keep_after_expiry_ms: int = TXN_KEEP_AFTER_EXPIRY_MS) -> bool:
+        return self.d.state in TXN_LIVE_STATES and now_ms < self.d.expire_at_millis + keep_after_expiry_ms
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 # ---- the oracle ----------------------------------------------------------------------------------
 @dataclass
 class Snapshot:
@@ -297,11 +343,15 @@ class Snapshot:
 
     versions: dict[int, dict[str, bytes]] = field(default_factory=dict)
     exports: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    #: Live distributed transactions: id -> what their running root holds (staged included).
+    txns: dict[str, dict[str, bytes]] = field(default_factory=dict)
 
     def diff(self, other: Snapshot) -> list[str]:
-        """What `other` lost or changed of this snapshot (versions/exports it still lists)."""
+        """What `other` lost or changed of this snapshot (versions/exports/transactions it
+        still lists)."""
         out = []
-        for label, mine, theirs in (("version", self.versions, other.versions), ("export", self.exports, other.exports)):
+        for label, mine, theirs in (("version", self.versions, other.versions), ("export", self.exports, other.exports),
+                                    ("transaction", self.txns, other.txns)):
             for name, keys in mine.items():
                 if name not in theirs:
                     out.append(f"{label} {name} is gone")
@@ -355,10 +405,11 @@ class Oracle:
             raise OracleError(f"{what} {uri} is missing") from None
 
     @in_one_call
-    def definition(self, uri: str) -> pb.LakehouseDef:
-        d = pb.LakehouseDef()
-        d.ParseFromString(self._read(uri, "lakehouse definition"))
-        return d
+    def definition(self, uri: str) -> LakehouseDef:
+        try:
+            return lakehouse_def(self._read(uri, "lakehouse definition"), uri)
+        except DefinitionError as e:
+            raise OracleError(str(e)) from None
 
     # -- versions
     @in_one_call
@@ -366,7 +417,7 @@ class Oracle:
         return sorted(root_version(p) for p in self.files.list(self.root) if ROOT_FILE.match(p))
 
     @in_one_call
-    def latest(self) -> tuple[int, pb.LakehouseDef]:
+    def latest(self) -> tuple[int, LakehouseDef]:
         vs = self.listed_versions()
         if not vs:
             raise OracleError(f"no root file under {self.root}")
@@ -377,7 +428,7 @@ class Oracle:
         data = self._read(uri, "root node file")
         # The order lives in the definition the root points to: system rows first.
         system = system_rows(data, uri)
-        base = uri.rsplit("/", 1)[0]
+        base = root_base(uri)
         d = self.definition(self.resolve(system["lakehouse_def"], base))
         return parse_node(data, d.order, uri), base
 
@@ -390,7 +441,42 @@ class Oracle:
             out[f"export:{name}"] = uri
         for name, v in d.exported_snapshot_pins.items():
             out[f"pin:{name}"] = f"{self.root}/{root_name(v)}"
+        for t in self.live_transactions():
+            out[f"txn:{t.id}"] = t.running_root
         return out
+
+    @in_one_call
+    def transactions(self) -> dict[str, Txn]:
+        """Transaction id -> its latest state, from the listing of its state files (the
+        listing is authoritative; the library's ``_txn/`` markers are not read)."""
+        latest: dict[str, tuple[int, str]] = {}
+        for p in self.files.list(self.root):
+            m = TXN_FILE.match(p)
+            if m is not None:
+                n = int(m.group(2) or 0)
+                if n >= latest.get(m.group(1), (-1, ""))[0]:
+                    latest[m.group(1)] = (n, p)
+        out = {}
+        for txn_id, (n, p) in sorted(latest.items()):
+            uri = f"{self.root}/{p}"
+            try:
+                d = transaction_def(self._read(uri, "transaction definition"), uri)
+            except DefinitionError as e:
+                raise OracleError(str(e)) from None
+            if d.id != txn_id:
+                raise OracleError(f"transaction definition {uri} holds id {d.id!r}")
+            begin = d.beginning_root_node_file_path.rsplit("/", 1)[-1]
+            out[txn_id] = Txn(txn_id, n, d, self.resolve(d.running_root_node_file_path, self.root),
+                              root_version(begin))
+        return out
+
+    @in_one_call
+    def live_transactions(self, at_ms: int | None = None) -> list[Txn]:
+        """Transactions that may still commit at `at_ms` (default now): open or committing, and
+        not past ``expire_at`` plus `TXN_KEEP_AFTER_EXPIRY_MS`. Their running roots reach every
+        definition and node they staged: those files are live."""
+        at = now_ms() if at_ms is None else at_ms
+        return [t for t in self.transactions().values() if t.live(at)]
 
     # -- reachability
     @in_one_call
@@ -479,6 +565,8 @@ class Oracle:
             s.exports[name] = self.items(uri)
         for v in d.exported_snapshot_pins.values():
             s.versions.setdefault(v, self.items(f"{self.root}/{root_name(v)}"))
+        for t in self.live_transactions():
+            s.txns[t.id] = self.items(t.running_root)
         return s
 
     @in_one_call
@@ -499,7 +587,8 @@ class Oracle:
             return [str(e)], None
         if before is not None:
             still = Snapshot({v: k for v, k in before.versions.items() if v in now.versions},
-                             {n: k for n, k in before.exports.items() if n in now.exports})
+                             {n: k for n, k in before.exports.items() if n in now.exports},
+                             {n: k for n, k in before.txns.items() if n in now.txns})
             out += still.diff(now)
         return out, now
 

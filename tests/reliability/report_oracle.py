@@ -9,11 +9,12 @@ from tests.reliability.report import measured
 
 WHAT = """\
 The destructive jobs' expected results come from an **oracle that shares no code with the walk**:
-`tests/oracle/reader.py`, a TrinityLake reader written from the spec with pyarrow and the protobuf
-messages only (no `node_references`, `Locator`, `Reader`, `expand_node`, `reference_walk`,
-`Storage` or `NodeStore`; S3 is read through boto3, not s3fs). It lists what every live root
+`tests/oracle/reader.py`, a TrinityLake reader written from the spec with pyarrow and its own
+protobuf wire reader (`tests/oracle/wire.py`); it imports no module of the library, not even its
+generated protobuf code (no `node_references`, `Locator`, `Reader`, `expand_node`, the library's
+walk, `Storage` or `NodeStore`; S3 is read through boto3, not s3fs). It lists what every live root
 reaches (retained versions from the committed `oldest_retained_version`, export roots, pinned
-versions) and takes a user-visible snapshot: every key of every retained version and export with
+versions, the running roots of live distributed transactions) and takes a user-visible snapshot: every key of every retained version and export with
 the bytes of the definition it points to. A wrong rule about what counts as a reference now has
 to be made twice, independently, to go unnoticed. The Spark job tests (`tests/spark`), the job
 fault tests and every test below take their expected sets from it."""
@@ -99,10 +100,13 @@ def render_oracle(full: dict[str, Any] | None, ci: dict[str, Any] | None) -> lis
         "- **Mutation check** (`tests/oracle/test_oracle.py`): a walk that ignores the definition pointers in the "
         "key tables of non-root nodes, applied to the library's walk only, makes expire delete definitions that "
         "retained versions still use; the oracle reports it. The expected sets used before (computed by "
-        "`reference_walk`, which shares that rule) would have agreed with the broken job.",
+        "the library's own single-process walk, since removed, which shared that rule) would have agreed with the "
+        "broken job.",
         "",
-        "Limits: the oracle does not model live *distributed* transactions (their saved running roots), and the "
-        "state machine opens none; its jobs run on the driver only (executor placement is covered by `tests/spark`, "
+        "Limits: the oracle models live *distributed* transactions (the running root named by a transaction's "
+        "latest state file while it is open or committing, up to `expire_at` plus a 10-minute clock-skew margin; "
+        "`tests/lakehouse/test_distributed.py` runs expire and orphans against it), but the state machine opens "
+        "none; its jobs run on the driver only (executor placement is covered by `tests/spark`, "
         "whose expected sets come from the oracle, but not randomized); expire sees \"now\" two transaction TTLs "
         "ahead instead of sleeping, so long transactions are begun at the latest version (the planner's TTL rule, "
         "which protects older ones, has its own unit tests).",
