@@ -116,12 +116,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         write_results(session, merge_runs(_WORKER_RELIABILITY))
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def _seed_line() -> str:
     return f"hypothesis seed: {HYPOTHESIS_SEED} (replay with --hypothesis-seed={HYPOTHESIS_SEED})"
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The seed first, flushed, whatever the verbosity: under ``-q`` (`make test`) pytest prints no
+    header, and a run killed or timed out never reaches the summary that prints it last."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not hasattr(session.config, "workerinput"):
+        reporter.write_line(_seed_line())
+        reporter.flush()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    terminalreporter.write_line(f"hypothesis seed: {HYPOTHESIS_SEED} (replay with --hypothesis-seed={HYPOTHESIS_SEED})")
+    terminalreporter.write_line(_seed_line())
 
 
 @pytest.fixture(scope="session")
