@@ -15,7 +15,11 @@ disk):
   - client mode on a cluster (YARN, standalone, Kubernetes): the executors get
     ``spark.archives <repo>/dist/trinitylake-env.tar.gz#env`` and run ``./env/bin/python``; the
     driver, on this worker, runs the same environment unpacked here.
-  - cluster mode: driver and executors run ``./env/bin/python`` from the archive.
+  - cluster mode: driver and executors run ``./env/bin/python`` from the archive. The driver's
+    container gets the job's main file and what ``--archives``/``--files`` ship, nothing of the
+    checkout: the job's ``--conf <repo>/conf/<job>.yaml``, a path on this worker, is shipped
+    with ``--files`` and passed by its base name (``--conf <job>.yaml``), which the driver finds
+    in its working directory (:func:`ship_conf_file`).
 
 * **spark-submit**: the ``spark-submit`` on the worker's ``PATH``; else ``$SPARK_HOME/bin``;
   else the pip-installed pyspark of ``<repo>/.venv`` (``make venv``). None of these: the task
@@ -25,7 +29,7 @@ disk):
   such as the export's ``TLAKE_EXPORT_TARGET_STORAGE_OPTIONS``).
 
 * **Results and errors**: where the driver runs on this worker (local and client mode), the
-  job writes its outcome to the file ``TLAKE_RESULT_FILE`` names (``jobs/_outcome.py``). The
+  job writes its outcome to the file ``TLAKE_RESULT_FILE`` names (`trinitylake.jobs.outcome`). The
   job's result (the JSON ``tlake <job> --json`` prints) becomes the task's XCom
   ``return_value``. A permanent error (a typed error no retry can change: a missing lakehouse,
   an export name that exists, a refused unsafe operation, a bad option, ...) fails the task
@@ -56,10 +60,11 @@ try:  # Airflow 3
 except ImportError:  # pragma: no cover - Airflow 2
     from airflow.exceptions import AirflowException, AirflowFailException  # type: ignore[no-redef]
 
-RESULT_FILE_ENV = "TLAKE_RESULT_FILE"  # jobs/_outcome.py
+RESULT_FILE_ENV = "TLAKE_RESULT_FILE"  # trinitylake.jobs.outcome
 ENV_CACHE = ("build", "airflow-env")
 ARCHIVE_PYTHON = "./env/bin/python"
-#: Exit code of a configuration error (trinitylake.jobs.runner.EXIT_CONFIG; _preflight's missing packages).
+#: Exit code of a configuration error (trinitylake.jobs.runner.EXIT_CONFIG; missing packages, see
+#: trinitylake.jobs.preflight).
 EXIT_CONFIG = 2
 _EXIT_RE = re.compile(r"Error code is: (\d+)")
 
@@ -70,6 +75,40 @@ def driver_location(connection: dict[str, Any]) -> str:
     if master == "local" or master.startswith("local[") or master.startswith("local-cluster["):
         return "local" if not master.startswith("local-cluster[") else "client"
     return "cluster" if connection.get("deploy_mode") == "cluster" else "client"
+
+
+def _landed_as(shipped: str) -> str:
+    """The name a ``--files`` entry gets in the working directory (``path#alias``: the alias)."""
+    path, _, alias = shipped.partition("#")
+    return alias or os.path.basename(path)
+
+
+def ship_conf_file(args: list[str], files: str | None) -> tuple[list[str], str | None]:
+    """The job's arguments and ``--files`` for cluster mode: the ``--conf`` YAML (a path on this
+    worker, which the driver's container does not have) joins ``files`` and is passed by its
+    base name, where spark-submit puts it in the driver's working directory. Arguments without
+    ``--conf`` come back as they are (the job then runs on its built-in defaults).
+
+    Raises:
+        AirflowFailException: the file is not on this worker (spark-submit would fail on it), or
+            ``files`` ships another file of the same name.
+    """
+    if "--conf" not in args[:-1]:
+        return args, files
+    i = args.index("--conf") + 1
+    path, name = args[i], os.path.basename(args[i])
+    shipped = [f.strip() for f in (files or "").split(",") if f.strip()]
+    if path == name and any(_landed_as(f) == name for f in shipped):
+        return args, files  # shipped already (the arguments of an earlier call)
+    if not os.path.isfile(path):
+        raise AirflowFailException(
+            f"the job's --conf file {path} is not on this worker: cluster mode ships it from here with --files")
+    if any(_landed_as(f) == name and f != path for f in shipped):
+        raise AirflowFailException(f"--files already ships another {name}; the job's --conf file {path} "
+                                   f"would land on the same name in the driver's working directory")
+    if path not in shipped:
+        shipped.append(path)
+    return [*args[:i], name, *args[i + 1:]], ",".join(shipped)
 
 
 def _sha256(path: Path) -> str:
@@ -196,7 +235,21 @@ class TrinityLakeSparkSubmitOperator(SparkSubmitOperator):
                       conn.get("deploy_mode") or "client",
                       "here" if where != "cluster" else "on the cluster")
         result_file = None
-        if where != "cluster":
+        if where == "cluster":
+            args, self.files = ship_conf_file([str(a) for a in self.application_args or []], self.files)
+            if args != list(self.application_args or []):
+                self.log.info("cluster mode: --files %s, the job reads --conf %s in the driver's working directory",
+                              self.files, args[args.index("--conf") + 1])
+            self.application_args = args
+            on_yarn = str(conn.get("master") or "").startswith("yarn")
+            if on_yarn and getattr(self, "durable", False) and not getattr(self, "_yarn_track_via_rm_api", False):
+                # The provider refuses a durable YARN cluster-mode task that does not poll the
+                # ResourceManager's REST API (set yarn_track_via_rm_api to reconnect on a retry
+                # instead): a retry then submits the job anew, which every job allows (a re-run
+                # completes what a failed run began).
+                self.log.info("YARN cluster mode without yarn_track_via_rm_api: a retry submits the job anew")
+                self.durable = False
+        else:
             python = str(unpacked_environment(repo / self.env_archive, repo.joinpath(*ENV_CACHE), self.log)
                          / "bin" / "python")
             conf["spark.pyspark.driver.python"] = python

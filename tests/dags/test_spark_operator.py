@@ -2,7 +2,7 @@
 from, the result as XCom, and permanent errors failing without retries while transient ones retry.
 
 A fake ``spark-submit`` on PATH plays the job: it records its arguments, writes the outcome
-``jobs/_outcome.py`` would write to ``$TLAKE_RESULT_FILE`` and exits with the job's code. The
+`trinitylake.jobs.outcome` would write to ``$TLAKE_RESULT_FILE`` and exits with the job's code. The
 live ``airflow dags test`` with the real spark-submit is in test_live_dag.py.
 """
 
@@ -50,6 +50,8 @@ def _tarball(path: Path) -> None:
 def fake(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     _tarball(repo / "dist" / "trinitylake-env.tar.gz")
+    (repo / "conf").mkdir()
+    (repo / "conf" / "expire.yaml").write_text("dry_run: true\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "spark-submit").write_text(FAKE_SPARK_SUBMIT)
@@ -136,6 +138,39 @@ def test_client_and_cluster_mode_keep_the_archive_for_the_executors(fake):
     assert cluster.conf["spark.pyspark.python"] == "./env/bin/python"
     assert "spark.pyspark.driver.python" not in cluster.conf
     assert "TLAKE_RESULT_FILE" not in (cluster.env_vars or {})
+
+
+def test_cluster_mode_ships_the_conf_file_and_names_it_by_its_base_name(fake):
+    """The driver's container has no checkout: the job's --conf YAML goes with --files, and the
+    job reads it from its working directory (spark-submit's own arguments, as submitted)."""
+    fake.outcome(0)
+    cluster = _operator(fake.repo, "tl_yarn_cluster")
+    cluster.execute({"ti": _TI()})  # the provider refuses a durable YARN cluster task without RM polling
+    assert cluster.durable is False
+    args = fake.args()
+    assert args[args.index("--deploy-mode") + 1] == "cluster"
+    assert args[args.index("--files") + 1] == f"{fake.repo}/conf/expire.yaml"
+    assert args[args.index(f"{fake.repo}/jobs/expire.py") + 1:] == ["--lakehouse", "/lh", "--conf", "expire.yaml"]
+    # Client mode: the driver runs on this worker, where the path is.
+    _operator(fake.repo, "tl_yarn_client").execute({"ti": _TI()})
+    assert "--files" not in fake.args() and fake.args()[-1] == f"{fake.repo}/conf/expire.yaml"
+
+
+def test_ship_conf_file():
+    from airflow.sdk.exceptions import AirflowFailException
+    from trinitylake_spark import ship_conf_file
+
+    conf = str(DAG_FOLDER.parent / "conf" / "orphans.yaml")
+    args = ["--lakehouse", "s3://b/lh", "--conf", conf, "--dry-run"]
+    shipped = ship_conf_file(args, "s3://b/extra.txt")
+    assert shipped == (["--lakehouse", "s3://b/lh", "--conf", "orphans.yaml", "--dry-run"],
+                       f"s3://b/extra.txt,{conf}")
+    assert ship_conf_file(*shipped) == shipped  # a second call changes nothing
+    assert ship_conf_file(["--lakehouse", "s3://b/lh"], None) == (["--lakehouse", "s3://b/lh"], None)
+    with pytest.raises(AirflowFailException, match="--conf file /nowhere/expire.yaml is not on this worker"):
+        ship_conf_file(["--conf", "/nowhere/expire.yaml"], None)
+    with pytest.raises(AirflowFailException, match="already ships another orphans.yaml"):
+        ship_conf_file(args, "/elsewhere/orphans.yaml")
 
 
 @pytest.mark.parametrize("error_type", ["AlreadyExistsError", "LakehouseNotFoundError", "UnsafeOperationError"])
