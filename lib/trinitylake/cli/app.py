@@ -322,9 +322,9 @@ def rollback(ctx: Ctx, to_version: int) -> None:
 
 # ---- the command groups of their own modules --------------------------------------------
 def _register_groups() -> None:
-    from trinitylake.cli import control, export, jobs, report, show, txn
+    from trinitylake.cli import control, export, jobs, report, show, tables, txn
 
-    for module in (txn, show, jobs, export, report, control):
+    for module in (txn, show, jobs, export, report, control, tables):
         module.register(cli)
 
 

@@ -1,0 +1,90 @@
+"""What both table jobs share: which tables they maintain, where a run keeps its plan, and
+batched deletes through `Storage`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from trinitylake.errors import ValidationError
+from trinitylake.maintenance.deletion import delete_with_retries
+from trinitylake.tables_maintenance.files import TableFiles
+from trinitylake.tables_maintenance.live import TablePointers, TableRef
+
+if TYPE_CHECKING:
+    from trinitylake.lakehouse import Lakehouse
+
+log = logging.getLogger(__name__)
+
+EXPIRE_JOB = "tables-expire-snapshots"
+ORPHANS_JOB = "tables-remove-orphans"
+#: The command names of the audit rows (`tlake show` lists them as their own kind).
+EXPIRE_COMMAND = "tables expire-snapshots"
+ORPHANS_COMMAND = "tables remove-orphans"
+#: Files per bulk delete request (S3's DeleteObjects limit).
+DELETE_BATCH = 1000
+
+
+def select_tables(tables: Sequence[TableRef], wanted: Iterable[str] | None) -> list[TableRef]:
+    """The tables `wanted` names: ``NS`` (every table of the namespace) or ``NS.TABLE``; all of
+    them when `wanted` is empty.
+
+    Raises:
+        ValidationError: a name matches no Iceberg table of the latest version.
+    """
+    names = [w.strip() for item in (wanted or ()) for w in item.split(",") if w.strip()]
+    if not names:
+        return list(tables)
+    out: dict[str, TableRef] = {}
+    for w in names:
+        hit = [t for t in tables if t.name == w or t.name.split(".", 1)[0] == w]
+        if not hit:
+            raise ValidationError(
+                f"--tables {w!r}: no Iceberg table or namespace of that name in the latest version "
+                f"(tables: {', '.join(t.name for t in tables[:10]) or 'none'})"
+            )
+        out.update((t.name, t) for t in hit)
+    return [out[k] for k in sorted(out)]
+
+
+def latest_tables(lakehouse: Lakehouse, pointers: TablePointers, version: int) -> list[TableRef]:
+    """The Iceberg tables of `version` with a metadata location, by name."""
+    return sorted(pointers.tables(lakehouse.load_root(version)), key=lambda t: t.name)
+
+
+@dataclass
+class DeleteOutcome:
+    deleted: dict[str, str] = field(default_factory=dict)  # URI -> kind
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+def delete_files(files: TableFiles, uris: dict[str, str], batch: int = DELETE_BATCH) -> DeleteOutcome:
+    """Delete `uris` (URI -> kind) in bulk requests of `batch` files per store, each retried
+    (`trinitylake.maintenance.deletion.delete_with_retries`); a missing file counts as deleted."""
+    out = DeleteOutcome()
+    by_store: dict[str, list[tuple[str, str]]] = {}
+    stores = {}
+    for u in sorted(uris):
+        st, rel = files.store(u)
+        stores[st.root] = st
+        by_store.setdefault(st.root, []).append((u, rel))
+    for root, items in by_store.items():
+        st = stores[root]
+        for i in range(0, len(items), batch):
+            chunk = items[i : i + batch]
+            _, failures = delete_with_retries(st, [rel for _, rel in chunk])
+            failed = {p for p, _ in failures}
+            for u, rel in chunk:
+                if rel not in failed:
+                    out.deleted[u] = uris[u]
+            out.failures.extend((st.uri(p), e) for p, e in failures)
+    return out
+
+
+def kind_counts(files: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for kind in files.values():
+        out[kind] = out.get(kind, 0) + 1
+    return out

@@ -1,0 +1,320 @@
+"""`tlake tables expire-snapshots`: expire the snapshots of every Iceberg table of a
+lakehouse, consistent with the lakehouse's own time travel.
+
+Steps:
+
+1. **Tables**: the Iceberg tables of the latest version (``--tables``: some of them).
+2. **Commit, batch by batch** (`ExpireOptions.batch_size` tables a lakehouse transaction, one
+   version a batch): each table's snapshots to keep by Iceberg's rules
+   (`trinitylake.tables_maintenance.retention`), its new metadata staged through the catalog
+   (PyIceberg's ``RemoveSnapshots`` update, refs and statistics of removed snapshots with them),
+   the files the removed snapshots reach and the kept ones do not added to the pending file
+   (`trinitylake.tables_maintenance.state`) *before* the commit. A batch whose commit conflicts
+   (a concurrent writer changed one of its tables) is planned again on the new metadata, so the
+   writer's commit is never lost.
+3. **Live set**, after the commits: every snapshot the tables' current metadata keeps, and what
+   every retained lakehouse version and pinned export reaches (`trinitylake.tables_maintenance.live`).
+4. **Plan**: ``_maintenance/tables-expire-snapshots/<run_id>/plan.json`` (per table: snapshots
+   expired, files to delete by kind, files deferred) is written before anything is deleted. A
+   dry run commits nothing and stops here.
+5. **Delete**: pending files outside the live set, in bulk batches through `Storage`; what
+   stays pending is what a retained lakehouse version still reaches (deferred): the first run
+   after that version expires deletes it, whether or not it expires a snapshot itself.
+
+A run killed anywhere leaves every file it meant to delete in the pending file; the next run
+finishes the work (missing files count as deleted).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotRefUpdate, RemoveSnapshotsUpdate
+
+from trinitylake.errors import TransactionConflictError
+from trinitylake.maintenance.plan import now_ms, run_dir, write_json
+from trinitylake.tables_maintenance import common as C
+from trinitylake.tables_maintenance.catalog import job_catalog
+from trinitylake.tables_maintenance.files import METADATA, TableFiles, metadata_log
+from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_live, version_live
+from trinitylake.tables_maintenance.retention import Retention, plan_retention
+from trinitylake.tables_maintenance.state import Pending
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from trinitylake.iceberg.multi_table import MultiTableTransaction
+    from trinitylake.lakehouse import Lakehouse
+    from trinitylake.maintenance.results import JobResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExpireOptions:
+    """Options of one run (the CLI's flags)."""
+
+    older_than_ms: int | None = None  # None: each table's history.expire.max-snapshot-age-ms
+    retain_last: int | None = None  # None: each table's history.expire.min-snapshots-to-keep
+    tables: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    batch_size: int = 100
+    max_attempts: int = 20
+    reference_ms: int | None = None  # "now" of the age rules (default: when the run starts)
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class TablePlan:
+    """What the run decided for one table."""
+
+    name: str
+    metadata: str  # the metadata location the plan was made on
+    retention: Retention
+    new_metadata: str | None = None
+    candidates: dict[str, str] = field(default_factory=dict)
+    version: int | None = None
+    attempts: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metadata": self.metadata,
+            "new_metadata": self.new_metadata,
+            "expired_snapshots": sorted(self.retention.expired),
+            "kept_snapshots": len(self.retention.kept),
+            "removed_refs": self.retention.removed_refs,
+            "candidates": len(self.candidates),
+            "version": self.version,
+            "attempts": self.attempts,
+        }
+
+
+def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResult) -> JobResult:
+    """One run (see the module doc); fills and returns `result`."""
+    started = time.monotonic()
+    now = opts.reference_ms if opts.reference_ms is not None else now_ms()
+    files = TableFiles(lakehouse.storage)
+    pointers = TablePointers(lakehouse, files)
+    catalog = job_catalog(lakehouse, opts.catalog_properties)
+    latest = lakehouse.latest_version()
+    chosen = C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables)
+    pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
+    result.details.update(
+        {
+            "older_than_ms": opts.older_than_ms,
+            "retain_last": opts.retain_last,
+            "reference_ms": now,
+            "tables_selected": len(chosen),
+        }
+    )
+
+    plans: dict[str, TablePlan] = {}
+    conflicts = 0
+    batch = max(opts.batch_size, 1)
+    for i in range(0, len(chosen), batch):
+        names = [t.name for t in chosen[i : i + batch]]
+        done, retried = _commit_batch(catalog, files, names, opts, now, pending, lakehouse)
+        plans.update(done)
+        conflicts += retried
+    result.seconds["commit"] = round(time.monotonic() - started, 3)
+
+    t0 = time.monotonic()
+    live = _live_after(lakehouse, files, pointers, plans, pending, opts)
+    result.seconds["live_set"] = round(time.monotonic() - t0, 3)
+    candidates = {**pending.all(), **{u: k for p in plans.values() for u, k in p.candidates.items()}}
+    to_delete = {u: k for u, k in candidates.items() if u not in live.all}
+    deferred = {u: k for u, k in candidates.items() if u in live.versions and u not in live.tables}
+
+    per_table, owned = _per_table(plans, pending, to_delete, deferred)
+    result.details["tables"] = per_table
+    result.details["lakehouse_roots"] = len(live.roots)
+    result.counts.update(
+        {
+            "tables": len(chosen),
+            "tables_changed": sum(1 for p in plans.values() if p.new_metadata),
+            "snapshots_expired": sum(len(p.retention.expired) for p in plans.values()),
+            "refs_removed": sum(len(p.retention.removed_refs) for p in plans.values()),
+            "candidates": len(to_delete),
+            "deferred": len(deferred),
+            "conflicts_replanned": conflicts,
+            "files_read": files.reads,
+        }
+    )
+    result.counts.update({f"candidates_{k}": n for k, n in C.kind_counts(to_delete).items()})
+    result.plan_location = write_json(
+        lakehouse.storage,
+        f"{run_dir(C.EXPIRE_JOB, result.run_id)}/plan.json",
+        {
+            "run_id": result.run_id,
+            "dry_run": opts.dry_run,
+            "reference_ms": now,
+            "tables": per_table,
+            "delete": sorted(to_delete),
+            "deferred": sorted(deferred),
+        },
+    )
+    if opts.dry_run:
+        return result
+
+    t0 = time.monotonic()
+    out = C.delete_files(files, to_delete)
+    result.seconds["delete"] = round(time.monotonic() - t0, 3)
+    gone = set(out.deleted)
+    # What stays pending: files a retained lakehouse version still reaches, and failed deletes.
+    pending.keep_only(set(deferred) | {u for u, _ in out.failures})
+    pending.save(lakehouse.storage)
+    result.counts["deleted"] = len(gone)
+    result.counts.update({f"deleted_{k}": n for k, n in C.kind_counts(out.deleted).items()})
+    result.counts["failed"] = len(out.failures)
+    for name, row in per_table.items():
+        row["deleted"] = sum(1 for u in owned.get(name, ()) if u in gone)
+    if out.failures:
+        result.details["failures"] = [f"{u}: {e}" for u, e in out.failures[:20]]
+        from trinitylake.errors import StorageError
+
+        raise StorageError(
+            f"{len(out.failures)} table files could not be deleted (first: {out.failures[0][0]}: "
+            f"{out.failures[0][1]}); they stay pending for the next run"
+        )
+    return result
+
+
+# ---- the commits ------------------------------------------------------------------------------
+def _commit_batch(
+    catalog: Any,
+    files: TableFiles,
+    names: list[str],
+    opts: ExpireOptions,
+    now: int,
+    pending: Pending,
+    lakehouse: Lakehouse,
+) -> tuple[dict[str, TablePlan], int]:
+    """Plan and commit one batch of tables as one lakehouse version; a conflict re-plans the
+    whole batch on the tables' new metadata. Returns the plans and the number of re-plans."""
+    for attempt in range(1, opts.max_attempts + 1):
+        mtx: MultiTableTransaction = catalog.multi_table_transaction()
+        try:
+            plans = {n: p for n in names if (p := _plan_table(mtx, files, n, opts, now)) is not None}
+            for p in plans.values():
+                p.attempts = attempt
+            changed = [p for p in plans.values() if p.new_metadata]
+            if opts.dry_run or not changed:
+                mtx.rollback()
+                return plans, attempt - 1
+            for p in changed:
+                pending.add(p.name, p.candidates)
+            pending.save(lakehouse.storage)  # before the commit: a killed run's next run finds them
+            version = mtx.commit()
+        except CommitFailedException as e:
+            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(names), attempt, e)
+            mtx.rollback()
+            continue
+        except BaseException:
+            mtx.rollback()
+            raise
+        for p in changed:
+            p.version = version
+        return plans, attempt - 1
+    raise TransactionConflictError(
+        f"tables expire-snapshots: the batch of {names[0]} .. {names[-1]} conflicted with concurrent commits "
+        f"{opts.max_attempts} times; nothing of it was committed, run again"
+    )
+
+
+def _plan_table(
+    mtx: MultiTableTransaction, files: TableFiles, name: str, opts: ExpireOptions, now: int
+) -> TablePlan | None:
+    ns, _, tbl = name.partition(".")
+    try:
+        table: Table = mtx.load_table((ns, tbl))
+    except NoSuchTableError:
+        return None  # dropped meanwhile
+    loc = files.canon(table.metadata_location)
+    meta = files.meta(loc)
+    ret = plan_retention(meta, now, opts.older_than_ms, opts.retain_last)
+    plan = TablePlan(name, loc, ret)
+    if not ret.changes:
+        return plan
+    updates: list[Any] = [RemoveSnapshotRefUpdate(ref_name=r) for r in ret.removed_refs]  # type: ignore[call-arg]
+    if ret.expired:
+        updates.append(RemoveSnapshotsUpdate(snapshot_ids=sorted(ret.expired)))  # type: ignore[call-arg]
+    resp = mtx.stage(table, (AssertTableUUID(uuid=table.metadata.table_uuid),), tuple(updates))
+    plan.new_metadata = files.canon(resp.metadata_location)
+    new_log = [e.metadata_file for e in resp.metadata.metadata_log]
+    keep = table_live(files, loc, meta, ret.kept, [plan.new_metadata, *new_log])
+    gone = files.reach(meta, ret.expired, missing_ok=True)
+    for m in [loc, *metadata_log(meta)]:
+        gone.setdefault(files.canon(m), METADATA)  # a metadata file the new log no longer names
+    plan.candidates = {u: k for u, k in gone.items() if u not in keep}
+    return plan
+
+
+# ---- after the commits ------------------------------------------------------------------------
+@dataclass
+class _Live:
+    tables: set[str]
+    versions: set[str]
+    roots: list[str]
+
+    @property
+    def all(self) -> set[str]:
+        return self.tables | self.versions
+
+
+def _live_after(
+    lakehouse: Lakehouse,
+    files: TableFiles,
+    pointers: TablePointers,
+    plans: dict[str, TablePlan],
+    pending: Pending,
+    opts: ExpireOptions,
+) -> _Live:
+    """The live set the deletes are checked against, read after the commits: the current
+    metadata of every table with candidates (a dry run: the metadata its plan would write) and
+    every retained lakehouse root."""
+    latest = lakehouse.latest_version()
+    vl = version_live(lakehouse, files, pointers, latest)
+    current = {t.name: t for t in C.latest_tables(lakehouse, pointers, latest)}
+    live_tables: set[str] = set()
+    names = set(pending.tables) | {n for n, p in plans.items() if p.candidates}
+    for name in sorted(names):
+        plan = plans.get(name)
+        if opts.dry_run and plan is not None and plan.new_metadata:
+            meta = files.meta(plan.metadata)
+            live_tables.update(table_live(files, plan.metadata, meta, plan.retention.kept))
+            continue
+        ref: TableRef | None = current.get(name)
+        if ref is None:
+            continue  # dropped: only the retained versions that still name it keep its files
+        live_tables.update(table_live(files, ref.metadata, files.meta(ref.metadata)))
+    return _Live(live_tables, set(vl.files), vl.roots)
+
+
+def _per_table(
+    plans: dict[str, TablePlan], pending: Pending, to_delete: dict[str, str], deferred: dict[str, str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """Per table: its plan, its files to delete by kind and its deferred count; and the files
+    to delete of each table."""
+    owner: dict[str, str] = {}
+    for t, fs in pending.tables.items():
+        for u in fs:
+            owner[u] = t
+    for plan in plans.values():
+        for u in plan.candidates:
+            owner[u] = plan.name
+    out: dict[str, dict[str, Any]] = {}
+    owned: dict[str, list[str]] = {}
+    for name in sorted(set(plans) | set(pending.tables)):
+        p: TablePlan | None = plans.get(name)
+        row: dict[str, Any] = p.to_dict() if p is not None else {"expired_snapshots": [], "version": None}
+        mine = [u for u, t in owner.items() if t == name]
+        dels = [u for u in mine if u in to_delete]
+        row["to_delete"] = C.kind_counts({u: to_delete[u] for u in dels})
+        row["deferred"] = sum(1 for u in mine if u in deferred)
+        owned[name] = dels
+        out[name] = row
+    return out, owned

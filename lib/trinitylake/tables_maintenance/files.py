@@ -1,0 +1,214 @@
+"""The files of Iceberg tables: metadata JSON, manifest lists, manifests and the data, delete
+and statistics files they list, read once per run and cached.
+
+Every location is keyed by its canonical URI (`trinitylake.storage.parse_uri`: scheme aliases
+such as ``s3a://`` folded into ``s3://``), so the same file named two ways is one key. Reads go
+through `Storage` with the lakehouse's storage options, batched per store (one round trip per
+batch on S3 through the I/O engine, a thread pool otherwise).
+
+What a snapshot *reaches* (`TableFiles.reach`): its manifest list, every manifest the list
+names, and every data and delete file those manifests list as live (added or existing; a
+``deleted`` entry names a file an older snapshot reaches), as Iceberg's reachable-file
+cleanup counts them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trinitylake.errors import StorageError, TrinityLakeError, UnsafeOperationError
+from trinitylake.iceberg.avro_rewrite import read_records
+from trinitylake.storage import Storage, is_absolute, parse_uri
+
+#: File kinds, as the results count them (Iceberg's ``deleted_*_count`` names).
+METADATA, MANIFEST_LIST, MANIFEST = "metadata_files", "manifest_lists", "manifests"
+DATA, POSITION_DELETES, EQUALITY_DELETES, STATISTICS = (
+    "data_files",
+    "position_delete_files",
+    "equality_delete_files",
+    "statistics_files",
+)
+KINDS = (DATA, POSITION_DELETES, EQUALITY_DELETES, MANIFEST, MANIFEST_LIST, STATISTICS, METADATA)
+_CONTENT_KIND = {0: DATA, 1: POSITION_DELETES, 2: EQUALITY_DELETES}
+
+
+class TableFileError(UnsafeOperationError):
+    """A table file the live set needs cannot be read: the job refuses to delete anything."""
+
+
+def _branch(value: Any) -> Any:
+    """A value of an Avro union as `read_records` gives it (``(branch, value)``), or as is."""
+    return value[1] if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], int) else value
+
+
+class TableFiles:
+    """Reads and caches table files; `lakehouse_storage` resolves relative locations and gives
+    the storage options."""
+
+    def __init__(self, lakehouse_storage: Storage, threads: int = 16):
+        self.base = lakehouse_storage
+        self.threads = threads
+        self._stores: dict[str, Storage] = {}
+        self.metadata: dict[str, dict[str, Any]] = {}
+        self.lists: dict[str, list[str]] = {}  # manifest list -> manifests
+        self.manifests: dict[str, dict[str, str]] = {}  # manifest -> live file -> kind
+        self.reads = 0
+
+    # ---- locations -------------------------------------------------------------------------
+    def canon(self, location: str) -> str:
+        """The canonical URI of a location (a relative one is under the lakehouse root)."""
+        return parse_uri(location).uri if is_absolute(location) else self.base.uri(location)
+
+    def store(self, uri: str) -> tuple[Storage, str]:
+        """The storage of `uri`'s store (bucket) and `uri`'s path in it."""
+        p = parse_uri(uri)
+        st = self._stores.get(p.store_uri)
+        if st is None:
+            st = self._stores[p.store_uri] = self.base.for_store_of(p)
+        rel = st.relative(p.uri)
+        if rel is None:
+            raise StorageError(f"{uri} is not under its store {st.root}")
+        return st, rel
+
+    def read_many(self, uris: Iterable[str]) -> dict[str, bytes | BaseException]:
+        """The bytes of each of `uris` (or its error), batched per store."""
+        by_store: dict[str, tuple[Storage, list[tuple[str, str]]]] = {}
+        for u in dict.fromkeys(uris):
+            st, rel = self.store(u)
+            by_store.setdefault(st.root, (st, []))[1].append((u, rel))
+        out: dict[str, bytes | BaseException] = {}
+        for st, items in by_store.values():
+            rels = [r for _, r in items]
+            self.reads += len(rels)
+            if st.engine is not None or st.is_local or len(rels) < 2:
+                got = st.read_many(rels)
+            else:  # an fsspec store without the engine: hide its latency with threads
+
+                def one(rel: str, s: Storage = st) -> bytes | BaseException:
+                    try:
+                        return s.read(rel)
+                    except Exception as e:  # noqa: BLE001 - per file
+                        return e
+
+                with ThreadPoolExecutor(max_workers=min(self.threads, len(rels))) as pool:
+                    got = list(pool.map(one, rels))
+            for (u, _), data in zip(items, got, strict=True):
+                out[u] = data
+        return out
+
+    # ---- metadata ----------------------------------------------------------------------------
+    def load_metadata(self, locations: Iterable[str], what: str = "table metadata") -> None:
+        """Read the metadata JSON files of `locations` not read yet (gzip or plain).
+
+        Raises:
+            TableFileError: one of them is missing or unreadable (named with `what`).
+        """
+        todo = [u for u in dict.fromkeys(self.canon(x) for x in locations) if u not in self.metadata]
+        for u, data in self.read_many(todo).items():
+            if isinstance(data, BaseException):
+                raise TableFileError(
+                    f"{what} {u} cannot be read ({type(data).__name__}: {data}); "
+                    "the files it reaches cannot be enumerated"
+                ) from data
+            try:
+                self.metadata[u] = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+            except (ValueError, OSError) as e:
+                raise TableFileError(f"{what} {u} is not valid table metadata JSON: {e}") from e
+
+    def meta(self, location: str) -> dict[str, Any]:
+        u = self.canon(location)
+        self.load_metadata([u])
+        return self.metadata[u]
+
+    # ---- snapshots ---------------------------------------------------------------------------
+    def reach(self, meta: dict[str, Any], snapshot_ids: Iterable[int], missing_ok: bool = False) -> dict[str, str]:
+        """Every file the snapshots `snapshot_ids` of `meta` reach (URI -> kind), their
+        statistics files included.
+
+        With `missing_ok`, a manifest list or manifest that is gone is skipped (an interrupted
+        run may have deleted it: it reaches nothing the live set needs); otherwise it raises.
+
+        Raises:
+            TableFileError: a manifest list or manifest is missing or unreadable.
+        """
+        ids = {int(i) for i in snapshot_ids}
+        snaps = [s for s in meta.get("snapshots") or [] if int(s["snapshot-id"]) in ids]
+        out: dict[str, str] = {}
+        lists: list[str] = []
+        direct: list[str] = []  # format v1: manifests named by the snapshot itself
+        for s in snaps:
+            if s.get("manifest-list"):
+                lists.append(self.canon(s["manifest-list"]))
+            direct.extend(self.canon(m) for m in s.get("manifests") or [])
+        self._load_lists(lists, missing_ok)
+        manifests = list(direct)
+        for ml in lists:
+            if ml in self.lists:
+                out[ml] = MANIFEST_LIST
+                manifests.extend(self.lists[ml])
+        self._load_manifests(manifests, missing_ok)
+        for m in dict.fromkeys(manifests):
+            if m in self.manifests:
+                out[m] = MANIFEST
+                out.update(self.manifests[m])
+        out.update(self.statistics(meta, ids))
+        return out
+
+    def statistics(self, meta: dict[str, Any], snapshot_ids: set[int]) -> dict[str, str]:
+        """Statistics and partition statistics files of `snapshot_ids`."""
+        out: dict[str, str] = {}
+        for k in ("statistics", "partition-statistics"):
+            for s in meta.get(k) or []:
+                if int(s.get("snapshot-id", -1)) in snapshot_ids and s.get("statistics-path"):
+                    out[self.canon(s["statistics-path"])] = STATISTICS
+        return out
+
+    def _load_lists(self, uris: list[str], missing_ok: bool) -> None:
+        todo = [u for u in dict.fromkeys(uris) if u not in self.lists]
+        for u, data in self.read_many(todo).items():
+            recs = self._records(u, data, "manifest list", missing_ok)
+            if recs is not None:
+                self.lists[u] = [self.canon(_branch(r["manifest_path"])) for r in recs]
+
+    def _load_manifests(self, uris: list[str], missing_ok: bool) -> None:
+        todo = [u for u in dict.fromkeys(uris) if u not in self.manifests]
+        for u, data in self.read_many(todo).items():
+            recs = self._records(u, data, "manifest", missing_ok)
+            if recs is None:
+                continue
+            files: dict[str, str] = {}
+            for r in recs:
+                if _branch(r.get("status")) == 2:
+                    continue  # deleted entry: an older snapshot reaches the file
+                df = _branch(r["data_file"])
+                content = _branch(df.get("content")) or 0
+                files[self.canon(_branch(df["file_path"]))] = _CONTENT_KIND.get(int(content), DATA)
+            self.manifests[u] = files
+
+    @staticmethod
+    def _records(uri: str, data: bytes | BaseException, what: str, missing_ok: bool) -> list[dict[str, Any]] | None:
+        if isinstance(data, FileNotFoundError) and missing_ok:
+            return None
+        if isinstance(data, BaseException):
+            raise TableFileError(
+                f"{what} {uri} cannot be read ({type(data).__name__}: {data}); "
+                "the files it reaches cannot be enumerated"
+            ) from data
+        try:
+            return read_records(data)[1]
+        except (TrinityLakeError, ValueError, KeyError, EOFError) as e:
+            raise TableFileError(f"{what} {uri} is not a readable Avro file: {e}") from e
+
+
+def metadata_log(meta: dict[str, Any]) -> list[str]:
+    """The previous metadata files `meta` logs (raw locations)."""
+    return [e["metadata-file"] for e in meta.get("metadata-log") or [] if e.get("metadata-file")]
+
+
+def current_snapshot(meta: dict[str, Any]) -> int | None:
+    cur = meta.get("current-snapshot-id")
+    return None if cur is None or int(cur) < 0 else int(cur)
