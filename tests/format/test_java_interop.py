@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 
 from tests.format import oracle
+from tests.oracle import expect as E
+from tests.oracle.reader import parse_node
 from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import StoragePermissionError, UndecodableKeyError
 from trinitylake.format import definitions as D
-from trinitylake.format.node import deserialize
 from trinitylake.format.paths import is_format_owned, root_name
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance import reach as R
 
 NS_MAX = T_MAX = 8
 
@@ -75,13 +75,15 @@ def test_first_commit_on_an_oversized_java_root_builds_a_proper_tree(tmp_path):
     assert lh.view().list_namespaces() == sorted([*names, "new"])
     assert lh.view().list_tables("n00") == sorted(f"t{i}" for i in range(10))
     assert lh.view(version=0).list_namespaces() == names
-    # Every node of version 1 reads back in the spec layout with at most order - 1 keys.
-    walk = R.reference_walk(lh, [(1, root_name(1))])
-    nodes = [p for p, row in walk.rows.items() if row.kind in ("root", "node")]
+    # Every node of version 1 reads back in the spec layout with at most order - 1 keys (the
+    # oracle's walk and node parser, written from the spec).
+    o = E.oracle_of(lh)
+    walk = E.walk(o, [(1, f"{o.root}/{oracle.root_name(1)}")], sizes=False, tolerate_missing=False)
+    nodes = walk.paths("root") | walk.paths("node")
     assert len(nodes) > 10
     for p in nodes:
-        n = deserialize(lh.storage.read(p), 4, p)
-        assert len(n.keys) <= 3 and (not n.children or len(n.children) == len(n.keys) + 1)
+        n = parse_node(o.files.read(f"{o.root}/{p}"), 4, p)
+        assert len(n.entries) <= 3 and (not n.children or len(n.children) == len(n.entries) + 1)
     lh.drop_table("n00", "t3")
     assert "t3" not in lh.view().list_tables("n00") and lh.view(version=1).table_exists("n00", "t3")
 

@@ -13,6 +13,8 @@ import pytest
 
 from tests.lakehouse import _dtxn_workers as DW
 from tests.lakehouse import _workers as W
+from tests.oracle import expect as E
+from tests.support.jobs import TTL_MS, run_local
 from trinitylake.errors import (
     AlreadyExistsError,
     ObjectNotFoundError,
@@ -22,11 +24,12 @@ from trinitylake.errors import (
     ValidationError,
 )
 from trinitylake.format import definitions as D
-from trinitylake.format.paths import is_format_owned, root_name, txn_def_path
+from trinitylake.format.paths import is_format_owned, txn_def_path
+from trinitylake.jobs.walk.job import walk_reachable
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse import distributed as DT
-from trinitylake.maintenance import reach as R
 from trinitylake.maintenance import walk_roots as WR
+from trinitylake.spark.execution import Execution
 
 
 def _lh(tmp_path, **kw) -> Lakehouse:
@@ -37,18 +40,6 @@ def _lh(tmp_path, **kw) -> Lakehouse:
 
 def _owned(lh) -> set[str]:
     return {f.path for f in lh.storage.list("") if is_format_owned(f.path)}
-
-
-def _txn_files(lh, txn_id: str) -> set[str]:
-    """State files and running roots of a transaction (what a commit leaves for the orphan job)."""
-    t = DT.DistributedTransaction(lh, txn_id)
-    out = set()
-    n = 0
-    while lh.storage.exists(txn_def_path(txn_id, n)):
-        out.add(txn_def_path(txn_id, n))
-        out.add(t._read_state(n).running_root_node_file_path)
-        n += 1
-    return out
 
 
 def test_begin_stage_from_many_processes_commit_from_another(tmp_path):
@@ -70,9 +61,10 @@ def test_begin_stage_from_many_processes_commit_from_another(tmp_path):
     winner = next(w for w, s in enumerate(staged) if "shared" in s)
     assert fresh.view().describe_table("ns", "shared")["properties"] == {"by": str(winner)}
     # Lost staging races left nothing behind: every format-owned file is reachable from a
-    # version, or is one of the transaction's state files and running roots.
-    reached = R.reference_walk(fresh, [(v, root_name(v)) for v in range(3)]).paths()
-    assert _owned(fresh) - reached - _txn_files(fresh, dt.id) == set()
+    # version, or is one of the transaction's state files and running roots (by the oracle).
+    o = E.oracle_of(fresh)
+    assert E.owned(o) - E.version_files(o, range(3)) - E.txn_files(o, dt.id) == set()
+    assert E.txn_entries(o) == []  # committed: no longer live
     assert DT.DistributedTransaction.load(lh, dt.id).info()["state"] == "committed"
     assert DT.list_transactions(lh) == []
 
@@ -179,23 +171,94 @@ def test_abort_deletes_staged_files_and_closes(tmp_path):
         DT.DistributedTransaction.begin(lh, txn_id=dt.id)
 
 
+def _reached(lh) -> set[str]:
+    """What the library's walk reaches from the roots it picks (`walk_roots`), on the driver."""
+    return walk_reachable(Execution("local"), lh, WR.walk_input(lh).roots, sizes=False).keys()
+
+
 def test_live_transactions_are_walked_by_maintenance_until_expired(tmp_path):
     lh = _lh(tmp_path)
     dt = DT.DistributedTransaction.begin(lh)
     dt.stage(lambda t: t.create_table("ns", "staged"))
-    s = dt.state()
-    staged_def = [m.value for m in dt._running(s).node.buffer if m.txn == dt.id][0]
-    inp = WR.walk_input(lh)
-    assert inp.txn_running_roots == [s.d.running_root_node_file_path]
-    reached = R.reference_walk(lh, inp.roots).paths()
-    assert staged_def in reached and s.d.running_root_node_file_path in reached
+    o = E.oracle_of(lh)
+    (t,) = o.live_transactions()
+    assert (t.id, t.begin_version) == (dt.id, lh.latest_version())
+    staged_def = o.relative(E.merged_keys(o, t.running_root)[lh.view().codec.table_key("ns", "staged")])
+    running = o.relative(t.running_root)
+    live = E.live_walk(o, sizes=False).paths()
+    assert {staged_def, running} <= live and not {staged_def, running} & E.version_files(o, [t.begin_version])
+    assert _reached(lh) == live
+    assert WR.walk_input(lh).txn_running_roots == [running]
     # A transaction whose lease ran out long ago (a hand-written later state) is not walked.
     old = D.TransactionDef()
-    old.CopyFrom(s.d)
+    old.CopyFrom(dt.state().d)
     old.expire_at_millis = int(time.time() * 1000) - DT.KEEP_AFTER_EXPIRY_MS - 1
-    lh.storage.create_exclusive(txn_def_path(dt.id, s.number + 1), D.dumps(old))
-    inp = WR.walk_input(lh)
-    assert inp.txn_running_roots == [] and staged_def not in R.reference_walk(lh, inp.roots).paths()
+    lh.storage.create_exclusive(txn_def_path(dt.id, dt.state().number + 1), D.dumps(old))
+    assert o.live_transactions() == [] and [t.id for t in o.transactions().values()] == [dt.id]
+    live = E.live_walk(o, sizes=False).paths()
+    assert staged_def not in live and _reached(lh) == live
+
+
+def _age(lh: Lakehouse, paths, seconds: float) -> None:
+    root = lh.storage.root[len("file://"):]
+    t = time.time() - seconds
+    for p in paths:
+        os.utime(os.path.join(root, p), (t, t))
+
+
+def test_orphans_keep_what_a_live_transaction_staged_however_old(tmp_path):
+    """Staged long ago, the lease renewed since: only the running root keeps the early files.
+    The orphan job deletes exactly the oracle's orphans, none of the transaction's live files."""
+    lh = _lh(tmp_path, txn_ttl_millis=TTL_MS)
+    dt = DT.DistributedTransaction.begin(lh)
+    dt.stage(lambda t: t.create_table("ns", "early"))
+    lh.create_namespace("n2")
+    o = E.oracle_of(lh)
+    early = E.owned(o)
+    _age(lh, early, 40 * 86_400)  # every file so far, the transaction's first states included
+    dt.stage(lambda t: t.create_table("ns", "late"))  # renews the lease, re-pins on version 2
+    (t,) = o.live_transactions()
+    staged = E.walk(o, [(t.begin_version, t.running_root)], sizes=False).paths()
+    keep = staged & early - E.version_files(o, E.kept_versions(o))
+    assert keep, "the test needs aged files that only the transaction reaches"
+    cutoff = time.time() - TTL_MS / 1000
+    expected = E.orphans(o, cutoff)
+    assert expected, "and superseded states or running roots to collect"
+    res = run_local("orphans", lh.uri, reference_time=int(cutoff * 1000) + TTL_MS)
+    assert res.status == "succeeded"
+    assert early - E.owned(o) == expected and not keep & expected
+    assert o.problems() == []
+    v = dt.commit()
+    assert Lakehouse.open(lh.uri, audit=False).view(version=v).list_tables("ns") == ["early", "late"]
+
+
+def test_expire_keeps_what_a_live_transactions_running_root_reaches(tmp_path):
+    """A transaction pinned on a version that expire then drops: its running root still reads,
+    and expire deletes exactly what the oracle says the expired versions alone reach. (Expire
+    sees "now" two TTLs ahead of the clock that leases the transaction; with one clock the TTL
+    rule keeps the version a live transaction is pinned on, and the running roots in expire's
+    walk are the second line: they hold within the clock-skew margin.)"""
+    lh = _lh(tmp_path, txn_ttl_millis=TTL_MS)
+    for i in range(6):
+        lh.create_table("ns", f"t{i}")
+    dt = DT.DistributedTransaction.begin(lh)
+    dt.stage(lambda t: t.create_table("ns", "staged"))
+    for i in range(6):
+        lh.drop_table("ns", f"t{i}")
+    o = E.oracle_of(lh)
+    (t,) = o.live_transactions()
+    before, expiring = o.snapshot(), list(range(lh.latest_version()))
+    assert t.id in before.txns and t.begin_version in expiring
+    expected = E.expired_files(o, expiring)
+    txn_only = (E.walk(o, E.txn_entries(o), sizes=False).paths() & E.version_files(o, expiring)) - (
+        E.version_files(o, [lh.latest_version()]))
+    assert txn_only, "the test needs files of expired versions that only the running root still reaches"
+    owned = E.owned(o)
+    res = run_local("expire", lh.uri, min_versions_to_keep=1)
+    assert res.status == "succeeded" and res.counts["versions_expired"] == len(expiring)
+    assert owned - E.owned(o) == expected and not txn_only & expected
+    # The transaction's tree still reads whole, its staged table included.
+    assert o.problems(before) == [] and lh.view().codec.table_key("ns", "staged") in before.txns[t.id]
 
 
 @pytest.mark.s3

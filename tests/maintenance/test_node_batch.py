@@ -1,6 +1,6 @@
 """Node files expanded in batches (`maintenance.node_batch`): the references of every node
 against the independent oracle, the rows and errors of `reach.expand_node` (the one-file
-reader, kept as the reference), and the driver's walk built on it against `reference_walk`."""
+reader), and the driver's walk built on it against the oracle's walk (`tests.oracle.expect`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from tests.format.test_java_interop import write_java_lakehouse
 from tests.format.test_node_arrow import _ipc
 from tests.maintenance.helpers import build_history, write_minimal_export
+from tests.oracle import expect as E
 from tests.oracle.reader import Oracle, base_of, parse_node
 from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import CorruptNodeError
@@ -43,14 +44,15 @@ def exported(tmp_path_factory):
 
 
 def _frontier(lh: Lakehouse) -> list[tuple[str, str, int, int, bool]]:
-    """Every node file the walk reads, as frontier rows (key, base, first_version, depth, is_root)."""
+    """Every node file the walk reads, as frontier rows (key, base, first_version, depth,
+    is_root): the oracle's live roots and walk, bases in the library's canonical spelling."""
     reader = R.Reader(lh.storage.root)
-    inp = WR.walk_input(lh)
-    walk = R.reference_walk(lh, inp.roots)
+    o = E.oracle_of(lh)
     bases = {}
-    for v, ptr in inp.roots:
-        key, base = reader.locator.root_entry(v, ptr)
+    for v, uri in E.live_entries(o):
+        key, base = reader.locator.root_entry(v, uri)
         bases[key] = base
+    walk = E.live_walk(o, sizes=False)
     return [(k, bases.get(k, reader.locator.root), r.first_version, r.depth, r.kind == "root")
             for k, r in sorted(walk.rows.items()) if r.kind in ("root", "node")]
 
@@ -273,13 +275,13 @@ def test_plain_relative_regex_is_the_library_rule(seed):
     assert sum(got) > 100
 
 
-def test_a_local_walk_in_many_small_batches_equals_the_reference_walk(exported, monkeypatch):
+def test_a_local_walk_in_many_small_batches_equals_the_oracles_walk(exported, monkeypatch):
     """Batches split levels: children and definitions met in several batches of one level
     (and in later levels) keep the smallest depth, first version and kind."""
     lh = exported
     inp = WR.walk_input(lh)
-    ref = R.reference_walk(lh, inp.roots, sizes=True)
-    expected = sorted((r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values())
+    ref = E.live_walk(E.oracle_of(lh))
+    expected = ref.tuples()
     for max_files, roots in ((1, inp.roots), (1, inp.roots[::-1]), (7, inp.roots), (NB.MAX_FILES, inp.roots)):
         monkeypatch.setattr(NB, "MAX_FILES", max_files)
         # Newest roots first: a shared child or definition is met first from a later version.
@@ -293,9 +295,9 @@ def test_a_walk_reports_every_failure_of_a_level(exported, tmp_path):
     lh = Lakehouse.create(str(tmp_path / "broken"), order=4, node_max_bytes=4096, audit=False)
     build_history(lh, seed=4, ops=20)
     inp = WR.walk_input(lh)
-    rows = R.reference_walk(lh, inp.roots).rows.values()
-    deepest = max(r.depth for r in rows if r.kind == "node")
-    nodes = sorted(r.path for r in rows if r.kind == "node" and r.depth == deepest)  # one level: both are read
+    rows = E.live_walk(E.oracle_of(lh), sizes=False).rows
+    deepest = max(r.depth for r in rows.values() if r.kind == "node")
+    nodes = sorted(k for k, r in rows.items() if r.kind == "node" and r.depth == deepest)  # one level: both are read
     assert len(nodes) >= 2
     root = lh.storage.root[len("file://"):]
     os.unlink(os.path.join(root, nodes[0]))
@@ -311,11 +313,11 @@ def test_a_walk_reports_every_failure_of_a_level(exported, tmp_path):
     assert st.missing == 2 and nodes[0] not in reached.keys()
 
 
-def test_the_walk_of_a_node_naming_a_pointer_twice_equals_the_reference_walk(tmp_path):
+def test_the_walk_of_a_node_naming_a_pointer_twice_equals_the_oracles_walk(tmp_path):
     """The driver's walk takes the batch reader's references without per-node deduplication
     (its merges keep the smallest per key): a node naming one file as child and definition,
-    and a root naming its lakehouse definition as a value too, walk as `reference_walk`
-    (which reads through `node_references`) walks them."""
+    and a root naming its lakehouse definition as a value too, walk as the oracle walks them
+    (a file named as a child is a node; the smallest depth, then first version, wins)."""
     lh = Lakehouse.create(str(tmp_path / "twice"), order=4, node_max_bytes=4096, audit=False)
     root = lh.storage.root[len("file://"):]
     ld_path = parse_node(lh.storage.read(root_name(0)), 4, "r").system["lakehouse_def"]
@@ -324,10 +326,11 @@ def test_the_walk_of_a_node_naming_a_pointer_twice_equals_the_reference_walk(tmp
         system={"lakehouse_def": ld_path}, keys=["a", "b"], values=[child, ld_path], children=[child, child, child],
         buffer=[Message("c", child, "t"), Message("d", "d/k.binpb", "t")]), 4))
     roots = [(3, top), (0, root_name(0))]
-    ref = R.reference_walk(lh, roots, sizes=True)
+    o = E.oracle_of(lh)
+    ref = E.walk(o, [(v, f"{o.root}/{p}") for v, p in roots])
     reached, st = walk_reachable_with_stats(Execution("local"), lh, roots)
     got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
-    assert got == sorted((r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values())
+    assert got == ref.tuples()
     assert ref.rows[child].kind == "node" and ref.rows[ld_path].kind == "lakehouse_def"
 
 
@@ -338,7 +341,7 @@ def test_the_second_process_sizes_a_walk_read_in_many_batches(exported, monkeypa
 
     lh = exported
     inp = WR.walk_input(lh)
-    ref = R.reference_walk(lh, inp.roots, sizes=True)
+    ref = E.live_walk(E.oracle_of(lh))
     fed: list[str] = []
     add = BS.BackgroundSizes.add
     monkeypatch.setattr(BS.BackgroundSizes, "add", lambda self, keys: (fed.extend(keys), add(self, keys))[1])
@@ -347,5 +350,5 @@ def test_the_second_process_sizes_a_walk_read_in_many_batches(exported, monkeypa
     monkeypatch.setattr(NB, "MAX_FILES", 2)
     reached, _ = walk_reachable_with_stats(Execution("local"), lh, inp.roots[::-1])
     got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
-    assert got == sorted((r.path, r.kind, r.size, r.depth, r.first_version) for r in ref.rows.values())
+    assert got == ref.tuples()
     assert len(fed) == len(set(fed)) and set(fed) >= ref.paths("definition")

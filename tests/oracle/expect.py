@@ -19,7 +19,8 @@ no code with the library's walk, retention or orphan rules:
 * **What a set of roots reaches, with depth and first_version** (`walk`): breadth first, level
   by level. A file's depth is the length of its shortest pointer path from any of the roots
   (roots are depth 0); its first_version is the smallest version among the roots that reach it
-  along such a shortest path. Node files are read once; leaves (definitions, the lakehouse
+  along such a shortest path. A file named as a child (``pnode``) anywhere is a node file, read
+  and followed, even where another node names it as a value. Node files are read once; leaves (definitions, the lakehouse
   definition) are only sized.
 * **Which files are orphans** (`orphans`): files whose names the format owns (§7, the oracle's own
   pattern), older than the cutoff, that no live root reaches.
@@ -36,9 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.format.oracle import root_name, root_version
+from tests.oracle.defs import transaction_def
 from tests.oracle.reader import (
     OWNED,
     ROOT_FILE,
+    TXN_FILE,
     BotoFiles,
     NodeFile,
     Oracle,
@@ -133,6 +136,19 @@ def self_contained_exports(o: Oracle) -> dict[str, str]:
     it is read here either)."""
     d = o.latest()[1]
     return {n: u for n, u in sorted(d.exported_snapshots.items()) if n not in d.exported_snapshot_pins}
+
+
+@in_one_call
+def txn_files(o: Oracle, txn_id: str) -> set[str]:
+    """Every state file of the distributed transaction `txn_id` that is listed, with the running
+    root each names (relative paths): what a finished transaction leaves for the orphan job."""
+    out = set()
+    for p in o.files.list(o.root):
+        m = TXN_FILE.match(p)
+        if m is not None and m.group(1) == txn_id:
+            d = transaction_def(o._read(f"{o.root}/{p}", "transaction definition"), p)
+            out |= {p, d.running_root_node_file_path}
+    return out
 
 
 # ---- files -----------------------------------------------------------------------------------------
@@ -239,6 +255,10 @@ def walk(o: Oracle, entries: Iterable[tuple[int, str]], *, sizes: bool = True, e
         if prev is None or v < prev[2]:
             frontier[k] = (uri, root_base(uri), int(v), None)
     depth = 0
+    # Definitions and lakehouse definitions, by the level that first names them: key -> (uri,
+    # kind, first_version, depth). Placed after the last level: a file some node names as a
+    # child is a node file (it is read and followed), whatever else names it as a value.
+    met: dict[str, tuple[str, str, int, int]] = {}
     while frontier:
         leaves: dict[str, tuple[str, str, int]] = {}  # key -> (uri, kind, first_version)
         nxt: dict[str, tuple[str, str, int, int | None]] = {}
@@ -279,16 +299,19 @@ def walk(o: Oracle, entries: Iterable[tuple[int, str]], *, sizes: bool = True, e
                 if prev is None or fv < prev[2]:
                     nxt[ck] = (u, base_of(c, base), fv, order)
         depth += 1
-        for k, (uri, kind, fv) in sorted(leaves.items()):
-            if k in out.rows or k in skip:
-                continue
-            s = size(o, uri) if sizes or not tolerate_missing else 0
-            if s < 0:
-                if not tolerate_missing:
-                    raise OracleError(f"{kind} {uri} is missing")
-                out.missing.append(k)
-            out.rows[k] = Row(kind, s if sizes else -1, depth, fv)
+        for k, (uri, kind, fv) in leaves.items():
+            if k not in met and k not in skip:
+                met[k] = (uri, kind, fv, depth)
         frontier = {k: e for k, e in nxt.items() if k not in out.rows and k not in skip}
+    for k, (uri, kind, fv, d) in sorted(met.items()):
+        if k in out.rows:
+            continue
+        s = size(o, uri) if sizes or not tolerate_missing else 0
+        if s < 0:
+            if not tolerate_missing:
+                raise OracleError(f"{kind} {uri} is missing")
+            out.missing.append(k)
+        out.rows[k] = Row(kind, s if sizes else -1, d, fv)
     return out
 
 
@@ -453,5 +476,5 @@ __all__ = [
     "Row", "Walk", "contents", "decode", "export_contents", "export_roots", "expired_files", "floor", "is_owned",
     "latest_version", "listing", "live_entries", "live_walk", "merged_keys", "oracle_for", "oracle_of", "orphans",
     "owned", "kept_versions", "root_files", "self_contained_exports", "size", "tables", "unreferenced",
-    "txn_entries", "version_contents", "version_files", "walk",
+    "txn_entries", "txn_files", "version_contents", "version_files", "walk",
 ]

@@ -634,4 +634,7 @@ def oracle_reach(lh: Any, versions: Iterable[int], extra_roots: Iterable[tuple[i
     for u in o.reach(roots):
         rel = o.relative(u)
         rows[rel if rel is not None else u] = _kind(u)
+    for u in roots:  # a distributed transaction's running root is a root, whatever its name
+        rel = o.relative(u)
+        rows[rel if rel is not None else u] = "root"
     return OracleReach(rows)

@@ -10,10 +10,10 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
+from tests.format.oracle import root_name
+from tests.oracle import expect as E
 from tests.report.conftest import EVIL
 from trinitylake.cli import cli
-from trinitylake.format.node import deserialize
-from trinitylake.format.paths import root_name
 from trinitylake.report import collect, generate_report
 from trinitylake.report.svg import TimeScale, byte_ticks, fmt_bytes, nice_ticks, time_ticks
 
@@ -69,22 +69,11 @@ def parse(page: str) -> StrictParser:
 
 
 def _files_of(lh, version: int) -> tuple[set[str], set[str]]:
-    """Independent walk (straight from disk): node files and definition files of a version."""
-    base = lh.uri[len("file://"):]
-    nodes, defs = {root_name(version)}, set()
-    stack = [root_name(version)]
-    while stack:
-        path = stack.pop()
-        with open(os.path.join(base, path), "rb") as f:
-            node = deserialize(f.read(), None, path)
-        if path == root_name(version):
-            defs.add(node.system["lakehouse_def"])
-        defs.update(v for v in node.values if v)
-        defs.update(m.value for m in node.buffer if m.value)
-        for c in node.children:
-            nodes.add(c)
-            stack.append(c)
-    return nodes, defs
+    """The oracle's walk of a version (`tests.oracle.expect`, sharing no code with the library):
+    its node files (root included) and its definition files (the lakehouse definition included)."""
+    o = E.oracle_of(lh)
+    w = E.walk(o, [(version, f"{o.root}/{root_name(version)}")], sizes=False, tolerate_missing=False)
+    return w.paths("root") | w.paths("node"), w.paths("definition") | w.paths("lakehouse_def")
 
 
 @pytest.fixture(scope="module")
