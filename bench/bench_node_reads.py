@@ -61,9 +61,9 @@ def measure(uri: str, rounds: int, label: str) -> tuple[list[dict[str, Any]], di
     lh = Lakehouse.open(uri, audit=False)
     reader = R.Reader(lh.storage.root)
     roots = WR.walk_input(lh).roots
-    ref = R.reference_walk(lh, roots)  # also warms the page cache
-    rows = [(k, reader.locator.root, r.first_version, r.depth, r.kind == "root")
-            for k, r in sorted(ref.rows.items(), key=lambda kv: (kv[1].depth, kv[0])) if r.kind in ("root", "node")]
+    ref = walk_reachable_with_stats(Execution("local"), lh, roots, sizes=False)[0].table  # also warms the page cache
+    walked = zip(*(ref.column(c).to_pylist() for c in ("depth", "path", "kind", "first_version")), strict=True)
+    rows = [(k, reader.locator.root, fv, d, kind == "root") for d, k, kind, fv in sorted(walked) if kind in ("root", "node")]
     base = reader.storage._fs_path("")
     paths = [os.path.join(base, r[0]) for r in rows]
     n = len(rows)

@@ -1,4 +1,5 @@
-"""What a node references, how pointers become keys, and the single-process reference walk."""
+"""What a node references, how pointers become keys, which roots a walk starts from, and the
+library's walk (`jobs.walk.job`, on the driver) against the oracle's (`tests.oracle.expect`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import os
 import pytest
 
 from tests.maintenance.helpers import build_history, oracle_reads, write_minimal_export
+from tests.oracle import expect as E
 from trinitylake.errors import CorruptNodeError, InvalidURIError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.node import Message, Node
-from trinitylake.format.paths import is_format_owned, root_name
+from trinitylake.format.paths import root_name
+from trinitylake.jobs.walk.job import walk_reachable_with_stats
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance import walk_roots as WR
+from trinitylake.spark.execution import Execution
 
 
 def test_node_references_cover_children_values_and_buffer_sets_only():
@@ -59,35 +63,39 @@ def test_locator_keys_are_relative_inside_and_canonical_outside():
     assert loc.uri("0000/x.arrow") == "s3://bucket/lh/0000/x.arrow"
 
 
-def _owned_files(lh) -> set[str]:
-    return {f.path for f in lh.storage.list("") if is_format_owned(f.path)}
+def _walk(lh, roots, **kw):
+    """The library's walk (`jobs.walk.job`: the one walker, here on the driver) and its stats."""
+    return walk_reachable_with_stats(Execution("local"), lh, roots, **kw)
 
 
-def test_reference_walk_reaches_every_file_of_a_history_and_reads_each_node_once(make_lakehouse):
+def _rows(reached) -> list[tuple]:
+    t = reached.table
+    return sorted(zip(*(t.column(c).to_pylist() for c in ("path", "kind", "size", "depth", "first_version")),
+                      strict=True))
+
+
+def _oracle_walk(lh, roots, **kw) -> E.Walk:
+    """The oracle's walk of `roots` ((version, root pointer) as the library takes them)."""
+    o = E.oracle_of(lh)
+    return E.walk(o, [(v, p if "://" in p else f"{o.root}/{p}") for v, p in roots], **kw)
+
+
+def test_the_walk_reaches_every_file_of_a_history_and_reads_each_node_once(make_lakehouse):
     lh = make_lakehouse()
     build_history(lh, seed=3, ops=30)
     inp = WR.walk_input(lh)
     assert inp.roots == [(v, root_name(v)) for v in range(lh.latest_version() + 1)]
-    w = R.reference_walk(lh, inp.roots, sizes=True)
+    reached, st = _walk(lh, inp.roots)
+    ref = _oracle_walk(lh, inp.roots)
+    assert _rows(reached) == ref.tuples()  # paths, kinds, sizes, depths and first versions
     # Nothing has expired: the walk reaches what the oracle reads to list every version (and any
-    # definition a node still names); every one of those files exists.
+    # definition a node still names).
     nodes, defs = oracle_reads(lh)
-    assert w.paths("node") | w.paths("root") == nodes
-    assert defs <= w.paths() <= _owned_files(lh)
-    nodes = w.paths("node") | w.paths("root")
-    assert w.node_reads == len(nodes)
-    assert w.paths("node"), "the history should build a multi-level tree"
-    for r in w.rows.values():
-        assert r.size == os.path.getsize(os.path.join(lh.storage.root[len("file://"):], r.path))
-        if r.kind == "root":
-            assert (r.depth, r.first_version) == (0, int(r.first_version))
-    ld = [r for r in w.rows.values() if r.kind == "lakehouse_def"]
-    assert len(ld) == 1 and ld[0].first_version == 0 and ld[0].depth == 1
-
-
-def test_reference_walk_with_threads_matches_the_serial_walk(history_lakehouse):
-    roots = WR.walk_input(history_lakehouse).roots
-    assert R.reference_walk(history_lakehouse, roots, threads=8).rows == R.reference_walk(history_lakehouse, roots).rows
+    assert ref.paths("node") | ref.paths("root") == nodes and defs <= ref.paths()
+    assert st.node_reads == st.unique_nodes == len(nodes) == ref.node_reads
+    assert ref.paths("node"), "the history should build a multi-level tree"
+    ld = [r for r in ref.rows.values() if r.kind == "lakehouse_def"]
+    assert len(ld) == 1 and (ld[0].first_version, ld[0].depth) == (0, 1)
 
 
 def test_exclude_prunes_to_the_set_difference(history_lakehouse):
@@ -95,28 +103,29 @@ def test_exclude_prunes_to_the_set_difference(history_lakehouse):
     latest = lh.latest_version()
     old = [(v, root_name(v)) for v in range(0, latest // 2)]
     new = [(v, root_name(v)) for v in range(latest // 2, latest + 1)]
-    keep = R.reference_walk(lh, new)
-    full_old = R.reference_walk(lh, old)
-    diff = R.reference_walk(lh, old, exclude=keep.paths())
-    assert diff.paths() == full_old.paths() - keep.paths()
-    assert diff.node_reads < full_old.node_reads, "shared nodes are not read again"
+    keep = _oracle_walk(lh, new, sizes=False).paths()
+    full_old = _oracle_walk(lh, old, sizes=False)
+    diff, st = _walk(lh, old, exclude=keep, sizes=False)
+    assert diff.keys() == full_old.paths() - keep and diff.keys()
+    assert st.node_reads < full_old.node_reads, "shared nodes are not read again"
 
 
 def test_missing_and_corrupt_nodes_fail_the_walk_with_the_file_named(history_lakehouse):
     lh = history_lakehouse
     roots = WR.walk_input(lh).roots
-    node = sorted(R.reference_walk(lh, roots).paths("node"))[0]
+    node = sorted(_oracle_walk(lh, roots, sizes=False).paths("node"))[0]
     path = lh.storage.root[len("file://"):] + "/" + node
     data = open(path, "rb").read()
     with open(path, "wb") as f:
         f.write(data[: len(data) // 2])
     with pytest.raises(CorruptNodeError, match=node.split("/")[-1]):
-        R.reference_walk(lh, roots)
+        _walk(lh, roots)
     os.unlink(path)
     with pytest.raises(CorruptNodeError, match="no such file"):
-        R.reference_walk(lh, roots)
-    w = R.reference_walk(lh, roots, tolerate_missing=True)
-    assert w.missing == [node]
+        _walk(lh, roots)
+    reached, st = _walk(lh, roots, tolerate_missing=True)
+    assert st.missing == 1 and node not in reached.keys()
+    assert reached.keys() == _oracle_walk(lh, roots, sizes=False).paths() - set(_oracle_walk(lh, roots).missing)
 
 
 def test_minimal_export_makes_its_source_files_reachable(make_lakehouse, tmp_path):
@@ -127,11 +136,12 @@ def test_minimal_export_makes_its_source_files_reachable(make_lakehouse, tmp_pat
     inp = WR.walk_input(lh)
     assert inp.export_roots == {"e1": loc} and inp.pinned_versions == {"e1": v}
     assert inp.self_contained_exports == {}, "a pinned export is walked"
-    export_only = R.reference_walk(lh, [(v, loc)])
-    source_only = R.reference_walk(lh, [(v, root_name(v))])
-    assert export_only.paths("root") == {loc}
+    export_only, _ = _walk(lh, [(v, loc)])
+    assert _rows(export_only) == _oracle_walk(lh, [(v, loc)]).tuples()
+    source_only = _oracle_walk(lh, [(v, root_name(v))], sizes=False)
+    assert {k for k in export_only.keys() if "://" in k} == {loc}
     # Every file the export reaches, except its own root, is a source file (relative key).
-    assert export_only.paths() - {loc} == source_only.paths() - {root_name(v)}
+    assert export_only.keys() - {loc} == source_only.paths() - {root_name(v)}
 
 
 def test_walk_input_edge_cases(make_lakehouse, tmp_path):

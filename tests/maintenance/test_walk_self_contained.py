@@ -30,9 +30,11 @@ from tests.oracle import expect as E
 from tests.support.jobs import AHEAD_MS, TTL_MS, run_local
 from tests.support.recording_proxy import RecordingProxy
 from trinitylake.format.paths import root_name
+from trinitylake.jobs.walk.job import walk_reachable
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance import reach as R
 from trinitylake.maintenance import walk_roots as WR
+from trinitylake.spark.execution import Execution
 from trinitylake.spark.output import read_parquet_table
 
 SHAPE = {"order": 4, "node_max_bytes": 4096, "txn_ttl_millis": TTL_MS}
@@ -202,14 +204,16 @@ def test_on_s3_sizes_come_from_listings_never_a_head_per_file(s3_server, s3_buck
         assert not {r.key.removeprefix("wh/lh/") for r in heads} & sized
         assert not {r.key for r in heads} & sized
 
-        # The single-process walk with sizes: not one HEAD, whichever listing plan applies.
-        reader = R.Reader(uri, popts)
+        # The library's walk on the driver with sizes: not one HEAD, whichever listing plan applies.
+        plh = Lakehouse.open(uri, storage_options=popts, audit=False)
         for one_stream in (R.LIST_ONE_STREAM_KEYS, 1):  # one stream of the root; per hash folder
             monkeypatch.setattr(R, "LIST_ONE_STREAM_KEYS", one_stream)
             proxy.clear()
-            w = R.reference_walk(reader, roots, sizes=True)
-            assert {k: r.size for k, r in w.rows.items() if k in leaves} == leaves
+            t = walk_reachable(Execution("local"), plh, roots, sizes=True).table
+            sizes = dict(zip(t.column("path").to_pylist(), t.column("size").to_pylist(), strict=True))
+            assert {k: s for k, s in sizes.items() if k in leaves} == leaves
             assert proxy.count("HEAD") == 0 and proxy.count("GET") > 0
+        reader = R.Reader(uri, popts)
         # A few keys (folder listings only), a missing one among them.
         few = sorted(k for k in leaves if "://" in k)[:3] + sorted(k for k in leaves if "/" not in k)[:1]
         proxy.clear()

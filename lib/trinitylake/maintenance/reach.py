@@ -1,11 +1,11 @@
-"""Reachability: what one node file references, how pointers become comparable keys, and a
-single-process reference walk.
+"""Reachability: what one node file references, how pointers become comparable keys, how files
+are read and sized by key.
 
-Engine-agnostic. The Spark walk (`trinitylake.jobs.walk.job`) reads node files in batches with
-`trinitylake.maintenance.node_batch` (Arrow arrays, many files a call), on the driver and inside
-executors' ``mapInArrow``; :func:`expand_node` here is the one-file reader the tests and
-benchmarks' :func:`reference_walk` runs in one process, and the reference the batch reader is
-tested against. Both follow the same rules, written down here once:
+Engine-agnostic. The walk (`trinitylake.jobs.walk.job`, the library's one walker) reads node
+files in batches with `trinitylake.maintenance.node_batch` (Arrow arrays, many files a call), on
+the driver and inside executors' ``mapInArrow``; :func:`expand_node` here reads one file the same
+way (the benchmarks' per-file baseline, and what the batch reader's rows and errors are tested
+against). Both follow the same rules, written down here once:
 
 **Keys.** Every file is named by a *walk key*: its path relative to the lakehouse root when it
 lies inside the root (``0110/0000/1011/01111000-node-….arrow``, ``_0100….arrow``), otherwise
@@ -38,10 +38,10 @@ pointer counts the walk job reports are `trinitylake.maintenance.table_pointers`
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trinitylake.errors import (
     CorruptNodeError,
@@ -53,16 +53,13 @@ from trinitylake.format.node import Node, deserialize
 from trinitylake.storage import Storage
 from trinitylake.storage.uri import is_absolute, is_plain_relative, join_uri, parse_uri
 
-if TYPE_CHECKING:
-    from trinitylake.lakehouse.lakehouse import Lakehouse
-
 KIND_ROOT = "root"
 KIND_NODE = "node"
 KIND_DEFINITION = "definition"
 KIND_LAKEHOUSE_DEF = "lakehouse_def"
 KINDS = (KIND_ROOT, KIND_NODE, KIND_DEFINITION, KIND_LAKEHOUSE_DEF)
 
-# Roles of the rows `expand_node_rows` emits.
+# Roles of the rows `expand_node` emits (and the batch reader, `node_batch`).
 ROLE_SELF = "self"  # the node file that was read (path, kind, size)
 ROLE_CHILD = "child"  # a child node to read at depth + 1
 ROLE_LEAF = "leaf"  # a definition or lakehouse definition (never read by the walk)
@@ -237,8 +234,8 @@ OutRow = tuple[str, str, str, int, int, int, "str | None", "str | None"]
 def expand_node(reader: Reader, row: Sequence[Any]) -> tuple[list[OutRow], int]:
     """Read one node file and return its rows (see the ROLE_* constants) and 1 if it was read.
 
-    The one-file reference reader (`reference_walk`); walks read many files a call with
-    `trinitylake.maintenance.node_batch`, which emits the same rows and errors."""
+    The walk reads many files a call with `trinitylake.maintenance.node_batch`, which emits
+    the same rows and errors."""
     key, base, fv, depth, is_root = row[0], row[1], int(row[2]), int(row[3]), bool(row[4])
     kind = KIND_ROOT if is_root else KIND_NODE
     try:
@@ -266,18 +263,6 @@ def expand_node(reader: Reader, row: Sequence[Any]) -> tuple[list[OutRow], int]:
         else:
             out.append((ROLE_LEAF, ck, rkind, -1, depth + 1, fv, None, None))
     return out, 1
-
-
-def expand_node_rows(reader: Reader, rows: Iterable[Sequence[Any]], io_threads: int = 8) -> Iterator[tuple[list[OutRow], int]]:
-    """`expand_node` over many rows, reading up to `io_threads` files at a time (object
-    stores answer in tens of milliseconds; threads hide that latency)."""
-    rows = list(rows)
-    if io_threads <= 1 or len(rows) <= 1:
-        for r in rows:
-            yield expand_node(reader, r)
-        return
-    with ThreadPoolExecutor(max_workers=min(io_threads, len(rows))) as pool:
-        yield from pool.map(lambda r: expand_node(reader, r), rows)
 
 
 #: Keys a sizing thread stats per task: large, because a ``stat`` of a cached inode takes a few
@@ -465,103 +450,3 @@ def describe_failures(rows: Sequence[Sequence[Any]], total: int) -> str:
     parts = [f"{r[0]} (reached from version {r[1]}): {r[2]}" for r in rows]
     more = f" and {total - len(rows)} more" if total > len(rows) else ""
     return "; ".join(parts) + more
-
-
-# ---- the single-process reference walk ------------------------------------------------------
-@dataclass(frozen=True)
-class WalkRow:
-    path: str
-    kind: str
-    size: int
-    depth: int
-    first_version: int
-
-
-@dataclass
-class ReferenceWalk:
-    """Result of :func:`reference_walk`: one row per reachable file, keyed by walk key."""
-
-    rows: dict[str, WalkRow]
-    node_reads: int
-    missing: list[str]
-    levels: int
-
-    def paths(self, kind: str | None = None) -> set[str]:
-        return {k for k, r in self.rows.items() if kind is None or r.kind == kind}
-
-
-def reference_walk(
-    reader: Reader | Lakehouse,
-    roots: Sequence[tuple[int, str]],
-    *,
-    exclude: Iterable[str] = (),
-    sizes: bool = False,
-    tolerate_missing: bool = False,
-    threads: int = 1,
-    on_level: Callable[[int, int], None] | None = None,
-) -> ReferenceWalk:
-    """Every file reachable from `roots`, in one process (level by level, each node read once).
-
-    The same rules and output as the Spark walk; `threads` > 1 reads each level with a
-    thread pool (the benchmark's best single-process baseline).
-
-    Raises:
-        CorruptNodeError: a node file is unreadable, or missing unless `tolerate_missing`.
-    """
-    if not isinstance(reader, Reader):
-        reader = Reader(reader.storage.root, reader.storage.options)
-    loc = reader.locator
-    excluded = set(exclude)
-    frontier: dict[str, tuple[str, int]] = {}
-    for version, ptr in roots:
-        key, base = loc.root_entry(version, ptr)
-        if key in excluded:
-            continue
-        if key not in frontier or version < frontier[key][1]:
-            frontier[key] = (base, version)
-    out: dict[str, WalkRow] = {}
-    leaves: dict[str, tuple[int, int, str]] = {}
-    visited: set[str] = set()
-    missing: list[str] = []
-    reads = 0
-    depth = 0
-    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
-    try:
-        while frontier:
-            if on_level:
-                on_level(depth, len(frontier))
-            rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in sorted(frontier.items())]
-            results = pool.map(lambda r: expand_node(reader, r), rows) if pool else (expand_node(reader, r) for r in rows)
-            nxt: dict[str, tuple[str, int]] = {}
-            failures = []
-            for emitted, n in results:
-                reads += n
-                for role, key, kind, size, d, fv, child_base, err in emitted:
-                    if role == ROLE_SELF:
-                        out[key] = WalkRow(key, kind, size, d, fv)
-                    elif role == ROLE_CHILD:
-                        cur = nxt.get(key)
-                        if cur is None or (fv, child_base) < (cur[1], cur[0]):
-                            nxt[key] = (child_base or "", fv)
-                    elif role == ROLE_LEAF:
-                        cur_leaf = leaves.get(key)
-                        if cur_leaf is None or (d, fv, kind) < cur_leaf:
-                            leaves[key] = (d, fv, kind)
-                    elif role == ROLE_MISSING and tolerate_missing:
-                        missing.append(key)
-                    else:
-                        failures.append((key, fv, err))
-            if failures:
-                raise CorruptNodeError("cannot read node files: " + describe_failures(failures[:5], len(failures)))
-            visited.update(frontier)
-            frontier = {k: v for k, v in nxt.items() if k not in visited and k not in excluded}
-            depth += 1
-    finally:
-        if pool:
-            pool.shutdown()
-    leaf_keys = [k for k in leaves if k not in out and k not in excluded]
-    leaf_sizes = sizes_of(reader, leaf_keys, threads) if sizes else [-1] * len(leaf_keys)
-    for k, size in zip(leaf_keys, leaf_sizes, strict=True):
-        d, fv, kind = leaves[k]
-        out[k] = WalkRow(k, kind, size, d, fv)
-    return ReferenceWalk(out, reads, missing, depth)
