@@ -103,6 +103,10 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
     latest = lakehouse.latest_version()
     chosen = C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables)
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
+    # Every manifest list and manifest of the chosen tables, read in a few batches up front: the
+    # plans below then read only what a concurrent writer added.
+    files.load_metadata([t.metadata for t in chosen])
+    files.prefetch([(files.metadata[t.metadata], None) for t in chosen], missing_ok=True)
     result.details.update(
         {
             "older_than_ms": opts.older_than_ms,
@@ -281,6 +285,7 @@ def _live_after(
     current = {t.name: t for t in C.latest_tables(lakehouse, pointers, latest)}
     live_tables: set[str] = set()
     names = set(pending.tables) | {n for n, p in plans.items() if p.candidates}
+    files.load_metadata([current[n].metadata for n in names if n in current])
     for name in sorted(names):
         plan = plans.get(name)
         if opts.dry_run and plan is not None and plan.new_metadata:

@@ -125,6 +125,22 @@ class TableFiles:
         return self.metadata[u]
 
     # ---- snapshots ---------------------------------------------------------------------------
+    def prefetch(self, wanted: Iterable[tuple[dict[str, Any], Iterable[int] | None]], missing_ok: bool = False) -> None:
+        """Read, in a few batches, the manifest lists and manifests of every ``(meta, ids)``
+        (None: every snapshot of `meta`), so the `reach` calls that follow find them cached."""
+        lists: list[str] = []
+        manifests: list[str] = []
+        for meta, ids in wanted:
+            some = None if ids is None else {int(i) for i in ids}
+            for s in meta.get("snapshots") or []:
+                if some is None or int(s["snapshot-id"]) in some:
+                    if s.get("manifest-list"):
+                        lists.append(self.canon(s["manifest-list"]))
+                    manifests.extend(self.canon(m) for m in s.get("manifests") or [])
+        self._load_lists(lists, missing_ok)
+        manifests.extend(m for ml in lists for m in self.lists.get(ml, ()))
+        self._load_manifests(manifests, missing_ok)
+
     def reach(self, meta: dict[str, Any], snapshot_ids: Iterable[int], missing_ok: bool = False) -> dict[str, str]:
         """Every file the snapshots `snapshot_ids` of `meta` reach (URI -> kind), their
         statistics files included.
@@ -136,25 +152,21 @@ class TableFiles:
             TableFileError: a manifest list or manifest is missing or unreadable.
         """
         ids = {int(i) for i in snapshot_ids}
-        snaps = [s for s in meta.get("snapshots") or [] if int(s["snapshot-id"]) in ids]
+        self.prefetch([(meta, ids)], missing_ok)
         out: dict[str, str] = {}
-        lists: list[str] = []
-        direct: list[str] = []  # format v1: manifests named by the snapshot itself
-        for s in snaps:
+        for s in meta.get("snapshots") or []:
+            if int(s["snapshot-id"]) not in ids:
+                continue
+            manifests = [self.canon(m) for m in s.get("manifests") or []]
             if s.get("manifest-list"):
-                lists.append(self.canon(s["manifest-list"]))
-            direct.extend(self.canon(m) for m in s.get("manifests") or [])
-        self._load_lists(lists, missing_ok)
-        manifests = list(direct)
-        for ml in lists:
-            if ml in self.lists:
-                out[ml] = MANIFEST_LIST
-                manifests.extend(self.lists[ml])
-        self._load_manifests(manifests, missing_ok)
-        for m in dict.fromkeys(manifests):
-            if m in self.manifests:
-                out[m] = MANIFEST
-                out.update(self.manifests[m])
+                ml = self.canon(s["manifest-list"])
+                if ml in self.lists:
+                    out[ml] = MANIFEST_LIST
+                    manifests.extend(self.lists[ml])
+            for m in manifests:
+                if m in self.manifests:
+                    out[m] = MANIFEST
+                    out.update(self.manifests[m])
         out.update(self.statistics(meta, ids))
         return out
 

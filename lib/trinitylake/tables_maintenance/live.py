@@ -19,11 +19,17 @@ metadata file once per run.
 
 from __future__ import annotations
 
+import bisect
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trinitylake.format import definitions as D
+from trinitylake.format import keys as K
+from trinitylake.format.node import deserialize
+from trinitylake.format.paths import root_name
+from trinitylake.lakehouse.roots import RootRef
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.maintenance import walk_roots as WR
 from trinitylake.maintenance.table_pointers import read_table_definitions, table_entries
@@ -31,7 +37,7 @@ from trinitylake.storage import is_absolute
 from trinitylake.tables_maintenance.files import METADATA, TableFileError, TableFiles, current_snapshot, metadata_log
 
 if TYPE_CHECKING:
-    from trinitylake.lakehouse import Lakehouse, RootRef
+    from trinitylake.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +45,30 @@ METADATA_LOCATION = "metadata_location"
 
 
 def retained_roots(lakehouse: Lakehouse, latest: int | None = None) -> list[tuple[str, RootRef]]:
-    """``(label, root)`` of every retained version, pinned version and pinned export root."""
+    """``(label, root)`` of every retained version, pinned version and pinned export root; the
+    versions' root files read in batches (one round trip a batch on an object store)."""
     inp = WR.walk_input(lakehouse, latest=latest)
+    versions = sorted(set(inp.retained_versions) | set(inp.pinned_versions.values()))
     out: list[tuple[str, RootRef]] = []
-    for v in sorted(set(inp.retained_versions) | set(inp.pinned_versions.values())):
-        out.append((f"version {v}", lakehouse.load_root(v)))
+    for i in range(0, len(versions), ROOT_BATCH):
+        chunk = versions[i : i + ROOT_BATCH]
+        for v, data in zip(chunk, lakehouse.storage.read_many([root_name(v) for v in chunk]), strict=True):
+            if isinstance(data, BaseException):
+                raise TableFileError(
+                    f"the root of retained version {v} ({lakehouse.storage.uri(root_name(v))}) cannot be read "
+                    f"({type(data).__name__}: {data}); the table metadata it points at is unknown"
+                ) from data
+            node = deserialize(data, None, lakehouse.storage.uri(root_name(v)))
+            def_path = node.system.get(K.SYS_LAKEHOUSE_DEF) or ""
+            d = lakehouse.load_def(def_path)
+            out.append((f"version {v}", RootRef(v, root_name(v), node, d, def_path, lakehouse.storage)))
     for name in sorted(inp.export_roots):
         out.append((f"export {name}", lakehouse.snapshot_root(name)))
     return out
+
+
+#: Root files read per batch.
+ROOT_BATCH = 256
 
 
 @dataclass
@@ -58,37 +80,59 @@ class TableRef:
 
 
 class TablePointers:
-    """The Iceberg tables each root names, read once per definition file."""
+    """The Iceberg tables roots name, each definition file read once.
+
+    Versions share subtrees (copy-on-write), so `union` walks each subtree once for all the
+    roots it is given: a subtree's items depend only on its node and the buffered messages its
+    ancestors push into it, and a pair of both already walked is skipped."""
 
     def __init__(self, lakehouse: Lakehouse, files: TableFiles, io_threads: int = 8):
         self.lakehouse = lakehouse
         self.files = files
         self.io_threads = io_threads
         self._defs: dict[str, str | None] = {}  # definition URI -> metadata URI (None: no Iceberg pointer)
+        self._seen: set[tuple[str, str, tuple[tuple[str, str | None], ...]]] = set()
 
     def tables(self, ref: RootRef) -> list[TableRef]:
         """The Iceberg tables of `ref` that have a metadata location."""
         view = LakehouseView(self.lakehouse, ref)
-        entries = table_entries(view)
-        keyed = [(name, path, self._def_key(ref, path)) for name, path in entries]
-        todo = [(name, path) for name, path, key in keyed if key not in self._defs]
-        for (name, path), (_, d, err) in zip(todo, read_table_definitions(view, todo, self.io_threads), strict=True):
+        return self._resolve(ref, table_entries(view))
+
+    def union(self, ref: RootRef) -> list[TableRef]:
+        """The Iceberg tables of `ref` not already returned for an earlier root through the
+        same subtrees (see the class doc)."""
+        view = LakehouseView(self.lakehouse, ref)
+        entries = []
+        for key, path in _new_items(view.store, ref, self._seen):
+            try:
+                kind, names = view.codec.decode(key)
+            except Exception:  # noqa: BLE001 - a key of another kind is no table
+                continue
+            if kind == "table":
+                entries.append((".".join(names), path))
+        return self._resolve(ref, entries)
+
+    def _resolve(self, ref: RootRef, entries: list[tuple[str, str]]) -> list[TableRef]:
+        view = LakehouseView(self.lakehouse, ref)
+        keyed = [(name, path, ref.base.uri(path)) for name, path in entries]
+        todo: dict[str, tuple[str, str]] = {}
+        for name, path, key in keyed:
+            if key not in self._defs:
+                todo.setdefault(key, (name, path))
+        items = list(todo.values())
+        for (name, path), (_, d, err) in zip(items, read_table_definitions(view, items, self.io_threads), strict=True):
             if d is None:
                 raise TableFileError(
                     f"table {name} of {ref.base.uri(ref.path)}: its definition {path} cannot be "
                     f"read ({type(err).__name__}: {err}); its metadata pointer is unknown"
                 )
-            self._defs[self._def_key(ref, path)] = self._pointer(ref, d)
+            self._defs[ref.base.uri(path)] = self._pointer(ref, d)
         out = []
         for name, _path, key in keyed:
             loc = self._defs.get(key)
             if loc is not None:
                 out.append(TableRef(name, loc))
         return out
-
-    @staticmethod
-    def _def_key(ref: RootRef, path: str) -> str:
-        return ref.base.uri(path)
 
     def _pointer(self, ref: RootRef, d: Any) -> str | None:
         if D.table_format_name(d) != "ICEBERG":
@@ -99,12 +143,49 @@ class TablePointers:
         return self.files.canon(loc) if is_absolute(loc) else ref.base.uri(loc)
 
 
+def _new_items(
+    store: Any, ref: RootRef, seen: set[tuple[str, str, tuple[tuple[str, str | None], ...]]]
+) -> Iterator[tuple[str, str]]:
+    """The live ``(key, value)`` pairs of `ref`'s tree, skipping every subtree that `seen`
+    says was walked with the same pushed-down messages (`trinitylake.format.tree.iter_items`'s
+    rules for buffers)."""
+    base = ref.base.root
+
+    def walk(node: Any, path: str, pushed: dict[str, str | None]) -> Iterator[tuple[str, str]]:
+        memo = (base, path, tuple(sorted(pushed.items())))
+        if memo in seen:
+            return
+        seen.add(memo)
+        ov: dict[str, str | None] = {m.key: m.value for m in node.buffer}
+        ov.update(pushed)
+        if node.is_leaf:
+            merged: dict[str, str | None] = dict(zip(node.keys, node.values, strict=True))
+            merged.update(ov)
+            yield from ((k, v) for k, v in merged.items() if v is not None)
+            return
+        n = len(node.keys)
+        ov_keys = sorted(ov)
+        for j in range(n + 1):
+            left = node.keys[j - 1] if j > 0 else None
+            right = node.keys[j] if j < n else None
+            a = bisect.bisect_right(ov_keys, left) if left is not None else 0
+            b = bisect.bisect_left(ov_keys, right) if right is not None else len(ov_keys)
+            child = node.children[j]
+            yield from walk(store.load(child), child, {k: ov[k] for k in ov_keys[a:b]})
+            if right is not None:
+                v = ov[right] if right in ov else node.values[j]
+                if v is not None:
+                    yield right, v
+
+    yield from walk(ref.node, ref.path, {})
+
+
 @dataclass
 class VersionLive:
     """The files the retained lakehouse roots keep (see the module doc)."""
 
     files: dict[str, str] = field(default_factory=dict)  # URI -> kind
-    pointers: dict[str, list[str]] = field(default_factory=dict)  # metadata URI -> labels of roots naming it
+    pointers: dict[str, str] = field(default_factory=dict)  # metadata URI -> first root naming it
     roots: list[str] = field(default_factory=list)
 
 
@@ -115,24 +196,34 @@ def version_live(
     files' current snapshots and their metadata logs.
 
     Raises:
-        TableFileError: a metadata file, manifest list or manifest they need cannot be read.
+        TableFileError: a root, definition, metadata file, manifest list or manifest they need
+            cannot be read.
         UnsafeOperationError: a pinned export whose roots cannot be enumerated.
     """
     out = VersionLive()
     for label, ref in retained_roots(lakehouse, latest):
         out.roots.append(label)
-        for t in pointers.tables(ref):
-            out.pointers.setdefault(t.metadata, []).append(f"{label} ({t.name})")
-    for loc, labels in out.pointers.items():
-        files.load_metadata([loc], what=f"table metadata that {labels[0]} points at")
+        for t in pointers.union(ref):
+            out.pointers.setdefault(t.metadata, f"{label} ({t.name})")
+    todo = [loc for loc in out.pointers if loc not in files.metadata]
+    for i in range(0, len(todo), ROOT_BATCH):
+        chunk = todo[i : i + ROOT_BATCH]
+        files.load_metadata(
+            chunk, what=f"table metadata that {out.pointers[chunk[0]]} (or another retained root) points at"
+        )
+    currents: dict[str, list[int]] = {}
+    for loc in out.pointers:
         meta = files.metadata[loc]
         out.files[loc] = METADATA
         for m in metadata_log(meta):
             out.files.setdefault(files.canon(m), METADATA)
         cur = current_snapshot(meta)
         if cur is not None:
-            for u, kind in files.reach(meta, [cur]).items():
-                out.files.setdefault(u, kind)
+            currents.setdefault(loc, []).append(cur)
+    files.prefetch([(files.metadata[loc], ids) for loc, ids in currents.items()])
+    for loc, ids in currents.items():
+        for u, kind in files.reach(files.metadata[loc], ids).items():
+            out.files.setdefault(u, kind)
     return out
 
 

@@ -113,6 +113,7 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
     _refuse_lakehouse_inside(lakehouse, chosen, locations)
 
     live: dict[str, str] = {}
+    files.prefetch([(files.metadata[t.metadata], None) for t in every])
     for t in every:  # every table: a nested table's files are listed under its parent's location
         live.update(table_live(files, t.metadata, files.metadata[t.metadata]))
     vl = version_live(lakehouse, files, pointers, latest)
