@@ -378,8 +378,14 @@ def machine_info() -> dict[str, Any]:
         sha = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
         ).stdout.strip()
+        # The benchmarks' own result files do not make the measured code dirty (a benchmark that
+        # writes its result after each size would otherwise call its own second write dirty).
         dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+            ["git", "status", "--porcelain", "--", ".", ":(exclude)bench/results"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
         ).stdout.strip()
         info["git"] = sha + ("+dirty" if dirty else "") if sha else None
     except (OSError, subprocess.SubprocessError):
