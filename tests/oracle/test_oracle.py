@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 
 import pyarrow as pa
 import pytest
@@ -139,3 +140,28 @@ def test_on_s3_a_deleted_or_rewritten_file_is_seen_by_the_next_call(s3_server, s
     problems = o.problems()
     assert problems and victim.rsplit("/", 1)[-1] in problems[0]
     assert not o.files.exists(f"{o.root}/{victim}")
+
+
+def test_a_live_distributed_transaction_dropped_by_the_library_is_caught(tmp_path, monkeypatch):
+    """Mutation check: the library forgets live distributed transactions (its walks start from
+    no running root). The orphan job then deletes a definition a live transaction staged long
+    ago; the oracle, which reads the transaction's state files itself, reports it."""
+    from tests.support.jobs import TTL_MS, run_local
+    from trinitylake.lakehouse import distributed as DT
+
+    lh = Lakehouse.create(str(tmp_path / "t"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
+    lh.create_namespace("ns")
+    dt = DT.DistributedTransaction.begin(lh)
+    dt.stage(lambda t: t.create_table("ns", "early"))
+    o = Oracle(lh.uri)
+    old = time.time() - 40 * 86_400
+    for p in o.owned_files():  # staged long ago...
+        os.utime(os.path.join(o.files.path(o.root), p), (old, old))
+    dt.stage(lambda t: t.create_table("ns", "late"))  # ...the lease renewed since
+    before = o.snapshot()
+    assert list(before.txns) == [dt.id]
+    monkeypatch.setattr(DT, "live_running_roots", lambda lakehouse: [])  # walk_roots imports it per call
+    run_local("orphans", lh.uri)
+    monkeypatch.undo()
+    problems = o.problems(before)
+    assert problems and "missing" in problems[0], problems
