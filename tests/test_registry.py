@@ -13,7 +13,7 @@ from trinitylake.options import JOB_OPTIONS
 
 def test_every_job_has_one_record_in_step_with_options_and_configs():
     assert registry_drift() == []
-    assert JOB_NAMES == ("walk", "expire", "orphans", "export") == tuple(JOB_OPTIONS)
+    assert JOB_NAMES == ("walk", "expire", "orphans", "export", "tables_expire", "tables_orphans") == tuple(JOB_OPTIONS)
     for spec in JOBS:
         assert config_classes()[spec.name] is spec.config and spec.help
         module, _, fn = spec.run.partition(":")
@@ -21,11 +21,13 @@ def test_every_job_has_one_record_in_step_with_options_and_configs():
 
 
 def test_an_unknown_job_is_a_config_error():
-    with pytest.raises(ConfigError, match="unknown job 'vacuum'; expected one of walk, expire, orphans, export"):
+    with pytest.raises(ConfigError, match="unknown job 'vacuum'; expected one of walk, expire, orphans, export, tables_"):
         job_spec("vacuum")
 
 
 def test_the_cli_has_a_command_per_job():
     from trinitylake.cli import cli
 
-    assert set(JOB_NAMES) <= set(cli.commands)  # export through a group of its own (`command=False`)
+    # export through a group of its own, the tables' jobs through `tlake tables` (`command=False`)
+    assert {s.name for s in JOBS if s.command} | {"export"} <= set(cli.commands)
+    assert {"expire-snapshots", "remove-orphans"} <= set(cli.commands["tables"].commands)

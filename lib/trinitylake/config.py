@@ -155,8 +155,8 @@ class JobConfig:
 
     @property
     def is_dry_run(self) -> bool:
-        """The ``dry_run`` option of a job that has one (expire, orphans); False otherwise."""
-        return isinstance(self, ExpireConfig | OrphansConfig) and self.dry_run
+        """The ``dry_run`` option of a job that has one (expire, orphans, the tables' jobs); False otherwise."""
+        return bool(getattr(self, "dry_run", False))
 
     def explicit(self, key: str) -> bool:
         """True if a file, the environment or a flag set ``key`` (not a default)."""
@@ -229,6 +229,36 @@ class ExportConfig(JobConfig):
     verify_checksum: bool
     with_tables: bool
     table_snapshots: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TablesExpireConfig(JobConfig):
+    """Frozen configuration of the tables' snapshot expiry (see ``JOB_OPTIONS['tables_expire']``)."""
+
+    job: ClassVar[str] = "tables_expire"
+
+    older_than: int | None
+    retain_last: int | None
+    tables: str | None
+    batch_size: int
+    dry_run: bool
+    delete_batch_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TablesOrphansConfig(JobConfig):
+    """Frozen configuration of the tables' orphan removal (see ``JOB_OPTIONS['tables_orphans']``)."""
+
+    job: ClassVar[str] = "tables_orphans"
+
+    older_than: int
+    unsafe_min_age: bool
+    tables: str | None
+    dry_run: bool
+    prefix_mismatch: str
+    equal_schemes: str | None
+    equal_authorities: str | None
+    delete_batch_size: int
 
 
 def _to_plain(value: object) -> Any:

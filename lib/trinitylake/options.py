@@ -221,6 +221,44 @@ _JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {
              "With with_tables: 'all' copies every retained snapshot of each table, 'current' only the current one.",
              choices=("all", "current")),
     ),
+    "tables_expire": (
+        _opt("older_than", "duration", None,
+             "Snapshots older than this may expire; null means each table's history.expire.max-snapshot-age-ms "
+             "(Iceberg's default 5d).", nullable=True),
+        _opt("retain_last", "int", None,
+             "Keep at least this many snapshots of each branch; null means each table's "
+             "history.expire.min-snapshots-to-keep (Iceberg's default 1).", nullable=True, minimum=1),
+        _opt("tables", "text", None,
+             "Comma-separated namespaces or NS.TABLE names to maintain; null means every Iceberg table of the latest "
+             "version.", nullable=True),
+        _opt("batch_size", "int", 100, "Tables committed per lakehouse version (one transaction a batch).",
+             minimum=1),
+        _opt("dry_run", "bool", False, "Plan and report only: commit nothing, delete nothing."),
+        _opt("delete_batch_size", "int", 1000, "Keys per bulk delete request (S3 allows at most 1000).",
+             **_DELETE_BATCH),
+    ),
+    "tables_orphans": (
+        _opt("older_than", "duration", "3d",
+             "Only files under a table's location modified longer ago than this are orphan candidates; 3d (Iceberg's "
+             "default) is also the floor."),
+        _opt("unsafe_min_age", "bool", False,
+             "Allow older_than below the 3-day floor (can delete files of in-flight table commits)."),
+        _opt("tables", "text", None,
+             "Comma-separated namespaces or NS.TABLE names whose locations to clean; null means every Iceberg table "
+             "of the latest version.", nullable=True),
+        _opt("dry_run", "bool", False, "List the orphan candidates only; delete nothing."),
+        _opt("prefix_mismatch", "choice", "error",
+             "A listed file whose path a live file names through another scheme or authority: 'error' stops the "
+             "run, 'ignore' keeps such files, 'delete' deletes them (Iceberg's prefix_mismatch_mode).",
+             choices=("error", "ignore", "delete")),
+        _opt("equal_schemes", "text", None,
+             "Extra scheme equivalences as from=to pairs, comma-separated (s3a and s3n are s3 always).",
+             nullable=True),
+        _opt("equal_authorities", "text", None,
+             "Authority (bucket, namenode) equivalences as from=to pairs, comma-separated.", nullable=True),
+        _opt("delete_batch_size", "int", 1000, "Keys per bulk delete request (S3 allows at most 1000).",
+             **_DELETE_BATCH),
+    ),
 }
 # fmt: on
 

@@ -4,28 +4,30 @@ tables, consistent with its time travel (`trinitylake.tables_maintenance`).
     tlake --lakehouse /data/lh tables expire-snapshots --older-than 5d --retain-last 3
     tlake --lakehouse /data/lh tables remove-orphans --older-than 7d --dry-run --json
 
-Each run writes a ``begin`` and a final row to the control table under its own command
-(``tables expire-snapshots`` / ``tables remove-orphans``: `tlake show --job "tables expire-snapshots"`
-lists them), with its counts as metrics; its table commits are rows of their own, parented to
-it. Exit codes: 0 ok, 1 the run failed or refused (a typed error on one line).
+Each command runs its job (``tables_expire`` / ``tables_orphans``, as ``jobs/<job>.py`` runs it:
+the options of ``--conf`` YAML, the environment ``TLAKE_TABLES_EXPIRE_<KEY>`` and the flags)
+through the job runner: a ``begin`` and a final row in the control table under the job's name
+(`tlake show --job tables_expire` lists the runs), the table commits as rows of their own
+parented to it, and per-table counts in the result. Exit codes: 0 ok, 1 the run failed or
+refused (a typed error on one line), 2 a configuration error.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
+import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
-from trinitylake.cli.common import Ctx, _kv, console, handle_errors
+from trinitylake.cli.common import Ctx, console
 
 if TYPE_CHECKING:
-    from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance.results import JobResult
+
+_Columns = list[tuple[str, Callable[[dict[str, Any]], object]]]
 
 
 def register(cli: click.Group) -> None:
@@ -38,65 +40,42 @@ def tables() -> None:
     the lakehouse's time travel (a table file any retained lakehouse version reaches stays)."""
 
 
-def _run_id(job: str) -> str:
-    return f"{job}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+def run_tables_job(ctx: Ctx, job: str, options: dict[str, Any], conf: str | None) -> JobResult:
+    """Run the tables' job `job` through the job runner (its config from `conf`, the
+    environment and `options`, as ``jobs/<job>.py`` loads it; its audit rows). Exits 2 on a
+    configuration error and 1 on a failed run, naming the error in one line."""
+    from trinitylake.cli.jobs import config_error, err_console
+    from trinitylake.config import load_job_config
+    from trinitylake.errors import ConfigError, TrinityLakeError
+    from trinitylake.jobs.runner import JobFailedError, run_job
+    from trinitylake.redact import redact_text
 
-
-def run_audited(
-    lakehouse: Lakehouse,
-    command: str,
-    job: str,
-    arguments: dict[str, Any],
-    run_id: str | None,
-    fn: Callable[[JobResult], JobResult],
-) -> JobResult:
-    """Run `fn` between the run's ``begin`` and final control-table rows (as the job runner
-    does for the lakehouse's jobs); returns its result, status set."""
-    from trinitylake.lakehouse.audit import job_begin, job_end
-    from trinitylake.maintenance.results import JobResult
-    from trinitylake.redact import redact_text, redact_value
-
-    arguments = redact_value(arguments, learn=True)
-    rid = run_id or _run_id(job)
-    result = JobResult(job=command, run_id=rid, lakehouse=lakehouse.uri, dry_run=bool(arguments.get("dry_run")))
-    result.version_before = lakehouse.latest_version()
-    started = datetime.now(UTC)
-    result.txn_seq = job_begin(lakehouse.auditor, command, rid, arguments, result.version_before)
-    error: BaseException | None = None
+    overrides = {k: v for k, v in options.items() if v not in (None, False, "")}
+    overrides["lakehouse"] = ctx.require_uri()
+    if ctx.control_uri:
+        overrides["control_uri"] = ctx.control_uri
+    if ctx.storage_options:
+        overrides["storage_options"] = dict(ctx.storage_options)
     try:
-        result = fn(result)
-        result.status = "dry_run" if result.dry_run else "succeeded"
-    except BaseException as e:
+        cfg = load_job_config(job, conf, overrides=overrides)
+    except ConfigError as e:
+        config_error(e)
+    error: BaseException
+    try:
+        return run_job(job, cfg, audit=ctx.audit)
+    except JobFailedError as e:
+        error = e.__cause__ or e
+    except TrinityLakeError as e:
         error = e
-        result.status = "failed"
-        result.error = redact_text(f"{type(e).__name__}: {e}")
-    try:
-        result.version_after = lakehouse.latest_version()
-    except Exception:  # noqa: BLE001 - keep what we know
-        pass
-    try:
-        job_end(
-            lakehouse.auditor,
-            result.txn_seq,
-            command,
-            rid,
-            arguments,
-            started,
-            status=result.status,
-            metrics=result.metrics(),
-            version_before=result.version_before,
-            version_after=result.version_after,
-            error=error,
-        )
-    except Exception as e:  # noqa: BLE001 - the audit row never hides the run's own outcome
-        click.echo(f"warning: could not write the final control-table row: {redact_text(str(e))}", err=True)
-    if error is not None:
-        raise error
-    return result
+    err_console.print(f"error ({type(error).__name__}): {redact_text(str(error))}", highlight=False, markup=False)
+    sys.exit(2 if isinstance(error, ConfigError) else 1)
 
 
-def _summary(result: JobResult, columns: list[tuple[str, Callable[[dict[str, Any]], object]]]) -> None:
-    t = Table("table", *[c for c, _ in columns], title=f"{result.job} {result.run_id}: {result.status}")
+def _emit(result: JobResult, as_json: bool, columns: _Columns) -> None:
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        return
+    t = Table("table", *[c for c, _ in columns], title=f"tlake tables {result.job} {result.run_id}: {result.status}")
     for name, row in sorted((result.details.get("tables") or {}).items()):
         t.add_row(name, *[str(f(row)) for _, f in columns])
     console.print(t)
@@ -105,11 +84,7 @@ def _summary(result: JobResult, columns: list[tuple[str, Callable[[dict[str, Any
         click.echo(f"plan: {result.plan_location}")
 
 
-def _emit(result: JobResult, as_json: bool, columns: list[tuple[str, Callable[[dict[str, Any]], object]]]) -> None:
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
-    else:
-        _summary(result, columns)
+_TABLES_HELP = "NS or NS.TABLE (repeat or comma-separate); default: every Iceberg table of the latest version"
 
 
 @tables.command("expire-snapshots")
@@ -125,65 +100,45 @@ def _emit(result: JobResult, as_json: bool, columns: list[tuple[str, Callable[[d
     default=None,
     help="keep at least N snapshots of each branch; default: each table's history.expire.min-snapshots-to-keep (1)",
 )
+@click.option("--tables", "names", multiple=True, help=_TABLES_HELP)
 @click.option(
-    "--tables",
-    "names",
-    multiple=True,
-    help="NS or NS.TABLE (repeat or comma-separate); default: every Iceberg table of the latest version",
-)
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="tables committed per lakehouse version",
-)
-@click.option(
-    "--catalog-property",
-    "catalog_properties",
-    multiple=True,
-    help="PyIceberg catalog or FileIO property key=value (for the metadata files it writes)",
+    "--batch-size", type=click.IntRange(min=1), default=None, help="tables committed per lakehouse version (100)"
 )
 @click.option("--dry-run", is_flag=True, help="plan only: commit and delete nothing")
+@click.option("--reference-time", default=None, help="the instant treated as now (ISO-8601 or epoch ms)")
 @click.option("--run-id", default=None, help="run id (default: generated)")
+@click.option("--conf", "conf", default=None, help="YAML of job options (conf/tables_expire.yaml)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.pass_obj
-@handle_errors
 def expire_snapshots_command(
     ctx: Ctx,
     older_than: str | None,
     retain_last: int | None,
     names: tuple[str, ...],
-    batch_size: int,
-    catalog_properties: tuple[str, ...],
+    batch_size: int | None,
     dry_run: bool,
+    reference_time: str | None,
     run_id: str | None,
+    conf: str | None,
     as_json: bool,
 ) -> None:
     """Expire old snapshots of every Iceberg table, many tables per lakehouse version, and delete the
     files only they reached. A file a retained lakehouse version still reaches is deferred: the first
     run after that version expires deletes it."""
-    from trinitylake.tables_maintenance.common import EXPIRE_COMMAND, EXPIRE_JOB
-    from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
-    from trinitylake.util import parse_duration_ms
-
-    opts = ExpireOptions(
-        older_than_ms=parse_duration_ms(older_than) if older_than else None,
-        retain_last=retain_last,
-        tables=list(names),
-        dry_run=dry_run,
-        batch_size=batch_size,
-        catalog_properties=_kv(catalog_properties, "--catalog-property"),
+    result = run_tables_job(
+        ctx,
+        "tables_expire",
+        {
+            "older_than": older_than,
+            "retain_last": retain_last,
+            "tables": ",".join(names),
+            "batch_size": batch_size,
+            "dry_run": dry_run,
+            "reference_time": reference_time,
+            "run_id": run_id,
+        },
+        conf,
     )
-    arguments = {
-        "older_than": older_than,
-        "retain_last": retain_last,
-        "tables": list(names),
-        "dry_run": dry_run,
-        "batch_size": batch_size,
-    }
-    lh = ctx.lakehouse()
-    result = run_audited(lh, EXPIRE_COMMAND, EXPIRE_JOB, arguments, run_id, lambda r: expire_snapshots(lh, opts, r))
     _emit(
         result,
         as_json,
@@ -198,70 +153,55 @@ def expire_snapshots_command(
 
 
 @tables.command("remove-orphans")
-@click.option(
-    "--older-than",
-    default="3d",
-    show_default=True,
-    help="only files modified longer ago than this; below 3 days needs --unsafe-min-age",
-)
+@click.option("--older-than", default=None, help="only files modified longer ago than this (3d, also the floor)")
 @click.option("--unsafe-min-age", is_flag=True, help="allow --older-than below 3 days (in-flight writes may be lost)")
+@click.option("--tables", "names", multiple=True, help=_TABLES_HELP)
 @click.option(
-    "--tables",
-    "names",
-    multiple=True,
-    help="NS or NS.TABLE (repeat or comma-separate); default: every Iceberg table of the latest version",
-)
-@click.option(
-    "--prefix-mismatch-mode",
+    "--prefix-mismatch",
     type=click.Choice(["error", "ignore", "delete"]),
-    default="error",
-    show_default=True,
-    help="a listed file whose path a live file names through another scheme/authority",
+    default=None,
+    help="a listed file whose path a live file names through another scheme or authority (error)",
 )
-@click.option("--equal-scheme", "equal_schemes", multiple=True, help="SCHEME=SCHEME it equals (s3a, s3n = s3 always)")
-@click.option("--equal-authority", "equal_authorities", multiple=True, help="AUTHORITY=AUTHORITY it equals")
+@click.option("--equal-schemes", default=None, help="from=to,... scheme equivalences (s3a and s3n are s3 always)")
+@click.option("--equal-authorities", default=None, help="from=to,... authority (bucket) equivalences")
 @click.option("--dry-run", is_flag=True, help="plan only: delete nothing")
+@click.option("--reference-time", default=None, help="the instant treated as now (ISO-8601 or epoch ms)")
 @click.option("--run-id", default=None, help="run id (default: generated)")
+@click.option("--conf", "conf", default=None, help="YAML of job options (conf/tables_orphans.yaml)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.pass_obj
-@handle_errors
 def remove_orphans_command(
     ctx: Ctx,
-    older_than: str,
+    older_than: str | None,
     unsafe_min_age: bool,
     names: tuple[str, ...],
-    prefix_mismatch_mode: str,
-    equal_schemes: tuple[str, ...],
-    equal_authorities: tuple[str, ...],
+    prefix_mismatch: str | None,
+    equal_schemes: str | None,
+    equal_authorities: str | None,
     dry_run: bool,
+    reference_time: str | None,
     run_id: str | None,
+    conf: str | None,
     as_json: bool,
 ) -> None:
     """Delete the files under each Iceberg table's location that no live metadata reaches (the
     tables' own, and every retained lakehouse version's), older than --older-than."""
-    from trinitylake.tables_maintenance.common import ORPHANS_COMMAND, ORPHANS_JOB
-    from trinitylake.tables_maintenance.orphans import OrphanOptions, check_options, remove_orphans
-    from trinitylake.util import parse_duration_ms
-
-    opts = OrphanOptions(
-        older_than_ms=parse_duration_ms(older_than),
-        unsafe_min_age=unsafe_min_age,
-        tables=list(names),
-        dry_run=dry_run,
-        prefix_mismatch_mode=prefix_mismatch_mode,
-        equal_schemes=_kv(equal_schemes, "--equal-scheme"),
-        equal_authorities=_kv(equal_authorities, "--equal-authority"),
+    result = run_tables_job(
+        ctx,
+        "tables_orphans",
+        {
+            "older_than": older_than,
+            "unsafe_min_age": unsafe_min_age,
+            "tables": ",".join(names),
+            "prefix_mismatch": prefix_mismatch,
+            "equal_schemes": equal_schemes,
+            "equal_authorities": equal_authorities,
+            "dry_run": dry_run,
+            "reference_time": reference_time,
+            "run_id": run_id,
+        },
+        conf,
     )
-    check_options(opts)  # before anything is written
-    arguments = {
-        "older_than": older_than,
-        "unsafe_min_age": unsafe_min_age,
-        "tables": list(names),
-        "dry_run": dry_run,
-        "prefix_mismatch_mode": prefix_mismatch_mode,
-    }
-    lh = ctx.lakehouse()
-    result = run_audited(lh, ORPHANS_COMMAND, ORPHANS_JOB, arguments, run_id, lambda r: remove_orphans(lh, opts, r))
     _emit(
         result,
         as_json,

@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.config import ExpireConfig, ExportConfig, JobConfig, OrphansConfig, WalkConfig, config_classes
+from trinitylake.config import (
+    ExpireConfig,
+    ExportConfig,
+    JobConfig,
+    OrphansConfig,
+    TablesExpireConfig,
+    TablesOrphansConfig,
+    WalkConfig,
+    config_classes,
+)
 from trinitylake.errors import ConfigError
 from trinitylake.options import JOB_OPTIONS
 
@@ -85,6 +94,13 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("export", ExportConfig, "trinitylake.jobs.export.job:run_export",
             "Copy a version (full, partial or minimal) to a target under a name.",
             f"{_ACTIONS}:ExportResult", command=False),
+    # The Iceberg tables' own maintenance: commands of the `tlake tables` group.
+    JobSpec("tables_expire", TablesExpireConfig, "trinitylake.jobs.tables_expire.job:run_tables_expire",
+            "Expire old snapshots of the Iceberg tables, many tables per version; defer deleting what a retained "
+            "version still reaches.", f"{_ACTIONS}:ActionResult", command=False),
+    JobSpec("tables_orphans", TablesOrphansConfig, "trinitylake.jobs.tables_orphans.job:run_tables_orphans",
+            "Delete old files under each Iceberg table's location that no live metadata reaches.",
+            f"{_ACTIONS}:ActionResult", command=False),
 )
 BY_NAME: Mapping[str, JobSpec] = MappingProxyType({spec.name: spec for spec in JOBS})
 #: The jobs' names, in display order.

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXPIRE_JOB = "tables-expire-snapshots"
-ORPHANS_JOB = "tables-remove-orphans"
+#: The jobs' names (`trinitylake.jobs.registry`; their runs' plans go to ``_maintenance/<job>/<run_id>/``).
+EXPIRE_JOB = "tables_expire"
+ORPHANS_JOB = "tables_orphans"
 #: The command names of the audit rows (`tlake show` lists them as their own kind).
 EXPIRE_COMMAND = "tables expire-snapshots"
 ORPHANS_COMMAND = "tables remove-orphans"

@@ -14,7 +14,7 @@ Steps:
    writer's commit is never lost.
 3. **Live set**, after the commits: every snapshot the tables' current metadata keeps, and what
    every retained lakehouse version and pinned export reaches (`trinitylake.tables_maintenance.live`).
-4. **Plan**: ``_maintenance/tables-expire-snapshots/<run_id>/plan.json`` (per table: snapshots
+4. **Plan**: ``_maintenance/tables_expire/<run_id>/plan.json`` (per table: snapshots
    expired, files to delete by kind, files deferred) is written before anything is deleted. A
    dry run commits nothing and stops here.
 5. **Delete**: pending files outside the live set, in bulk batches through `Storage`; what
@@ -66,6 +66,7 @@ class ExpireOptions:
     max_attempts: int = 20
     reference_ms: int | None = None  # "now" of the age rules (default: when the run starts)
     catalog_properties: dict[str, str] = field(default_factory=dict)
+    delete_batch: int = C.DELETE_BATCH
 
 
 @dataclass
@@ -165,7 +166,7 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
         return result
 
     t0 = time.monotonic()
-    out = C.delete_files(files, to_delete)
+    out = C.delete_files(files, to_delete, opts.delete_batch)
     result.seconds["delete"] = round(time.monotonic() - t0, 3)
     gone = set(out.deleted)
     # What stays pending: files a retained lakehouse version still reaches, and failed deletes.

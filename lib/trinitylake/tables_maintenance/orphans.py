@@ -19,7 +19,7 @@ versions counted as live.
   (``error``), or it keeps (``ignore``) or deletes (``delete``) such files (Iceberg's
   ``prefix_mismatch_mode``).
 
-The plan (``_maintenance/tables-remove-orphans/<run_id>/plan.json``, the files to delete) is
+The plan (``_maintenance/tables_orphans/<run_id>/plan.json``, the files to delete) is
 written before any delete; a dry run stops there. Deletes are bulk batches through `Storage`,
 a missing file counting as deleted, so a killed run is finished by running it again.
 """
@@ -59,6 +59,7 @@ class OrphanOptions:
     equal_schemes: dict[str, str] = field(default_factory=dict)  # scheme -> the scheme it equals
     equal_authorities: dict[str, str] = field(default_factory=dict)  # authority -> the one it equals
     reference_ms: int | None = None
+    delete_batch: int = C.DELETE_BATCH
 
 
 def check_options(opts: OrphanOptions) -> None:
@@ -66,7 +67,7 @@ def check_options(opts: OrphanOptions) -> None:
     if opts.older_than_ms < MIN_AGE_MS and not opts.unsafe_min_age:
         raise ValidationError(
             f"--older-than {opts.older_than_ms} ms is below the floor of 3 days ({MIN_AGE_MS} ms): a writer's files "
-            "exist before its commit names them; pass --unsafe-min-age to go below it"
+            "exist before its commit names them; pass --unsafe-min-age (unsafe_min_age: true) to go below it"
         )
     if opts.older_than_ms < 0:
         raise ValidationError(f"--older-than must not be negative, got {opts.older_than_ms} ms")
@@ -219,7 +220,7 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
         return result
 
     t0 = time.monotonic()
-    out = C.delete_files(files, dict.fromkeys(orphans, "orphan"))
+    out = C.delete_files(files, dict.fromkeys(orphans, "orphan"), opts.delete_batch)
     result.seconds["delete"] = round(time.monotonic() - t0, 3)
     result.counts["deleted"] = len(out.deleted)
     result.counts["failed"] = len(out.failures)
