@@ -3,8 +3,9 @@
 Builds a lakehouse with a few hundred tables and a few hundred versions (creates, alters,
 drops, a rollback), then a few real Iceberg tables with rows written through the PyIceberg
 catalog (`trinitylake.iceberg.TrinityLakeCatalog`, warehouse under the lakehouse), plants orphan
-files, and runs walk, expire (dry run, then real), orphan cleanup and a full export with tables
-on Spark ``local[*]``, reads the tables back from the source and from the export, then prints
+files, and runs walk, expire (dry run, then real), orphan cleanup, the tables' snapshot expiry
+and orphan removal (``tables_expire``, ``tables_orphans``) and a full export with tables on Spark
+``local[*]``, reads the tables back from the source and from the export, then prints
 ``tlake show`` and writes an HTML report. The few hundred tables of the first part are
 placeholders (their metadata pointers name no file); the ``shop`` tables are real. The demo
 lakehouse uses a 2-second transaction TTL so that versions become old enough to expire within
@@ -182,10 +183,10 @@ def run_job(job: str, args: list[str]) -> int:
     keys = ("versions", "versions_expired", "versions_retained", "listed", "reachable", "candidates", "too_young",
             "deleted", "failed", "planned", "copied", "skipped", "verified", "node_reads", "unique_nodes",
             "table_pointers_iceberg", "table_pointers_other", "table_pointers_outside", "tables", "tables_copied",
-            "table_files_copied")
+            "table_files_copied", "snapshots_expired", "deferred")
     for k in keys:
         if k in result.counts:
-            plain = k.startswith(("versions", "table")) or k in ("node_reads", "unique_nodes")
+            plain = k.startswith(("versions", "table", "snapshots")) or k in ("node_reads", "unique_nodes")
             t.add_row(k.replace("_", " ") if plain else f"files {k.replace('_', ' ')}", str(result.counts[k]))
     for k in ("reachable", "candidates", "deleted", "copied"):
         if k in result.bytes:
@@ -250,6 +251,14 @@ def demo(directory: str, tables: int, master: str) -> int:
     console.print("planted 1 new orphan file just now: younger than the floor, it must survive")
     planted += young
     rc |= run_job("orphans", common)
+    # The tables' own maintenance: snapshots expire (what a retained version still reads is
+    # deferred), and an old file under a table that nothing references goes.
+    table_orphan = plant_orphans(lh_dir / "warehouse" / "shop" / "orders" / "data", young=False)
+    rc |= run_job("tables_expire", [*common, "--older-than", "0s", "--retain-last", "1"])
+    rc |= run_job("tables_orphans", common)
+    if any(p.exists() for p in table_orphan):
+        console.print("[red]the old orphan under shop.orders survived tables_orphans[/red]")
+        rc |= 1
     rc |= run_job("export", [*common, "--name", "demo-full", "--target", str(export_dir), "--with-tables"])
     # Maintenance left the tables' files alone; the export carried them: the exported tables'
     # metadata lies under the export (its path is shown relative to the export's root).

@@ -275,11 +275,16 @@ def test_cli_runs_are_audited_under_their_own_command(tmp_path):
     for i in range(3):
         t.append(rows([i]))
         t = cat.load_table("s.a")
+    # A table whose metadata pointer names no file (a placeholder) has nothing to maintain.
+    Lakehouse.open(uri, audit=False).create_table(
+        "s", "ghost", metadata_location=str(tmp_path / "no" / "v1.metadata.json")
+    )
     runner = CliRunner()
     res = runner.invoke(cli, ["--lakehouse", uri, "tables", "expire-snapshots", "--older-than", "0s", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["counts"]["snapshots_expired"] == 2 and out["details"]["tables"]["s.a"]["expired_snapshots"]
+    assert out["details"]["tables_without_metadata"] == [f"s.ghost (file://{tmp_path}/no/v1.metadata.json)"]
     res = runner.invoke(cli, ["--lakehouse", uri, "tables", "remove-orphans", "--older-than", "1h"])
     assert res.exit_code == 1 and "--unsafe-min-age" in res.output
     res = runner.invoke(cli, ["--lakehouse", uri, "tables", "remove-orphans", "--dry-run"])

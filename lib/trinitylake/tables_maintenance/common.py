@@ -55,6 +55,18 @@ def latest_tables(lakehouse: Lakehouse, pointers: TablePointers, version: int) -
     return sorted(pointers.tables(lakehouse.load_root(version)), key=lambda t: t.name)
 
 
+def readable(files: TableFiles, tables: list[TableRef]) -> tuple[list[TableRef], list[str]]:
+    """The tables whose current metadata file exists (read now), and the names of the others:
+    a pointer to a missing file (a placeholder, a table broken elsewhere) has nothing to maintain.
+
+    Raises:
+        TableFileError: a metadata file exists but cannot be read or parsed.
+    """
+    files.load_metadata([t.metadata for t in tables], missing_ok=True)
+    ok = [t for t in tables if t.metadata not in files.missing]
+    return ok, [f"{t.name} ({t.metadata})" for t in tables if t.metadata in files.missing]
+
+
 @dataclass
 class DeleteOutcome:
     deleted: dict[str, str] = field(default_factory=dict)  # URI -> kind

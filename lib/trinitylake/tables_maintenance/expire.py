@@ -102,7 +102,7 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
     pointers = TablePointers(lakehouse, files)
     catalog = job_catalog(lakehouse, opts.catalog_properties)
     latest = lakehouse.latest_version()
-    chosen = C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables)
+    chosen, unreadable = C.readable(files, C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables))
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
     # Every manifest list and manifest of the chosen tables, read in a few batches up front: the
     # plans below then read only what a concurrent writer added.
@@ -113,7 +113,8 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
             "older_than_ms": opts.older_than_ms,
             "retain_last": opts.retain_last,
             "reference_ms": now,
-            "tables_selected": len(chosen),
+            "tables_selected": len(chosen) + len(unreadable),
+            "tables_without_metadata": unreadable[:20],
         }
     )
 
@@ -286,7 +287,7 @@ def _live_after(
     current = {t.name: t for t in C.latest_tables(lakehouse, pointers, latest)}
     live_tables: set[str] = set()
     names = set(pending.tables) | {n for n, p in plans.items() if p.candidates}
-    files.load_metadata([current[n].metadata for n in names if n in current])
+    files.load_metadata([current[n].metadata for n in names if n in current], missing_ok=True)
     for name in sorted(names):
         plan = plans.get(name)
         if opts.dry_run and plan is not None and plan.new_metadata:
@@ -294,7 +295,7 @@ def _live_after(
             live_tables.update(table_live(files, plan.metadata, meta, plan.retention.kept))
             continue
         ref: TableRef | None = current.get(name)
-        if ref is None:
+        if ref is None or ref.metadata in files.missing:
             continue  # dropped: only the retained versions that still name it keep its files
         live_tables.update(table_live(files, ref.metadata, files.meta(ref.metadata)))
     return _Live(live_tables, set(vl.files), vl.roots)

@@ -54,6 +54,7 @@ class TableFiles:
         self.threads = threads
         self._stores: dict[str, Storage] = {}
         self.metadata: dict[str, dict[str, Any]] = {}
+        self.missing: set[str] = set()  # metadata files pointed at that do not exist
         self.lists: dict[str, list[str]] = {}  # manifest list -> manifests
         self.manifests: dict[str, dict[str, str]] = {}  # manifest -> live file -> kind
         self.reads = 0
@@ -101,14 +102,20 @@ class TableFiles:
         return out
 
     # ---- metadata ----------------------------------------------------------------------------
-    def load_metadata(self, locations: Iterable[str], what: str = "table metadata") -> None:
+    def load_metadata(self, locations: Iterable[str], what: str = "table metadata", missing_ok: bool = False) -> None:
         """Read the metadata JSON files of `locations` not read yet (gzip or plain).
+
+        With `missing_ok`, a file that does not exist is recorded in `missing` (it reaches
+        nothing anyone can read) instead of raising.
 
         Raises:
             TableFileError: one of them is missing or unreadable (named with `what`).
         """
         todo = [u for u in dict.fromkeys(self.canon(x) for x in locations) if u not in self.metadata]
         for u, data in self.read_many(todo).items():
+            if isinstance(data, FileNotFoundError) and missing_ok:
+                self.missing.add(u)
+                continue
             if isinstance(data, BaseException):
                 raise TableFileError(
                     f"{what} {u} cannot be read ({type(data).__name__}: {data}); "

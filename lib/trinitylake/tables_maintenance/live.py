@@ -187,6 +187,7 @@ class VersionLive:
     files: dict[str, str] = field(default_factory=dict)  # URI -> kind
     pointers: dict[str, str] = field(default_factory=dict)  # metadata URI -> first root naming it
     roots: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)  # pointed-at metadata files that do not exist
 
 
 def version_live(
@@ -208,11 +209,15 @@ def version_live(
     todo = [loc for loc in out.pointers if loc not in files.metadata]
     for i in range(0, len(todo), ROOT_BATCH):
         chunk = todo[i : i + ROOT_BATCH]
-        files.load_metadata(
-            chunk, what=f"table metadata that {out.pointers[chunk[0]]} (or another retained root) points at"
-        )
+        what = f"table metadata that {out.pointers[chunk[0]]} (or another retained root) points at"
+        # A pointer to a metadata file that does not exist reaches nothing anyone can read
+        # (that version's table is already unreadable): reported, not a reason to stop.
+        files.load_metadata(chunk, what=what, missing_ok=True)
     currents: dict[str, list[int]] = {}
     for loc in out.pointers:
+        if loc in files.missing:
+            out.missing[loc] = out.pointers[loc]
+            continue
         meta = files.metadata[loc]
         out.files[loc] = METADATA
         for m in metadata_log(meta):

@@ -103,9 +103,12 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
     files = TableFiles(lakehouse.storage)
     pointers = TablePointers(lakehouse, files)
     latest = lakehouse.latest_version()
-    every = C.latest_tables(lakehouse, pointers, latest)
-    chosen = C.select_tables(every, opts.tables)
-    files.load_metadata([t.metadata for t in every])
+    every, unreadable = C.readable(files, C.latest_tables(lakehouse, pointers, latest))
+    chosen = [
+        t
+        for t in C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables)
+        if t.metadata not in files.missing
+    ]
     locations = {
         t.name: files.canon(files.metadata[t.metadata]["location"])
         for t in every
@@ -135,6 +138,15 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
     for t in chosen:
         loc = locations.get(t.name)
         if loc is None:
+            continue
+        lost = [m for m in vl.missing if m.startswith(loc.rstrip("/") + "/")]
+        if lost:
+            # A retained version points at a metadata file under this location that is gone:
+            # what it reached cannot be known, so nothing here is listed as an orphan.
+            per_table[t.name] = {
+                "location": loc,
+                "skipped": f"{len(lost)} pointed-at metadata files missing, e.g. {lost[0]} ({vl.missing[lost[0]]})",
+            }
             continue
         others = [
             o.rstrip("/") + "/" for n, o in locations.items() if n != t.name and o.startswith(loc.rstrip("/") + "/")
@@ -191,6 +203,7 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
             "tables": per_table,
             "lakehouse_roots": len(vl.roots),
             "prefix_mismatch_mode": opts.prefix_mismatch_mode,
+            "tables_without_metadata": unreadable[:20],
             "mismatched_first": mismatches[:20],
         }
     )
