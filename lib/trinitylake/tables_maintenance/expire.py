@@ -205,23 +205,31 @@ def _commit_batch(
         mtx: MultiTableTransaction = catalog.multi_table_transaction()
         try:
             plans = {n: p for n in names if (p := _plan_table(mtx, files, n, opts, now)) is not None}
-            for p in plans.values():
-                p.attempts = attempt
-            changed = [p for p in plans.values() if p.new_metadata]
-            if opts.dry_run or not changed:
-                mtx.rollback()
-                return plans, attempt - 1
-            for p in changed:
-                pending.add(p.name, p.candidates)
-            pending.save(lakehouse.storage)  # before the commit: a killed run's next run finds them
-            version = mtx.commit()
-        except CommitFailedException as e:
+        except CommitFailedException as e:  # a table changed between its load and its staging
             log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(names), attempt, e)
             mtx.rollback()
             continue
         except BaseException:
             mtx.rollback()
             raise
+        for p in plans.values():
+            p.attempts = attempt
+        changed = [p for p in plans.values() if p.new_metadata]
+        if opts.dry_run or not changed:
+            mtx.rollback()
+            return plans, attempt - 1
+        try:
+            for p in changed:
+                pending.add(p.name, p.candidates)
+            pending.save(lakehouse.storage)  # before the commit: a killed run's next run finds them
+        except BaseException:
+            mtx.rollback()
+            raise
+        try:
+            version = mtx.commit()  # on a failure it rolls back and deletes what it staged itself
+        except CommitFailedException as e:
+            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(names), attempt, e)
+            continue
         for p in changed:
             p.version = version
         return plans, attempt - 1
