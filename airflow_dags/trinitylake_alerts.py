@@ -43,6 +43,27 @@ def _rendered_lakehouse(task: Any) -> str | None:
     return None
 
 
+def read_variable(key: str) -> str | None:
+    """An Airflow Variable from wherever this callback runs. In a task the Task SDK reads it
+    through the API server; a DAG-run callback of `airflow dags test` runs in the CLI process,
+    where the SDK quietly answers None for a Variable that is set: the metadata database is read
+    there. None when neither has it (an alert never fails on its own lookup)."""
+    try:
+        from airflow.sdk import Variable
+
+        value = Variable.get(key, default=None)
+    except Exception:  # noqa: BLE001
+        value = None
+    if value in (None, ""):
+        try:
+            from airflow.models import Variable as StoredVariable
+
+            value = StoredVariable.get(key, default_var=None)
+        except Exception:  # noqa: BLE001 - no database here (a task process): the SDK's answer stands
+            value = None
+    return None if value in (None, "") else str(value)
+
+
 def lakehouse_of(context: dict[str, Any]) -> str:
     """The lakehouse a failed run was maintaining: the task's rendered ``--lakehouse``, else the
     ``lakehouse`` param, else the ``trinitylake_lakehouse`` Variable, else the DAG's default."""
@@ -53,13 +74,7 @@ def lakehouse_of(context: dict[str, Any]) -> str:
             found = context["var"]["value"].get(LAKEHOUSE_VARIABLE, None)
         except Exception:  # noqa: BLE001 - no accessor in this context: ask the Variable API
             found = None
-    if not found:
-        try:
-            from airflow.sdk import Variable
-
-            found = Variable.get(LAKEHOUSE_VARIABLE, default=None)
-        except Exception:  # noqa: BLE001 - an alert never fails on its own lookup
-            found = None
+    found = found or read_variable(LAKEHOUSE_VARIABLE)
     if not found:
         from trinitylake_tasks import DEFAULT_LAKEHOUSE
 
@@ -114,23 +129,22 @@ class MaintenanceFailureNotifier(BaseNotifier):
         """As BaseNotifier's, also where the DAG-run callback gets a SerializedDAG without a
         template environment (Airflow 3.3's `airflow dags test` runs DAG callbacks so): the hook
         Variable is then read through the Variable API."""
+        templated = "{{" in (self.hook or "")
         try:
             super().render_template_fields(context, jinja_env)
         except AttributeError:
-            if "{{" in (self.hook or ""):
-                try:
-                    from airflow.sdk import Variable
-
-                    self.hook = Variable.get(FAILURE_HOOK_VARIABLE, default="") or ""
-                except Exception:  # noqa: BLE001 - the log line still alerts
-                    log.warning("could not read the %s Variable: failures only logged", FAILURE_HOOK_VARIABLE)
-                    self.hook = ""
+            self.hook = ""
+        if templated and not self.hook:
+            # Rendered empty or not at all: the Variable as the run's tasks read it.
+            self.hook = read_variable(FAILURE_HOOK_VARIABLE) or ""
 
     def notify(self, context: dict[str, Any]) -> None:
         msg = failure_message(context)
         log.error("%s", msg["text"])
         if self.hook:
             resolve_hook(self.hook)(msg)
+        else:
+            log.info("no %s Variable: the ERROR line above is the alert", FAILURE_HOOK_VARIABLE)
 
 
 def check_no_sibling_running(sibling_dag_id: str, count_runs: Callable[[str, list[str]], int]) -> None:

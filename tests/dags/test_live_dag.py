@@ -1,16 +1,19 @@
-"""`airflow dags test trinitylake_maintenance` on a live Airflow, as the README's recipe runs it.
+"""`airflow dags test trinitylake_maintenance` on a live Airflow: the README's recipe, as written.
 
-A throw-away AIRFLOW_HOME (sqlite, `airflow db migrate`), the connection ``spark_default`` =
-``local[2]``, the pool and the Variables the DAG's docstring names, ``spark-submit`` from the
-main virtualenv's pyspark (``SPARK_HOME``), the repository as ``make dist`` leaves it (nothing
-unpacked by hand), a small real lakehouse:
+The module's fixture extracts the README's "Recipe: a worker with `airflow dags test`" shell
+block and runs it with bash from the repository, with ``HOME`` in a temporary folder (the recipe
+keeps its lakehouse, exports and AIRFLOW_HOME under ``~/trinitylake-airflow``): it creates the
+lakehouse, sets up Airflow (sqlite, the connection ``local[2]``, the pool, the Variables) and runs
+``dags test`` at the current time, which must succeed. ``spark-submit`` comes from the main
+virtualenv's pyspark (``SPARK_HOME``), the repository as ``make dist`` leaves it. Then:
 
 * every task succeeds, the jobs' results are XComs, and ``tlake show --all --json`` has the
   expire, orphans and export rows;
 * a second run of the same logical date succeeds too and changes nothing (same version, same
   export);
 * a permanent error (no lakehouse there) fails ``expire`` on its first try, without the 5-minute
-  retries, and the run fails at once.
+  retries, and the run fails at once; the task's and the run's alerts name the lakehouse of the
+  Variable and reach the failure hook.
 
 Needs .venv (tlake, pyspark) and dist/ (`make test-dags` builds both). A few minutes.
 """
@@ -90,21 +93,38 @@ class LiveAirflow:
         return proc, time.monotonic() - started
 
 
+def readme_recipe() -> str:
+    """The shell block of the README's Airflow recipe."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Recipe: a worker with `airflow dags test`"):]
+    start = section.index("```bash\n") + len("```bash\n")
+    return section[start:section.index("```", start)]
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory) -> LiveAirflow:
     for path, how in ((TLAKE, "make venv"), (ARCHIVE, "make dist")):
         if not path.exists():
             pytest.fail(f"{path} is missing: run `{how}` (make test-dags does)")
-    af = LiveAirflow(tmp_path_factory.mktemp("live-airflow"))
-    af.airflow("db", "migrate")
-    af.airflow("connections", "add", "spark_default", "--conn-type", "spark", "--conn-host", "local[2]")
-    af.airflow("pools", "set", "trinitylake_maintenance", "1", "TrinityLake maintenance")
-    af.tlake("init", "--txn-ttl", "1m")
+    base = tmp_path_factory.mktemp("live-airflow")
+    af = LiveAirflow(base)
+    home = base / "home"
+    home.mkdir()
+    recipe_env = {k: v for k, v in af.env.items() if not k.startswith("AIRFLOW") and k not in ("SPARK_HOME",)}
+    recipe_env |= {"HOME": str(home), "PATH": recipe_env["PATH"].split(os.pathsep, 1)[1]}  # the recipe sets both
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", readme_recipe()], cwd=ROOT, env=recipe_env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"the README's recipe exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}"
+    assert "DagRun failed" not in proc.stdout + proc.stderr
+    # What the recipe made, for the tests below: its AIRFLOW_HOME, lakehouse and exports.
+    recipe = home / "trinitylake-airflow"
+    af.home, af.lakehouse, af.exports = recipe / "airflow", recipe / "lh", recipe / "exports"
+    af.env = {**af.env, "AIRFLOW_HOME": str(af.home)}
+    run_id, state = af.last_run()
+    assert state == "success", (run_id, state, proc.stdout[-4000:])
+    assert "expire" in proc.stdout, proc.stdout[-3000:]  # the recipe's `tlake show --all`
     for i in range(4):
         af.tlake("namespace", "create", f"n{i}")
-    af.airflow("variables", "set", "trinitylake_lakehouse", str(af.lakehouse))
-    af.airflow("variables", "set", "trinitylake_export_root", str(af.exports))
-    af.airflow("variables", "set", "trinitylake_repo", str(ROOT))
     # The logical date of the runs: now, after the lakehouse has versions, as the README's recipe
     # and the acceptance check run it (the export exports the version current at the logical
     # date: an earlier one has none). export_weekday is its ISO weekday: the weekly export runs.
@@ -173,9 +193,30 @@ def test_dags_test_runs_every_task_and_a_second_run_is_idempotent(live):
 
 
 def test_a_permanent_error_fails_the_run_at_once_without_retries(live, tmp_path):
+    """The lakehouse comes from the Variable, as in the README's recipe (no param), and the
+    failure hook is set: the task's alert and the run's alert both name that lakehouse and both
+    reach the hook (under `dags test` the run-level one named the DAG's placeholder default and
+    skipped the hook without a word)."""
     missing = tmp_path / "no-lakehouse-here"
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    received = tmp_path / "alerts.jsonl"
+    (hooks / "tl_live_hook.py").write_text(
+        "import json\n"
+        "def page(msg):\n"
+        f"    with open({str(received)!r}, 'a') as f:\n"
+        "        f.write(json.dumps(msg) + '\\n')\n")
     earlier = (live.now - timedelta(hours=1)).isoformat()
-    proc, seconds = live.dags_test(earlier, {**live.conf, "lakehouse": str(missing)})
+    env = dict(live.env)
+    live.env = {**env, "PYTHONPATH": str(hooks)}
+    live.airflow("variables", "set", "trinitylake_lakehouse", str(missing))
+    live.airflow("variables", "set", "trinitylake_failure_hook", "tl_live_hook:page")
+    try:
+        proc, seconds = live.dags_test(earlier, live.conf)
+    finally:
+        live.airflow("variables", "set", "trinitylake_lakehouse", str(live.lakehouse))
+        live.airflow("variables", "delete", "trinitylake_failure_hook")
+        live.env = env
     run_id, state = live.last_run()
     assert proc.returncode != 0 and state == "failed", proc.stdout[-4000:]
     tasks = live.tasks(run_id)
@@ -185,3 +226,8 @@ def test_a_permanent_error_fails_the_run_at_once_without_retries(live, tmp_path)
     assert "LakehouseNotFoundError" in proc.stdout and "permanent: not retried" in proc.stdout
     # The alert names the lakehouse and a command that runs as it stands.
     assert f"tlake --lakehouse {missing} show --job expire" in proc.stdout
+    assert "CHANGE-ME" not in proc.stdout, proc.stdout[-4000:]
+    alerts = [json.loads(line) for line in received.read_text().splitlines()] if received.exists() else []
+    assert len(alerts) == 2, (alerts, proc.stdout[-4000:])  # the task's alert and the run's
+    for alert in alerts:
+        assert alert["lakehouse"] == str(missing), alert
