@@ -52,7 +52,8 @@ class TableFiles:
     def __init__(self, lakehouse_storage: Storage, threads: int = 16):
         self.base = lakehouse_storage
         self.threads = threads
-        self._stores: dict[str, Storage] = {}
+        self._stores: dict[str, Storage] = {}  # store root with its trailing slash -> storage
+        self._canon: dict[str, str] = {}
         self.metadata: dict[str, dict[str, Any]] = {}
         self.missing: set[str] = set()  # metadata files pointed at that do not exist
         self.lists: dict[str, list[str]] = {}  # manifest list -> manifests
@@ -61,18 +62,27 @@ class TableFiles:
 
     # ---- locations -------------------------------------------------------------------------
     def canon(self, location: str) -> str:
-        """The canonical URI of a location (a relative one is under the lakehouse root)."""
-        return parse_uri(location).uri if is_absolute(location) else self.base.uri(location)
+        """The canonical URI of a location (a relative one is under the lakehouse root).
+
+        Memoized: a run canonicalizes every path of every manifest it reads, and parsing a
+        URI checks it character by character."""
+        u = self._canon.get(location)
+        if u is None:
+            u = self._canon[location] = parse_uri(location).uri if is_absolute(location) else self.base.uri(location)
+        return u
 
     def store(self, uri: str) -> tuple[Storage, str]:
-        """The storage of `uri`'s store (bucket) and `uri`'s path in it."""
+        """The storage of `uri`'s store (bucket) and `uri`'s path in it (`uri` canonical)."""
+        for prefix, st in self._stores.items():  # a handful of stores: a prefix test beats a parse
+            if uri.startswith(prefix):
+                return st, uri[len(prefix) :]
         p = parse_uri(uri)
-        st = self._stores.get(p.store_uri)
-        if st is None:
-            st = self._stores[p.store_uri] = self.base.for_store_of(p)
+        st = self.base.for_store_of(p)
+        prefix = st.root if st.root.endswith("/") else st.root + "/"
         rel = st.relative(p.uri)
-        if rel is None:
+        if rel is None or not p.uri.startswith(prefix):
             raise StorageError(f"{uri} is not under its store {st.root}")
+        self._stores[prefix] = st
         return st, rel
 
     def read_many(self, uris: Iterable[str]) -> dict[str, bytes | BaseException]:
