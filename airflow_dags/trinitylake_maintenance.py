@@ -2,7 +2,7 @@
 
 Two DAGs built from the one task table in ``trinitylake_tasks.py``::
 
-    expire >> orphans_dry_run >> orphans >> is_export_day >> export_weekly
+    expire >> tables_expire >> tables_orphans >> orphans_dry_run >> orphans >> is_export_day >> export_weekly
 
 * ``trinitylake_maintenance`` runs each job with ``TrinityLakeSparkSubmitOperator``
   (``trinitylake_spark.py``, a ``SparkSubmitOperator``): ``spark-submit <repo>/jobs/<job>.py

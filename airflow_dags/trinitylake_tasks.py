@@ -9,7 +9,12 @@ Both orchestrations are built from :data:`TASKS`:
 
 The pipeline, once a day::
 
-    expire -> orphans_dry_run -> orphans -> is_export_day -> export_weekly
+    expire -> tables_expire -> tables_orphans -> orphans_dry_run -> orphans -> is_export_day
+      -> export_weekly
+
+``tables_expire`` and ``tables_orphans`` maintain the lakehouse's Iceberg tables (snapshot
+expiry, then orphan files under the tables' locations) right after the lakehouse's own expire,
+so that table files only the just-expired versions reached are deleted the same day.
 
 ``is_export_day`` lets the weekly export run only when the run's date falls on
 ``export_weekday`` (ISO: Monday = 1 ... Sunday = 7, default Sunday): a ShortCircuitOperator in
@@ -113,9 +118,23 @@ TASKS: tuple[MaintenanceTask, ...] = (
         "Expire versions past max_version_age (commit first), then delete the files only they reached.",
     ),
     MaintenanceTask(
+        "tables_expire",
+        "tables_expire",
+        "expire",
+        "Expire old snapshots of the Iceberg tables (their properties' ages; many tables per version), then "
+        "delete the files no retained snapshot or lakehouse version reaches.",
+    ),
+    MaintenanceTask(
+        "tables_orphans",
+        "tables_orphans",
+        "tables_expire",
+        "Delete files older than 3 days under the Iceberg tables' locations that no live metadata reaches.",
+        timeout_minutes=60,
+    ),
+    MaintenanceTask(
         "orphans_dry_run",
         "orphans",
-        "expire",
+        "tables_orphans",
         "List orphan candidates and record them in the control table; delete nothing.",
         extra_args=("--dry-run",),
         timeout_minutes=60,

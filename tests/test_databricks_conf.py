@@ -18,7 +18,7 @@ from trinitylake.job_flags import parse_job_args
 REPO = Path(__file__).resolve().parent.parent
 JSON_PATH = REPO / "conf" / "databricks" / "trinitylake_maintenance.json"
 SERVERLESS_JSON_PATH = REPO / "conf" / "databricks" / "trinitylake_maintenance_serverless.json"
-SPARK_TASKS = ("expire", "orphans_dry_run", "orphans", "export_weekly")
+SPARK_TASKS = ("expire", "tables_expire", "tables_orphans", "orphans_dry_run", "orphans", "export_weekly")
 
 
 def _load_module(name: str, path: Path):
@@ -87,7 +87,9 @@ def test_task_graph(job):
     deps = {key: [d["task_key"] for d in t.get("depends_on", [])] for key, t in tasks.items()}
     assert deps == {
         "expire": [],
-        "orphans_dry_run": ["expire"],
+        "tables_expire": ["expire"],
+        "tables_orphans": ["tables_expire"],
+        "orphans_dry_run": ["tables_orphans"],
         "orphans": ["orphans_dry_run"],
         "is_export_day": ["orphans"],
         "export_weekly": ["is_export_day"],
@@ -109,7 +111,8 @@ def test_spark_tasks(job):
         spt = task["spark_python_task"]
         params = spt["parameters"]
         assert spt["source"] == "WORKSPACE"
-        assert re.fullmatch(r"/Workspace/Shared/trinitylake/jobs/(expire|orphans|export)\.py", spt["python_file"])
+        jobs = "expire|orphans|export|tables_expire|tables_orphans"
+        assert re.fullmatch(rf"/Workspace/Shared/trinitylake/jobs/({jobs})\.py", spt["python_file"])
         assert params[:2] == ["--lakehouse", "{{job.parameters.lakehouse}}"]
         job_name = Path(spt["python_file"]).stem
         assert params[params.index("--conf") + 1] == f"/Workspace/Shared/trinitylake/conf/{job_name}.yaml"

@@ -38,7 +38,7 @@ TLAKE = ROOT / ".venv" / "bin" / "tlake"
 MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
 ARCHIVE = ROOT / "dist" / "trinitylake-env.tar.gz"
 DAG_ID = "trinitylake_maintenance"
-JOB_TASKS = ("expire", "orphans_dry_run", "orphans", "export_weekly")
+JOB_TASKS = ("expire", "tables_expire", "tables_orphans", "orphans_dry_run", "orphans", "export_weekly")
 
 
 class LiveAirflow:

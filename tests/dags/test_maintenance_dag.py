@@ -20,7 +20,9 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 DAG_IDS = ("trinitylake_maintenance", "trinitylake_maintenance_databricks")
 EDGES = {
     ("lakehouse_guard", "expire"),
-    ("expire", "orphans_dry_run"),
+    ("expire", "tables_expire"),
+    ("tables_expire", "tables_orphans"),
+    ("tables_orphans", "orphans_dry_run"),
     ("orphans_dry_run", "orphans"),
     ("orphans", "is_export_day"),
     ("is_export_day", "export_weekly"),
@@ -70,8 +72,8 @@ def test_dagbag_imports_without_errors(dagbag):
 @pytest.mark.parametrize("dag_id", DAG_IDS)
 def test_dag_shape(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
-    assert {t.task_id for t in dag.tasks} == {"lakehouse_guard", "expire", "orphans_dry_run", "orphans", "is_export_day",
-                                              "export_weekly"}
+    assert {t.task_id for t in dag.tasks} == {"lakehouse_guard", "expire", "tables_expire", "tables_orphans",
+                                              "orphans_dry_run", "orphans", "is_export_day", "export_weekly"}
     edges = {(up, t.task_id) for t in dag.tasks for up in t.upstream_task_ids}
     assert edges == EDGES
     assert dag.catchup is False
@@ -87,7 +89,7 @@ def test_operator_types(dagbag):
 
     spark = dagbag.dags["trinitylake_maintenance"]
     dbx = dagbag.dags["trinitylake_maintenance_databricks"]
-    for task_id in ("expire", "orphans_dry_run", "orphans", "export_weekly"):
+    for task_id in ("expire", "tables_expire", "tables_orphans", "orphans_dry_run", "orphans", "export_weekly"):
         assert spark.get_task(task_id).task_type == "TrinityLakeSparkSubmitOperator"
         assert isinstance(spark.get_task(task_id), SparkSubmitOperator)
         assert dbx.get_task(task_id).task_type == "DatabricksSubmitRunOperator"
@@ -188,7 +190,7 @@ def test_databricks_templates_follow_the_logical_date(dagbag):
 def test_databricks_payload_is_a_valid_submit_task(dagbag):
     jobs = pytest.importorskip("databricks.sdk.service.jobs")
     dag = dagbag.dags["trinitylake_maintenance_databricks"]
-    for task_id in ("expire", "orphans_dry_run", "orphans", "export_weekly"):
+    for task_id in ("expire", "tables_expire", "tables_orphans", "orphans_dry_run", "orphans", "export_weekly"):
         payload = _render(dag, task_id, SUNDAY)._get_merged_json()
         task = jobs.SubmitTask.from_dict({"task_key": task_id, **payload})
         assert task.spark_python_task.python_file.endswith(".py")
@@ -204,7 +206,8 @@ def test_rendered_arguments_parse_as_job_configs(dagbag, dag_id, monkeypatch):
     except ImportError as e:  # the Airflow venv lacks a dependency of the library
         pytest.skip(f"trinitylake.config not importable here: {e}")
     dag = dagbag.dags[dag_id]
-    for task_id, job in (("expire", "expire"), ("orphans_dry_run", "orphans"), ("export_weekly", "export")):
+    for task_id, job in (("expire", "expire"), ("tables_expire", "tables_expire"), ("tables_orphans", "tables_orphans"),
+                         ("orphans_dry_run", "orphans"), ("export_weekly", "export")):
         task = _render(dag, task_id, SUNDAY)
         args = task.application_args if dag_id == DAG_IDS[0] else task.spark_python_task["parameters"]
         args = list(args)

@@ -16,7 +16,7 @@ import types  # noqa: E402
 
 from tests.dags.test_maintenance_dag import DAG_IDS, SUNDAY, _render  # noqa: E402
 
-JOB_TASKS = ("expire", "orphans_dry_run", "orphans", "export_weekly")
+JOB_TASKS = ("expire", "tables_expire", "tables_orphans", "orphans_dry_run", "orphans", "export_weekly")
 
 
 @pytest.fixture(scope="module")
