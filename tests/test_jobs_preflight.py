@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from trinitylake.jobs.registry import JOB_NAMES
+
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = ["walk", "expire", "orphans", "export"]
 
 
 def _one_line(proc: subprocess.CompletedProcess[str], job: str) -> str:
@@ -23,7 +24,7 @@ def _one_line(proc: subprocess.CompletedProcess[str], job: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("job", JOB_NAMES)
 def test_a_missing_trinitylake_is_named_in_one_line(job, tmp_path):
     # -S: no site-packages, as a cluster's bare Python without the packed environment.
     proc = subprocess.run(

@@ -36,11 +36,11 @@ from typing import Any
 import pytest
 
 from tests.maintenance.helpers import build_history
+from trinitylake.jobs.registry import JOB_NAMES
 from trinitylake.lakehouse import Lakehouse
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "dist" / "trinitylake-env.tar.gz"
-JOBS = ("walk", "expire", "orphans", "export")
 TTL_MS = 1000  # the smallest a lakehouse takes
 
 
@@ -116,7 +116,7 @@ def test_the_checkout_is_not_on_the_drivers_path(python, tmp_path):
 
 
 def test_every_entry_point_alone_in_an_empty_folder_prints_its_help(python, tmp_path):
-    procs = {job: driver(python, container(tmp_path, job), f"{job}.py", "--help") for job in JOBS}
+    procs = {job: driver(python, container(tmp_path, job), f"{job}.py", "--help") for job in JOB_NAMES}
     for job, proc in procs.items():
         code, out, err = finished(proc)
         assert code == 0 and "Traceback" not in err, f"{job}: {err[-2000:]}"
