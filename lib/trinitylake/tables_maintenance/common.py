@@ -40,7 +40,7 @@ def select_tables(tables: Sequence[TableRef], wanted: Iterable[str] | None) -> l
         return list(tables)
     out: dict[str, TableRef] = {}
     for w in names:
-        hit = [t for t in tables if t.name == w or t.name.split(".", 1)[0] == w]
+        hit = [t for t in tables if t.name == w or (t.key[0] if t.key else t.name.split(".", 1)[0]) == w]
         if not hit:
             raise ValidationError(
                 f"--tables {w!r}: no Iceberg table or namespace of that name in the latest version "

@@ -122,8 +122,7 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
     conflicts = 0
     batch = max(opts.batch_size, 1)
     for i in range(0, len(chosen), batch):
-        names = [t.name for t in chosen[i : i + batch]]
-        done, retried = _commit_batch(catalog, files, names, opts, now, pending, lakehouse)
+        done, retried = _commit_batch(catalog, files, chosen[i : i + batch], opts, now, pending, lakehouse)
         plans.update(done)
         conflicts += retried
     result.seconds["commit"] = round(time.monotonic() - started, 3)
@@ -193,7 +192,7 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
 def _commit_batch(
     catalog: Any,
     files: TableFiles,
-    names: list[str],
+    refs: list[TableRef],
     opts: ExpireOptions,
     now: int,
     pending: Pending,
@@ -204,9 +203,9 @@ def _commit_batch(
     for attempt in range(1, opts.max_attempts + 1):
         mtx: MultiTableTransaction = catalog.multi_table_transaction()
         try:
-            plans = {n: p for n in names if (p := _plan_table(mtx, files, n, opts, now)) is not None}
+            plans = {r.name: p for r in refs if (p := _plan_table(mtx, files, r, opts, now)) is not None}
         except CommitFailedException as e:  # a table changed between its load and its staging
-            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(names), attempt, e)
+            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(refs), attempt, e)
             mtx.rollback()
             continue
         except BaseException:
@@ -228,23 +227,23 @@ def _commit_batch(
         try:
             version = mtx.commit()  # on a failure it rolls back and deletes what it staged itself
         except CommitFailedException as e:
-            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(names), attempt, e)
+            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(refs), attempt, e)
             continue
         for p in changed:
             p.version = version
         return plans, attempt - 1
     raise TransactionConflictError(
-        f"tables expire-snapshots: the batch of {names[0]} .. {names[-1]} conflicted with concurrent commits "
+        f"tables expire-snapshots: the batch of {refs[0].name} .. {refs[-1].name} conflicted with concurrent commits "
         f"{opts.max_attempts} times; nothing of it was committed, run again"
     )
 
 
 def _plan_table(
-    mtx: MultiTableTransaction, files: TableFiles, name: str, opts: ExpireOptions, now: int
+    mtx: MultiTableTransaction, files: TableFiles, ref: TableRef, opts: ExpireOptions, now: int
 ) -> TablePlan | None:
-    ns, _, tbl = name.partition(".")
+    name = ref.name
     try:
-        table: Table = mtx.load_table((ns, tbl))
+        table: Table = mtx.load_table(ref.key)
     except NoSuchTableError:
         return None  # dropped meanwhile
     loc = files.canon(table.metadata_location)

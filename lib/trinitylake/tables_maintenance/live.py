@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from trinitylake.format.paths import root_name
 from trinitylake.lakehouse.roots import RootRef
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.maintenance import walk_roots as WR
-from trinitylake.maintenance.table_pointers import read_table_definitions, table_entries
+from trinitylake.maintenance.table_pointers import read_table_definitions
 from trinitylake.storage import is_absolute
 from trinitylake.tables_maintenance.files import METADATA, TableFileError, TableFiles, current_snapshot, metadata_log
 
@@ -77,6 +77,8 @@ class TableRef:
 
     name: str
     metadata: str
+    #: ``(namespace, table)`` as the lakehouse keys them (a namespace may hold a dot).
+    key: tuple[str, ...] = ()
 
 
 class TablePointers:
@@ -96,29 +98,21 @@ class TablePointers:
     def tables(self, ref: RootRef) -> list[TableRef]:
         """The Iceberg tables of `ref` that have a metadata location."""
         view = LakehouseView(self.lakehouse, ref)
-        return self._resolve(ref, table_entries(view))
+        return self._resolve(ref, _tables_of(view, view.all_items()))
 
     def union(self, ref: RootRef) -> list[TableRef]:
         """The Iceberg tables of `ref` not already returned for an earlier root through the
         same subtrees (see the class doc)."""
         view = LakehouseView(self.lakehouse, ref)
-        entries = []
-        for key, path in _new_items(view.store, ref, self._seen):
-            try:
-                kind, names = view.codec.decode(key)
-            except Exception:  # noqa: BLE001 - a key of another kind is no table
-                continue
-            if kind == "table":
-                entries.append((".".join(names), path))
-        return self._resolve(ref, entries)
+        return self._resolve(ref, _tables_of(view, _new_items(view.store, ref, self._seen)))
 
-    def _resolve(self, ref: RootRef, entries: list[tuple[str, str]]) -> list[TableRef]:
+    def _resolve(self, ref: RootRef, entries: list[tuple[tuple[str, ...], str]]) -> list[TableRef]:
         view = LakehouseView(self.lakehouse, ref)
-        keyed = [(name, path, ref.base.uri(path)) for name, path in entries]
+        keyed = [(names, path, ref.base.uri(path)) for names, path in entries]
         todo: dict[str, tuple[str, str]] = {}
-        for name, path, key in keyed:
+        for names, path, key in keyed:
             if key not in self._defs:
-                todo.setdefault(key, (name, path))
+                todo.setdefault(key, (".".join(names), path))
         items = list(todo.values())
         for (name, path), (_, d, err) in zip(items, read_table_definitions(view, items, self.io_threads), strict=True):
             if d is None:
@@ -128,10 +122,10 @@ class TablePointers:
                 )
             self._defs[ref.base.uri(path)] = self._pointer(ref, d)
         out = []
-        for name, _path, key in keyed:
+        for names, _path, key in keyed:
             loc = self._defs.get(key)
             if loc is not None:
-                out.append(TableRef(name, loc))
+                out.append(TableRef(".".join(names), loc, names))
         return out
 
     def _pointer(self, ref: RootRef, d: Any) -> str | None:
@@ -141,6 +135,19 @@ class TablePointers:
         if not loc:
             return None
         return self.files.canon(loc) if is_absolute(loc) else ref.base.uri(loc)
+
+
+def _tables_of(view: LakehouseView, items: Iterable[tuple[str, str]]) -> list[tuple[tuple[str, ...], str]]:
+    """``(names, definition path)`` of the table keys among `items`."""
+    out = []
+    for key, path in items:
+        try:
+            kind, names = view.codec.decode(key)
+        except Exception:  # noqa: BLE001 - a key of another kind is no table
+            continue
+        if kind == "table":
+            out.append((tuple(names), path))
+    return out
 
 
 def _new_items(
