@@ -293,3 +293,31 @@ def test_cli_runs_are_audited_under_their_own_command(tmp_path):
     runs = [(e["command"], e["state"]) for e in shown if e["command"].startswith("tables_")]  # newest first
     assert runs == [("tables_orphans", "dry_run"), ("tables_orphans", "failed"), ("tables_expire", "committed")], runs
     assert ids(cat.load_table("s.a")) == [0, 1, 2]
+
+
+def test_pending_files_of_a_failed_run_stay_while_the_renamed_table_reaches_them(tmp_path, monkeypatch):
+    from trinitylake.errors import TransactionConflictError
+    from trinitylake.iceberg.multi_table import MultiTableTransaction
+
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, audit=False)
+    cat, h = build(uri)
+    writer = open_catalog(uri, "writer")
+    original = MultiTableTransaction.commit
+
+    def always_beaten(self):  # every commit loses to a concurrent append: the run gives up
+        writer.load_table("s.a").append(rows([500]))
+        return original(self)
+
+    monkeypatch.setattr(MultiTableTransaction, "commit", always_beaten)
+    with pytest.raises(TransactionConflictError):
+        expire(uri, older_than_ms=0, max_attempts=2)
+    monkeypatch.setattr(MultiTableTransaction, "commit", original)
+    # Its candidates were recorded before each commit; the table is renamed before the next run.
+    cat.rename_table("s.a", "s.z")
+    z = cat.load_table("s.z")
+    keep = O.reach(O.metadata(z.metadata_location))
+    r = expire(uri, older_than_ms=10 * DAY_S * 1000)  # expires nothing
+    assert r.counts["snapshots_expired"] == 0
+    assert all(os.path.exists(p) for p in keep)
+    assert ids(cat.load_table("s.z")) == [10, 11, 12, 500, 500]

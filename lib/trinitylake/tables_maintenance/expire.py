@@ -294,7 +294,18 @@ def _live_after(
     current = {t.name: t for t in C.latest_tables(lakehouse, pointers, latest)}
     live_tables: set[str] = set()
     names = set(pending.tables) | {n for n, p in plans.items() if p.candidates}
+    if names - set(current):
+        # A table with pending files is gone under its name: renamed (its files live on under
+        # another name) or dropped. Every table of the latest version then counts.
+        names |= set(current)
     files.load_metadata([current[n].metadata for n in names if n in current], missing_ok=True)
+    files.prefetch(
+        [
+            (files.metadata[current[n].metadata], None)
+            for n in names
+            if n in current and current[n].metadata in files.metadata
+        ]
+    )
     for name in sorted(names):
         plan = plans.get(name)
         if opts.dry_run and plan is not None and plan.new_metadata:
