@@ -321,3 +321,37 @@ def test_pending_files_of_a_failed_run_stay_while_the_renamed_table_reaches_them
     assert r.counts["snapshots_expired"] == 0
     assert all(os.path.exists(p) for p in keep)
     assert ids(cat.load_table("s.z")) == [10, 11, 12, 500, 500]
+
+
+def test_a_data_file_two_tables_share_stays_while_the_other_table_reaches_it(tmp_path):
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, audit=False, txn_ttl_millis=1000)
+    cat = open_catalog(uri)
+    cat.create_namespace("s")
+    a = cat.create_table("s.a", schema=SCHEMA)
+    a.append(rows([1, 2]))
+    a = cat.load_table("s.a")
+    shared = [t.file.file_path for t in a.scan().plan_files()]
+    cat.create_table("s.c", schema=SCHEMA).add_files(shared)  # the same parquet file, added to a second table
+    cat.load_table("s.c").overwrite(rows([9]))  # s.c reaches it through an older snapshot only
+    cat.load_table("s.a").overwrite(rows([3]))
+    time.sleep(1.05)
+    cfg = load_job_config(
+        "expire",
+        overrides={
+            "lakehouse": uri,
+            "execution": "local",
+            "max_version_age": 0,
+            "clock_skew_margin": 0,
+            "min_versions_to_keep": 1,
+        },
+        env={},
+    )
+    assert run_job("expire", cfg, audit=False).status == "succeeded"
+    r = expire(uri, older_than_ms=0, tables=["s.a"])
+    assert r.counts["snapshots_expired"] == 2 and r.counts["deleted"] > 0
+    assert all(os.path.exists(O.local(p)) for p in shared)
+    c = cat.load_table("s.c")
+    assert ids(c) == [9] and ids(cat.load_table("s.a")) == [3]
+    first = min(c.metadata.snapshots, key=lambda x: x.timestamp_ms).snapshot_id
+    assert sorted(c.scan(snapshot_id=first).to_arrow().column("id").to_pylist()) == [1, 2]

@@ -287,17 +287,17 @@ def _live_after(
     opts: ExpireOptions,
 ) -> _Live:
     """The live set the deletes are checked against, read after the commits: the current
-    metadata of every table with candidates (a dry run: the metadata its plan would write) and
+    metadata of every table of the latest version (a dry run: the metadata its plans would write) and
     every retained lakehouse root."""
     latest = lakehouse.latest_version()
     vl = version_live(lakehouse, files, pointers, latest)
     current = {t.name: t for t in C.latest_tables(lakehouse, pointers, latest)}
     live_tables: set[str] = set()
-    names = set(pending.tables) | {n for n, p in plans.items() if p.candidates}
-    if names - set(current):
-        # A table with pending files is gone under its name: renamed (its files live on under
-        # another name) or dropped. Every table of the latest version then counts.
-        names |= set(current)
+    # Every table of the latest version counts, not only those with candidates: a table renamed
+    # since its files became pending keeps them under its new name, and tables may share files
+    # (a file added to two tables, a clone): a pending file of one table stays while any table
+    # reaches it. (With every table chosen, their manifests are read once already.)
+    names = set(current) | set(pending.tables) | {n for n, p in plans.items() if p.candidates}
     files.load_metadata([current[n].metadata for n in names if n in current], missing_ok=True)
     files.prefetch(
         [
