@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # First words of the commands of the maintenance jobs (a run of one writes `status_*` metrics).
-JOB_WORDS = {"walk", "expire", "orphans", "export"}
+JOB_WORDS = {"walk", "expire", "orphans", "export", "tables_expire", "tables_orphans"}
 # Metrics shown first in the job table, in this order (the rest follow alphabetically).
 KEY_METRICS = (
     "files_deleted",
