@@ -17,9 +17,12 @@ deferred). Then:
   and deletes of the old unreferenced files.
 
 Iceberg's own Spark actions need iceberg-spark-runtime from Maven, which this machine cannot
-fetch; the requests per table on the 20 ms latency store are not measured here.
+fetch.
 
-    python -m bench.bench_tables_maintenance [--scale small|large] [--tables N] [--snapshots S]
+    python -m bench.bench_tables_maintenance [--scale small|large] [--tables N] [--snapshots S] [--latency-ms 20]
+
+``--latency-ms 20`` runs on s3s-fs behind a proxy adding 20 ms to each request (built and
+expired on the server directly) and reports the requests per table the proxy counted.
 """
 
 from __future__ import annotations
@@ -46,21 +49,31 @@ CHUNK = 5
 def _extra(p: Any) -> None:
     p.add_argument("--tables", type=int, default=None)
     p.add_argument("--snapshots", type=int, default=None)
-
-
-def _catalog(uri: str) -> Any:
-    from pyiceberg.catalog import load_catalog
-
-    return load_catalog(
-        "bench", **{"py-catalog-impl": "trinitylake.iceberg.TrinityLakeCatalog", "lakehouse": uri, "audit": "false"}
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=None,
+        help="run on s3s-fs behind a proxy adding this delay (requests per table) instead of local files",
     )
 
 
-def build(uri: str, tables: int, snapshots: int) -> list[str]:
+def _catalog(uri: str, storage: dict[str, str] | None = None) -> Any:
+    """The PyIceberg catalog on `uri`; `storage`: the lakehouse's S3 options (also PyIceberg's FileIO)."""
+    from pyiceberg.catalog import load_catalog
+
+    props = {"py-catalog-impl": "trinitylake.iceberg.TrinityLakeCatalog", "lakehouse": uri, "audit": "false"}
+    if storage:
+        from trinitylake.tables_maintenance.catalog import fileio_properties
+
+        props |= {f"lakehouse.storage.{k}": v for k, v in storage.items()} | fileio_properties(storage)
+    return load_catalog("bench", **props)
+
+
+def build(uri: str, tables: int, snapshots: int, storage: dict[str, str] | None = None) -> list[str]:
     from trinitylake.lakehouse import Lakehouse
 
-    Lakehouse.create(uri, audit=False, txn_ttl_millis=TTL_MS)
-    cat = _catalog(uri)
+    Lakehouse.create(uri, storage_options=storage, audit=False, txn_ttl_millis=TTL_MS)
+    cat = _catalog(uri, storage)
     cat.create_namespace("b")
     names = [f"b.t{i:05d}" for i in range(tables)]
     chunks = [names[i : i + CHUNK] for i in range(0, len(names), CHUNK)]
@@ -77,7 +90,7 @@ def build(uri: str, tables: int, snapshots: int) -> list[str]:
     return names
 
 
-def lakehouse_expire(uri: str) -> None:
+def lakehouse_expire(uri: str, storage: dict[str, str] | None = None) -> None:
     from trinitylake.config import load_job_config
     from trinitylake.jobs.runner import run_job
 
@@ -90,6 +103,7 @@ def lakehouse_expire(uri: str) -> None:
             "max_version_age": 0,
             "clock_skew_margin": 0,
             "min_versions_to_keep": 1,
+            "storage_options": storage or {},
         },
         env={},
     )
@@ -104,8 +118,8 @@ def run_ours(job: str, uri: str, **overrides: Any) -> Any:
     return run_job(job, cfg, audit=False)
 
 
-def pyiceberg_expire(uri: str, names: list[str]) -> int:
-    cat = _catalog(uri)
+def pyiceberg_expire(uri: str, names: list[str], storage: dict[str, str] | None = None) -> int:
+    cat = _catalog(uri, storage)
     now = datetime.now(UTC)
     expired = 0
     for n in names:
@@ -145,11 +159,105 @@ def plant(uri: str, names: list[str]) -> None:
         os.utime(p, (OLD, OLD))
 
 
+def on_latency_store(tables: int, snapshots: int, delay_ms: float, keep: bool) -> list[dict[str, Any]]:
+    """Requests per table and seconds of both expiries (and our orphans run) on s3s-fs behind a
+    proxy adding `delay_ms` to each request; the lakehouses are built and the lakehouse's expire
+    runs on the server directly (no delay). The proxy counts every client's requests."""
+    from bench.objstore import latency_store
+
+    rows: list[dict[str, Any]] = []
+    where = f"S3, {delay_ms:g} ms"
+    with scratch_dir("tables_maintenance_s3", keep) as tmp, latency_store(tmp / "s3", delay_ms) as store:
+        saved = {k: os.environ.get(k) for k in store.env}
+        os.environ.update(store.env)
+        try:
+            direct = {"endpoint_url": store.direct_url, "key": store.key, "secret": store.secret}
+            slow = {**direct, "endpoint_url": store.endpoint_url}
+            uris = {}
+            names: list[str] = []
+            for who in ("ours", "pyiceberg"):
+                store.bucket_dir(f"b-{who}")
+                uris[who] = f"s3://b-{who}/lh"
+                names = build(uris[who], tables, snapshots, direct)
+                lakehouse_expire(uris[who], direct)
+
+            def measure(tool: str, job: str, fn: Any) -> None:
+                store.proxy.reset_stats()
+                with Timer() as t:
+                    expired, deleted = fn()
+                n = store.proxy.stats()["requests"]
+                rows.append(
+                    {
+                        "job": job,
+                        "tool": tool,
+                        "store": where,
+                        "tables": tables,
+                        "snapshots_expired": expired,
+                        "files_deleted": deleted,
+                        "requests": n,
+                        "requests_per_table": round(n / tables, 1),
+                        "seconds": round(t.seconds, 2),
+                    }
+                )
+
+            def ours_expire() -> tuple[int, int]:
+                r = run_ours("tables_expire", uris["ours"], older_than=0, retain_last=1, storage_options=slow)
+                return r.counts["snapshots_expired"], r.counts.get("deleted", 0)
+
+            def ours_orphans() -> tuple[int | None, int]:
+                later = int(time.time() * 1000) + 4 * 86_400_000  # S3 cannot back-date a file: the clock moves
+                o = run_ours("tables_orphans", uris["ours"], storage_options=slow, reference_time=later)
+                return None, o.counts.get("deleted", 0)
+
+            measure("tlake tables expire-snapshots", "expire", ours_expire)
+            measure(
+                "PyIceberg expire_snapshots per table",
+                "expire",
+                lambda: (pyiceberg_expire(uris["pyiceberg"], names, slow), 0),
+            )
+            measure("tlake tables remove-orphans", "orphans", ours_orphans)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args("tables_maintenance", argv, _extra)
     size = dict(SIZES[args.scale])
     size["tables"] = args.tables or size["tables"]
     size["snapshots"] = args.snapshots or size["snapshots"]
+    if args.latency_ms is not None:
+        rows = on_latency_store(size["tables"], size["snapshots"], args.latency_ms, args.keep)
+        ours, base = rows[0], rows[1]
+        lat = f"{args.latency_ms:g} ms"
+        ratios = {
+            f"expire seconds at {lat}, ours / PyIceberg per table, {size['tables']} tables": ratio(
+                ours["seconds"], base["seconds"]
+            ),
+            f"expire requests per table at {lat}, ours / PyIceberg per table": ratio(
+                ours["requests_per_table"], base["requests_per_table"]
+            ),
+        }
+        write_result(
+            "tables_maintenance_s3",
+            "Tables' maintenance on a latency store: requests per table",
+            rows,
+            ratios,
+            scale=args.scale,
+            params={**size, "latency_ms": args.latency_ms},
+            notes=[
+                "Requests counted by the delaying proxy (every client, PyIceberg's FileIO included). "
+                "The orphans run's clock is moved 4 days on: S3 cannot back-date a file."
+            ],
+        )
+        for row in rows:
+            print(row)
+        print(ratios)
+        return 0
     rows: list[dict[str, Any]] = []
     with scratch_dir("tables_maintenance", args.keep) as tmp:
         ours_uri, base_uri = str(tmp / "ours"), str(tmp / "pyiceberg")
