@@ -19,7 +19,10 @@ disk):
     container gets the job's main file and what ``--archives``/``--files`` ship, nothing of the
     checkout: the job's ``--conf <repo>/conf/<job>.yaml``, a path on this worker, is shipped
     with ``--files`` and passed by its base name (``--conf <job>.yaml``), which the driver finds
-    in its working directory (:func:`ship_conf_file`).
+    in its working directory (:func:`ship_conf_file`; on Kubernetes spark-submit uploads the
+    local files to ``spark.kubernetes.file.upload.path``, which the connection or ``conf`` sets).
+    A YARN cluster-mode task without ``yarn_track_via_rm_api`` is not durable: the provider
+    refuses that combination, and a retry submits the job anew.
 
 * **spark-submit**: the ``spark-submit`` on the worker's ``PATH``; else ``$SPARK_HOME/bin``;
   else the pip-installed pyspark of ``<repo>/.venv`` (``make venv``). None of these: the task
