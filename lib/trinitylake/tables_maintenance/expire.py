@@ -131,7 +131,7 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
     live = _live_after(lakehouse, files, pointers, plans, pending, opts)
     result.seconds["live_set"] = round(time.monotonic() - t0, 3)
     candidates = {**pending.all(), **{u: k for p in plans.values() for u, k in p.candidates.items()}}
-    to_delete = {u: k for u, k in candidates.items() if u not in live.all}
+    to_delete = {u: k for u, k in candidates.items() if u not in live.tables and u not in live.versions}
     deferred = {u: k for u, k in candidates.items() if u in live.versions and u not in live.tables}
 
     per_table, owned = _per_table(plans, pending, to_delete, deferred)
@@ -273,10 +273,6 @@ class _Live:
     versions: set[str]
     roots: list[str]
 
-    @property
-    def all(self) -> set[str]:
-        return self.tables | self.versions
-
 
 def _live_after(
     lakehouse: Lakehouse,
@@ -331,12 +327,15 @@ def _per_table(
     for plan in plans.values():
         for u in plan.candidates:
             owner[u] = plan.name
+    by_table: dict[str, list[str]] = {}
+    for u, t in owner.items():
+        by_table.setdefault(t, []).append(u)
     out: dict[str, dict[str, Any]] = {}
     owned: dict[str, list[str]] = {}
     for name in sorted(set(plans) | set(pending.tables)):
         p: TablePlan | None = plans.get(name)
         row: dict[str, Any] = p.to_dict() if p is not None else {"expired_snapshots": [], "version": None}
-        mine = [u for u, t in owner.items() if t == name]
+        mine = by_table.get(name, [])
         dels = [u for u in mine if u in to_delete]
         row["to_delete"] = C.kind_counts({u: to_delete[u] for u in dels})
         row["deferred"] = sum(1 for u in mine if u in deferred)

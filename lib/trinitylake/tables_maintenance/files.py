@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,6 +35,11 @@ DATA, POSITION_DELETES, EQUALITY_DELETES, STATISTICS = (
 )
 KINDS = (DATA, POSITION_DELETES, EQUALITY_DELETES, MANIFEST, MANIFEST_LIST, STATISTICS, METADATA)
 _CONTENT_KIND = {0: DATA, 1: POSITION_DELETES, 2: EQUALITY_DELETES}
+
+
+#: A location that is its own canonical URI (``file:///...`` or ``s3://bucket/...`` of plain
+#: characters, no empty, ``.`` or ``..`` segment, no trailing slash), as table files are named.
+_CANONICAL = re.compile(r"^(file:///|s3://[a-z0-9][a-z0-9.\-]*/)[A-Za-z0-9._\-=%+/]*[A-Za-z0-9_\-=%+]$")
 
 
 class TableFileError(UnsafeOperationError):
@@ -68,7 +74,16 @@ class TableFiles:
         URI checks it character by character."""
         u = self._canon.get(location)
         if u is None:
-            u = self._canon[location] = parse_uri(location).uri if is_absolute(location) else self.base.uri(location)
+            if (
+                _CANONICAL.match(location)
+                and "//" not in location[8:]
+                and "/./" not in location
+                and "/../" not in location
+            ):
+                u = location  # already what parse_uri gives (checked character by character there)
+            else:
+                u = parse_uri(location).uri if is_absolute(location) else self.base.uri(location)
+            self._canon[location] = u
         return u
 
     def store(self, uri: str) -> tuple[Storage, str]:
