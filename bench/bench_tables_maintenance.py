@@ -205,9 +205,16 @@ def on_latency_store(tables: int, snapshots: int, delay_ms: float, keep: bool) -
                 return r.counts["snapshots_expired"], r.counts.get("deleted", 0)
 
             def ours_orphans() -> tuple[int | None, int]:
-                later = int(time.time() * 1000) + 4 * 86_400_000  # S3 cannot back-date a file: the clock moves
-                o = run_ours("tables_orphans", uris["ours"], storage_options=slow, reference_time=later)
+                # S3 cannot back-date a file: the planted orphans count as old with a zero age floor.
+                o = run_ours("tables_orphans", uris["ours"], storage_options=slow, older_than=0, unsafe_min_age=True)
                 return None, o.counts.get("deleted", 0)
+
+            from trinitylake.storage import Storage
+
+            planted = Storage(uris["ours"], direct)
+            for n in names:
+                planted.write(f"warehouse/b/{n.split('.')[1]}/data/orphan-old.parquet", b"PAR1junkPAR1")
+            time.sleep(1.0)  # older than the run's start by the store's clock too
 
             measure("tlake tables expire-snapshots", "expire", ours_expire)
             measure(
@@ -251,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             params={**size, "latency_ms": args.latency_ms},
             notes=[
                 "Requests counted by the delaying proxy (every client, PyIceberg's FileIO included). "
-                "The orphans run's clock is moved 4 days on: S3 cannot back-date a file."
+                "The orphans run has a zero age floor (--unsafe-min-age): S3 cannot back-date the planted files."
             ],
         )
         for row in rows:
