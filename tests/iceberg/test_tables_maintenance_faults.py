@@ -142,3 +142,49 @@ def test_tables_on_s3_expire_defer_and_orphans(s3_server, s3_storage_options, mo
     o = remove_orphans(lh, OrphanOptions(reference_ms=four_days_on), JobResult("o", "o1", uri))
     assert o.counts["deleted"] == 1 and f"s3://{bucket}/{orphan}" not in keys()
     assert ids(cat.load_table("s.a")) == [7]
+
+
+@pytest.mark.s3
+def test_a_live_file_named_through_another_bucket_is_a_prefix_mismatch(s3_server, s3_storage_options, monkeypatch):
+    import pyarrow.parquet as pq
+    import s3fs
+
+    from trinitylake.errors import UnsafeOperationError
+
+    monkeypatch.setenv("TLAKE_S3_ENDPOINT_URL", s3_server.endpoint_url)
+    bucket, alias = s3_server.create_bucket(), s3_server.create_bucket()
+    uri = f"s3://{bucket}/lh"
+    io = {
+        "s3.endpoint": s3_server.endpoint_url,
+        "s3.access-key-id": s3_server.key,
+        "s3.secret-access-key": s3_server.secret,
+        "s3.region": s3_server.region,
+    }
+    store = {f"lakehouse.storage.{k}": v for k, v in s3_storage_options.items()}
+    Lakehouse.create(uri, storage_options=s3_storage_options, audit=False)
+    cat = open_catalog(uri, **io, **store)
+    cat.create_namespace("s")
+    t = cat.create_table("s.a", schema=SCHEMA)
+    # The same file under the table's location and under another bucket (an alias of the same
+    # store, as far as the table knows); the table names it through the alias.
+    fs = s3fs.S3FileSystem(
+        key=s3_server.key, secret=s3_server.secret, client_kwargs={"endpoint_url": s3_server.endpoint_url}
+    )
+    rel = "lh/warehouse/s/a/data/aliased.parquet"
+    for b in (bucket, alias):
+        with fs.open(f"{b}/{rel}", "wb") as f:
+            pq.write_table(rows([1, 2]), f)
+    t.add_files([f"s3://{alias}/{rel}"])
+    lh = Lakehouse.open(uri, storage_options=s3_storage_options, audit=False)
+    later = int(time.time() * 1000) + 4 * 86400_000  # S3 cannot back-date a file
+
+    def run(**kw):
+        return remove_orphans(lh, OrphanOptions(reference_ms=later, **kw), JobResult("o", f"o{time.time_ns()}", uri))
+
+    with pytest.raises(UnsafeOperationError, match="another scheme or authority"):
+        run()
+    assert fs.exists(f"{bucket}/{rel}")
+    assert run(equal_authorities={alias: bucket}).counts["candidates"] == 0  # the same store: live
+    assert run(prefix_mismatch_mode="ignore").counts["mismatched"] == 1 and fs.exists(f"{bucket}/{rel}")
+    assert run(prefix_mismatch_mode="delete").counts["deleted"] == 1 and not fs.exists(f"{bucket}/{rel}")
+    assert ids(cat.load_table("s.a")) == [1, 2]  # read through the alias
