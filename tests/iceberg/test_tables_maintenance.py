@@ -355,3 +355,37 @@ def test_a_data_file_two_tables_share_stays_while_the_other_table_reaches_it(tmp
     assert ids(c) == [9] and ids(cat.load_table("s.a")) == [3]
     first = min(c.metadata.snapshots, key=lambda x: x.timestamp_ms).snapshot_id
     assert sorted(c.scan(snapshot_id=first).to_arrow().column("id").to_pylist()) == [1, 2]
+
+
+def test_what_a_live_distributed_transaction_staged_stays(tmp_path):
+    from trinitylake.lakehouse.distributed import DistributedTransaction
+
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, audit=False, txn_ttl_millis=1000)
+    cat = open_catalog(uri)
+    cat.create_namespace("s")
+    cat.create_table("s.a", schema=SCHEMA).append(rows([1]))
+    first = cat.load_table("s.a").metadata_location
+    first_data = [O.local(t.file.file_path) for t in cat.load_table("s.a").scan().plan_files()]
+    cat.load_table("s.a").overwrite(rows([2]))
+    time.sleep(1.05)
+    cfg = load_job_config(
+        "expire",
+        overrides={
+            "lakehouse": uri,
+            "execution": "local",
+            "max_version_age": 0,
+            "clock_skew_margin": 0,
+            "min_versions_to_keep": 1,
+        },
+        env={},
+    )
+    assert run_job("expire", cfg, audit=False).status == "succeeded"
+    # A distributed transaction stages the table back to its first metadata file (not committed).
+    lh = Lakehouse.open(uri, audit=False)
+    dtx = DistributedTransaction.begin(lh)
+    dtx.stage(lambda t: t.alter_table("s", "a", metadata_location=first))
+    r = expire(uri, older_than_ms=0)
+    assert r.counts["snapshots_expired"] == 2 and r.counts["deferred"] > 0
+    assert all(os.path.exists(p) for p in first_data)  # what the staged metadata's snapshot reads
+    assert ids(cat.load_table("s.a")) == [2]

@@ -12,7 +12,8 @@ A table file is live when any of these reaches it:
   own expiry removed them.
 
 The retained roots are those the lakehouse's own jobs walk (`trinitylake.maintenance.walk_roots`):
-every retained version, every pinned version and the root of every pinned export. Table
+every retained version, every pinned version, the root of every pinned export, and the running
+root of every live distributed transaction. Table
 definitions are read once per definition file (versions share them, copy-on-write), and a
 metadata file once per run.
 """
@@ -64,6 +65,19 @@ def retained_roots(lakehouse: Lakehouse, latest: int | None = None) -> list[tupl
             out.append((f"version {v}", RootRef(v, root_name(v), node, d, def_path, lakehouse.storage)))
     for name in sorted(inp.export_roots):
         out.append((f"export {name}", lakehouse.snapshot_root(name)))
+    # The running roots of live distributed transactions: a table commit they staged may still
+    # land, and its metadata file's current snapshot must then read (a lease renewed by every
+    # stage can outlive any age floor).
+    for path in inp.txn_running_roots:
+        try:
+            data = lakehouse.storage.read(path)
+        except FileNotFoundError:
+            continue  # the transaction finished meanwhile: its root is a version now, or gone
+        node = deserialize(data, None, lakehouse.storage.uri(path))
+        def_path = node.system.get(K.SYS_LAKEHOUSE_DEF) or ""
+        begin = next((v for v, p in inp.roots if p == path), 0)
+        ref = RootRef(begin, path, node, lakehouse.load_def(def_path), def_path, lakehouse.storage)
+        out.append((f"running root {path}", ref))
     return out
 
 
