@@ -389,3 +389,20 @@ def test_what_a_live_distributed_transaction_staged_stays(tmp_path):
     assert r.counts["snapshots_expired"] == 2 and r.counts["deferred"] > 0
     assert all(os.path.exists(p) for p in first_data)  # what the staged metadata's snapshot reads
     assert ids(cat.load_table("s.a")) == [2]
+
+
+def test_a_table_with_gc_disabled_is_left_alone(tmp_path):
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, audit=False)
+    cat = open_catalog(uri)
+    cat.create_namespace("s")
+    t = cat.create_table("s.a", schema=SCHEMA, properties={"gc.enabled": "false"})
+    for i in range(3):
+        t.append(rows([i]))
+        t = cat.load_table("s.a")
+    orphan = plant(f"{O.local(t.metadata.location)}/data", "orphan.parquet", 10)
+    r = expire(uri, older_than_ms=0)
+    assert r.counts["snapshots_expired"] == 0 and r.details["tables_gc_disabled"] == ["s.a"]
+    o = orphans(uri)
+    assert o.counts["candidates"] == 0 and o.details["tables_gc_disabled"] == ["s.a"] and os.path.exists(orphan)
+    assert len(cat.load_table("s.a").metadata.snapshots) == 3

@@ -67,6 +67,22 @@ def readable(files: TableFiles, tables: list[TableRef]) -> tuple[list[TableRef],
     return ok, [f"{t.name} ({t.metadata})" for t in tables if t.metadata in files.missing]
 
 
+#: Iceberg's switch: a table with ``gc.enabled=false`` may share its files with another system
+#: (a table registered twice, a snapshot of another table); neither job deletes its files.
+GC_ENABLED = "gc.enabled"
+
+
+def gc_disabled(files: TableFiles, tables: list[TableRef]) -> tuple[list[TableRef], list[str]]:
+    """The tables (metadata read) whose files may be deleted, and the names of those whose
+    ``gc.enabled`` property is false (Iceberg's actions refuse them too)."""
+    off = {
+        t.name
+        for t in tables
+        if str((files.metadata[t.metadata].get("properties") or {}).get(GC_ENABLED, "true")).lower() == "false"
+    }
+    return [t for t in tables if t.name not in off], sorted(off)
+
+
 @dataclass
 class DeleteOutcome:
     deleted: dict[str, str] = field(default_factory=dict)  # URI -> kind

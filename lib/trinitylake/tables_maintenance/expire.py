@@ -103,6 +103,7 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
     catalog = job_catalog(lakehouse, opts.catalog_properties)
     latest = lakehouse.latest_version()
     chosen, unreadable = C.readable(files, C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables))
+    chosen, no_gc = C.gc_disabled(files, chosen)
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
     # Every manifest list and manifest of the chosen tables, read in a few batches up front: the
     # plans below then read only what a concurrent writer added.
@@ -115,6 +116,7 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
             "reference_ms": now,
             "tables_selected": len(chosen) + len(unreadable),
             "tables_without_metadata": unreadable[:20],
+            "tables_gc_disabled": no_gc[:20],
         }
     )
 

@@ -109,6 +109,8 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
         for t in C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables)
         if t.metadata not in files.missing
     ]
+    chosen, no_gc = C.gc_disabled(files, chosen)
+
     locations = {
         t.name: files.canon(files.metadata[t.metadata]["location"])
         for t in every
@@ -204,6 +206,7 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
             "lakehouse_roots": len(vl.roots),
             "prefix_mismatch_mode": opts.prefix_mismatch_mode,
             "tables_without_metadata": unreadable[:20],
+            "tables_gc_disabled": no_gc[:20],
             "mismatched_first": mismatches[:20],
         }
     )
