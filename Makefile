@@ -80,13 +80,17 @@ tools: ## install Maven and chromium when missing (apt-get), or say in one line 
 # the S3 server, so two workers use a 2-core machine better than one. The DAG tests run beside
 # it in their own virtualenv; their output follows the suite's.
 TEST_WORKERS ?= 2
+# make runs a recipe line that names $(MAKE) even under `make -n`: the line that starts the DAG
+# tests also runs the suite, so it names the sub-make by another variable (`make -n test` prints
+# the suite's command instead of running it for 13 minutes).
+SUBMAKE = $(MAKE)
 test: export TLAKE_TEST_JVM_ARCHIVE = $(CURDIR)/$(SPARK_CDS)
 test: tools ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
 	@$(MAKE) --no-print-directory -j3 -Otarget test-setup
 	@mkdir -p build
 	@$(MAKE) --no-print-directory $(SPARK_CDS) >build/spark-cds.log 2>&1 || \
 	  echo "make: the tests' JVM archive was not built (build/spark-cds.log); the JVMs started without it" &
-	@$(MAKE) --no-print-directory test-dags >build/test-dags.log 2>&1 & dags=$$!; \
+	@$(SUBMAKE) --no-print-directory test-dags >build/test-dags.log 2>&1 & dags=$$!; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); suite=$$?; \
 	wait $$dags; dags_rc=$$?; \
 	echo "---- make test-dags (ran beside the suite) ----"; cat build/test-dags.log; \
