@@ -423,15 +423,21 @@ def oracle_contents(files: dict[str, bytes]) -> dict[int, dict[str, frozenset[st
             uri = f"{o.root}/{root_name(v)}"
             ns_max, t_max = E._widths(o, uri)
             names: dict[str, set[str]] = {}
+            spaces: set[str] = set()
             for k, d_uri in E.merged_keys(o, uri).items():
                 d = E.decode(k, ns_max, t_max)
                 if d is None:
                     continue
                 o._read(d_uri, "definition")  # a reader loads it: it must exist
                 names.setdefault(d[0], set())
-                if d[1] is not None:
+                if d[1] is None:
+                    spaces.add(d[0])
+                else:
                     names[d[0]].add(d[1])
-            out[v] = {ns: frozenset(t) for ns, t in names.items()}
+            # A reader lists the namespaces, then each one's tables: a table row whose namespace
+            # has no row of its own (a flipped byte in a table key's namespace part) is never
+            # listed by anyone.
+            out[v] = {ns: frozenset(t) for ns, t in names.items() if ns in spaces}
     except (OracleError, UnicodeDecodeError, ValueError, KeyError, IndexError):
         return None
     return out
