@@ -2,6 +2,6 @@
 command group (`app`: the group, the lakehouse, namespace and table commands; `txn`, `show`,
 `jobs`, `export`, `report`, `control`), all on click, sharing `common`."""
 
-from trinitylake.cli.app import cli, main
+from trinitylake.cli.app import cli, console_main, main
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "console_main", "main"]

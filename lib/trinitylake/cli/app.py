@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -337,4 +338,38 @@ def main() -> None:
     mark_process_start(trinitylake.PROCESS_STARTED_MS)
     refuse_pandas_for_pyarrow()  # this process is the tlake command (tests invoke `cli`, not main)
     cli(prog_name="tlake")
+
+
+def console_main() -> None:
+    """The `tlake` console script: `main`, then `_exit` with its exit code."""
+    code: str | int | None = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code
+    _exit(code)
+
+
+def _exit(code: str | int | None) -> None:
+    """Leave the process once the command is done, without the interpreter's finalization
+    when no Spark session was started. The object-store client's runtime threads are native
+    threads the interpreter does not own: one that calls into Python while it finalizes ends
+    by a forced unwind through Rust frames, a silent SIGABRT of a command whose work was done
+    and recorded (exit -6; seen in a fresh `make test`). Exit handlers still run, in order
+    (the engine's close, logging's flush), then the streams are flushed and the process ends
+    with the command's own exit code. With a Spark session, the normal exit stops it."""
+    if "pyspark" in sys.modules:
+        sys.exit(code)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if not isinstance(code, int) and code is not None:
+        print(code, file=sys.stderr)  # what sys.exit("message") would print
+    import atexit
+
+    atexit._run_exitfuncs()  # noqa: SLF001 - the handlers os._exit would skip, run first
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+            pass
+    os._exit(status)
 
