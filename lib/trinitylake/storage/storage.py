@@ -202,10 +202,14 @@ class Storage:
 
     # ---- what kind of store -------------------------------------------------------------
     @property
-    def is_local(self) -> bool:
+    def on_local_disk(self) -> bool:
         """Whether the files are on the local filesystem (plain system calls reach them, and
         threads only add overhead: there is no round trip to hide)."""
         return self.scheme == "file"
+
+    @property
+    def is_local(self) -> bool:
+        return self.on_local_disk
 
     @property
     def head_gives_md5(self) -> bool:
@@ -224,6 +228,11 @@ class Storage:
         bucket; ``file:///`` for local files), sharing these options when the scheme matches."""
         p = location if isinstance(location, ParsedURI) else parse_uri(location)
         return self.for_uri(p.store_uri)
+
+    def path_on_disk(self, path: str) -> str | None:
+        """The local filesystem path of `path` (relative to the root, or an absolute URI on
+        this storage) for the fast paths that use ``os`` calls, or None on any other store."""
+        return self._fs_path(path) if self.on_local_disk else None
 
     def local_path(self, path: str) -> str | None:
         """The local filesystem path of `path` (relative to the root, or an absolute URI on
