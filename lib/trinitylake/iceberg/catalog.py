@@ -57,7 +57,7 @@ from trinitylake.errors import (
     ValidationError,
 )
 from trinitylake.format import definitions as D
-from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, commit_response
+from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, check_creates, commit_response
 from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
 from trinitylake.lakehouse.context import AuditContext
 from trinitylake.storage import is_absolute
@@ -105,6 +105,9 @@ class TrinityLakeCatalog(MetastoreCatalog):
     """PyIceberg catalog on a TrinityLake lakehouse (see the module doc)."""
 
     lakehouse: Lakehouse
+    #: The command its commits' audit rows name (the operation follows it), e.g. ``iceberg
+    #: commit table sales.orders``; a server over the catalog names itself instead.
+    audit_command: str = "iceberg"
 
     def __init__(self, name: str, **properties: str):
         super().__init__(name, **properties)
@@ -130,6 +133,8 @@ class TrinityLakeCatalog(MetastoreCatalog):
             else:
                 self._pinned = self.lakehouse.root_at(snapshot=v)
         self._mtx: MultiTableTransaction | None = None
+        #: Added to the arguments of its commits' audit rows (e.g. the client of a server).
+        self.audit_arguments: dict[str, str] = {}
 
     # ---- time travel ------------------------------------------------------------------------
     @property
@@ -203,7 +208,8 @@ class TrinityLakeCatalog(MetastoreCatalog):
         commit wrote, referenced by nothing, are deleted), an unknown outcome
         CommitStateUnknownException (they are kept: the commit may have landed)."""
         try:
-            return txn.commit(command=f"iceberg {what}", arguments={"catalog": self.name, "operation": what})
+            return txn.commit(command=f"{self.audit_command} {what}",
+                              arguments={"catalog": self.name, "operation": what, **self.audit_arguments})
         except (TransactionConflictError, TransactionExpiredError) as e:
             self._delete_quietly(written)
             raise CommitFailedException(f"{what}: {e}") from e
@@ -285,6 +291,22 @@ class TrinityLakeCatalog(MetastoreCatalog):
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
         self._create_def(ns, table, staged.metadata_location, f"create table {ns}.{table}")
         return self.load_table((ns, table))
+
+    def stage_create_table(self, identifier: str | Identifier, schema: Schema | pa.Schema, location: str | None = None,
+                           partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+                           sort_order: SortOrder = UNSORTED_SORT_ORDER,
+                           properties: Properties = EMPTY_DICT) -> StagedTable:
+        """A new table's first metadata and location, nothing written and nothing committed (the
+        REST protocol's staged create: the client commits the table later with ``assert-create``,
+        `commit_changes`)."""
+        ns, table = self._ident(identifier)
+        self._check_writable(f"create table {ns}.{table}")
+        view = self._view()
+        if not view.namespace_exists(ns):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+        if view.table_exists(ns, table):
+            raise TableAlreadyExistsError(f"Table {ns}.{table} already exists")
+        return self._create_staged_table((ns, table), schema, location, partition_spec, sort_order, properties)
 
     def table_defaults(self) -> dict[str, str]:
         """Properties every table created through this catalog starts with: ours, then the
@@ -382,12 +404,36 @@ class TrinityLakeCatalog(MetastoreCatalog):
         if self._mtx is not None:
             return self._mtx.stage(table, requirements, updates)
         ns, name = self._ident(table.name())
+        return self._commit_update(ns, name, requirements, updates, table)
+
+    def commit_changes(self, identifier: str | Identifier, requirements: tuple[TableRequirement, ...],
+                       updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
+        """Commit `updates` to a table as the Iceberg REST protocol commits: the `requirements`,
+        checked against the table's current metadata as the lakehouse transaction reads it, are
+        the only check (there is no loaded table to compare). A table that does not exist is
+        created when the requirements hold ``assert-create`` (a create transaction).
+
+        Raises:
+            NoSuchTableError: the table does not exist and the commit does not create it.
+            NoSuchNamespaceError: the commit creates a table in a namespace that does not exist.
+            CommitFailedException: a requirement does not hold, or a concurrent commit changed
+                the table between the read and the commit.
+            CommitStateUnknownException: the lakehouse commit's outcome is unknown.
+        """
+        ns, name = self._ident(identifier)
+        return self._commit_update(ns, name, requirements, updates, None)
+
+    def _commit_update(self, ns: str, name: str, requirements: tuple[TableRequirement, ...],
+                       updates: tuple[TableUpdate, ...], base: Table | None) -> CommitTableResponse:
         what = f"commit table {ns}.{name}"
         txn = self._begin(what)
         written: list[str] = []
         try:
             current = self._table_in(txn, ns, name)
-            check_base(table, current)
+            if base is not None:
+                check_base(base, current)
+            elif current is None:
+                check_creates(txn, ns, name, requirements)
             staged = self._update_and_stage_table(current, (ns, name), requirements, updates)
             if current is not None and staged.metadata == current.metadata:
                 self._abandon(txn)

@@ -21,6 +21,7 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import AssertCreate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 if TYPE_CHECKING:
@@ -75,6 +76,15 @@ def check_base(table: Table, current: Table | None) -> None:
             f"table {ns}.{name} was changed by a concurrent commit: its metadata is now {current.metadata_location}, "
             f"this commit was built on {table.metadata_location}; reload the table and retry"
         )
+
+
+def check_creates(view: LakehouseView, ns: str, table: str, requirements: tuple[TableRequirement, ...]) -> None:
+    """A commit to a table that does not exist creates it: only when its requirements hold
+    ``assert-create`` (the REST protocol's create transaction), in a namespace that exists."""
+    if not any(isinstance(r, AssertCreate) for r in requirements):
+        raise NoSuchTableError(f"Table does not exist: {ns}.{table}")
+    if not view.namespace_exists(ns):
+        raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
 
 
 class MultiTableTransaction:
@@ -146,11 +156,24 @@ class MultiTableTransaction:
     def stage(self, table: Table, requirements: tuple[TableRequirement, ...],
               updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
         """A table's commit inside the transaction: checked and written now, published at `commit`."""
+        return self._stage(self.catalog.table_key(table.name()), requirements, updates, table)
+
+    def stage_changes(self, identifier: str | Identifier, requirements: tuple[TableRequirement, ...],
+                      updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
+        """A table's commit as the REST protocol makes it (`TrinityLakeCatalog.commit_changes`:
+        the requirements are the only check; ``assert-create`` creates the table), staged in
+        this transaction."""
+        return self._stage(self.catalog.table_key(identifier), requirements, updates, None)
+
+    def _stage(self, key: tuple[str, str], requirements: tuple[TableRequirement, ...],
+               updates: tuple[TableUpdate, ...], base: Table | None) -> CommitTableResponse:
         if self.txn.closed:
             raise CommitFailedException("the multi-table transaction is already closed")
-        key = self.catalog.table_key(table.name())
         current = self._current(key)
-        check_base(table, current)
+        if base is not None:
+            check_base(base, current)
+        elif current is None:
+            check_creates(self.txn, key[0], key[1], requirements)
         staged = self.catalog.stage_table_update(current, key, requirements, updates)
         if current is not None and staged.metadata == current.metadata:
             return commit_response(current.metadata, current.metadata_location)

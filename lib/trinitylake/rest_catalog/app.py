@@ -1,0 +1,414 @@
+"""The Iceberg REST catalog over a lakehouse: a Starlette application (`build_app`).
+
+Stateless: every request reads or commits the lakehouse through a `TrinityLakeCatalog` (one
+handle, its immutable-file caches shared; each request a shallow copy naming its client in the
+audit rows), so any number of servers can serve one lakehouse. A commit is one lakehouse
+transaction; ``POST /v1/transactions/commit`` commits all its tables in one version.
+
+Time travel is read-only, chosen per request by a path prefix (``/v1/{prefix}/...``; a client
+gets one by asking ``/v1/config?warehouse=<prefix>``) or a query parameter:
+
+* ``version-N`` / ``?version=N``: lakehouse version N;
+* ``as-of-T`` / ``?as-of=T``: the newest version created at or before T (ISO-8601 or epoch ms);
+* ``export-NAME`` / ``?export=NAME``: the exported snapshot NAME;
+* ``latest`` (or no prefix): the latest version, writable.
+
+A write under time travel, or on a server started ``--read-only``, is refused with 403
+(``ForbiddenException``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
+
+import pydantic
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchViewError
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from trinitylake.iceberg import TrinityLakeCatalog
+from trinitylake.rest_catalog import models
+from trinitylake.rest_catalog.auth import Authenticator, OAuthError, Principal
+from trinitylake.rest_catalog.errors import RestError, bad_request, error_response, exception_response
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 8 << 20
+AUDIT_COMMAND = "catalog serve"
+NAMESPACE_SEPARATOR = "\x1f"
+_PREFIX = re.compile(r"^(?:(latest)|version-(\d+)|as-of-(.+)|export-(.+))$")
+_TRAVEL_PARAMS = ("version", "as-of", "export")
+
+Json = dict[str, object]
+Result = Json | str | None  # a JSON object, JSON text, or nothing (204)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What a server serves, and how."""
+
+    lakehouse: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+    control_uri: str | None = None
+    audit: bool = True
+    read_only: bool = False
+    allow_purge: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request as a handler sees it: path and query parameters, caller, parsed body."""
+
+    path: dict[str, str]
+    query: dict[str, str]
+    principal: Principal
+    body: pydantic.BaseModel | None
+    catalog: TrinityLakeCatalog
+
+
+def _endpoints() -> list[str]:
+    ns, tb = "/v1/{prefix}/namespaces/{namespace}", "/v1/{prefix}/namespaces/{namespace}/tables/{table}"
+    return ["GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", f"GET {ns}", f"HEAD {ns}",
+            f"DELETE {ns}", f"POST {ns}/properties", f"GET {ns}/tables", f"POST {ns}/tables", f"GET {tb}",
+            f"HEAD {tb}", f"POST {tb}", f"DELETE {tb}", f"POST {ns}/register", f"POST {tb}/metrics",
+            "POST /v1/{prefix}/tables/rename", "POST /v1/{prefix}/transactions/commit"]
+
+
+def _namespace(text: str) -> str:
+    parts = text.split(NAMESPACE_SEPARATOR)
+    if len(parts) != 1 or not parts[0]:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parts)} (the lakehouse's namespaces are one level)")
+    return parts[0]
+
+
+def _one_level(namespace: list[str]) -> str:
+    if len(namespace) != 1 or not namespace[0]:
+        raise bad_request(f"namespace {namespace!r}: the lakehouse's namespaces are one level (one non-empty name)")
+    return namespace[0]
+
+
+def _load_result(metadata: TableMetadata, location: str | None) -> str:
+    """A LoadTableResult (``metadata-location``, ``metadata``, ``config``) as JSON text."""
+    head = f'"metadata-location": {json.dumps(location)}, ' if location else ""
+    return f'{{{head}"metadata": {metadata.model_dump_json()}, "config": {{}}}}'
+
+
+def parse_travel(prefix: str | None, query: dict[str, str]) -> tuple[str, str] | None:
+    """The time travel a request asks for: ("version" | "as-of" | "export", value), or None."""
+    asked = [(k, query[k]) for k in _TRAVEL_PARAMS if query.get(k)]
+    if prefix:
+        m = _PREFIX.match(prefix)
+        if m is None:
+            raise bad_request(f"unknown catalog prefix {prefix!r}: use latest, version-N, as-of-TIME or export-NAME")
+        if m.group(2) is not None:
+            asked.append(("version", m.group(2)))
+        elif m.group(3) is not None:
+            asked.append(("as-of", m.group(3)))
+        elif m.group(4) is not None:
+            asked.append(("export", m.group(4)))
+    if len(asked) > 1:
+        raise bad_request(f"give one time travel, by prefix or query parameter, got {[k for k, _ in asked]}")
+    if asked and asked[0][0] == "version" and not asked[0][1].isdigit():
+        raise bad_request(f"version must be a non-negative integer, got {asked[0][1]!r}")
+    return asked[0] if asked else None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RestError(413, "RequestTooLargeException", f"request body of {declared} bytes exceeds the limit of {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RestError(413, "RequestTooLargeException", f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(model: type[pydantic.BaseModel], raw: bytes) -> pydantic.BaseModel:
+    try:
+        obj = json.loads(raw) if raw.strip() else None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise bad_request(f"request body is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise bad_request("request body must be a JSON object")
+    return model.model_validate(obj)
+
+
+class CatalogService:
+    """The handlers, over one `TrinityLakeCatalog` of the lakehouse."""
+
+    def __init__(self, settings: ServerSettings, auth: Authenticator):
+        self.settings = settings
+        self.auth = auth
+        props = {"lakehouse": settings.lakehouse, "audit": "true" if settings.audit else "false",
+                 **{f"lakehouse.storage.{k}": v for k, v in settings.storage_options.items()},
+                 **settings.catalog_properties}
+        if settings.control_uri:
+            props["control-uri"] = settings.control_uri
+        self.base = TrinityLakeCatalog("rest", **props)
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    def catalog_for(self, travel: tuple[str, str] | None, principal: Principal) -> TrinityLakeCatalog:
+        """The catalog one request uses: the shared one, or a read-only one of a past version."""
+        if travel is None:
+            cat = copy.copy(self.base)
+        elif travel[0] == "version":
+            cat = self.base.at_version(int(travel[1]))
+        elif travel[0] == "as-of":
+            cat = self.base.as_of(travel[1])
+        else:
+            cat = self.base.at_export(travel[1])
+        cat.audit_command = AUDIT_COMMAND
+        cat.audit_arguments = {"client": principal.name}
+        return cat
+
+    def route(self, path: str, methods: list[str], handler: Callable[[Call], Result], *, write: bool = False,
+              body: type[pydantic.BaseModel] | None = None) -> list[Route]:
+        """`handler` at ``/v1/<path>`` and ``/v1/{prefix}/<path>``, behind authentication,
+        the read-only rule, the body limit and the error model."""
+
+        async def endpoint(request: Request) -> Response:
+            try:
+                principal = self.auth.authenticate(request.headers.get("authorization"))
+                if principal is None:
+                    raise RestError(401, "NotAuthorizedException", "missing or invalid bearer token")
+                params = dict(request.path_params)
+                prefix = params.pop("prefix", None)
+                query = dict(request.query_params)
+                travel = parse_travel(prefix, query)
+                if write and self.settings.read_only:
+                    raise RestError(403, "ForbiddenException", "this catalog server is read-only (started with --read-only)")
+                if write and travel is not None:
+                    raise RestError(403, "ForbiddenException",
+                                    f"time travel ({travel[0]} {travel[1]}) is read-only: writes go to the latest version")
+                parsed = _parse(body, await _read_body(request, self.settings.max_body_bytes)) if body else None
+                result = await run_in_threadpool(self._run, handler, params, query, principal, parsed, travel)
+            except Exception as e:  # noqa: BLE001 - every failure answers the error model
+                return exception_response(e)
+            if result is None:
+                return Response(status_code=204)
+            if isinstance(result, str):
+                return Response(result, media_type="application/json")
+            return JSONResponse(result)
+
+        return [Route(f"/v1/{path}", endpoint, methods=methods),
+                Route(f"/v1/{{prefix}}/{path}", endpoint, methods=methods)]
+
+    def _run(self, handler: Callable[[Call], Result], params: dict[str, str], query: dict[str, str],
+             principal: Principal, body: pydantic.BaseModel | None, travel: tuple[str, str] | None) -> Result:
+        return handler(Call(params, query, principal, body, self.catalog_for(travel, principal)))
+
+    # ---- config ------------------------------------------------------------------------------
+    def config(self, call: Call) -> Result:
+        overrides: dict[str, str] = {}
+        warehouse = call.query.get("warehouse", "")
+        if warehouse and _PREFIX.match(warehouse):
+            parse_travel(warehouse, {})
+            overrides["prefix"] = warehouse
+        elif warehouse and "/" not in warehouse:
+            raise bad_request(f"unknown warehouse {warehouse!r}: use latest, version-N, as-of-TIME or export-NAME "
+                              f"(a path or URI is ignored: the server serves one lakehouse)")
+        return {"defaults": {}, "overrides": overrides, "endpoints": _endpoints()}
+
+    # ---- namespaces --------------------------------------------------------------------------
+    def list_namespaces(self, call: Call) -> Result:
+        parent = call.query.get("parent")
+        names = call.catalog.list_namespaces(tuple(parent.split(NAMESPACE_SEPARATOR)) if parent else ())
+        return {"namespaces": [list(n) for n in names]}
+
+    def create_namespace(self, call: Call) -> Result:
+        body = call.body
+        assert isinstance(body, models.CreateNamespace)
+        ns = _one_level(body.namespace)
+        call.catalog.create_namespace(ns, body.properties)
+        return {"namespace": [ns], "properties": body.properties}
+
+    def load_namespace(self, call: Call) -> Result:
+        ns = _namespace(call.path["namespace"])
+        return {"namespace": [ns], "properties": call.catalog.load_namespace_properties(ns)}
+
+    def namespace_exists(self, call: Call) -> Result:
+        call.catalog.load_namespace_properties(_namespace(call.path["namespace"]))
+        return None
+
+    def drop_namespace(self, call: Call) -> Result:
+        call.catalog.drop_namespace(_namespace(call.path["namespace"]))
+        return None
+
+    def update_namespace_properties(self, call: Call) -> Result:
+        body = call.body
+        assert isinstance(body, models.UpdateNamespaceProperties)
+        summary = call.catalog.update_namespace_properties(_namespace(call.path["namespace"]), set(body.removals),
+                                                           body.updates)
+        return {"updated": summary.updated, "removed": summary.removed, "missing": summary.missing}
+
+    # ---- tables ------------------------------------------------------------------------------
+    def list_tables(self, call: Call) -> Result:
+        ns = _namespace(call.path["namespace"])
+        return {"identifiers": [{"namespace": [ns], "name": t} for _, t in call.catalog.list_tables(ns)]}
+
+    def create_table(self, call: Call) -> Result:
+        body = call.body
+        assert isinstance(body, models.CreateTable)
+        ident = (_namespace(call.path["namespace"]), body.name)
+        spec = body.partition_spec or UNPARTITIONED_PARTITION_SPEC
+        order = body.write_order or UNSORTED_SORT_ORDER
+        if body.stage_create:
+            staged = call.catalog.stage_create_table(ident, body.table_schema, body.location, spec, order, body.properties)
+            return _load_result(staged.metadata, None)
+        t = call.catalog.create_table(ident, body.table_schema, body.location, spec, order, body.properties)
+        return _load_result(t.metadata, t.metadata_location)
+
+    def register_table(self, call: Call) -> Result:
+        body = call.body
+        assert isinstance(body, models.RegisterTable)
+        ident = (_namespace(call.path["namespace"]), body.name)
+        t = call.catalog.register_table(ident, body.metadata_location, overwrite=body.overwrite)
+        return _load_result(t.metadata, t.metadata_location)
+
+    def load_table(self, call: Call) -> Result:
+        t = call.catalog.load_table((_namespace(call.path["namespace"]), call.path["table"]))
+        return _load_result(t.metadata, t.metadata_location)
+
+    def table_exists(self, call: Call) -> Result:
+        self.load_table(call)
+        return None
+
+    def commit_table(self, call: Call) -> Result:
+        body = call.body
+        assert isinstance(body, models.CommitTable)
+        ident = (_namespace(call.path["namespace"]), call.path["table"])
+        if body.identifier is not None and (body.identifier.namespace, body.identifier.name) != ([ident[0]], ident[1]):
+            raise bad_request(f"the body names table {'.'.join(body.identifier.namespace)}.{body.identifier.name}, "
+                              f"the path {ident[0]}.{ident[1]}")
+        resp = call.catalog.commit_changes(ident, body.requirements, body.updates)
+        return _load_result(resp.metadata, resp.metadata_location)
+
+    def drop_table(self, call: Call) -> Result:
+        ident = (_namespace(call.path["namespace"]), call.path["table"])
+        purge = call.query.get("purgeRequested", "false").lower() == "true"
+        if purge and self.settings.allow_purge:
+            call.catalog.audit_arguments = {**call.catalog.audit_arguments, "purge": "files deleted"}
+            call.catalog.purge_table(ident)
+        else:
+            if purge:
+                # Earlier lakehouse versions still name the table's files (time travel reads
+                # them): dropping keeps them unless the server was started --allow-purge.
+                log.info("drop of %s.%s asked to purge; its files are kept for time travel (--allow-purge deletes them)",
+                         *ident)
+                call.catalog.audit_arguments = {**call.catalog.audit_arguments, "purge": "files kept"}
+            call.catalog.drop_table(ident)
+        return None
+
+    def rename_table(self, call: Call) -> Result:
+        body = call.body
+        assert isinstance(body, models.RenameTable)
+        src = (_one_level(body.source.namespace), body.source.name)
+        dst = (_one_level(body.destination.namespace), body.destination.name)
+        call.catalog.rename_table(src, dst)
+        return None
+
+    def report_metrics(self, call: Call) -> Result:
+        return None  # accepted and not kept: the control table records commits, not scans
+
+    def commit_transaction(self, call: Call) -> Result:
+        body = call.body
+        assert isinstance(body, models.CommitTransaction)
+        changes = []
+        for change in body.table_changes:
+            if change.identifier is None:
+                raise bad_request("every table change of a transaction names its table (identifier)")
+            changes.append(((_one_level(change.identifier.namespace), change.identifier.name), change))
+        with call.catalog.multi_table_transaction() as mtx:
+            for ident, change in changes:
+                mtx.stage_changes(ident, change.requirements, change.updates)
+        return None
+
+    # ---- views: none are stored through this catalog ------------------------------------------
+    def list_views(self, call: Call) -> Result:
+        call.catalog.load_namespace_properties(_namespace(call.path["namespace"]))
+        return {"identifiers": []}
+
+    def load_view(self, call: Call) -> Result:
+        raise NoSuchViewError(f"View does not exist: {call.path['namespace']}.{call.path['view']} "
+                              f"(this catalog holds no Iceberg views)")
+
+    # ---- OAuth2 ------------------------------------------------------------------------------
+    async def oauth_tokens(self, request: Request) -> Response:
+        try:
+            raw = await _read_body(request, min(self.settings.max_body_bytes, 64 << 10))
+        except RestError as e:
+            return error_response(e.status, e.kind, e.message)
+        form = dict(parse_qsl(raw.decode("utf-8", "replace")))
+        basic = None
+        authz = request.headers.get("authorization", "")
+        if authz.lower().startswith("basic "):
+            try:
+                cid, _, secret = base64.b64decode(authz[6:].strip()).decode().partition(":")
+                basic = (cid, secret)
+            except (ValueError, binascii.Error):
+                return JSONResponse({"error": "invalid_client", "error_description": "malformed Basic credentials"}, 401)
+        try:
+            answer = self.auth.token_response(form, basic)
+        except OAuthError as e:
+            return JSONResponse({"error": e.error, "error_description": e.description}, e.status)
+        return JSONResponse(answer, headers={"Cache-Control": "no-store"})
+
+
+def build_app(settings: ServerSettings, auth: Authenticator) -> Starlette:
+    """The catalog server's ASGI application."""
+    svc = CatalogService(settings, auth)
+    ns, tb = "namespaces/{namespace}", "namespaces/{namespace}/tables/{table}"
+    routes: list[Route] = [Route("/v1/oauth/tokens", svc.oauth_tokens, methods=["POST"])]
+    table: list[tuple[str, list[str], Callable[[Call], Result], bool, type[pydantic.BaseModel] | None]] = [
+        ("config", ["GET"], svc.config, False, None),
+        ("namespaces", ["GET"], svc.list_namespaces, False, None),
+        ("namespaces", ["POST"], svc.create_namespace, True, models.CreateNamespace),
+        (ns, ["HEAD"], svc.namespace_exists, False, None),  # before GET, which answers HEAD too
+        (ns, ["GET"], svc.load_namespace, False, None),
+        (ns, ["DELETE"], svc.drop_namespace, True, None),
+        (f"{ns}/properties", ["POST"], svc.update_namespace_properties, True, models.UpdateNamespaceProperties),
+        (f"{ns}/tables", ["GET"], svc.list_tables, False, None),
+        (f"{ns}/tables", ["POST"], svc.create_table, True, models.CreateTable),
+        (f"{ns}/register", ["POST"], svc.register_table, True, models.RegisterTable),
+        (tb, ["HEAD"], svc.table_exists, False, None),
+        (tb, ["GET"], svc.load_table, False, None),
+        (tb, ["POST"], svc.commit_table, True, models.CommitTable),
+        (tb, ["DELETE"], svc.drop_table, True, None),
+        (f"{tb}/metrics", ["POST"], svc.report_metrics, False, None),
+        ("tables/rename", ["POST"], svc.rename_table, True, models.RenameTable),
+        ("transactions/commit", ["POST"], svc.commit_transaction, True, models.CommitTransaction),
+        (f"{ns}/views", ["GET"], svc.list_views, False, None),
+        (f"{ns}/views/{{view}}", ["GET", "HEAD"], svc.load_view, False, None),
+    ]
+    for path, methods, handler, write, model in table:
+        routes += svc.route(path, methods, handler, write=write, body=model)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        kind = {404: "NotFoundException", 405: "MethodNotAllowedException"}.get(status, "BadRequestException")
+        return error_response(status, kind, f"{request.method} {request.url.path}: "
+                                            f"{exc.detail if isinstance(exc, HTTPException) else 'failed'}")
+
+    handlers: dict[int | type[Exception], Callable[[Request, Exception], Awaitable[Response]]] = {
+        HTTPException: http_error}
+    return Starlette(routes=routes, exception_handlers=handlers)
