@@ -323,9 +323,9 @@ def rollback(ctx: Ctx, to_version: int) -> None:
 
 # ---- the command groups of their own modules --------------------------------------------
 def _register_groups() -> None:
-    from trinitylake.cli import control, export, jobs, report, show, tables, txn
+    from trinitylake.cli import catalog, control, export, jobs, report, show, tables, txn
 
-    for module in (txn, show, jobs, export, report, control, tables):
+    for module in (txn, show, jobs, export, report, control, tables, catalog):
         module.register(cli)
 
 
