@@ -5,20 +5,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from tests.iceberg.tables_setup import IMPL, open_catalog
 from trinitylake.lakehouse import Lakehouse
 
+__all__ = ["IMPL", "SCHEMA", "ids", "open_catalog", "rows"]
+
 SCHEMA = pa.schema([("id", pa.int64()), ("amount", pa.float64())])
-IMPL = "trinitylake.iceberg.TrinityLakeCatalog"
 
 
 def rows(ids: list[int]) -> pa.Table:
     return pa.table({"id": ids, "amount": [i * 1.5 for i in ids]}, schema=SCHEMA)
-
-
-def open_catalog(lakehouse_uri: str, name: str = "tl", **props: str):
-    from pyiceberg.catalog import load_catalog
-
-    return load_catalog(name, **{"py-catalog-impl": IMPL, "lakehouse": lakehouse_uri, "audit": "false", **props})
 
 
 def ids(table) -> list[int]:

@@ -13,18 +13,17 @@ import pytest
 from click.testing import CliRunner
 
 from tests.iceberg import table_oracle as O
-from tests.iceberg.conftest import SCHEMA, ids, open_catalog, rows
-from trinitylake.config import load_job_config
+from tests.iceberg.conftest import SCHEMA, ids, rows
+from tests.iceberg.tables_setup import DAY_S, expire_lakehouse, open_catalog, plant
 from trinitylake.errors import ValidationError
-from trinitylake.jobs.runner import run_job
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance.results import JobResult
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
 from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans
 from trinitylake.tables_maintenance.retention import plan_retention
 
 NAMES = ("s.a", "s.b")
-DAY_S = 86400
 
 
 class History:
@@ -120,28 +119,19 @@ def check(lh_uri: str, cat, h: History, phase: str) -> set[str]:
     return live
 
 
-def expire(lh_uri: str, **kw) -> JobResult:
+def expire(lh_uri: str, ex: Execution | None = None, **kw) -> JobResult:
     lh = Lakehouse.open(lh_uri, audit=False)
-    return expire_snapshots(lh, ExpireOptions(**kw), JobResult("tables expire-snapshots", f"r{time.time_ns()}", lh_uri))
+    result = JobResult("tables expire-snapshots", f"r{time.time_ns()}", lh_uri)
+    return expire_snapshots(lh, ExpireOptions(**kw), result, ex)
 
 
-def orphans(lh_uri: str, **kw) -> JobResult:
+def orphans(lh_uri: str, ex: Execution | None = None, **kw) -> JobResult:
     lh = Lakehouse.open(lh_uri, audit=False)
-    return remove_orphans(lh, OrphanOptions(**kw), JobResult("tables remove-orphans", f"o{time.time_ns()}", lh_uri))
+    return remove_orphans(lh, OrphanOptions(**kw), JobResult("tables remove-orphans", f"o{time.time_ns()}", lh_uri), ex)
 
 
 def files_under(path: str) -> set[str]:
     return {os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs}
-
-
-def plant(folder: str, name: str, age_days: float) -> str:
-    os.makedirs(folder, exist_ok=True)
-    p = os.path.join(folder, name)
-    with open(p, "wb") as f:
-        f.write(b"PAR1junkPAR1")
-    t = time.time() - age_days * DAY_S
-    os.utime(p, (t, t))
-    return p
 
 
 def test_expire_defers_what_retained_versions_reach_then_deletes_it_and_orphans_go(tmp_path):
@@ -170,19 +160,7 @@ def test_expire_defers_what_retained_versions_reach_then_deletes_it_and_orphans_
 
     # 2. The lakehouse's own expire keeps the latest version only; a run that expires no
     # snapshot deletes what was deferred.
-    time.sleep(1.05)
-    cfg = load_job_config(
-        "expire",
-        overrides={
-            "lakehouse": uri,
-            "execution": "local",
-            "max_version_age": 0,
-            "clock_skew_margin": 0,
-            "min_versions_to_keep": 1,
-        },
-        env={},
-    )
-    assert run_job("expire", cfg, audit=False).status == "succeeded"
+    expire_lakehouse(uri)
     r2 = expire(uri, older_than_ms=0)
     assert r2.counts["snapshots_expired"] == 0 and r2.counts["deleted"] >= r1.counts["deferred"] > 0
     assert r2.counts["deleted_data_files"] > 0 and r2.counts["deferred"] == 0
@@ -198,7 +176,7 @@ def test_expire_defers_what_retained_versions_reach_then_deletes_it_and_orphans_
     assert sorted(O.local(u) for u in json.loads(open(O.local(d.plan_location)).read())["delete"]) == sorted(old)
     assert all(os.path.exists(p) for p in old)
     o = orphans(uri)
-    assert o.counts["deleted"] == 2 and o.details["tables"]["s.a"]["deleted"] == 2
+    assert o.counts["deleted"] == 2 and o.details["tables"]["s.a"]["files_deleted"] == 2
     assert not any(os.path.exists(p) for p in old) and all(os.path.exists(p) for p in young)
     assert all(os.path.exists(p) for p in live)
     check(uri, cat, h, "remove-orphans")
@@ -283,7 +261,7 @@ def test_cli_runs_are_audited_under_their_own_command(tmp_path):
     res = runner.invoke(cli, ["--lakehouse", uri, "tables", "expire-snapshots", "--older-than", "0s", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["counts"]["snapshots_expired"] == 2 and out["details"]["tables"]["s.a"]["expired_snapshots"]
+    assert out["counts"]["snapshots_expired"] == 2 and out["details"]["tables"]["s.a"]["snapshots_expired"] == 2
     assert out["details"]["tables_without_metadata"] == [f"s.ghost (file://{tmp_path}/no/v1.metadata.json)"]
     res = runner.invoke(cli, ["--lakehouse", uri, "tables", "remove-orphans", "--older-than", "1h"])
     assert res.exit_code == 1 and "--unsafe-min-age" in res.output
@@ -335,19 +313,7 @@ def test_a_data_file_two_tables_share_stays_while_the_other_table_reaches_it(tmp
     cat.create_table("s.c", schema=SCHEMA).add_files(shared)  # the same parquet file, added to a second table
     cat.load_table("s.c").overwrite(rows([9]))  # s.c reaches it through an older snapshot only
     cat.load_table("s.a").overwrite(rows([3]))
-    time.sleep(1.05)
-    cfg = load_job_config(
-        "expire",
-        overrides={
-            "lakehouse": uri,
-            "execution": "local",
-            "max_version_age": 0,
-            "clock_skew_margin": 0,
-            "min_versions_to_keep": 1,
-        },
-        env={},
-    )
-    assert run_job("expire", cfg, audit=False).status == "succeeded"
+    expire_lakehouse(uri)
     r = expire(uri, older_than_ms=0, tables=["s.a"])
     assert r.counts["snapshots_expired"] == 2 and r.counts["deleted"] > 0
     assert all(os.path.exists(O.local(p)) for p in shared)
@@ -368,19 +334,7 @@ def test_what_a_live_distributed_transaction_staged_stays(tmp_path):
     first = cat.load_table("s.a").metadata_location
     first_data = [O.local(t.file.file_path) for t in cat.load_table("s.a").scan().plan_files()]
     cat.load_table("s.a").overwrite(rows([2]))
-    time.sleep(1.05)
-    cfg = load_job_config(
-        "expire",
-        overrides={
-            "lakehouse": uri,
-            "execution": "local",
-            "max_version_age": 0,
-            "clock_skew_margin": 0,
-            "min_versions_to_keep": 1,
-        },
-        env={},
-    )
-    assert run_job("expire", cfg, audit=False).status == "succeeded"
+    expire_lakehouse(uri)
     # A distributed transaction stages the table back to its first metadata file (not committed).
     lh = Lakehouse.open(uri, audit=False)
     dtx = DistributedTransaction.begin(lh)
@@ -406,3 +360,41 @@ def test_a_table_with_gc_disabled_is_left_alone(tmp_path):
     o = orphans(uri)
     assert o.counts["candidates"] == 0 and o.details["tables_gc_disabled"] == ["s.a"] and os.path.exists(orphan)
     assert len(cat.load_table("s.a").metadata.snapshots) == 3
+
+
+def _plan(result: JobResult) -> dict:
+    """A run's plan without what differs between runs (its id, the names of the new metadata
+    files a dry run staged)."""
+    doc = json.loads(open(O.local(result.plan_location)).read())
+    doc.pop("run_id")
+    for row in doc["tables"].values():
+        row.pop("new_metadata", None)
+    return doc
+
+
+def test_manifest_reads_and_deletes_on_the_executors_make_the_same_plan_as_on_the_driver(tmp_path, spark):
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, audit=False, txn_ttl_millis=1000)
+    cat, h = build(uri)
+    expire_lakehouse(uri)  # the oldest versions go: their tables' files can be deleted now
+    loc = O.local(cat.load_table("s.b").metadata.location)
+    old = plant(f"{loc}/data", "orphan-old.parquet", 40)
+    now = int(time.time() * 1000)
+    local, dist = Execution(LOCAL), Execution(DISTRIBUTED, spark=spark)
+
+    plans = [_plan(expire(uri, ex, older_than_ms=0, dry_run=True, reference_ms=now)) for ex in (local, dist)]
+    assert plans[0] == plans[1] and plans[0]["delete"], plans
+    assert local.record["tables.manifests"]["where"] == LOCAL
+    assert dist.record["tables.manifests"]["where"] == DISTRIBUTED and dist.record["tables.manifests"]["items"] > 0
+    o_plans = [_plan(orphans(uri, ex, dry_run=True, reference_ms=now)) for ex in (local, dist)]
+    assert o_plans[0] == o_plans[1] and [O.local(u) for u in o_plans[0]["delete"]] == [old]
+
+    # The real runs on the executors: the plan above, deleted there, checked by the oracle.
+    r = expire(uri, dist, older_than_ms=0, reference_ms=now)
+    assert sorted(r.details["tables"]) == ["s.a", "s.b"] and r.counts["deleted"] == len(plans[0]["delete"])
+    assert dist.record["tables.delete"]["where"] == DISTRIBUTED
+    assert r.details["tables"]["s.a"]["files_deleted"] == r.details["tables"]["s.a"]["files_to_delete"] > 0
+    check(uri, cat, h, "expire on the executors")
+    o = orphans(uri, dist)
+    assert o.counts["deleted"] == 1 and not os.path.exists(old)
+    check(uri, cat, h, "remove-orphans on the executors")

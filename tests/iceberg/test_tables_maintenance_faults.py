@@ -11,33 +11,15 @@ import time
 import pytest
 
 from tests.iceberg import table_oracle as O
-from tests.iceberg.conftest import SCHEMA, ids, open_catalog, rows
-from tests.iceberg.test_tables_maintenance import build, check, expire, files_under, orphans, plant
-from trinitylake.config import load_job_config
-from trinitylake.jobs.runner import run_job
+from tests.iceberg.conftest import SCHEMA, ids, rows
+from tests.iceberg.tables_setup import expire_lakehouse, open_catalog, plant
+from tests.iceberg.test_tables_maintenance import build, check, expire, files_under, orphans
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance.results import JobResult
 from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
 from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def lakehouse_expire(uri: str, **storage) -> None:
-    time.sleep(1.05)  # past the transaction TTL: every version but the latest may expire
-    cfg = load_job_config(
-        "expire",
-        overrides={
-            "lakehouse": uri,
-            "execution": "local",
-            "max_version_age": 0,
-            "clock_skew_margin": 0,
-            "min_versions_to_keep": 1,
-            **storage,
-        },
-        env={},
-    )
-    assert run_job("expire", cfg, audit=False).status == "succeeded"
 
 
 def killed(tmp_path, uri: str, args: list[str], op: str, when: str, paths: str | None = None) -> None:
@@ -62,7 +44,7 @@ def test_an_expire_killed_before_its_commit_then_mid_delete_is_finished_by_a_rer
     uri = str(tmp_path / "lh")
     Lakehouse.create(uri, audit=False, txn_ttl_millis=1000)
     cat, h = build(uri)
-    lakehouse_expire(uri)
+    expire_lakehouse(uri)
     latest = Lakehouse.open(uri, audit=False).latest_version()
     before = files_under(uri)
     args = ["expire-snapshots", "--older-than", "0s"]
@@ -130,7 +112,7 @@ def test_tables_on_s3_expire_defer_and_orphans(s3_server, s3_storage_options, mo
     assert r1.counts["snapshots_expired"] == 4 and r1.counts["deferred"] > 0 and first_data <= keys()
     for v, expect in want.items():  # every version is retained and still reads
         assert ids(cat.at_version(v).load_table("s.a")) == expect
-    lakehouse_expire(uri, storage_options=s3_storage_options)
+    expire_lakehouse(uri, storage=s3_storage_options)
     r2 = run_expire()
     assert r2.counts["deleted"] >= r1.counts["deferred"] and not first_data & keys()
     assert ids(cat.load_table("s.a")) == [7]

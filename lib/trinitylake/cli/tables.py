@@ -6,7 +6,10 @@ tables, consistent with its time travel (`trinitylake.tables_maintenance`).
 
 Each command runs its job (``tables_expire`` / ``tables_orphans``, as ``jobs/<job>.py`` runs it:
 the options of ``--conf`` YAML, the environment ``TLAKE_TABLES_EXPIRE_<KEY>`` and the flags)
-through the job runner: a ``begin`` and a final row in the control table under the job's name
+through the job runner. Its flags are the job's own, derived from the option table
+(`trinitylake.job_flags.job_command`, as ``tlake expire`` and ``spark-submit jobs/<job>.py``
+get theirs), so they cannot drift from the job's options; the lakehouse, control URI and
+storage options are ``tlake``'s. Each run writes a ``begin`` and a final row in the control table under the job's name
 (`tlake show --job tables_expire` lists the runs), the table commits as rows of their own
 parented to it, and per-table counts in the result. Exit codes: 0 ok, 1 the run failed or
 refused (a typed error on one line), 2 a configuration error.
@@ -23,11 +26,19 @@ import click
 from rich.table import Table
 
 from trinitylake.cli.common import Ctx, console
+from trinitylake.cli.jobs import config_error, err_console, job_flags
+from trinitylake.config import load_from_flags
+from trinitylake.errors import ConfigError, TrinityLakeError
+from trinitylake.job_flags import job_command
+from trinitylake.redact import redact_text
 
 if TYPE_CHECKING:
     from trinitylake.maintenance.results import JobResult
 
 _Columns = list[tuple[str, Callable[[dict[str, Any]], object]]]
+
+#: Job flags that belong to the `tlake` group (``tlake --lakehouse URI tables ...``).
+_SET_BY_TLAKE = frozenset({"--lakehouse", "--control-uri"})
 
 
 def register(cli: click.Group) -> None:
@@ -40,24 +51,45 @@ def tables() -> None:
     the lakehouse's time travel (a table file any retained lakehouse version reaches stays)."""
 
 
-def run_tables_job(ctx: Ctx, job: str, options: dict[str, Any], conf: str | None) -> JobResult:
-    """Run the tables' job `job` through the job runner (its config from `conf`, the
-    environment and `options`, as ``jobs/<job>.py`` loads it; its audit rows). Exits 2 on a
-    configuration error and 1 on a failed run, naming the error in one line."""
-    from trinitylake.cli.jobs import config_error, err_console
-    from trinitylake.config import load_job_config
-    from trinitylake.errors import ConfigError, TrinityLakeError
-    from trinitylake.jobs.runner import JobFailedError, run_job
-    from trinitylake.redact import redact_text
+class _TablesJobCommand(click.Command):
+    """``tlake tables <command>``: the flags of job `job`, derived from the option table when
+    the command runs or shows its help (building them costs time every `tlake` start would pay)."""
 
-    overrides = {k: v for k, v in options.items() if v not in (None, False, "")}
-    overrides["lakehouse"] = ctx.require_uri()
-    if ctx.control_uri:
-        overrides["control_uri"] = ctx.control_uri
-    if ctx.storage_options:
-        overrides["storage_options"] = dict(ctx.storage_options)
+    def __init__(self, name: str, job: str, columns: _Columns, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.job = job
+        self.columns = columns
+        self._job_params: list[click.Parameter] | None = None
+
+    def job_params(self) -> list[click.Parameter]:
+        if self._job_params is None:
+            self._job_params = [
+                p for p in job_command(self.job).params if not _SET_BY_TLAKE.intersection(getattr(p, "opts", ()))
+            ]
+        return self._job_params
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        help_option = self.get_help_option(ctx)
+        return [*self.params, *self.job_params(), *([help_option] if help_option is not None else [])]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """A bad flag is a configuration error: one typed line, exit 2."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            path = f"tlake tables {self.name}"
+            config_error(ConfigError(f"{path}: {e.format_message()} (see {path} --help)"))
+
+
+def run_tables_job(ctx: Ctx, job: str, flags: dict[str, Any]) -> JobResult:
+    """Run the tables' job `job` through the job runner (its config from ``--conf``, the
+    environment and the given flags, as ``jobs/<job>.py`` loads it; its audit rows). Exits 2 on a
+    configuration error and 1 on a failed run, naming the error in one line."""
+    from trinitylake.jobs.runner import JobFailedError, run_job  # not at import: 0.4 s that `tlake --help` skips
+
     try:
-        cfg = load_job_config(job, conf, overrides=overrides)
+        given = job_flags(ctx, flags)
+        cfg = load_from_flags(job, given.pop("conf", None), given)
     except ConfigError as e:
         config_error(e)
     error: BaseException
@@ -84,132 +116,49 @@ def _emit(result: JobResult, as_json: bool, columns: _Columns) -> None:
         click.echo(f"plan: {result.plan_location}")
 
 
-_TABLES_HELP = "NS or NS.TABLE (repeat or comma-separate); default: every Iceberg table of the latest version"
+def _tables_command(name: str, job: str, columns: _Columns, help_text: str) -> click.Command:
+    @click.pass_obj
+    def command(ctx: Ctx, as_json: bool, **flags: Any) -> None:
+        _emit(run_tables_job(ctx, job, flags), as_json, columns)
+
+    return _TablesJobCommand(
+        name,
+        job,
+        columns,
+        callback=command,
+        params=[click.Option(["--json", "as_json"], is_flag=True, help="print the result as JSON")],
+        help=help_text,
+    )
 
 
-@tables.command("expire-snapshots")
-@click.option(
-    "--older-than",
-    default=None,
-    help="expire snapshots older than this age (7d, 36h, 90s); default: each table's "
-    "history.expire.max-snapshot-age-ms (5 days)",
-)
-@click.option(
-    "--retain-last",
-    type=click.IntRange(min=1),
-    default=None,
-    help="keep at least N snapshots of each branch; default: each table's history.expire.min-snapshots-to-keep (1)",
-)
-@click.option("--tables", "names", multiple=True, help=_TABLES_HELP)
-@click.option(
-    "--batch-size", type=click.IntRange(min=1), default=None, help="tables committed per lakehouse version (100)"
-)
-@click.option("--dry-run", is_flag=True, help="plan only: commit and delete nothing")
-@click.option("--reference-time", default=None, help="the instant treated as now (ISO-8601 or epoch ms)")
-@click.option("--run-id", default=None, help="run id (default: generated)")
-@click.option("--conf", "conf", default=None, help="YAML of job options (conf/tables_expire.yaml)")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-@click.pass_obj
-def expire_snapshots_command(
-    ctx: Ctx,
-    older_than: str | None,
-    retain_last: int | None,
-    names: tuple[str, ...],
-    batch_size: int | None,
-    dry_run: bool,
-    reference_time: str | None,
-    run_id: str | None,
-    conf: str | None,
-    as_json: bool,
-) -> None:
-    """Expire old snapshots of every Iceberg table, many tables per lakehouse version, and delete the
-    files only they reached. A file a retained lakehouse version still reaches is deferred: the first
-    run after that version expires deletes it."""
-    result = run_tables_job(
-        ctx,
+tables.add_command(
+    _tables_command(
+        "expire-snapshots",
         "tables_expire",
-        {
-            "older_than": older_than,
-            "retain_last": retain_last,
-            "tables": ",".join(names),
-            "batch_size": batch_size,
-            "dry_run": dry_run,
-            "reference_time": reference_time,
-            "run_id": run_id,
-        },
-        conf,
-    )
-    _emit(
-        result,
-        as_json,
         [
-            ("expired", lambda r: len(r.get("expired_snapshots") or [])),
+            ("snapshots expired", lambda r: r.get("snapshots_expired", 0)),
             ("version", lambda r: "" if r.get("version") is None else r["version"]),
-            ("to delete", lambda r: sum((r.get("to_delete") or {}).values())),
-            ("deleted", lambda r: r.get("deleted", 0)),
-            ("deferred", lambda r: r.get("deferred", 0)),
+            ("files to delete", lambda r: r.get("files_to_delete", 0)),
+            ("files deleted", lambda r: r.get("files_deleted", 0)),
+            ("files deferred", lambda r: r.get("files_deferred", 0)),
         ],
+        "Expire old snapshots of every Iceberg table, many tables per lakehouse version, and delete the "
+        "files only they reached. A file a retained lakehouse version still reaches is deferred: the first "
+        "run after that version expires deletes it.",
     )
-
-
-@tables.command("remove-orphans")
-@click.option("--older-than", default=None, help="only files modified longer ago than this (3d, also the floor)")
-@click.option("--unsafe-min-age", is_flag=True, help="allow --older-than below 3 days (in-flight writes may be lost)")
-@click.option("--tables", "names", multiple=True, help=_TABLES_HELP)
-@click.option(
-    "--prefix-mismatch",
-    type=click.Choice(["error", "ignore", "delete"]),
-    default=None,
-    help="a listed file whose path a live file names through another scheme or authority (error)",
 )
-@click.option("--equal-schemes", default=None, help="from=to,... scheme equivalences (s3a and s3n are s3 always)")
-@click.option("--equal-authorities", default=None, help="from=to,... authority (bucket) equivalences")
-@click.option("--dry-run", is_flag=True, help="plan only: delete nothing")
-@click.option("--reference-time", default=None, help="the instant treated as now (ISO-8601 or epoch ms)")
-@click.option("--run-id", default=None, help="run id (default: generated)")
-@click.option("--conf", "conf", default=None, help="YAML of job options (conf/tables_orphans.yaml)")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-@click.pass_obj
-def remove_orphans_command(
-    ctx: Ctx,
-    older_than: str | None,
-    unsafe_min_age: bool,
-    names: tuple[str, ...],
-    prefix_mismatch: str | None,
-    equal_schemes: str | None,
-    equal_authorities: str | None,
-    dry_run: bool,
-    reference_time: str | None,
-    run_id: str | None,
-    conf: str | None,
-    as_json: bool,
-) -> None:
-    """Delete the files under each Iceberg table's location that no live metadata reaches (the
-    tables' own, and every retained lakehouse version's), older than --older-than."""
-    result = run_tables_job(
-        ctx,
+tables.add_command(
+    _tables_command(
+        "remove-orphans",
         "tables_orphans",
-        {
-            "older_than": older_than,
-            "unsafe_min_age": unsafe_min_age,
-            "tables": ",".join(names),
-            "prefix_mismatch": prefix_mismatch,
-            "equal_schemes": equal_schemes,
-            "equal_authorities": equal_authorities,
-            "dry_run": dry_run,
-            "reference_time": reference_time,
-            "run_id": run_id,
-        },
-        conf,
-    )
-    _emit(
-        result,
-        as_json,
         [
-            ("listed", lambda r: r.get("listed", 0)),
-            ("live", lambda r: r.get("live", 0)),
-            ("young", lambda r: r.get("young", 0)),
+            ("files listed", lambda r: r.get("files_listed", 0)),
+            ("files live", lambda r: r.get("files_live", 0)),
+            ("files young", lambda r: r.get("files_young", 0)),
             ("orphans", lambda r: r.get("orphans", 0)),
-            ("deleted", lambda r: r.get("deleted", 0)),
+            ("files deleted", lambda r: r.get("files_deleted", 0)),
         ],
+        "Delete the files under each Iceberg table's location that no live metadata reaches (the tables' "
+        "own, and every retained lakehouse version's), older than --older-than (3d, also the floor).",
     )
+)

@@ -46,7 +46,7 @@ def job_catalog(lakehouse: Lakehouse, properties: dict[str, str] | None = None) 
         "lakehouse": lakehouse.uri,
         "audit": "false",
         **{f"{STORAGE_PREFIX}{k}": v for k, v in options.items() if isinstance(v, str)},
-        **(fileio_properties(options) if lakehouse.storage.scheme == "s3" else {}),
+        **fileio_properties(options),  # S3 options only: nothing for local files
         **(properties or {}),
     }
     catalog = TrinityLakeCatalog("tables-maintenance", **props)

@@ -1,5 +1,6 @@
 """What both table jobs share: which tables they maintain, where a run keeps its plan, and
-batched deletes through `Storage`."""
+batched deletes on the job's engine (`trinitylake.spark.delete.delete_keys`: bulk batches on
+the driver's threads, or on the executors when the engine places them there)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trinitylake.errors import ValidationError
-from trinitylake.maintenance.deletion import delete_with_retries
+from trinitylake.spark.delete import delete_keys
+from trinitylake.storage import Storage
 from trinitylake.tables_maintenance.files import TableFiles
 from trinitylake.tables_maintenance.live import TablePointers, TableRef
 
@@ -24,8 +26,11 @@ ORPHANS_JOB = "tables_orphans"
 #: The command names of the audit rows (`tlake show` lists them as their own kind).
 EXPIRE_COMMAND = "tables expire-snapshots"
 ORPHANS_COMMAND = "tables remove-orphans"
-#: Files per bulk delete request (S3's DeleteObjects limit).
+#: Files per bulk delete request (S3's DeleteObjects limit), and retries of a failed batch.
 DELETE_BATCH = 1000
+DELETE_RETRIES = 5
+#: The phase of the deletes in ``details["execution"]``.
+DELETE_PHASE = "tables.delete"
 
 
 def select_tables(tables: Sequence[TableRef], wanted: Iterable[str] | None) -> list[TableRef]:
@@ -85,30 +90,43 @@ def gc_disabled(files: TableFiles, tables: list[TableRef]) -> tuple[list[TableRe
 
 @dataclass
 class DeleteOutcome:
-    deleted: dict[str, str] = field(default_factory=dict)  # URI -> kind
-    failures: list[tuple[str, str]] = field(default_factory=list)
+    deleted: dict[str, str] = field(default_factory=dict)  # URI -> kind: every file of a store whose deletes all succeeded
+    failed: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)  # a sample: (URI, error)
 
 
-def delete_files(files: TableFiles, uris: dict[str, str], batch: int = DELETE_BATCH) -> DeleteOutcome:
-    """Delete `uris` (URI -> kind) in bulk requests of `batch` files per store, each retried
-    (`trinitylake.maintenance.deletion.delete_with_retries`); a missing file counts as deleted."""
+def delete_files(
+    files: TableFiles, uris: dict[str, str], batch: int = DELETE_BATCH, max_retries: int = DELETE_RETRIES
+) -> DeleteOutcome:
+    """Delete `uris` (URI -> kind), store by store, in bulk requests of `batch` files, each
+    retried, where the job's engine (`files.ex`) places them; a missing file counts as deleted.
+    A store with a failed delete has none of its files in `DeleteOutcome.deleted` (the engine
+    reports a sample of the failures, not each file): they stay pending, and a re-run deletes
+    what is left."""
     out = DeleteOutcome()
     by_store: dict[str, list[tuple[str, str]]] = {}
-    stores = {}
+    stores: dict[str, Storage] = {}
     for u in sorted(uris):
         st, rel = files.store(u)
         stores[st.root] = st
         by_store.setdefault(st.root, []).append((u, rel))
     for root, items in by_store.items():
         st = stores[root]
-        for i in range(0, len(items), batch):
-            chunk = items[i : i + batch]
-            _, failures = delete_with_retries(st, [rel for _, rel in chunk])
-            failed = {p for p, _ in failures}
-            for u, rel in chunk:
-                if rel not in failed:
-                    out.deleted[u] = uris[u]
-            out.failures.extend((st.uri(p), e) for p, e in failures)
+        got = delete_keys(
+            files.ex,
+            st,
+            [rel for _, rel in items],
+            len(items),
+            batch_size=batch,
+            max_retries=max_retries,
+            what="table files",
+            phase=DELETE_PHASE,
+        )
+        if got.failed:
+            out.failed += got.failed
+            out.failures.extend((st.uri(p), e) for p, e in got.failures)
+        else:
+            out.deleted.update((u, uris[u]) for u, _ in items)
     return out
 
 

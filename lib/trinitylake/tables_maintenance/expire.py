@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotRefUpdate, RemoveSnapshotsUpdate
 
-from trinitylake.errors import TransactionConflictError
+from trinitylake.errors import StorageError, TransactionConflictError
 from trinitylake.maintenance.plan import now_ms, run_dir, write_json
-from trinitylake.tables_maintenance import common as C
+from trinitylake.tables_maintenance import common
 from trinitylake.tables_maintenance.catalog import job_catalog
 from trinitylake.tables_maintenance.files import METADATA, TableFiles, metadata_log
 from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_live, version_live
@@ -46,10 +46,13 @@ from trinitylake.tables_maintenance.state import Pending
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyiceberg.table.update import TableUpdate
 
+    from trinitylake.iceberg.catalog import TrinityLakeCatalog
     from trinitylake.iceberg.multi_table import MultiTableTransaction
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance.results import JobResult
+    from trinitylake.spark.execution import Execution
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class ExpireOptions:
     max_attempts: int = 20
     reference_ms: int | None = None  # "now" of the age rules (default: when the run starts)
     catalog_properties: dict[str, str] = field(default_factory=dict)
-    delete_batch: int = C.DELETE_BATCH
+    delete_batch: int = common.DELETE_BATCH
 
 
 @dataclass
@@ -85,25 +88,28 @@ class TablePlan:
         return {
             "metadata": self.metadata,
             "new_metadata": self.new_metadata,
-            "expired_snapshots": sorted(self.retention.expired),
-            "kept_snapshots": len(self.retention.kept),
-            "removed_refs": self.retention.removed_refs,
-            "candidates": len(self.candidates),
+            "snapshots_expired": len(self.retention.expired),
+            "snapshots_kept": len(self.retention.kept),
+            "expired_snapshot_ids": sorted(self.retention.expired),
+            "refs_removed": self.retention.removed_refs,
             "version": self.version,
             "attempts": self.attempts,
         }
 
 
-def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResult) -> JobResult:
-    """One run (see the module doc); fills and returns `result`."""
+def expire_snapshots(
+    lakehouse: Lakehouse, opts: ExpireOptions, result: JobResult, ex: Execution | None = None
+) -> JobResult:
+    """One run (see the module doc); fills and returns `result`. `ex` places the manifest
+    reads and the deletes (driver-only without one)."""
     started = time.monotonic()
     now = opts.reference_ms if opts.reference_ms is not None else now_ms()
-    files = TableFiles(lakehouse.storage)
+    files = TableFiles(lakehouse.storage, ex=ex)
     pointers = TablePointers(lakehouse, files)
     catalog = job_catalog(lakehouse, opts.catalog_properties)
     latest = lakehouse.latest_version()
-    chosen, unreadable = C.readable(files, C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables))
-    chosen, no_gc = C.gc_disabled(files, chosen)
+    chosen, unreadable = common.readable(files, common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables))
+    chosen, no_gc = common.gc_disabled(files, chosen)
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
     # Every manifest list and manifest of the chosen tables, read in a few batches up front: the
     # plans below then read only what a concurrent writer added.
@@ -151,10 +157,10 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
             "files_read": files.reads,
         }
     )
-    result.counts.update({f"candidates_{k}": n for k, n in C.kind_counts(to_delete).items()})
+    result.counts.update({f"candidates_{k}": n for k, n in common.kind_counts(to_delete).items()})
     result.plan_location = write_json(
         lakehouse.storage,
-        f"{run_dir(C.EXPIRE_JOB, result.run_id)}/plan.json",
+        f"{run_dir(common.EXPIRE_JOB, result.run_id)}/plan.json",
         {
             "run_id": result.run_id,
             "dry_run": opts.dry_run,
@@ -168,31 +174,29 @@ def expire_snapshots(lakehouse: Lakehouse, opts: ExpireOptions, result: JobResul
         return result
 
     t0 = time.monotonic()
-    out = C.delete_files(files, to_delete, opts.delete_batch)
+    out = common.delete_files(files, to_delete, opts.delete_batch)
     result.seconds["delete"] = round(time.monotonic() - t0, 3)
     gone = set(out.deleted)
-    # What stays pending: files a retained lakehouse version still reaches, and failed deletes.
-    pending.keep_only(set(deferred) | {u for u, _ in out.failures})
+    # What stays pending: files a retained lakehouse version still reaches, and those not deleted.
+    pending.keep_only(set(deferred) | (set(to_delete) - gone))
     pending.save(lakehouse.storage)
     result.counts["deleted"] = len(gone)
-    result.counts.update({f"deleted_{k}": n for k, n in C.kind_counts(out.deleted).items()})
-    result.counts["failed"] = len(out.failures)
+    result.counts.update({f"deleted_{k}": n for k, n in common.kind_counts(out.deleted).items()})
+    result.counts["failed"] = out.failed
     for name, row in per_table.items():
-        row["deleted"] = sum(1 for u in owned.get(name, ()) if u in gone)
-    if out.failures:
+        row["files_deleted"] = sum(1 for u in owned.get(name, ()) if u in gone)
+    if out.failed:
         result.details["failures"] = [f"{u}: {e}" for u, e in out.failures[:20]]
-        from trinitylake.errors import StorageError
-
+        first = f" (first: {out.failures[0][0]}: {out.failures[0][1]})" if out.failures else ""
         raise StorageError(
-            f"{len(out.failures)} table files could not be deleted (first: {out.failures[0][0]}: "
-            f"{out.failures[0][1]}); they stay pending for the next run"
+            f"{out.failed} table files could not be deleted{first}; they stay pending for the next run"
         )
     return result
 
 
 # ---- the commits ------------------------------------------------------------------------------
 def _commit_batch(
-    catalog: Any,
+    catalog: TrinityLakeCatalog,
     files: TableFiles,
     refs: list[TableRef],
     opts: ExpireOptions,
@@ -254,7 +258,7 @@ def _plan_table(
     plan = TablePlan(name, loc, ret)
     if not ret.changes:
         return plan
-    updates: list[Any] = [RemoveSnapshotRefUpdate(ref_name=r) for r in ret.removed_refs]  # type: ignore[call-arg]
+    updates: list[TableUpdate] = [RemoveSnapshotRefUpdate(ref_name=r) for r in ret.removed_refs]  # type: ignore[call-arg]
     if ret.expired:
         updates.append(RemoveSnapshotsUpdate(snapshot_ids=sorted(ret.expired)))  # type: ignore[call-arg]
     resp = mtx.stage(table, (AssertTableUUID(uuid=table.metadata.table_uuid),), tuple(updates))
@@ -289,7 +293,7 @@ def _live_after(
     every retained lakehouse root."""
     latest = lakehouse.latest_version()
     vl = version_live(lakehouse, files, pointers, latest)
-    current = {t.name: t for t in C.latest_tables(lakehouse, pointers, latest)}
+    current = {t.name: t for t in common.latest_tables(lakehouse, pointers, latest)}
     live_tables: set[str] = set()
     # Every table of the latest version counts, not only those with candidates: a table renamed
     # since its files became pending keeps them under its new name, and tables may share files
@@ -320,8 +324,8 @@ def _live_after(
 def _per_table(
     plans: dict[str, TablePlan], pending: Pending, to_delete: dict[str, str], deferred: dict[str, str]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
-    """Per table: its plan, its files to delete by kind and its deferred count; and the files
-    to delete of each table."""
+    """Per table: its plan (``snapshots_expired``, ``version``, ...), ``files_to_delete`` (and
+    by kind), ``files_deferred``; and the files to delete of each table."""
     owner: dict[str, str] = {}
     for t, fs in pending.tables.items():
         for u in fs:
@@ -336,11 +340,12 @@ def _per_table(
     owned: dict[str, list[str]] = {}
     for name in sorted(set(plans) | set(pending.tables)):
         p: TablePlan | None = plans.get(name)
-        row: dict[str, Any] = p.to_dict() if p is not None else {"expired_snapshots": [], "version": None}
+        row: dict[str, Any] = p.to_dict() if p is not None else {"snapshots_expired": 0, "version": None}
         mine = by_table.get(name, [])
         dels = [u for u in mine if u in to_delete]
-        row["to_delete"] = C.kind_counts({u: to_delete[u] for u in dels})
-        row["deferred"] = sum(1 for u in mine if u in deferred)
+        row["files_to_delete"] = len(dels)
+        row["files_to_delete_by_kind"] = common.kind_counts({u: to_delete[u] for u in dels})
+        row["files_deferred"] = sum(1 for u in mine if u in deferred)
         owned[name] = dels
         out[name] = row
     return out, owned

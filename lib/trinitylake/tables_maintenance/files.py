@@ -10,20 +10,32 @@ What a snapshot *reaches* (`TableFiles.reach`): its manifest list, every manifes
 names, and every data and delete file those manifests list as live (added or existing; a
 ``deleted`` entry names a file an older snapshot reaches), as Iceberg's reachable-file
 cleanup counts them.
+
+**Placement.** Manifest lists and manifests are read where the job's engine places them
+(`trinitylake.spark.execution.Execution.distributed`, by the number of files and the store's
+measured latency, as the other jobs decide): on the driver, a thread pool for a few tables; on
+the executors (``mapInArrow``, Connect-safe) for thousands. Both call the same per-batch
+function, `TableFiles.expand` (a batch of ``(uri, what)`` rows in, a batch of
+`EXPAND_SCHEMA` rows out: each file's entries, or one row saying it is empty, missing or
+unreadable); the executors' wrapper is `expand_task`.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
+
 from trinitylake.errors import StorageError, TrinityLakeError, UnsafeOperationError
 from trinitylake.iceberg.avro_rewrite import read_records
-from trinitylake.storage import Storage, is_absolute, parse_uri
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
+from trinitylake.storage import Storage, is_absolute, parse_uri, requests
 
 #: File kinds, as the results count them (Iceberg's ``deleted_*_count`` names).
 METADATA, MANIFEST_LIST, MANIFEST = "metadata_files", "manifest_lists", "manifests"
@@ -42,6 +54,23 @@ _CONTENT_KIND = {0: DATA, 1: POSITION_DELETES, 2: EQUALITY_DELETES}
 _CANONICAL = re.compile(r"^(file:///|s3://[a-z0-9][a-z0-9.\-]*/)[A-Za-z0-9._\-=%+/]*[A-Za-z0-9_\-=%+]$")
 
 
+#: What a file of an `expand` batch is.
+LIST_FILE, MANIFEST_FILE = "manifest list", "manifest"
+#: `expand` rows: one per entry of each file (``source``, ``path``, ``kind``); a file with no
+#: entry has one row of kind `EMPTY`, a missing one `MISSING`, an unreadable one `ERROR` (its
+#: message in ``error``). The executors' wrapper adds a `REQUESTS` row (its request counts, JSON).
+EXPAND_SCHEMA = pa.schema(
+    [("source", pa.string()), ("path", pa.string()), ("kind", pa.string()), ("error", pa.string())]
+)
+EXPAND_INPUT = pa.schema([("uri", pa.string()), ("what", pa.string())])
+EMPTY, MISSING, ERROR, REQUESTS = "", "missing", "error", "requests"
+#: The phase of the manifest reads in ``details["execution"]``.
+READ_PHASE = "tables.manifests"
+#: Files an executor task reads, and files a driver batch holds at once.
+FILES_PER_TASK = 512
+DRIVER_BATCH = 4096
+
+
 class TableFileError(UnsafeOperationError):
     """A table file the live set needs cannot be read: the job refuses to delete anything."""
 
@@ -55,9 +84,11 @@ class TableFiles:
     """Reads and caches table files; `lakehouse_storage` resolves relative locations and gives
     the storage options."""
 
-    def __init__(self, lakehouse_storage: Storage, threads: int = 16):
+    def __init__(self, lakehouse_storage: Storage, threads: int = 16, ex: Execution | None = None):
         self.base = lakehouse_storage
         self.threads = threads
+        #: Places the manifest reads (driver-only without one).
+        self.ex = ex if ex is not None else Execution(LOCAL)
         self._stores: dict[str, Storage] = {}  # store root with its trailing slash -> storage
         self._canon: dict[str, str] = {}
         self.metadata: dict[str, dict[str, Any]] = {}
@@ -110,7 +141,7 @@ class TableFiles:
         for st, items in by_store.values():
             rels = [r for _, r in items]
             self.reads += len(rels)
-            if st.engine is not None or st.is_local or len(rels) < 2:
+            if st.engine is not None or st.on_local_disk or len(rels) < 2:
                 got = st.read_many(rels)
             else:  # an fsspec store without the engine: hide its latency with threads
 
@@ -213,39 +244,125 @@ class TableFiles:
 
     def _load_lists(self, uris: list[str], missing_ok: bool) -> None:
         todo = [u for u in dict.fromkeys(uris) if u not in self.lists]
-        for u, data in self.read_many(todo).items():
-            recs = self._records(u, data, "manifest list", missing_ok)
-            if recs is not None:
-                self.lists[u] = [self.canon(_branch(r["manifest_path"])) for r in recs]
+        for u, entries in self._read_placed(todo, LIST_FILE, missing_ok).items():
+            self.lists[u] = list(entries)
 
     def _load_manifests(self, uris: list[str], missing_ok: bool) -> None:
         todo = [u for u in dict.fromkeys(uris) if u not in self.manifests]
-        for u, data in self.read_many(todo).items():
-            recs = self._records(u, data, "manifest", missing_ok)
-            if recs is None:
-                continue
-            files: dict[str, str] = {}
-            for r in recs:
-                if _branch(r.get("status")) == 2:
-                    continue  # deleted entry: an older snapshot reaches the file
-                df = _branch(r["data_file"])
-                content = _branch(df.get("content")) or 0
-                files[self.canon(_branch(df["file_path"]))] = _CONTENT_KIND.get(int(content), DATA)
-            self.manifests[u] = files
+        self.manifests.update(self._read_placed(todo, MANIFEST_FILE, missing_ok))
 
-    @staticmethod
-    def _records(uri: str, data: bytes | BaseException, what: str, missing_ok: bool) -> list[dict[str, Any]] | None:
-        if isinstance(data, FileNotFoundError) and missing_ok:
-            return None
-        if isinstance(data, BaseException):
-            raise TableFileError(
-                f"{what} {uri} cannot be read ({type(data).__name__}: {data}); "
-                "the files it reaches cannot be enumerated"
-            ) from data
-        try:
-            return read_records(data)[1]
-        except (TrinityLakeError, ValueError, KeyError, EOFError) as e:
-            raise TableFileError(f"{what} {uri} is not a readable Avro file: {e}") from e
+    def _read_placed(self, uris: list[str], what: str, missing_ok: bool) -> dict[str, dict[str, str]]:
+        """The entries of each of `uris` (files of kind `what`), read on the driver or on the
+        executors as the engine places them; a missing file (with `missing_ok`) is left out.
+
+        Raises:
+            TableFileError: a file is unreadable, or missing without `missing_ok`.
+        """
+        n = len(uris)
+        if n == 0:
+            return {}
+        ex = self.ex
+        source = pa.table({"uri": pa.array(uris, pa.string()), "what": pa.array([what] * n, pa.string())})
+        if ex.distributed(n, storage=self.base, requests_per_item=1.0, phase=READ_PHASE):
+            parts = ex.partitions(n, FILES_PER_TASK)
+            with ex.phase(READ_PHASE, DISTRIBUTED, n, f"read {n} table {what}s ({parts} tasks)"):
+                task = functools.partial(expand_task, self.base, ex.limits.threads)
+                batches = ex.map_arrow(source, task, EXPAND_SCHEMA, parts).toArrow().to_batches()
+            self.reads += n
+        else:
+            with ex.phase(READ_PHASE, LOCAL, n, f"read {n} table {what}s"):
+                batches = [self.expand(b) for b in source.to_batches(max_chunksize=DRIVER_BATCH)]
+        out: dict[str, dict[str, str]] = {}
+        for b in batches:
+            cols = b.to_pydict()
+            for src, path, kind, err in zip(cols["source"], cols["path"], cols["kind"], cols["error"], strict=True):
+                if kind == REQUESTS:
+                    ex.add_executor_requests(err or "")
+                elif kind == MISSING:
+                    if not missing_ok:
+                        raise TableFileError(
+                            f"{what} {src} cannot be read (FileNotFoundError: {err}); "
+                            "the files it reaches cannot be enumerated"
+                        )
+                elif kind == ERROR:
+                    raise TableFileError(err or f"{what} {src} cannot be read")
+                elif kind == EMPTY:
+                    out.setdefault(src, {})
+                else:
+                    out.setdefault(src, {})[path] = kind
+        return out
+
+    def expand(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The per-batch function of both placements: read the files of `batch`
+        (`EXPAND_INPUT` rows) and return their entries as `EXPAND_SCHEMA` rows: a manifest
+        list's manifests (kind `MANIFEST`), a manifest's live data and delete files (their
+        kinds; a ``deleted`` entry names a file an older snapshot reaches)."""
+        uris = batch.column(0).to_pylist()
+        whats = batch.column(1).to_pylist()
+        src: list[str] = []
+        paths: list[str] = []
+        kinds: list[str] = []
+        errors: list[str | None] = []
+
+        def row(u: str, p: str, k: str, e: str | None = None) -> None:
+            src.append(u)
+            paths.append(p)
+            kinds.append(k)
+            errors.append(e)
+
+        got = self.read_many(uris)
+        for u, what in zip(uris, whats, strict=True):
+            data = got[u]
+            if isinstance(data, FileNotFoundError):
+                row(u, "", MISSING, str(data))
+                continue
+            if isinstance(data, BaseException):
+                row(u, "", ERROR, f"{what} {u} cannot be read ({type(data).__name__}: {data}); "
+                    "the files it reaches cannot be enumerated")
+                continue
+            try:
+                recs = read_records(data)[1]
+                entries = _list_entries(recs) if what == LIST_FILE else _manifest_entries(recs)
+            except (TrinityLakeError, ValueError, KeyError, EOFError, TypeError) as e:
+                row(u, "", ERROR, f"{what} {u} is not a readable Avro file: {e}")
+                continue
+            if not entries:
+                row(u, "", EMPTY)
+            for raw, kind in entries:
+                row(u, self.canon(raw), kind)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(src, pa.string()), pa.array(paths, pa.string()), pa.array(kinds, pa.string()),
+             pa.array(errors, pa.string())],
+            schema=EXPAND_SCHEMA,
+        )
+
+
+def _list_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(_branch(r["manifest_path"]), MANIFEST) for r in recs]
+
+
+def _manifest_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    out = []
+    for r in recs:
+        if _branch(r.get("status")) == 2:
+            continue  # deleted entry: an older snapshot reaches the file
+        df = _branch(r["data_file"])
+        content = _branch(df.get("content")) or 0
+        out.append((_branch(df["file_path"]), _CONTENT_KIND.get(int(content), DATA)))
+    return out
+
+
+def expand_task(base: Storage, threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of the executors: `TableFiles.expand` over each batch, then one
+    `REQUESTS` row with the task's object-store request counts."""
+    files = TableFiles(base, threads)
+    before = requests.snapshot()
+    for b in batches:
+        yield files.expand(b)
+    yield pa.RecordBatch.from_pylist(
+        [{"source": "", "path": "", "kind": REQUESTS, "error": json.dumps(requests.since(before))}],
+        schema=EXPAND_SCHEMA,
+    )
 
 
 def metadata_log(meta: dict[str, Any]) -> list[str]:

@@ -26,18 +26,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.format import definitions as D
-from trinitylake.format import keys as K
-from trinitylake.format.node import deserialize
+from trinitylake.format import definitions, keys
+from trinitylake.format.node import Node, deserialize
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse.roots import RootRef
 from trinitylake.lakehouse.view import LakehouseView
-from trinitylake.maintenance import walk_roots as WR
+from trinitylake.maintenance import walk_roots
 from trinitylake.maintenance.table_pointers import read_table_definitions
 from trinitylake.storage import is_absolute
 from trinitylake.tables_maintenance.files import METADATA, TableFileError, TableFiles, current_snapshot, metadata_log
 
 if TYPE_CHECKING:
+    from trinitylake.format.tree import NodeStore
     from trinitylake.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ METADATA_LOCATION = "metadata_location"
 def retained_roots(lakehouse: Lakehouse, latest: int | None = None) -> list[tuple[str, RootRef]]:
     """``(label, root)`` of every retained version, pinned version and pinned export root; the
     versions' root files read in batches (one round trip a batch on an object store)."""
-    inp = WR.walk_input(lakehouse, latest=latest)
+    inp = walk_roots.walk_input(lakehouse, latest=latest)
     versions = sorted(set(inp.retained_versions) | set(inp.pinned_versions.values()))
     out: list[tuple[str, RootRef]] = []
     for i in range(0, len(versions), ROOT_BATCH):
@@ -60,7 +60,7 @@ def retained_roots(lakehouse: Lakehouse, latest: int | None = None) -> list[tupl
                     f"({type(data).__name__}: {data}); the table metadata it points at is unknown"
                 ) from data
             node = deserialize(data, None, lakehouse.storage.uri(root_name(v)))
-            def_path = node.system.get(K.SYS_LAKEHOUSE_DEF) or ""
+            def_path = node.system.get(keys.SYS_LAKEHOUSE_DEF) or ""
             d = lakehouse.load_def(def_path)
             out.append((f"version {v}", RootRef(v, root_name(v), node, d, def_path, lakehouse.storage)))
     for name in sorted(inp.export_roots):
@@ -74,7 +74,7 @@ def retained_roots(lakehouse: Lakehouse, latest: int | None = None) -> list[tupl
         except FileNotFoundError:
             continue  # the transaction finished meanwhile: its root is a version now, or gone
         node = deserialize(data, None, lakehouse.storage.uri(path))
-        def_path = node.system.get(K.SYS_LAKEHOUSE_DEF) or ""
+        def_path = node.system.get(keys.SYS_LAKEHOUSE_DEF) or ""
         begin = next((v for v, p in inp.roots if p == path), 0)
         ref = RootRef(begin, path, node, lakehouse.load_def(def_path), def_path, lakehouse.storage)
         out.append((f"running root {path}", ref))
@@ -142,8 +142,8 @@ class TablePointers:
                 out.append(TableRef(".".join(names), loc, names))
         return out
 
-    def _pointer(self, ref: RootRef, d: Any) -> str | None:
-        if D.table_format_name(d) != "ICEBERG":
+    def _pointer(self, ref: RootRef, d: definitions.TableDef) -> str | None:
+        if definitions.table_format_name(d) != "ICEBERG":
             return None
         loc = d.format_properties.get(METADATA_LOCATION)
         if not loc:
@@ -165,14 +165,14 @@ def _tables_of(view: LakehouseView, items: Iterable[tuple[str, str]]) -> list[tu
 
 
 def _new_items(
-    store: Any, ref: RootRef, seen: set[tuple[str, str, tuple[tuple[str, str | None], ...]]]
+    store: NodeStore, ref: RootRef, seen: set[tuple[str, str, tuple[tuple[str, str | None], ...]]]
 ) -> Iterator[tuple[str, str]]:
     """The live ``(key, value)`` pairs of `ref`'s tree, skipping every subtree that `seen`
     says was walked with the same pushed-down messages (`trinitylake.format.tree.iter_items`'s
     rules for buffers)."""
     base = ref.base.root
 
-    def walk(node: Any, path: str, pushed: dict[str, str | None]) -> Iterator[tuple[str, str]]:
+    def walk(node: Node, path: str, pushed: dict[str, str | None]) -> Iterator[tuple[str, str]]:
         memo = (base, path, tuple(sorted(pushed.items())))
         if memo in seen:
             return

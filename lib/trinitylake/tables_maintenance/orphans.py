@@ -31,16 +31,17 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.errors import UnsafeOperationError, ValidationError
+from trinitylake.errors import StorageError, UnsafeOperationError, ValidationError
 from trinitylake.maintenance.plan import now_ms, run_dir, write_json
 from trinitylake.storage import parse_uri
-from trinitylake.tables_maintenance import common as C
+from trinitylake.tables_maintenance import common
 from trinitylake.tables_maintenance.files import TableFiles
 from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_live, version_live
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance.results import JobResult
+    from trinitylake.spark.execution import Execution
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class OrphanOptions:
     equal_schemes: dict[str, str] = field(default_factory=dict)  # scheme -> the scheme it equals
     equal_authorities: dict[str, str] = field(default_factory=dict)  # authority -> the one it equals
     reference_ms: int | None = None
-    delete_batch: int = C.DELETE_BATCH
+    delete_batch: int = common.DELETE_BATCH
 
 
 def check_options(opts: OrphanOptions) -> None:
@@ -94,22 +95,25 @@ def _hidden(rel: str) -> bool:
     return any(part[:1] in ("_", ".") and "=" not in part for part in rel.split("/"))
 
 
-def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult) -> JobResult:
-    """One run (see the module doc); fills and returns `result`."""
+def remove_orphans(
+    lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult, ex: Execution | None = None
+) -> JobResult:
+    """One run (see the module doc); fills and returns `result`. `ex` places the manifest
+    reads and the deletes (driver-only without one)."""
     check_options(opts)
     now = opts.reference_ms if opts.reference_ms is not None else now_ms()
     cutoff_s = (now - opts.older_than_ms) / 1000.0
     started = time.monotonic()
-    files = TableFiles(lakehouse.storage)
+    files = TableFiles(lakehouse.storage, ex=ex)
     pointers = TablePointers(lakehouse, files)
     latest = lakehouse.latest_version()
-    every, unreadable = C.readable(files, C.latest_tables(lakehouse, pointers, latest))
+    every, unreadable = common.readable(files, common.latest_tables(lakehouse, pointers, latest))
     chosen = [
         t
-        for t in C.select_tables(C.latest_tables(lakehouse, pointers, latest), opts.tables)
+        for t in common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables)
         if t.metadata not in files.missing
     ]
-    chosen, no_gc = C.gc_disabled(files, chosen)
+    chosen, no_gc = common.gc_disabled(files, chosen)
 
     locations = {
         t.name: files.canon(files.metadata[t.metadata]["location"])
@@ -156,38 +160,38 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
         st = lakehouse.storage.for_uri(loc)
         row: dict[str, Any] = {
             "location": loc,
-            "listed": 0,
-            "young": 0,
-            "live": 0,
-            "hidden": 0,
-            "nested": 0,
+            "files_listed": 0,
+            "files_young": 0,
+            "files_live": 0,
+            "files_hidden": 0,
+            "files_nested": 0,
+            "files_mismatched": 0,
             "orphans": 0,
-            "mismatched": 0,
         }
         for f in st.list(""):
             uri = st.uri(f.path)
-            row["listed"] += 1
+            row["files_listed"] += 1
             if _hidden(f.path):
-                row["hidden"] += 1
+                row["files_hidden"] += 1
                 continue
             if any(uri.startswith(o) for o in others):
-                row["nested"] += 1
+                row["files_nested"] += 1
                 continue
             k = eq.key(uri)
             if k in live_keys:
-                row["live"] += 1
+                row["files_live"] += 1
                 continue
             if not (f.mtime and 0 < f.mtime < cutoff_s):
-                row["young"] += 1
+                row["files_young"] += 1
                 continue
             if live_paths.get(k[2]):
-                row["mismatched"] += 1
+                row["files_mismatched"] += 1
                 mismatches.append(f"{uri} (live as {', '.join(f'{s}://{a}' for s, a in sorted(live_paths[k[2]]))})")
                 if opts.prefix_mismatch_mode != "delete":
                     continue
             row["orphans"] += 1
             orphans[uri] = t.name
-        listed_total += row["listed"]
+        listed_total += row["files_listed"]
         per_table[t.name] = row
     result.seconds["list"] = round(time.monotonic() - t0, 3)
     if mismatches and opts.prefix_mismatch_mode == "error":
@@ -222,7 +226,7 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
     )
     result.plan_location = write_json(
         lakehouse.storage,
-        f"{run_dir(C.ORPHANS_JOB, result.run_id)}/plan.json",
+        f"{run_dir(common.ORPHANS_JOB, result.run_id)}/plan.json",
         {
             "run_id": result.run_id,
             "dry_run": opts.dry_run,
@@ -236,20 +240,16 @@ def remove_orphans(lakehouse: Lakehouse, opts: OrphanOptions, result: JobResult)
         return result
 
     t0 = time.monotonic()
-    out = C.delete_files(files, dict.fromkeys(orphans, "orphan"), opts.delete_batch)
+    out = common.delete_files(files, dict.fromkeys(orphans, "orphan"), opts.delete_batch)
     result.seconds["delete"] = round(time.monotonic() - t0, 3)
     result.counts["deleted"] = len(out.deleted)
-    result.counts["failed"] = len(out.failures)
+    result.counts["failed"] = out.failed
     for name, row in per_table.items():
-        row["deleted"] = sum(1 for u, n in orphans.items() if n == name and u in out.deleted)
-    if out.failures:
-        from trinitylake.errors import StorageError
-
+        row["files_deleted"] = sum(1 for u, n in orphans.items() if n == name and u in out.deleted)
+    if out.failed:
         result.details["failures"] = [f"{u}: {e}" for u, e in out.failures[:20]]
-        raise StorageError(
-            f"{len(out.failures)} orphan files could not be deleted (first: {out.failures[0][0]}: "
-            f"{out.failures[0][1]}); run again"
-        )
+        first = f" (first: {out.failures[0][0]}: {out.failures[0][1]})" if out.failures else ""
+        raise StorageError(f"{out.failed} orphan files could not be deleted{first}; run again")
     return result
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trinitylake.errors import ValidationError
+
 MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
 MIN_SNAPSHOTS_TO_KEEP = "history.expire.min-snapshots-to-keep"
 MAX_REF_AGE = "history.expire.max-ref-age-ms"
@@ -47,8 +49,6 @@ def _int_prop(props: dict[str, Any], key: str, default: int) -> int:
     try:
         return int(str(raw))
     except ValueError:
-        from trinitylake.errors import ValidationError
-
         raise ValidationError(f"table property {key}={raw!r} is not an integer") from None
 
 

@@ -1,6 +1,7 @@
 """``run_tables_expire``: the job runner's entry of `trinitylake.tables_maintenance.expire`
-(its options from ``conf/tables_expire.yaml``, the environment and the flags). The work runs on
-the driver (threads batch the reads); Spark is never started."""
+(its options from ``conf/tables_expire.yaml``, the environment and the flags). The engine `ex`
+places the manifest reads and the deletes: the driver's threads for a few tables, the executors
+for thousands (``execution: auto|local|distributed``); Spark starts only when a phase goes there."""
 
 from __future__ import annotations
 
@@ -30,5 +31,4 @@ def run_tables_expire(ex: Execution, lakehouse: Lakehouse, cfg: TablesExpireConf
         reference_ms=cfg.reference_time,
         delete_batch=cfg.delete_batch_size,
     )
-    result.details["execution"] = {"tables_expire": {"where": "local"}}
-    return expire_snapshots(lakehouse, opts, result)
+    return expire_snapshots(lakehouse, opts, result, ex)

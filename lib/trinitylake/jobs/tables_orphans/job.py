@@ -1,6 +1,7 @@
 """``run_tables_orphans``: the job runner's entry of `trinitylake.tables_maintenance.orphans`
-(its options from ``conf/tables_orphans.yaml``, the environment and the flags). The work runs
-on the driver (listings and batched deletes through `Storage`); Spark is never started."""
+(its options from ``conf/tables_orphans.yaml``, the environment and the flags). The engine `ex`
+places the manifest reads and the deletes (driver threads or executors, by size); the listings
+of the tables' locations run on the driver."""
 
 from __future__ import annotations
 
@@ -42,5 +43,4 @@ def run_tables_orphans(ex: Execution, lakehouse: Lakehouse, cfg: TablesOrphansCo
         reference_ms=cfg.reference_time,
         delete_batch=cfg.delete_batch_size,
     )
-    result.details["execution"] = {"tables_orphans": {"where": "local"}}
-    return remove_orphans(lakehouse, opts, result)
+    return remove_orphans(lakehouse, opts, result, ex)
