@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 import pydantic
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchViewError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, NoSuchViewError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
@@ -96,6 +96,15 @@ def _namespace(text: str) -> str:
     if len(parts) != 1 or not parts[0]:
         raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parts)} (the lakehouse's namespaces are one level)")
     return parts[0]
+
+
+def _table(call: Call) -> tuple[str, str]:
+    """The table a path names. One under a nested namespace does not exist: NoSuchTable, which
+    tells a Java client to try ``ns.table.snapshots`` as a metadata table of ``ns.table``."""
+    parts = call.path["namespace"].split(NAMESPACE_SEPARATOR)
+    if len(parts) != 1 or not parts[0]:
+        raise NoSuchTableError(f"Table does not exist: {'.'.join(parts)}.{call.path['table']}")
+    return parts[0], call.path["table"]
 
 
 def _one_level(namespace: list[str]) -> str:
@@ -286,7 +295,7 @@ class CatalogService:
         return _load_result(t.metadata, t.metadata_location)
 
     def load_table(self, call: Call) -> Result:
-        t = call.catalog.load_table((_namespace(call.path["namespace"]), call.path["table"]))
+        t = call.catalog.load_table(_table(call))
         return _load_result(t.metadata, t.metadata_location)
 
     def table_exists(self, call: Call) -> Result:
@@ -296,7 +305,7 @@ class CatalogService:
     def commit_table(self, call: Call) -> Result:
         body = call.body
         assert isinstance(body, models.CommitTable)
-        ident = (_namespace(call.path["namespace"]), call.path["table"])
+        ident = _table(call)
         if body.identifier is not None and (body.identifier.namespace, body.identifier.name) != ([ident[0]], ident[1]):
             raise bad_request(f"the body names table {'.'.join(body.identifier.namespace)}.{body.identifier.name}, "
                               f"the path {ident[0]}.{ident[1]}")
@@ -304,7 +313,7 @@ class CatalogService:
         return _load_result(resp.metadata, resp.metadata_location)
 
     def drop_table(self, call: Call) -> Result:
-        ident = (_namespace(call.path["namespace"]), call.path["table"])
+        ident = _table(call)
         purge = call.query.get("purgeRequested", "false").lower() == "true"
         if purge and self.settings.allow_purge:
             call.catalog.audit_arguments = {**call.catalog.audit_arguments, "purge": "files deleted"}
