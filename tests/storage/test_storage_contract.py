@@ -18,6 +18,7 @@ import pytest
 import trinitylake.storage.filesystem as filesystem_mod
 import trinitylake.storage.retry as retry_mod
 import trinitylake.storage.storage as storage_mod
+from trinitylake.storage import local_storage, object_storage
 from trinitylake.errors import InvalidURIError, StorageError, UnknownOutcomeError
 from trinitylake.storage import FileInfo, Storage
 from trinitylake.storage.uri import parse_uri
@@ -349,7 +350,7 @@ def local(tmp_path: Any) -> Storage:
 def _tmp_files(root: str) -> list[str]:
     found = []
     for dirpath, _, names in os.walk(root):
-        found += [os.path.join(dirpath, n) for n in names if storage_mod._is_tmp(n)]
+        found += [os.path.join(dirpath, n) for n in names if local_storage.is_tmp(n)]
     return found
 
 
@@ -383,7 +384,7 @@ def test_local_readers_never_see_partial_content(local: Storage, monkeypatch: py
         seen.append((os.path.exists(dst), os.path.getsize(src)))
         real_link(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(storage_mod.os, "link", checking_link)
+    monkeypatch.setattr(local_storage.os, "link", checking_link)
     local.create_exclusive("_root.arrow", data)
     assert seen == [(False, len(data))]
     assert local.read("_root.arrow") == data
@@ -446,7 +447,7 @@ def test_local_without_hard_links_is_still_exclusive(local: Storage, monkeypatch
     def no_link(src: str, dst: str, *args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EPERM, "Operation not permitted", src)
 
-    monkeypatch.setattr(storage_mod.os, "link", no_link)
+    monkeypatch.setattr(local_storage.os, "link", no_link)
     local.create_exclusive("r", b"first")
     with pytest.raises(FileExistsError):
         local.create_exclusive("r", b"second")
@@ -458,7 +459,7 @@ def test_local_link_errors_propagate(local: Storage, monkeypatch: pytest.MonkeyP
     def full_disk(src: str, dst: str, *args: Any, **kwargs: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", src)
 
-    monkeypatch.setattr(storage_mod.os, "link", full_disk)
+    monkeypatch.setattr(local_storage.os, "link", full_disk)
     with pytest.raises(OSError) as e:
         local.create_exclusive("r", b"1")
     assert e.value.errno == errno.ENOSPC and not isinstance(e.value, FileExistsError)
@@ -679,7 +680,7 @@ def test_s3_create_exclusive_maps_412_and_keeps_other_errors(
     _fake_put(monkeypatch, always_conflict)
     with pytest.raises(OSError):
         offline_s3.create_exclusive("_1", b"data")
-    assert len(calls) == storage_mod._S3_CONFLICT_ATTEMPTS
+    assert len(calls) == object_storage._S3_CONFLICT_ATTEMPTS
 
 
 def test_s3_filesystem_has_no_listings_cache(offline_s3: Storage) -> None:

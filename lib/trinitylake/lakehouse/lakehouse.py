@@ -549,7 +549,7 @@ class Lakehouse:
         """Write a commit's new node files (before its root). Threads help on object stores."""
         if not pending:
             return
-        if self.storage.is_local or len(pending) < 4:
+        if self.storage.on_local_disk or len(pending) < 4:
             for p, data in pending.items():
                 self.storage.write(p, data)
             return

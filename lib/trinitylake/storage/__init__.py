@@ -1,4 +1,5 @@
-"""Storage: fsspec-backed files with exclusive create (local O_EXCL/link, S3 If-None-Match)."""
+"""Storage: files with exclusive create, one backend per kind of store behind one interface
+(local files: link / O_EXCL; S3: If-None-Match; fsspec's memory:// for tests)."""
 
 from trinitylake.storage.storage import FileInfo, Storage, s3_options_from_env
 from trinitylake.storage.uri import (

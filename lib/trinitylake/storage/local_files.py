@@ -76,7 +76,7 @@ class LocalFiles:
     @classmethod
     def of(cls, storage: Storage) -> Storage:
         """`storage` itself unless it is local, else a `LocalFiles` view of it."""
-        if storage.scheme != "file" or isinstance(storage, LocalFiles):
+        if not storage.on_local_disk or isinstance(storage, LocalFiles):
             return storage
         return cls(storage)  # type: ignore[return-value]
 
@@ -84,7 +84,7 @@ class LocalFiles:
         return getattr(self._st, name)
 
     def _fp(self, path: str) -> str:
-        fp = self._st.local_path(path)
+        fp = self._st.path_on_disk(path)
         assert fp is not None, "a LocalFiles view is of a local storage"
         return fp
 

@@ -1,0 +1,283 @@
+"""Files on an object store (S3 through the asynchronous engine, or s3fs for options only it
+knows) and on any other fsspec filesystem (``memory://`` for fast unit tests, honouring
+exclusivity as strictly as the others)."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from trinitylake.storage import requests, retry
+from trinitylake.storage.backend import FileInfo, HoldsOurs, StorageBackend, one_result
+from trinitylake.storage.filesystem import (
+    _S3_CONFLICT_RETRIES,
+    delete_objects,
+    head_object,
+    mtime_of,
+    put_if_absent,
+)
+from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO
+from trinitylake.storage.retry import is_conditional_conflict
+from trinitylake.storage.uri import ParsedURI
+
+_MEMORY_LOCK = threading.Lock()
+_UNSET = object()  # `S3Storage.engine` not looked up yet
+# Attempts of a conditional PUT while S3 answers 409 ConditionalRequestConflict: the same bound
+# through the engine as through s3fs (`filesystem.put_if_absent`).
+_S3_CONFLICT_ATTEMPTS = _S3_CONFLICT_RETRIES + 1
+
+
+def _is_conflict(e: BaseException) -> bool:
+    return is_conditional_conflict(e) or isinstance(e, ConditionalConflict)
+
+
+class FsspecBackend(StorageBackend, schemes=("memory",), fallback=True):
+    """Any fsspec filesystem, one call per operation (``memory://`` and schemes we have no
+    backend of our own for)."""
+
+    def read(self, fp: str) -> bytes:
+        # max_concurrency=1: else s3fs first sends a HEAD for the size (to split big files into
+        # ranged GETs), a second round trip per read of our small files.
+        data: bytes = self.fs.cat_file(fp, max_concurrency=1)
+        requests.record("bytes_read", len(data))
+        return data
+
+    def exists(self, fp: str) -> bool:
+        try:
+            d = self.fs.info(fp)
+        except FileNotFoundError:
+            return False
+        return bool(d.get("type") != "directory")
+
+    def stat(self, fp: str) -> tuple[int, float] | None:
+        try:
+            d = self.fs.info(fp)
+        except FileNotFoundError:
+            return None
+        if d.get("type") == "directory":
+            return None
+        return int(d.get("size") or 0), mtime_of(d)
+
+    def write(self, fp: str, data: bytes | bytearray) -> None:
+        with _MEMORY_LOCK:  # memory://'s dict is not safe under concurrent writers
+            self.fs.pipe_file(fp, data)
+
+    def create_exclusive(self, fp: str, data: bytes | bytearray, uri: str, holds_ours: HoldsOurs) -> str | None:
+        with _MEMORY_LOCK:
+            if self.fs.exists(fp):
+                raise FileExistsError(f"already exists: {uri}")
+            self.fs.pipe_file(fp, data)
+        return None
+
+    def delete(self, resolved: builtins.list[tuple[str, str]], uri_of: Callable[[str], str]
+               ) -> builtins.list[tuple[str, str]]:
+        # One by one: fsspec's bulk rm stops at the first missing file and would leave the rest.
+        failures: builtins.list[tuple[str, str]] = []
+        for p, fp in resolved:
+            try:
+                self.fs.rm_file(fp)
+            except FileNotFoundError:
+                pass
+            except Exception as e:  # noqa: BLE001 - reported per file
+                failures.append((p, str(e)))
+        return failures
+
+    def list_files(self, base: str, root_fp: str, recursive: bool,
+                   retrying: Callable[[str, Callable[[], builtins.list[FileInfo]]], builtins.list[FileInfo]]
+                   ) -> Iterator[FileInfo]:
+        yield from retrying("", lambda: self.list_once(base, root_fp, recursive))
+
+    def list_once(self, base: str, root_fp: str, recursive: bool) -> builtins.list[FileInfo]:
+        try:
+            if recursive:
+                found = self.fs.find(base, detail=True)
+                items = found.values() if isinstance(found, dict) else found
+            else:
+                items = self.fs.ls(base, detail=True)
+        except FileNotFoundError:
+            return []
+        out: builtins.list[FileInfo] = []
+        # fsspec answers a listing of a file path with the file itself; only keep what is
+        # strictly below `base` (memory:// names carry a leading slash, s3:// names do not).
+        under = base.strip("/") + "/"
+        rf = root_fp.strip("/")
+        for d in items:
+            if d.get("type") == "directory":
+                continue
+            name = d["name"].strip("/")
+            if not name.startswith(under):
+                continue
+            rel = name[len(rf) + 1 :] if name.startswith(rf + "/") else name
+            out.append(FileInfo(rel, int(d.get("size") or 0), mtime_of(d)))
+        return out
+
+    def _ls(self, base: str) -> builtins.list[dict[str, Any]]:
+        entries: builtins.list[dict[str, Any]] = self.fs.ls(base, detail=True)
+        return entries
+
+    def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
+        dirs: builtins.list[str] = []
+        files: builtins.list[FileInfo] = []
+        pre = (prefix.rstrip("/") + "/") if prefix else ""
+        try:
+            entries = self._ls(base)
+        except FileNotFoundError:
+            return [], []
+        under = base.strip("/") + "/"
+        for d in entries:
+            full = d["name"].strip("/")
+            if not full.startswith(under):  # `prefix` named a file: it has no children
+                continue
+            name = full.rsplit("/", 1)[-1]
+            if d.get("type") == "directory":
+                dirs.append(pre + name)
+            else:
+                files.append(FileInfo(pre + name, int(d.get("size") or 0), mtime_of(d)))
+        return sorted(dirs), sorted(files, key=lambda f: f.path)
+
+
+class S3Backend(FsspecBackend, schemes=("s3",)):
+    """S3 (and S3-compatible stores): requests through the asynchronous engine when the options
+    allow, else s3fs; commits with ``If-None-Match: *``; bulk deletes with DeleteObjects."""
+
+    def __init__(self, parsed: ParsedURI, options: dict[str, Any]):
+        super().__init__(parsed, options)
+        self._engine: ObjectIO | None | object = _UNSET
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_engine"] = _UNSET
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["_engine"] = _UNSET
+        super().__setstate__(state)
+
+    @property
+    def engine(self) -> ObjectIO | None:
+        """The asynchronous S3 engine, or None for options only s3fs understands (s3fs serves them)."""
+        eng = self._engine
+        if eng is _UNSET:
+            eng = self._engine = ObjectIO.for_options(self.options)
+        return eng if isinstance(eng, ObjectIO) else None
+
+    head_gives_md5 = True
+
+    def read(self, fp: str) -> bytes:
+        eng = self.engine
+        if eng is not None:
+            data: bytes = one_result(eng.get_many([fp], attempts=1))
+            return data
+        return super().read(fp)
+
+    def exists(self, fp: str) -> bool:
+        return self.head(fp) is not None
+
+    def head(self, fp: str) -> dict[str, Any] | None:
+        """One HEAD of the S3 object `fp` (bucket/key): size, mtime, ETag; None when missing."""
+        eng = self.engine
+        if eng is None:
+            return head_object(self.fs, fp)
+        try:
+            h = one_result(eng.head_many([fp], attempts=1))
+        except FileNotFoundError:
+            return None
+        return {"size": h.size, "mtime": h.mtime, "ETag": h.etag}
+
+    def stat(self, fp: str) -> tuple[int, float] | None:
+        h = self.head(fp)
+        return None if h is None else (h["size"], mtime_of(h))
+
+    def write(self, fp: str, data: bytes | bytearray) -> None:
+        eng = self.engine
+        if eng is not None:
+            one_result(eng.put_many([(fp, bytes(data))], exclusive=False, attempts=1))
+            return
+        self.fs.pipe_file(fp, data)
+
+    def create_exclusive(self, fp: str, data: bytes | bytearray, uri: str, holds_ours: HoldsOurs) -> str | None:
+        def raise_unless_ours() -> None:
+            # A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
+            # own win, not a lost race: the stored bytes are ours (every commit file we write
+            # carries a unique transaction id or UUID). Anything else is another writer's file.
+            if not holds_ours(lambda: self.read(fp)):
+                raise FileExistsError(f"already exists: {uri}")
+
+        eng = self.engine
+        if eng is None:
+            etag: str | None = put_if_absent(self.fs, fp, data, raise_unless_ours)
+            return etag
+        return self._put_if_absent(eng, fp, data, raise_unless_ours)
+
+    def _put_if_absent(self, eng: ObjectIO, fp: str, data: bytes | bytearray,
+                       raise_unless_ours: Callable[[], None]) -> str | None:
+        """One PUT with ``If-None-Match: *`` through the engine, retried while S3 answers 409
+        ConditionalRequestConflict (another conditional write to the key in flight); a 412 is
+        ours when the stored bytes are ours (see `_raise_unless_ours`)."""
+
+        def put(_n: int) -> str | None:
+            try:
+                out: str | None = one_result(eng.put_many([(fp, bytes(data))], exclusive=True, attempts=1))
+                return out
+            except FileExistsError:
+                raise_unless_ours()
+                return None
+
+        etag: str | None = retry.call(put, retry_on=_is_conflict, attempts=_S3_CONFLICT_ATTEMPTS)
+        return etag
+
+    def delete(self, resolved: builtins.list[tuple[str, str]], uri_of: Callable[[str], str]
+               ) -> builtins.list[tuple[str, str]]:
+        # DeleteObjects through botocore even with the engine: obstore answers a bulk delete in a
+        # missing bucket as done, and does not name the keys S3 refused; a request removes 1,000
+        # keys, so its client CPU does not matter.
+        return list(delete_objects(self.fs, resolved, uri_of))
+
+    def list_once(self, base: str, root_fp: str, recursive: bool) -> builtins.list[FileInfo]:
+        eng = self.engine
+        if eng is None:
+            return super().list_once(base, root_fp, recursive)
+        bucket = base.strip("/").partition("/")[0]
+        rf = root_fp.strip("/")
+        try:
+            objs: Iterable[Listed] = list(eng.list_dirs(base)[1] if not recursive else eng.list_objects(base))
+        except FileNotFoundError:  # no such bucket: nothing under it (as s3fs answers)
+            return []
+        under = base.strip("/") + "/"
+        out: builtins.list[FileInfo] = []
+        for o in objs:
+            name = f"{bucket}/{o.key}"
+            if not name.startswith(under):
+                continue
+            rel = name[len(rf) + 1:] if name.startswith(rf + "/") else name
+            out.append(FileInfo(rel, o.size, o.mtime))
+        return out
+
+    def _ls(self, base: str) -> builtins.list[dict[str, Any]]:
+        entries: builtins.list[dict[str, Any]] = self.fs.ls(base, detail=True, refresh=True)
+        return entries
+
+    def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
+        eng = self.engine
+        if eng is None:
+            return super().list_dirs(base, prefix)
+        dirs: builtins.list[str] = []
+        files: builtins.list[FileInfo] = []
+        pre = (prefix.rstrip("/") + "/") if prefix else ""
+        bucket = base.strip("/").partition("/")[0]
+        under = base.strip("/") + "/"
+        try:
+            sub, objs = eng.list_dirs(base)
+        except FileNotFoundError:  # no such bucket: nothing under it (as s3fs answers)
+            return [], []
+        for d in sub:
+            full = f"{bucket}/{d}"
+            if full.startswith(under):
+                dirs.append(pre + full.rsplit("/", 1)[-1])
+        for o in objs:
+            full = f"{bucket}/{o.key}"
+            if full.startswith(under):
+                files.append(FileInfo(pre + full.rsplit("/", 1)[-1], o.size, o.mtime))
+        return sorted(dirs), sorted(files, key=lambda f: f.path)
