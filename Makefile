@@ -122,6 +122,27 @@ $(AIRFLOW_VENV)/bin/airflow: airflow_dags/requirements.txt | $(UV)
 test-dags: $(AIRFLOW_VENV)/bin/airflow venv $(DIST_ARCHIVE) ## the Airflow DAGs in their own virtualenv, with a live `airflow dags test`
 	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/dags
 
+# Spark SQL through `tlake catalog serve` (tests/rest_catalog/test_spark_sql.py, `make demo-catalog`)
+# runs in an environment of its own: the main venv's pyspark 4.2 cannot load any Iceberg Spark
+# runtime Maven serves (4.0's 1.10.0 and 4.1's 1.12.0 both fail at the first statement with
+# IncompatibleClassChangeError on SparkView). pyspark 4.1 from PyPI and Iceberg's runtime for
+# it from Maven Central; the JAR is one shaded file.
+SPARK41_VENV ?= .venv-spark41
+ICEBERG_SPARK41 := org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0
+ICEBERG_SPARK41_JAR := build/iceberg-spark41/iceberg-spark-runtime-4.1_2.13-1.12.0.jar
+.PHONY: spark41 demo-catalog
+$(SPARK41_VENV)/bin/pyspark: | $(UV)
+	$(PY) -m venv --without-pip $(SPARK41_VENV)
+	$(call uv_install,-p $(SPARK41_VENV)/bin/python 'pyspark>=4.1$(comma)<4.2')
+	@touch $@
+$(ICEBERG_SPARK41_JAR): | tools
+	mvn -q -B dependency:copy -Dartifact=$(ICEBERG_SPARK41) -DoutputDirectory=$(dir $@)
+	@touch $@
+spark41: $(SPARK41_VENV)/bin/pyspark $(ICEBERG_SPARK41_JAR) ## Spark 4.1 with Iceberg's runtime (.venv-spark41), for Spark SQL through the catalog server
+
+demo-catalog: venv spark41 ## serve a demo lakehouse over the Iceberg REST protocol and query it with Spark SQL
+	$(BIN)/python -m trinitylake.rest_catalog.demo
+
 demo: venv ## build a demo lakehouse and run every maintenance job on it
 	$(BIN)/python -m trinitylake.demo $(DEMO_ARGS)
 

@@ -1,0 +1,108 @@
+"""The catalog server's demo: serve a lakehouse with `tlake catalog serve`, query its Iceberg
+tables with Spark SQL (Spark 4.1 and Iceberg's runtime, `make spark41`), stop the server.
+
+`serve_and_query(lakehouse)` does it for an existing lakehouse holding the demo's ``shop``
+tables (`trinitylake.demo.add_iceberg_tables`); ``python -m trinitylake.rest_catalog.demo``
+(`make demo-catalog`) builds a small one first.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from trinitylake.demo import add_iceberg_tables
+from trinitylake.lakehouse import Lakehouse
+
+console = Console()
+
+SPARK_PYTHON = ".venv-spark41/bin/python"
+ICEBERG_JAR = "build/iceberg-spark41/iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
+
+#: What Spark runs against the server (its own process, in the Spark 4.1 environment).
+SPARK_SQL = '''
+import os, sys
+from pyspark.sql import SparkSession
+jar, url = sys.argv[1], sys.argv[2]
+spark = (SparkSession.builder.master("local[2]").appName("tlake-catalog-demo")
+         .config("spark.jars", jar).config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+         .config("spark.sql.catalog.tl", "org.apache.iceberg.spark.SparkCatalog")
+         .config("spark.sql.catalog.tl.type", "rest").config("spark.sql.catalog.tl.uri", url)
+         .config("spark.sql.catalog.tl.token", os.environ["TLAKE_CATALOG_TOKEN"]).getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+for sql in ["SHOW TABLES IN tl.shop",
+            "SELECT region, count(*) AS orders, round(sum(amount), 2) AS amount FROM tl.shop.orders GROUP BY region ORDER BY region",
+            "INSERT INTO tl.shop.orders VALUES (1000, 12.5, 'eu')",
+            "SELECT count(*) AS orders_after_insert FROM tl.shop.orders",
+            "SELECT snapshot_id, operation FROM tl.shop.orders.snapshots ORDER BY committed_at"]:
+    print("spark-sql> " + sql, flush=True)
+    spark.sql(sql).show(truncate=False)
+spark.stop()
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_and_query(lakehouse: str, spark_python: str = SPARK_PYTHON, jar: str = ICEBERG_JAR,
+                    timeout_s: float = 600) -> int:
+    """Start `tlake catalog serve` on the lakehouse (a fresh token, a free port of 127.0.0.1),
+    run the demo's Spark SQL against it, stop it; 0 when Spark's queries all ran."""
+    missing = [p for p in (spark_python, jar) if not Path(p).exists()]
+    if missing:
+        console.print(f"[red]the Spark 4.1 environment is missing ({', '.join(missing)}): run `make spark41`[/red]")
+        return 1
+    token, port = secrets.token_urlsafe(24), _free_port()
+    env = {**os.environ, "TLAKE_CATALOG_TOKEN": token}
+    tlake = str(Path(sys.executable).with_name("tlake"))
+    server = subprocess.Popen([tlake, "--lakehouse", lakehouse, "catalog", "serve", "--port", str(port)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    console.print("[red]the catalog server did not start[/red]")
+                    return 1
+                time.sleep(0.2)
+        console.rule(f"[bold]Spark SQL through tlake catalog serve (http://127.0.0.1:{port})")
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(SPARK_SQL)
+        try:
+            done = subprocess.run([spark_python, f.name, jar, f"http://127.0.0.1:{port}"], env=env, timeout=timeout_s)
+        finally:
+            os.unlink(f.name)
+        return 0 if done.returncode == 0 else 1
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def main() -> int:
+    base = Path(tempfile.mkdtemp(prefix="tlake-catalog-demo-"))
+    lh = Lakehouse.create(str(base / "lakehouse"))
+    add_iceberg_tables(lh.uri)
+    console.print(f"demo lakehouse with the shop tables: {lh.uri}")
+    return serve_and_query(lh.uri)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
