@@ -75,7 +75,8 @@ def load_file(path: str) -> ServeOptions:
             continue
         want = FILE_KEYS[key]
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            raise ConfigError(f"{path}: {key} must be a {want.__name__}, got {type(value).__name__}")
+            kind = {int: "an integer", bool: "true or false", str: "a string", dict: "a mapping"}[want]
+            raise ConfigError(f"{path}: {key} must be {kind}, got {type(value).__name__}")
         if isinstance(value, dict):
             value = {str(k): str(v) for k, v in value.items()}
         setattr(out, key, value)
