@@ -1,8 +1,8 @@
 """The Iceberg REST catalog over a lakehouse: a Starlette application (`build_app`).
 
 Stateless: every request reads or commits the lakehouse through a `TrinityLakeCatalog` (one
-handle, its immutable-file caches shared; each request a shallow copy naming its client in the
-audit rows), so any number of servers can serve one lakehouse. A commit is one lakehouse
+handle per worker thread, whose caches hold only immutable files; each request a shallow copy
+naming its client in the audit rows), so any number of servers can serve one lakehouse. A commit is one lakehouse
 transaction; ``POST /v1/transactions/commit`` commits all its tables in one version.
 
 Time travel is read-only, chosen per request by a path prefix (``/v1/{prefix}/...``; a client
@@ -25,6 +25,7 @@ import copy
 import json
 import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
@@ -173,19 +174,30 @@ class CatalogService:
                  **settings.catalog_properties}
         if settings.control_uri:
             props["control-uri"] = settings.control_uri
-        self.base = TrinityLakeCatalog("rest", **props)
+        self._props = props
+        self._local = threading.local()
+        self.base = self._thread_catalog()  # opened once here: a missing lakehouse fails the start
+
+    def _thread_catalog(self) -> TrinityLakeCatalog:
+        """This worker thread's catalog: the lakehouse handle's node and root caches are not
+        shared between threads."""
+        cat = getattr(self._local, "catalog", None)
+        if cat is None:
+            cat = self._local.catalog = TrinityLakeCatalog("rest", **self._props)
+        return cat
 
     # ---- plumbing ----------------------------------------------------------------------------
     def catalog_for(self, travel: tuple[str, str] | None, principal: Principal) -> TrinityLakeCatalog:
         """The catalog one request uses: the shared one, or a read-only one of a past version."""
+        base = self._thread_catalog()
         if travel is None:
-            cat = copy.copy(self.base)
+            cat = copy.copy(base)
         elif travel[0] == "version":
-            cat = self.base.at_version(int(travel[1]))
+            cat = base.at_version(int(travel[1]))
         elif travel[0] == "as-of":
-            cat = self.base.as_of(travel[1])
+            cat = base.as_of(travel[1])
         else:
-            cat = self.base.at_export(travel[1])
+            cat = base.at_export(travel[1])
         cat.audit_command = AUDIT_COMMAND
         cat.audit_arguments = {"client": principal.name}
         return cat
