@@ -24,7 +24,17 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import click
+import pyarrow as pa
 from rich.console import Console
+from rich.table import Table
+
+from trinitylake.cli import cli
+from trinitylake.errors import TrinityLakeError
+from trinitylake.format.paths import hashed_path
+from trinitylake.job_flags import parse_job_args
+from trinitylake.jobs.runner import run_job as run
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.lakehouse.context import AuditContext
 
 if TYPE_CHECKING:
     from trinitylake.format.definitions import LakehouseDef
@@ -36,10 +46,8 @@ DEMO_TTL_MS = 2000
 
 
 def build(uri: str, tables: int, seed: int = 7) -> Lakehouse:
-    from trinitylake.lakehouse import Lakehouse
 
     rnd = random.Random(seed)
-    from trinitylake.lakehouse.context import AuditContext
 
     lh = Lakehouse.create(uri, order=16, node_max_bytes=64 * 1024, txn_ttl_millis=DEMO_TTL_MS,
                           context=AuditContext("demo"))
@@ -95,7 +103,6 @@ def add_iceberg_tables(uri: str) -> dict[str, int]:
     """Create the demo's Iceberg tables with rows through the PyIceberg catalog on the lakehouse
     at `uri` (warehouse ``<lakehouse>/warehouse``), append a second snapshot to ``shop.orders``,
     and return the rows each table should hold."""
-    import pyarrow as pa
 
     cat = iceberg_catalog(uri)
     cat.create_namespace("shop", {"owner": "demo"})
@@ -122,7 +129,6 @@ def iceberg_catalog(uri: str) -> Any:
 def show_iceberg_tables(uri: str, expected: dict[str, int], title: str) -> int:
     """Print the demo's Iceberg tables as read back through the catalog at `uri` (rows,
     snapshots, metadata file); 1 when a table's rows differ from `expected`."""
-    from rich.table import Table
 
     cat = iceberg_catalog(uri)
     t = Table("table", "rows", "snapshots", "current snapshot", "metadata", title=title)
@@ -139,7 +145,6 @@ def show_iceberg_tables(uri: str, expected: dict[str, int], title: str) -> int:
 
 
 def plant_orphans(root: Path, young: bool) -> list[Path]:
-    from trinitylake.format.paths import hashed_path
 
     old = time.time() - 40 * 86400
     out = []
@@ -165,11 +170,7 @@ def a_master(args: list[str]) -> str:
 
 def run_job(job: str, args: list[str]) -> int:
     """Run one job in this process (the Spark session is shared) and print its summary."""
-    from rich.table import Table
 
-    from trinitylake.errors import TrinityLakeError
-    from trinitylake.job_flags import parse_job_args
-    from trinitylake.jobs.runner import run_job as run
 
     shown = " ".join(a for a in args if not a.startswith("/") and a not in ("--lakehouse", "--master", a_master(args)))
     console.rule(f"[bold]tlake {job} {shown}")
@@ -265,7 +266,6 @@ def demo(directory: str, tables: int, master: str) -> int:
     rc |= show_iceberg_tables(str(lh_dir), rows, "the Iceberg tables after expire and orphan cleanup")
     rc |= show_iceberg_tables(str(export_dir), rows, f"the same tables read from the export at {export_dir}")
     console.rule("[bold]tlake show --limit 12")
-    from trinitylake.cli import cli
 
     try:
         cli.main(args=["--lakehouse", str(lh_dir), "show", "--limit", "12"], prog_name="tlake", standalone_mode=False)

@@ -24,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Column
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -188,15 +191,6 @@ class RichProgress:
     status row ("starting Spark") shows only while no phase runs."""
 
     def __init__(self, console: Console, title: str):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-        from rich.table import Column
 
         self.title = title
         self.progress = Progress(

@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -363,7 +364,6 @@ def warn_command_line_secrets(argv: Sequence[str], stream: TextIO | None = None)
     """Warn once per process (on stderr) that credentials were given on the command line,
     where `ps`, shell history and a scheduler's logs show them. Returns True if it warned."""
     global _warned
-    import sys
 
     names = secret_options([str(a) for a in argv])
     if not names or _warned:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import sys
 from typing import TYPE_CHECKING, TypeAlias
+
+import pyarrow as pa
 
 from trinitylake.errors import ValidationError
 
@@ -48,7 +51,6 @@ def refuse_pandas_for_pyarrow() -> None:
     import on, pandas imports as usual. Call it at the start of a process we own: a library
     caller's process is left alone (pandas objects may be handed to pyarrow there).
     """
-    import sys
 
     if "pandas" not in sys.modules and _RefusePandas not in sys.meta_path:
         sys.meta_path.insert(0, _RefusePandas)
@@ -59,7 +61,6 @@ class _RefusePandas:
 
     @staticmethod
     def find_spec(name: str, path: object = None, target: object = None) -> None:
-        import sys
 
         if (name == "pandas" or name.startswith("pandas.")) and "pyspark" not in sys.modules:
             raise ImportError("pandas is not imported in this process until pyspark is")
@@ -69,12 +70,10 @@ class _RefusePandas:
 def pandas_back_for_pyarrow() -> None:
     """Undo `refuse_pandas_for_pyarrow` (before a Spark session starts): pyarrow, which took
     pandas for absent, imports it now and treats pandas objects as such again."""
-    import sys
 
     if _RefusePandas not in sys.meta_path:
         return
     sys.meta_path.remove(_RefusePandas)
-    import pyarrow as pa
 
     try:  # a conversion that needs pandas makes pyarrow import it (again)
         pa.table({"x": pa.array([], pa.int64())}).to_pandas()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import logging
 import os
 import sys
@@ -10,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
+import trinitylake
 from trinitylake.cli.common import (
     _ARGV_KEY,
     Ctx,
@@ -21,7 +24,10 @@ from trinitylake.cli.common import (
     mark_process_start,
     parse_time,
 )
+from trinitylake.cli.show import render_versions
+from trinitylake.cli.txn import distributed_view, stage_into
 from trinitylake.errors import UndecodableKeyError, ValidationError
+from trinitylake.lakehouse import Lakehouse
 from trinitylake.redact import (
     install_log_redaction,
     redact_argv,
@@ -29,7 +35,7 @@ from trinitylake.redact import (
     remember_environment,
     warn_command_line_secrets,
 )
-from trinitylake.util import refuse_pandas_for_pyarrow
+from trinitylake.util import parse_duration_ms, refuse_pandas_for_pyarrow
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.transaction import Transaction
@@ -55,8 +61,6 @@ def _view(ctx: Ctx, version: int | None, as_of: str | None, snapshot: str | None
     if ctx.txn is not None:
         return ctx.txn
     if ctx.dtxn_id is not None:
-        from trinitylake.cli.txn import distributed_view
-
         return distributed_view(ctx)
     return ctx.lakehouse().view(version=version, as_of=parse_time(as_of) if as_of else None, snapshot=snapshot)
 
@@ -81,8 +85,6 @@ def _write(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> int 
         op(ctx.txn)
         return None
     if ctx.dtxn_id is not None:
-        from trinitylake.cli.txn import stage_into
-
         stage_into(ctx, op, describe)
         return None
     lh = ctx.lakehouse()
@@ -96,13 +98,47 @@ def _write(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> int 
 # ---- the group -------------------------------------------------------------------------
 
 
+#: Commands defined in modules of their own, by name; any other name is a job's command
+#: (`trinitylake.cli.jobs`). A module is imported when one of its commands runs, or when the
+#: help lists them all: those modules import the heavy parts of the library at their top
+#: (pyarrow, Delta, the job runner: 1.1 s measured with -X importtime), which `tlake init` or
+#: `tlake namespace list` need not pay (0.3 s).
+_COMMAND_MODULES = {
+    "txn": "trinitylake.cli.txn",
+    "show": "trinitylake.cli.show",
+    "export": "trinitylake.cli.export",
+    "report": "trinitylake.cli.report",
+    "control": "trinitylake.cli.control",
+    "tables": "trinitylake.cli.tables",
+    "catalog": "trinitylake.cli.catalog",
+}
+_JOB_COMMANDS_MODULE = "trinitylake.cli.jobs"
+
+
 class _Group(click.Group):
     """Keeps the command line it parsed (the control table records it, redacted; the secrets
-    warning reads it), also when called from Python or a test runner rather than `sys.argv`."""
+    warning reads it), also when called from Python or a test runner rather than `sys.argv`;
+    loads the commands of their own modules when they are needed (`_COMMAND_MODULES`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta.setdefault(_ARGV_KEY, list(args))
         return super().parse_args(ctx, args)
+
+    def _load(self, module: str) -> None:
+        loaded: set[str] = self.__dict__.setdefault("_loaded", set())
+        if module not in loaded:
+            loaded.add(module)
+            importlib.import_module(module).register(self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            self._load(_COMMAND_MODULES.get(cmd_name, _JOB_COMMANDS_MODULE))
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        for module in (*_COMMAND_MODULES.values(), _JOB_COMMANDS_MODULE):
+            self._load(module)
+        return super().list_commands(ctx)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -148,8 +184,6 @@ def cli(click_ctx: click.Context, lakehouse_uri: str | None, storage_options: tu
 def init(ctx: Ctx, order: int, node_max_bytes: int, name_max_bytes: int, txn_ttl: str, isolation: str,
          properties: tuple[str, ...]) -> None:
     """Create a new lakehouse."""
-    from trinitylake.lakehouse import Lakehouse
-    from trinitylake.util import parse_duration_ms
 
     lh = Lakehouse.create(
         ctx.require_uri(), storage_options=ctx.storage_options or None, control_uri=ctx.control_uri, audit=ctx.audit,
@@ -306,7 +340,6 @@ def table_describe(ctx: Ctx, full_name: str, version: int | None, as_of: str | N
 @handle_errors
 def versions(ctx: Ctx, as_json: bool) -> None:
     """List the available versions (oldest first), rollbacks and unreadable roots marked."""
-    from trinitylake.cli.show import render_versions
 
     emit(ctx.lakehouse().versions(), as_json, render_versions)
 
@@ -321,20 +354,7 @@ def rollback(ctx: Ctx, to_version: int) -> None:
     click.echo(f"rolled back to version {to_version} as new version {v}")
 
 
-# ---- the command groups of their own modules --------------------------------------------
-def _register_groups() -> None:
-    from trinitylake.cli import catalog, control, export, jobs, report, show, tables, txn
-
-    for module in (txn, show, jobs, export, report, control, tables, catalog):
-        module.register(cli)
-
-
-_register_groups()
-
-
 def main() -> None:
-    import trinitylake
-
     mark_process_start(trinitylake.PROCESS_STARTED_MS)
     refuse_pandas_for_pyarrow()  # this process is the tlake command (tests invoke `cli`, not main)
     cli(prog_name="tlake")
@@ -363,7 +383,6 @@ def _exit(code: str | int | None) -> None:
     status = code if isinstance(code, int) else (0 if code is None else 1)
     if not isinstance(code, int) and code is not None:
         print(code, file=sys.stderr)  # what sys.exit("message") would print
-    import atexit
 
     atexit._run_exitfuncs()  # noqa: SLF001 - the handlers os._exit would skip, run first
     for stream in (sys.stdout, sys.stderr):

@@ -23,8 +23,15 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.table import Table
 
-from trinitylake.cli.common import _kv
+from trinitylake.cli.common import Ctx, _kv, console, emit, handle_errors
+from trinitylake.cli.jobs import progress_display
+from trinitylake.config import load_job_config
+from trinitylake.errors import TrinityLakeError
+from trinitylake.jobs.export.target import drop_export, list_exports
+from trinitylake.jobs.runner import JobFailedError, run_job
+from trinitylake.spark.common import add_progress_listener
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -64,7 +71,6 @@ def _summary(r: dict[str, Any]) -> str:
 
 def register(cli: click.Group) -> None:
     """Add the `export` command group to the `tlake` CLI."""
-    from trinitylake.cli.common import Ctx, console, emit, handle_errors
 
     @cli.group("export", invoke_without_command=True)
     @click.option("--name", default=None, help="name to record the export under (unique per lakehouse)")
@@ -115,9 +121,6 @@ def register(cli: click.Group) -> None:
             mode = "partial"
         if depth is not None and mode != "partial":
             raise click.UsageError("--depth goes with --partial")
-        from trinitylake.config import load_job_config
-        from trinitylake.errors import TrinityLakeError
-        from trinitylake.jobs.runner import JobFailedError, run_job
 
         overrides = {
             "lakehouse": ctx.require_uri(),
@@ -142,8 +145,6 @@ def register(cli: click.Group) -> None:
             "spark_conf": _kv(spark_conf, "--spark-conf") or None,
         }
         cfg = load_job_config("export", conf_path, overrides=overrides)
-        from trinitylake.cli.jobs import progress_display
-        from trinitylake.spark.common import add_progress_listener
 
         try:
             with progress_display(f"tlake export {cfg.run_id}") as status:
@@ -166,9 +167,7 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def export_list(ctx: Ctx, as_json: bool) -> None:
         """List the exports recorded in the lakehouse definition."""
-        from rich.table import Table
 
-        from trinitylake.jobs.export.target import list_exports
 
         rows = list_exports(ctx.lakehouse().definition())
 
@@ -187,7 +186,6 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def export_drop(ctx: Ctx, name: str) -> None:
         """Forget an export: remove its record and its pin (the exported files are kept)."""
-        from trinitylake.jobs.export.target import drop_export, list_exports
 
         lh = ctx.lakehouse()
         d = lh.definition()

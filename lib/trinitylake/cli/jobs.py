@@ -30,10 +30,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trinitylake import progress
+from trinitylake.config import load_from_flags
 from trinitylake.errors import ConfigError, TrinityLakeError
+from trinitylake.job_flags import given_flags
 from trinitylake.jobs.registry import JOBS, JobSpec
+from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import redact_text
+from trinitylake.spark.common import add_progress_listener
 
 out_console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -109,7 +114,6 @@ def job_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
     """The job's flags as the job's parser gives them (`trinitylake.job_flags.given_flags`),
     with the group's settings: its lakehouse and control URI, and its storage options before
     the command's own ``--storage-option`` pairs (a later pair wins)."""
-    from trinitylake.job_flags import given_flags
 
     given = given_flags(flags)
     given["lakehouse"] = ctx.require_uri()
@@ -122,9 +126,6 @@ def job_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_cli_job(job: str, click_ctx: click.Context, flags: dict[str, Any], as_json: bool) -> None:
-    from trinitylake.config import load_from_flags
-    from trinitylake.jobs.runner import JobFailedError, run_job
-    from trinitylake.spark.common import add_progress_listener
 
     ctx = click_ctx.obj
     try:
@@ -161,7 +162,6 @@ def progress_display(title: str) -> Iterator[Callable[[str], None]]:
 
     On a terminal: rich bars (done/total, rate, elapsed) on stderr. Otherwise (Airflow, cron, a
     pipe): one line per phase on stderr when it ends, so the output is a readable log."""
-    from trinitylake import progress
 
     if err_console.is_terminal:
         with progress.RichProgress(err_console, title) as bars:

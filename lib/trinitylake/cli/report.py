@@ -7,6 +7,7 @@ import json
 import click
 
 from trinitylake.cli.common import Ctx, handle_errors
+from trinitylake.report import generate_report
 
 
 def register(cli: click.Group) -> None:
@@ -20,7 +21,6 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def report(ctx: Ctx, out_path: str, max_versions: int, as_json: bool) -> None:
         """Write an HTML report: versions over time, job runs, files and bytes per version, Iceberg tables."""
-        from trinitylake.report import generate_report
 
         s = generate_report(ctx.lakehouse(), out_path, max_versions=max_versions)
         if as_json:

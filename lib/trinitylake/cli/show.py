@@ -12,6 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from trinitylake.cli.common import Ctx, handle_errors, parse_time
+from trinitylake.control import build_history, reconcile
+from trinitylake.report.data import KEY_METRICS
+from trinitylake.report.svg import fmt_metric
 
 if TYPE_CHECKING:
     from trinitylake.control import HistoryEntry
@@ -31,8 +34,6 @@ def ellipsize(text: str, limit: int) -> str:
 
 def metrics_text(metrics: dict[str, float]) -> str:
     """`name=value` lines with readable units (KiB/MiB, s) and integer counts."""
-    from trinitylake.report.data import KEY_METRICS
-    from trinitylake.report.svg import fmt_metric
 
     # What a run did (deleted, copied, candidates) first, then the rest by name.
     rank = {k: i for i, k in enumerate(KEY_METRICS)}
@@ -124,7 +125,6 @@ def register(cli: click.Group) -> None:
 
         State: committed (made a version), deleted (removed files), dry_run, read (changed
         nothing), failed, recovered (its version landed but its writer's row was lost), running."""
-        from trinitylake.control import build_history, reconcile
 
         lh = ctx.lakehouse()
         infos = lh.version_infos() if version is None else [lh.version_info(version)]

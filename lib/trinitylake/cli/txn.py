@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 from rich.table import Table
 
-from trinitylake.cli.common import Ctx, console, emit, handle_errors
+from trinitylake.cli.common import Ctx, _print_kv, console, emit, handle_errors
 from trinitylake.errors import TrinityLakeError, ValidationError
+from trinitylake.lakehouse.distributed import DistributedTransaction, list_transactions
+from trinitylake.util import parse_duration_ms
+from trinitylake.values import format_timestamp
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.transaction import Transaction
@@ -33,7 +36,6 @@ def _dtxn_id(ctx: Ctx) -> str:
 
 def stage_into(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> None:
     """Stage one CLI write verb into the distributed transaction named by ``--txn``."""
-    from trinitylake.lakehouse.distributed import DistributedTransaction
 
     dt = DistributedTransaction.load(ctx.lakehouse(), _dtxn_id(ctx))
     state = dt.stage(op, requested_at_millis=ctx.started_ms)
@@ -41,7 +43,6 @@ def stage_into(ctx: Ctx, op: Callable[[Transaction], object], describe: str) -> 
 
 
 def distributed_view(ctx: Ctx) -> Transaction:
-    from trinitylake.lakehouse.distributed import DistributedTransaction
 
     return DistributedTransaction.load(ctx.lakehouse(), _dtxn_id(ctx)).view()
 
@@ -75,12 +76,10 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def txn_begin(ctx: Ctx, distributed: bool, isolation: str | None, ttl: str | None, txn_id: str | None) -> None:
         """Begin a distributed transaction; prints its id as the last line."""
-        from trinitylake.lakehouse.distributed import DistributedTransaction
 
         if not distributed:
             raise click.UsageError("only distributed transactions begin by id: pass --distributed "
                                    "(a local transaction is `tlake txn` with operations on stdin)")
-        from trinitylake.util import parse_duration_ms
 
         dt = DistributedTransaction.begin(ctx.lakehouse(), isolation=isolation, txn_id=txn_id,
                                           ttl_millis=parse_duration_ms(ttl) if ttl else None)
@@ -94,7 +93,6 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def txn_commit(ctx: Ctx, txn_id: str) -> None:
         """Commit a distributed transaction as one new version."""
-        from trinitylake.lakehouse.distributed import DistributedTransaction
 
         version = DistributedTransaction.load(ctx.lakehouse(), txn_id).commit(requested_at_millis=ctx.started_ms)
         click.echo(f"committed transaction {txn_id} as version {version}" if version is not None
@@ -106,7 +104,6 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def txn_abort(ctx: Ctx, txn_id: str) -> None:
         """Abort a distributed transaction and delete what it staged."""
-        from trinitylake.lakehouse.distributed import DistributedTransaction
 
         left = DistributedTransaction.load(ctx.lakehouse(), txn_id).abort()
         click.echo(f"aborted transaction {txn_id}" + (f"; {len(left)} files left for the orphan job" if left else ""))
@@ -118,7 +115,6 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def txn_list(ctx: Ctx, include_closed: bool, as_json: bool) -> None:
         """List live distributed transactions."""
-        from trinitylake.lakehouse.distributed import list_transactions
 
         rows = list_transactions(ctx.lakehouse(), include_closed=include_closed)
 
@@ -138,8 +134,6 @@ def register(cli: click.Group) -> None:
     @handle_errors
     def txn_show(ctx: Ctx, txn_id: str, as_json: bool) -> None:
         """State of one distributed transaction."""
-        from trinitylake.cli.common import _print_kv
-        from trinitylake.lakehouse.distributed import DistributedTransaction
 
         info = with_iso_times(DistributedTransaction.load(ctx.lakehouse(), txn_id).info())
         # Operator text gives times as ISO-8601 only; --json keeps the epoch milliseconds as well.
@@ -148,7 +142,6 @@ def register(cli: click.Group) -> None:
 
 def with_iso_times(info: dict[str, Any]) -> dict[str, Any]:
     """`info` with an ISO-8601 UTC field beside each ``*_millis`` one (``began_at``, ``expire_at``)."""
-    from trinitylake.values import format_timestamp
 
     out: dict[str, Any] = {}
     for k, v in info.items():

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trinitylake.control.table import read_delta_rows
 from trinitylake.errors import ControlTableError
 from trinitylake.redact import redact_text, redact_value
 from trinitylake.storage import retry
@@ -104,7 +105,6 @@ def redact_control_table(control: ControlTable, *, dry_run: bool = False) -> Red
     """
     from deltalake.exceptions import CommitFailedError, DeltaError
 
-    from trinitylake.control.table import read_delta_rows
 
     t0 = time.perf_counter()
     res = RedactResult(dry_run=dry_run)

@@ -19,6 +19,7 @@ without it.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -51,7 +52,6 @@ def session_has_delta(spark: Session) -> bool:
     always has Delta), Delta's SQL extension or catalog in the session's conf, or, for a
     Spark Connect session whose server hides or refuses those static confs, a Delta statement
     the server parses (`_delta_sql_probe`)."""
-    import os
 
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
         return True

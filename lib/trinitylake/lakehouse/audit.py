@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from trinitylake.control import AuditRecord
 from trinitylake.redact import redact_text
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ class Auditor:
 
     def record(self, **fields: Any) -> AuditRecord:
         """An audit row of `fields`, with this process's user, host, Spark app and parent seq unless given."""
-        from trinitylake.control import AuditRecord
 
         fields.setdefault("user", _user())
         fields.setdefault("host", socket.gethostname())

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import (
+    AlreadyExistsError,
     CorruptDefinitionError,
     ObjectNotFoundError,
     TransactionClosedError,
@@ -59,11 +60,11 @@ from trinitylake.errors import (
     TransactionExpiredError,
     ValidationError,
 )
-from trinitylake.format import definitions as D
-from trinitylake.format import tree
+from trinitylake.format import definitions, tree
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import new_node_path, root_name, root_version, txn_def_path
 from trinitylake.lakehouse.roots import RootRef, root_system_rows
+from trinitylake.lakehouse.transaction import Transaction
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
@@ -98,7 +99,7 @@ def marker_path(txn_id: str) -> str:
 @dataclass
 class _State:
     number: int
-    d: D.TransactionDef
+    d: definitions.TransactionDef
 
     @property
     def status(self) -> str:
@@ -133,25 +134,24 @@ class DistributedTransaction:
             ValidationError: a bad id or a TTL above the lakehouse's ``txn_ttl_millis``.
             AlreadyExistsError: a distributed transaction with this id exists.
         """
-        from trinitylake.errors import AlreadyExistsError
 
         lh = lakehouse
         txn_id = txn_id or str(uuid.uuid4())
         self = cls(lh, txn_id)
         base = lh.load_root(lh.latest_version())
         d = base.lakehouse_def
-        limit = int(d.txn_ttl_millis or D.DEFAULT_TXN_TTL_MILLIS)
+        limit = int(d.txn_ttl_millis or definitions.DEFAULT_TXN_TTL_MILLIS)
         if ttl_millis is not None and not 0 < ttl_millis <= limit:
             raise ValidationError(f"transaction ttl must be in (0, {limit}] ms (the lakehouse's txn_ttl_millis), got {ttl_millis}")
-        level = D.isolation_level(isolation) if isolation is not None else d.txn_isolation_level
+        level = definitions.isolation_level(isolation) if isolation is not None else d.txn_isolation_level
         running = self._save_running_root(base, base.node, [])
         began = _now_ms()  # the lease starts when the state is saved, as a stage renews it
-        state = D.TransactionDef(id=txn_id, isolation_level=level, beginning_root_node_file_path=root_name(base.version),
+        state = definitions.TransactionDef(id=txn_id, isolation_level=level, beginning_root_node_file_path=root_name(base.version),
                                  running_root_node_file_path=running, began_at_millis=began,
                                  expire_at_millis=began + (ttl_millis or limit), state=OPEN,
                                  ttl_millis=ttl_millis or limit)
         try:
-            lh.storage.create_exclusive(txn_def_path(txn_id), D.dumps(state))
+            lh.storage.create_exclusive(txn_def_path(txn_id), definitions.dumps(state))
         except FileExistsError:
             lh.storage.delete([running])
             raise AlreadyExistsError(f"distributed transaction {txn_id} already exists in {lh.uri}") from None
@@ -184,14 +184,14 @@ class DistributedTransaction:
             n += 1
         return _State(n, self._read_state(n))
 
-    def _read_state(self, n: int) -> D.TransactionDef:
+    def _read_state(self, n: int) -> definitions.TransactionDef:
         path = txn_def_path(self.id, n)
         try:
             data = self.lakehouse.storage.read(path)
         except FileNotFoundError:
             raise ObjectNotFoundError(f"distributed transaction {self.id} does not exist in {self.lakehouse.uri} "
                                       f"(no {path})") from None
-        d = D.loads(D.TransactionDef, data, self.lakehouse.storage.uri(path))
+        d = definitions.loads(definitions.TransactionDef, data, self.lakehouse.storage.uri(path))
         if d.id != self.id:
             raise CorruptDefinitionError(f"transaction definition {path} holds id {d.id!r}, expected {self.id!r}")
         return d
@@ -200,7 +200,7 @@ class DistributedTransaction:
         s = self.state()
         now = _now_ms()
         return {"id": self.id, "state": s.status, "state_number": s.number,
-                "isolation": D.isolation_name(s.d.isolation_level),
+                "isolation": definitions.isolation_name(s.d.isolation_level),
                 "begin_version": root_version(s.d.beginning_root_node_file_path),
                 "running_root": s.d.running_root_node_file_path, "began_at_millis": s.d.began_at_millis,
                 "expire_at_millis": s.d.expire_at_millis, "expired": now >= s.d.expire_at_millis + CLOCK_TOLERANCE_MS,
@@ -237,9 +237,8 @@ class DistributedTransaction:
         return self._transaction(self._checked_open(self.state()), self._running)
 
     def _transaction(self, s: _State, root_of: Callable[[_State], RootRef]) -> Transaction:
-        from trinitylake.lakehouse.transaction import Transaction
 
-        t = Transaction(self.lakehouse, isolation=D.isolation_name(s.d.isolation_level), txn_id=self.id, root=root_of(s))
+        t = Transaction(self.lakehouse, isolation=definitions.isolation_name(s.d.isolation_level), txn_id=self.id, root=root_of(s))
         t.began_at_millis = int(s.d.began_at_millis)
         t.expire_at_millis = int(s.d.expire_at_millis)
         t.begin_version = root_version(s.d.beginning_root_node_file_path)
@@ -318,7 +317,7 @@ class DistributedTransaction:
                         raise TransactionConflictError(f"{e}; the transaction is aborted") from None
                 msgs = [Message(k, v, self.id) for k, v in pinned.writes.items()]
                 new_running = self._save_running_root(base, base.node, msgs, written)
-                nxt = D.TransactionDef()
+                nxt = definitions.TransactionDef()
                 nxt.CopyFrom(s.d)
                 nxt.beginning_root_node_file_path = root_name(base.version)
                 nxt.running_root_node_file_path = new_running
@@ -328,7 +327,7 @@ class DistributedTransaction:
                 nxt.dropped_namespace_keys[:] = sorted(pinned.dropped_namespace_keys)
                 self._checked_open(s, at_ms=at)
                 nxt.expire_at_millis = _now_ms() + self._ttl(s)
-                lh.storage.create_exclusive(txn_def_path(self.id, s.number + 1), D.dumps(nxt))
+                lh.storage.create_exclusive(txn_def_path(self.id, s.number + 1), definitions.dumps(nxt))
             except FileExistsError:
                 _delete_quietly(lh, written, "a staging attempt that lost the race")
                 time.sleep(backoff * (0.5 + random.random()))
@@ -374,12 +373,12 @@ class DistributedTransaction:
                 if status == COMMITTING:
                     return s
                 raise TransactionClosedError(f"distributed transaction {self.id} is being committed; it can no longer abort")
-            nxt = D.TransactionDef()
+            nxt = definitions.TransactionDef()
             nxt.CopyFrom(s.d)
             nxt.state = status
             nxt.state_number = s.number + 1
             try:
-                self.lakehouse.storage.create_exclusive(txn_def_path(self.id, s.number + 1), D.dumps(nxt))
+                self.lakehouse.storage.create_exclusive(txn_def_path(self.id, s.number + 1), definitions.dumps(nxt))
             except FileExistsError:
                 time.sleep(0.005 * (0.5 + random.random()))
                 continue
@@ -442,14 +441,14 @@ class DistributedTransaction:
         return failed
 
     def _finish(self, s: _State, status: str, version: int | None) -> None:
-        nxt = D.TransactionDef()
+        nxt = definitions.TransactionDef()
         nxt.CopyFrom(s.d)
         nxt.state = status
         nxt.state_number = s.number + 1
         if version is not None:
             nxt.committed_version = version
         try:
-            self.lakehouse.storage.create_exclusive(txn_def_path(self.id, s.number + 1), D.dumps(nxt))
+            self.lakehouse.storage.create_exclusive(txn_def_path(self.id, s.number + 1), definitions.dumps(nxt))
         except FileExistsError:
             log.warning("distributed transaction %s: state %d was written concurrently (a second commit?)", self.id, s.number + 1)
         self._drop_marker()

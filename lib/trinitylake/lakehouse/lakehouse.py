@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from trinitylake.control import VersionInfo
 from trinitylake.errors import (
     AlreadyExistsError,
     ControlTableError,
@@ -15,13 +17,12 @@ from trinitylake.errors import (
     SnapshotNotFoundError,
     StorageNotADirectoryError,
     TransactionConflictError,
+    TrinityLakeError,
     UnsupportedVersionError,
     ValidationError,
     VersionNotFoundError,
 )
-from trinitylake.format import definitions as D
-from trinitylake.format import keys as K
-from trinitylake.format import tree
+from trinitylake.format import definitions, keys, tree
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import HINT_FILE, is_root_name, lakehouse_def_name, parse_hint, root_name, root_version
 from trinitylake.lakehouse.audit import Auditor
@@ -29,6 +30,7 @@ from trinitylake.lakehouse.changes import ChangeSet
 from trinitylake.lakehouse.changes import now_ms as _now_ms
 from trinitylake.lakehouse.context import API, AuditContext
 from trinitylake.lakehouse.roots import RootRef, check_retained, root_system_rows
+from trinitylake.lakehouse.transaction import Transaction
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.storage import Storage, is_absolute, parse_uri
 
@@ -55,7 +57,7 @@ class Lakehouse:
         self.storage = storage
         self.uri = storage.root
         self._stores: dict[str, tree.NodeStore] = {}
-        self._defs: dict[str, D.LakehouseDef] = {}
+        self._defs: dict[str, definitions.LakehouseDef] = {}
         self._roots: dict[int, RootRef] = {}  # root files are immutable: cache what was read
         self._foreign: dict[str, Storage] = {}
         self.auditor = Auditor(self, control_uri or (self.uri + "/_control"), enabled=audit)
@@ -74,12 +76,12 @@ class Lakehouse:
         control_uri: str | None = None,
         audit: bool = True,
         context: AuditContext = API,
-        order: int = D.DEFAULT_ORDER,
-        node_max_bytes: int = D.DEFAULT_NODE_MAX_BYTES,
-        namespace_max: int = D.DEFAULT_NAME_MAX,
-        table_max: int = D.DEFAULT_NAME_MAX,
-        view_max: int = D.DEFAULT_NAME_MAX,
-        txn_ttl_millis: int = D.DEFAULT_TXN_TTL_MILLIS,
+        order: int = definitions.DEFAULT_ORDER,
+        node_max_bytes: int = definitions.DEFAULT_NODE_MAX_BYTES,
+        namespace_max: int = definitions.DEFAULT_NAME_MAX,
+        table_max: int = definitions.DEFAULT_NAME_MAX,
+        view_max: int = definitions.DEFAULT_NAME_MAX,
+        txn_ttl_millis: int = definitions.DEFAULT_TXN_TTL_MILLIS,
         isolation: str = "snapshot",
         properties: dict[str, str] | None = None,
     ) -> Lakehouse:
@@ -97,7 +99,7 @@ class Lakehouse:
         lh = cls(storage, control_uri=control_uri, audit=audit, context=context)
         if lh._any_root_exists():
             raise AlreadyExistsError(f"a lakehouse already exists at {storage.root}")
-        d = D.new_lakehouse_def(order, node_max_bytes, namespace_max, table_max, view_max, txn_ttl_millis, isolation)
+        d = definitions.new_lakehouse_def(order, node_max_bytes, namespace_max, table_max, view_max, txn_ttl_millis, isolation)
         d.properties.update(properties or {})
         started = datetime.now(UTC)
         txn_id = str(uuid.uuid4())
@@ -107,7 +109,7 @@ class Lakehouse:
             _refuse_file_root(storage, "cannot create a lakehouse at", e)
             raise
         def_path = lakehouse_def_name()
-        storage.create_exclusive(def_path, D.dumps(d))
+        storage.create_exclusive(def_path, definitions.dumps(d))
         root = Node(system=root_system_rows(created_at_millis=_now_ms(), lakehouse_def=def_path, txn_id=txn_id, txn_seq=seq))
         try:
             storage.create_exclusive(root_name(0), serialize(root, d.order))
@@ -239,14 +241,14 @@ class Lakehouse:
 
     def _root_from_bytes(self, version: int, path: str, data: bytes, base: Storage) -> RootRef:
         node = deserialize(data, None, base.uri(path))
-        def_path = node.system.get(K.SYS_LAKEHOUSE_DEF)
+        def_path = node.system.get(keys.SYS_LAKEHOUSE_DEF)
         if not def_path:
             from trinitylake.errors import CorruptNodeError
 
             raise CorruptNodeError(f"root node file {base.uri(path)} has no lakehouse_def system row")
         return RootRef(version, path, node, self.load_def(def_path, base), def_path, base)
 
-    def load_def(self, def_path: str, base: Storage | None = None) -> D.LakehouseDef:
+    def load_def(self, def_path: str, base: Storage | None = None) -> definitions.LakehouseDef:
         storage, p = self.resolve(def_path, base)
         cache_key = storage.uri(p)
         d = self._defs.get(cache_key)
@@ -257,16 +259,16 @@ class Lakehouse:
                 from trinitylake.errors import CorruptNodeError
 
                 raise CorruptNodeError(f"lakehouse definition {cache_key} is missing") from None
-            d = D.loads(D.LakehouseDef, data, cache_key)
-            if d.major_version not in D.SUPPORTED_MAJOR_VERSIONS:
+            d = definitions.loads(definitions.LakehouseDef, data, cache_key)
+            if d.major_version not in definitions.SUPPORTED_MAJOR_VERSIONS:
                 raise UnsupportedVersionError(
                     f"lakehouse definition {cache_key} has format major version {d.major_version}; "
-                    f"this library supports {list(D.SUPPORTED_MAJOR_VERSIONS)}"
+                    f"this library supports {list(definitions.SUPPORTED_MAJOR_VERSIONS)}"
                 )
             self._defs[cache_key] = d
         return d
 
-    def definition(self) -> D.LakehouseDef:
+    def definition(self) -> definitions.LakehouseDef:
         return self.load_root(self.latest_version()).lakehouse_def
 
     def root_at(self, version: int | None = None, as_of: datetime | int | None = None, snapshot: str | None = None) -> RootRef:
@@ -318,7 +320,6 @@ class Lakehouse:
         """Every available version, oldest first, with its commit facts. A root that cannot be
         read is listed with ``corrupt`` = its typed error in one line (None for the others), so
         one bad old version does not hide the rest."""
-        from trinitylake.errors import TrinityLakeError
 
         latest = self.latest_version()
         listed = [v for v in self.listed_versions() if v <= latest]
@@ -352,7 +353,6 @@ class Lakehouse:
 
     def version_info(self, version: int) -> VersionInfo:
         """What the tree says about one version, for the control table's history."""
-        from trinitylake.control import VersionInfo
 
         r = self.load_root(version)
         return VersionInfo(
@@ -368,8 +368,6 @@ class Lakehouse:
     def version_infos(self) -> list[VersionInfo]:
         """`version_info` of every available version; a root that cannot be read gives an
         info with only ``corrupt`` set (its typed error in one line) instead of failing."""
-        from trinitylake.control import VersionInfo
-        from trinitylake.errors import TrinityLakeError
 
         latest = self.latest_version()
         out = []
@@ -401,11 +399,11 @@ class Lakehouse:
                 prev_ref = None
         def_changed = prev_def is not None and prev_def != ref.def_path
         if ref.txn_id is not None:
-            keys: dict[str, str | None] = {}
+            changed: dict[str, str | None] = {}
             for m in ref.node.buffer:
                 if m.txn == ref.txn_id:
-                    keys[m.key] = m.value
-            return ChangeSet(version, ref.txn_id, keys, def_changed)
+                    changed[m.key] = m.value
+            return ChangeSet(version, ref.txn_id, changed, def_changed)
         if prev_ref is None:
             items = dict(LakehouseView(self, ref).all_items())
             return ChangeSet(version, None, dict(items), def_changed)
@@ -425,7 +423,7 @@ class Lakehouse:
         """Human-readable changes of a version: 'create table ns.t', 'drop namespace x', ..."""
         ref = self.load_root(version)
         cs = self.change_set(version, ref)
-        codec = K.KeyCodec(
+        codec = keys.KeyCodec(
             ref.lakehouse_def.namespace_name_max_size_bytes,
             ref.lakehouse_def.table_name_max_size_bytes,
             ref.lakehouse_def.view_name_max_size_bytes,
@@ -459,7 +457,6 @@ class Lakehouse:
 
     # ---- transactions -----------------------------------------------------------------------
     def begin(self, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None) -> Transaction:
-        from trinitylake.lakehouse.transaction import Transaction
 
         return Transaction(self, isolation=isolation, txn_id=txn_id, ttl_millis=ttl_millis)
 
@@ -469,22 +466,18 @@ class Lakehouse:
         return txn.commit()
 
     def create_namespace(self, ns: str, properties: dict[str, str] | None = None) -> int | None:
-        from trinitylake.lakehouse.transaction import Transaction
 
         return self._single(Transaction.create_namespace, ns, properties)
 
     def drop_namespace(self, ns: str, cascade: bool = False) -> int | None:
-        from trinitylake.lakehouse.transaction import Transaction
 
         return self._single(Transaction.drop_namespace, ns, cascade=cascade)
 
     def create_table(self, ns: str, table: str, **kwargs: Any) -> int | None:
-        from trinitylake.lakehouse.transaction import Transaction
 
         return self._single(Transaction.create_table, ns, table, **kwargs)
 
     def drop_table(self, ns: str, table: str) -> int | None:
-        from trinitylake.lakehouse.transaction import Transaction
 
         return self._single(Transaction.drop_table, ns, table)
 
@@ -540,7 +533,7 @@ class Lakehouse:
 
     # ---- shared commit helpers ----------------------------------------------------------
     @staticmethod
-    def tree_params(d: D.LakehouseDef) -> tree.TreeParams:
+    def tree_params(d: definitions.LakehouseDef) -> tree.TreeParams:
         prop = d.properties.get("tlake.buffer.max-messages")
         return tree.TreeParams(order=d.order, max_bytes=d.node_file_max_size_bytes,
                                buffer_max_messages=int(prop) if prop else d.order)
@@ -553,14 +546,13 @@ class Lakehouse:
             for p, data in pending.items():
                 self.storage.write(p, data)
             return
-        from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(16, len(pending))) as pool:
             list(pool.map(lambda kv: self.storage.write(*kv), pending.items()))
 
-    def write_definition(self, d: D.LakehouseDef) -> str:
+    def write_definition(self, d: definitions.LakehouseDef) -> str:
         path = lakehouse_def_name()
-        self.storage.create_exclusive(path, D.dumps(d))
+        self.storage.create_exclusive(path, definitions.dumps(d))
         return path
 
     def describe_changes_safely(self, version: int) -> list[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trinitylake.errors import VersionExpiredError
-from trinitylake.format import keys as K
+from trinitylake.format import keys
 from trinitylake.format.definitions import LakehouseDef
 from trinitylake.format.node import Node
 
@@ -31,27 +31,27 @@ class RootRef:
 
     @property
     def created_at_millis(self) -> int:
-        return int(self.node.system.get(K.SYS_CREATED_AT, "0") or 0)
+        return int(self.node.system.get(keys.SYS_CREATED_AT, "0") or 0)
 
     @property
     def previous_root(self) -> str | None:
-        return self.node.system.get(K.SYS_PREVIOUS_ROOT)
+        return self.node.system.get(keys.SYS_PREVIOUS_ROOT)
 
     @property
     def rollback_from_root(self) -> str | None:
-        return self.node.system.get(K.SYS_ROLLBACK_FROM_ROOT)
+        return self.node.system.get(keys.SYS_ROLLBACK_FROM_ROOT)
 
     @property
     def rollback_to_root(self) -> str | None:
-        return self.node.system.get(K.SYS_ROLLBACK_TO_ROOT)
+        return self.node.system.get(keys.SYS_ROLLBACK_TO_ROOT)
 
     @property
     def txn_id(self) -> str | None:
-        return self.node.system.get(K.SYS_TXN_ID)
+        return self.node.system.get(keys.SYS_TXN_ID)
 
     @property
     def txn_seq(self) -> int | None:
-        v = self.node.system.get(K.SYS_TXN_SEQ)
+        v = self.node.system.get(keys.SYS_TXN_SEQ)
         return int(v) if v and v.isdigit() else None
 
 
@@ -65,17 +65,17 @@ def root_system_rows(
     txn_id: str | None = None,
     txn_seq: int | None = None,
 ) -> dict[str, str]:
-    rows = {K.SYS_CREATED_AT: str(created_at_millis), K.SYS_LAKEHOUSE_DEF: lakehouse_def}
+    rows = {keys.SYS_CREATED_AT: str(created_at_millis), keys.SYS_LAKEHOUSE_DEF: lakehouse_def}
     if previous_root is not None:
-        rows[K.SYS_PREVIOUS_ROOT] = previous_root
+        rows[keys.SYS_PREVIOUS_ROOT] = previous_root
     if rollback_from_root is not None:
-        rows[K.SYS_ROLLBACK_FROM_ROOT] = rollback_from_root
+        rows[keys.SYS_ROLLBACK_FROM_ROOT] = rollback_from_root
     if rollback_to_root is not None:
-        rows[K.SYS_ROLLBACK_TO_ROOT] = rollback_to_root
+        rows[keys.SYS_ROLLBACK_TO_ROOT] = rollback_to_root
     if txn_id is not None:
-        rows[K.SYS_TXN_ID] = txn_id
+        rows[keys.SYS_TXN_ID] = txn_id
     if txn_seq is not None:
-        rows[K.SYS_TXN_SEQ] = str(txn_seq)
+        rows[keys.SYS_TXN_SEQ] = str(txn_seq)
     return rows
 
 

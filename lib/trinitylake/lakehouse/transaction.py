@@ -29,9 +29,7 @@ from trinitylake.errors import (
     TrinityLakeError,
     ValidationError,
 )
-from trinitylake.format import definitions as D
-from trinitylake.format import keys as K
-from trinitylake.format import tree
+from trinitylake.format import definitions, keys, tree
 from trinitylake.format.node import Message, serialize
 from trinitylake.format.paths import namespace_def_path, root_name, table_def_path
 from trinitylake.lakehouse.changes import ChangeSet
@@ -71,11 +69,11 @@ class TransactionHost(NodeSource, Protocol):
 
     def change_set(self, version: int, ref: RootRef | None = None) -> ChangeSet: ...
 
-    def tree_params(self, d: D.LakehouseDef) -> tree.TreeParams: ...
+    def tree_params(self, d: definitions.LakehouseDef) -> tree.TreeParams: ...
 
     def write_nodes(self, pending: dict[str, bytes]) -> None: ...
 
-    def write_definition(self, d: D.LakehouseDef) -> str: ...
+    def write_definition(self, d: definitions.LakehouseDef) -> str: ...
 
     def write_hint(self, version: int) -> None: ...
 
@@ -98,8 +96,8 @@ class Transaction(LakehouseView):
         super().__init__(lakehouse, root)
         d = root.lakehouse_def
         self.id = txn_id or str(uuid.uuid4())
-        self.isolation = D.isolation_name(D.isolation_level(isolation) if isolation is not None else d.txn_isolation_level)
-        limit = d.txn_ttl_millis or D.DEFAULT_TXN_TTL_MILLIS
+        self.isolation = definitions.isolation_name(definitions.isolation_level(isolation) if isolation is not None else d.txn_isolation_level)
+        limit = d.txn_ttl_millis or definitions.DEFAULT_TXN_TTL_MILLIS
         if ttl_millis is not None and not 0 < ttl_millis <= limit:
             raise ValidationError(f"transaction ttl must be in (0, {limit}] ms (the lakehouse's txn_ttl_millis), got {ttl_millis}")
         self.began_at_millis = _now_ms()
@@ -110,7 +108,7 @@ class Transaction(LakehouseView):
         self.read_prefixes: set[str] = set()
         self.writes: dict[str, str | None] = {}
         self.dropped_namespace_keys: set[str] = set()  # even when re-created later in this txn
-        self.def_mutations: list[Callable[[D.LakehouseDef], None]] = []
+        self.def_mutations: list[Callable[[definitions.LakehouseDef], None]] = []
         self.ops: list[str] = []
         self.staged_files: list[str] = []  # definition files this object wrote (cleanup on failure)
         self.attempts = 0
@@ -141,7 +139,7 @@ class Transaction(LakehouseView):
             raise TransactionClosedError(f"transaction {self.id} is already closed")
 
     def _write_def(self, path: str, msg: ProtoMessage) -> str:
-        self.lakehouse.storage.create_exclusive(path, D.dumps(msg))
+        self.lakehouse.storage.create_exclusive(path, definitions.dumps(msg))
         self.staged_files.append(path)
         return path
 
@@ -150,7 +148,7 @@ class Transaction(LakehouseView):
         key = self._ns_key(ns)
         if self.get_key(key) is not None:
             raise AlreadyExistsError(f"namespace {ns!r} already exists")
-        d = D.NamespaceDef(id=str(uuid.uuid4()), properties=properties or {})
+        d = definitions.NamespaceDef(id=str(uuid.uuid4()), properties=properties or {})
         self.writes[key] = self._write_def(namespace_def_path(ns), d)
         self.ops.append(f"create namespace {ns}")
 
@@ -195,14 +193,14 @@ class Transaction(LakehouseView):
         if self.get_key(tkey) is not None:
             raise AlreadyExistsError(f"table {ns}.{table} already exists")
         ttype = (table_type or ("external" if metadata_location else "managed")).upper()
-        if ttype not in D.TABLE_TYPES:
+        if ttype not in definitions.TABLE_TYPES:
             raise ValidationError(f"table type must be managed, external or federated, got {table_type!r}")
         fmt = dict(format_properties or {})
         if metadata_location:
             fmt["metadata_location"] = metadata_location
         if ttype == "EXTERNAL" and not fmt.get("metadata_location"):
             raise ValidationError(f"external Iceberg table {ns}.{table} needs a metadata_location")
-        d = D.TableDef(id=str(uuid.uuid4()), table_type=ttype, table_format="ICEBERG",
+        d = definitions.TableDef(id=str(uuid.uuid4()), table_type=ttype, table_format="ICEBERG",
                        format_properties=fmt, properties=properties or {})
         self.writes[tkey] = self._write_def(table_def_path(ns, table), d)
         self.ops.append(f"create table {ns}.{table}")
@@ -239,7 +237,7 @@ class Transaction(LakehouseView):
         self.writes[key] = None
         self.ops.append(f"drop table {ns}.{table}")
 
-    def mutate_definition(self, fn: Callable[[D.LakehouseDef], None], description: str) -> None:
+    def mutate_definition(self, fn: Callable[[definitions.LakehouseDef], None], description: str) -> None:
         """Change the lakehouse definition at commit. `fn` is re-applied to the latest
         definition on every attempt, so concurrent definition changes (an export and an
         expiration, say) both survive; `fn` raises to refuse (e.g. an export name clash)."""
@@ -305,7 +303,7 @@ class Transaction(LakehouseView):
                 def_path = base.def_path
                 d = base.lakehouse_def
                 if self.def_mutations:
-                    d = D.LakehouseDef()
+                    d = definitions.LakehouseDef()
                     d.CopyFrom(base.lakehouse_def)
                     for fn in self.def_mutations:
                         fn(d)
@@ -423,19 +421,19 @@ class Transaction(LakehouseView):
 
         # Namespaces are compared by name: a key's namespace part has no fixed character width
         # (padding counts UTF-8 bytes, or UTF-16 units in Java-written keys).
-        changed_ns = {self._ns_name(k) for k, v in changed.items() if k.startswith(K.NS_PREFIX) and created_or_dropped(k, v)}
+        changed_ns = {self._ns_name(k) for k, v in changed.items() if k.startswith(keys.NS_PREFIX) and created_or_dropped(k, v)}
         my_ns = {
             self._ns_name(k)
             for k, v in self.writes.items()
-            if k.startswith(K.NS_PREFIX) and (k in self.dropped_namespace_keys or created_or_dropped(k, v))
+            if k.startswith(keys.NS_PREFIX) and (k in self.dropped_namespace_keys or created_or_dropped(k, v))
         }
         changed_ns.discard(None)
         my_ns.discard(None)
         for k in self.writes:
-            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and self._ns_name(k) in changed_ns:
+            if k[:4] in (keys.TABLE_PREFIX, keys.VIEW_PREFIX) and self._ns_name(k) in changed_ns:
                 return f"namespace {self._ns_name(k)!r} was created or dropped concurrently"
         for k in changed:
-            if k[:4] in (K.TABLE_PREFIX, K.VIEW_PREFIX) and self._ns_name(k) in my_ns:
+            if k[:4] in (keys.TABLE_PREFIX, keys.VIEW_PREFIX) and self._ns_name(k) in my_ns:
                 return f"{self.codec.describe(k)} changed inside namespace {self._ns_name(k)!r} that this transaction creates or drops"
         if self.isolation == "serializable":
             for k in changed:

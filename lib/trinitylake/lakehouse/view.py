@@ -9,9 +9,8 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from trinitylake.errors import InvalidNameError, ObjectNotFoundError, UndecodableKeyError, ValidationError
-from trinitylake.format import definitions as D
-from trinitylake.format import tree
-from trinitylake.format.keys import KeyCodec
+from trinitylake.format import definitions, tree
+from trinitylake.format.keys import NS_PREFIX, KeyCodec
 
 _Def = TypeVar("_Def", bound=Message)
 
@@ -101,7 +100,7 @@ class LakehouseView:
             data = storage.read(p)
         except FileNotFoundError:
             raise ObjectNotFoundError(f"definition file {storage.uri(p)} is missing") from None
-        return D.loads(cls, data, storage.uri(p))
+        return definitions.loads(cls, data, storage.uri(p))
 
     # -- namespaces
     def namespace_exists(self, ns: str) -> bool:
@@ -113,7 +112,6 @@ class LakehouseView:
         Raises:
             UndecodableKeyError: some keys cannot be decoded (``e.listed`` has the others).
         """
-        from trinitylake.format.keys import NS_PREFIX
 
         return self._decoded(self._scan(NS_PREFIX), 0, "namespace")
 
@@ -123,12 +121,12 @@ class LakehouseView:
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist (version {self.version})")
         return path
 
-    def load_namespace(self, ns: str) -> D.NamespaceDef:
-        return self.read_def(D.NamespaceDef, self._namespace_path(ns))
+    def load_namespace(self, ns: str) -> definitions.NamespaceDef:
+        return self.read_def(definitions.NamespaceDef, self._namespace_path(ns))
 
     def describe_namespace(self, ns: str) -> dict[str, Any]:
         path = self._namespace_path(ns)
-        d = self.read_def(D.NamespaceDef, path)
+        d = self.read_def(definitions.NamespaceDef, path)
         return {"name": ns, "id": d.id, "properties": dict(d.properties), "definition": path, "version": self.version}
 
     # -- tables
@@ -152,18 +150,18 @@ class LakehouseView:
             raise ObjectNotFoundError(f"table {ns}.{table} does not exist (version {self.version})")
         return path
 
-    def load_table(self, ns: str, table: str) -> D.TableDef:
-        return self.read_def(D.TableDef, self._table_path(ns, table))
+    def load_table(self, ns: str, table: str) -> definitions.TableDef:
+        return self.read_def(definitions.TableDef, self._table_path(ns, table))
 
     def describe_table(self, ns: str, table: str) -> dict[str, Any]:
         path = self._table_path(ns, table)
-        d = self.read_def(D.TableDef, path)
+        d = self.read_def(definitions.TableDef, path)
         return {
             "namespace": ns,
             "name": table,
             "id": d.id,
-            "table_type": D.table_type_name(d).lower(),
-            "table_format": D.table_format_name(d).lower(),
+            "table_type": definitions.table_type_name(d).lower(),
+            "table_format": definitions.table_format_name(d).lower(),
             "metadata_location": d.format_properties.get("metadata_location"),
             "format_properties": dict(d.format_properties),
             "properties": dict(d.properties),

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from trinitylake.control import build_history
 from trinitylake.format.paths import root_version
+from trinitylake.options import JOB_OPTIONS
 from trinitylake.redact import redact_text, redact_value
 from trinitylake.report.tree import (
     MAX_REPORT_TABLES,
@@ -240,7 +242,6 @@ def non_default_arguments(job: str, arguments: dict[str, Any], started_at: datet
     `started_at` count as defaults (they are derived when not given). Other commands keep
     every argument but the command line (``argv``).
     """
-    from trinitylake.options import JOB_OPTIONS
 
     options = JOB_OPTIONS.get(job)
     out: dict[str, Any] = {}
@@ -319,7 +320,6 @@ def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
             }.get(audit_state, f"The control table could not be read ({audit_state}); job runs are not shown.")
         )
 
-    from trinitylake.control import build_history
 
     entries = build_history(records, infos, include_reads=True)
     jobs_by_seq: dict[int, JobRun] = {}

@@ -6,11 +6,16 @@ current metadata JSON). Nothing here writes.
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trinitylake.format.definitions import table_format_name
 from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
+from trinitylake.maintenance.table_pointers import read_table_definitions
 from trinitylake.redact import redact_text
 
 if TYPE_CHECKING:
@@ -65,10 +70,7 @@ def iceberg_tables(lh: Lakehouse, view: Any, entries: list[tuple[str, str]], thr
     counts, read from each table's current metadata JSON (its ``snapshots`` and
     ``current-snapshot-id``), and the number of tables of another format. A definition or
     metadata file that cannot be read gives the table a one-line `IcebergTable.error`."""
-    from concurrent.futures import ThreadPoolExecutor
 
-    from trinitylake.format.definitions import table_format_name
-    from trinitylake.maintenance.table_pointers import read_table_definitions
 
     defs = read_table_definitions(view, entries, threads)
     wanted: list[IcebergTable] = []
@@ -101,8 +103,6 @@ def iceberg_tables(lh: Lakehouse, view: Any, entries: list[tuple[str, str]], thr
 
 
 def _read_metadata(lh: Lakehouse, t: IcebergTable) -> None:
-    import gzip
-    import json
 
     assert t.metadata_location is not None
     storage, p = lh.resolve(t.metadata_location)
