@@ -188,7 +188,7 @@ class CatalogService:
 
     # ---- plumbing ----------------------------------------------------------------------------
     def catalog_for(self, travel: tuple[str, str] | None, principal: Principal) -> TrinityLakeCatalog:
-        """The catalog one request uses: the shared one, or a read-only one of a past version."""
+        """The catalog one request uses: a copy of this thread's, or a read-only one of a past version."""
         base = self._thread_catalog()
         if travel is None:
             cat = copy.copy(base)
