@@ -1,0 +1,265 @@
+"""Randomized histories of Iceberg tables and their maintenance, checked by the tests' own
+oracle of table files (`tests.iceberg.table_oracle`: plain JSON and an Avro reader of its own,
+nothing of the library's maintenance code).
+
+Hypothesis draws a sequence of steps over two tables of one lakehouse (each with two snapshots
+to start with):
+
+* table commits through PyIceberg on `TrinityLakeCatalog`: append, overwrite, delete of some rows;
+* the lakehouse's own expire, keeping 1-3 versions (its clock set ahead, as `tests.support.jobs`
+  does, so no step sleeps);
+* ``tables_expire`` (all tables or one; every snapshot old enough or none; 1-3 kept per branch);
+* ``tables_orphans`` after planting old and young junk files under a table's location.
+
+After every step:
+
+* every file the oracle says is live exists: every snapshot of each table's current metadata
+  and, for every retained lakehouse version, the metadata file it points at, that file's
+  current snapshot and its log;
+* what a step deleted, the oracle allowed: a table commit and the lakehouse's expire delete no
+  table file; after ``tables_expire`` every table file that nothing live reaches is gone (what a
+  retained version reached stays deferred until that version expires) and nothing live went;
+  ``tables_orphans`` deletes exactly the oracle's orphans (files under a table's location, not
+  hidden, older than 3 days, that nothing live reaches);
+* time travel to every retained lakehouse version reads each table, through PyIceberg, with
+  the rows it had when that version was made; the latest reads the rows of the last commit.
+
+Sizes follow the reliability suite's scale (``TLAKE_RELIABILITY_SCALE``, ``ci`` by default).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.iceberg import table_oracle as oracle
+from tests.iceberg.tables_setup import DAY_S, open_catalog, plant
+from tests.support.jobs import TTL_MS, run_local
+from trinitylake.lakehouse import Lakehouse
+
+TABLES = ("s.a", "s.b")
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+#: (examples, most steps per example) per scale: ci stays under a minute on 2 cores.
+SIZES = {"ci": (6, 8), "full": (40, 16)}
+
+TABLE = st.sampled_from(TABLES)
+COMMIT = st.one_of(
+    st.tuples(st.just("append"), TABLE, st.integers(1, 3)),
+    st.tuples(st.just("overwrite"), TABLE, st.integers(1, 3)),
+    st.tuples(st.just("delete"), TABLE, st.integers(0, 2)),
+)
+STEP = st.one_of(
+    COMMIT,
+    COMMIT,  # commits twice as likely as each job: the jobs find history to work on
+    st.tuples(st.just("lakehouse_expire"), st.integers(1, 3)),
+    st.tuples(
+        st.just("tables_expire"), st.sampled_from(["all", *TABLES]), st.booleans(), st.integers(1, 3)
+    ),
+    st.tuples(st.just("tables_orphans"), TABLE, st.integers(0, 2), st.integers(0, 1)),
+)
+
+
+def _rows(ids: list[int]) -> pa.Table:
+    return pa.table({"id": ids, "v": [f"r{i}" for i in ids]}, schema=SCHEMA)
+
+
+def _ids(table: Any) -> list[int]:
+    return sorted(table.scan().to_arrow().column("id").to_pylist())
+
+
+def _files(root: str) -> set[str]:
+    return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
+
+
+class History:
+    """One lakehouse with two tables, the rows each version read when it was made, and every
+    metadata file ever current (the oracle's universe of table files)."""
+
+    def __init__(self, root: str):
+        self.uri = os.path.join(root, "lh")
+        Lakehouse.create(self.uri, audit=False, txn_ttl_millis=TTL_MS)
+        self.cat = open_catalog(self.uri)
+        self.cat.create_namespace("s")
+        for n in TABLES:
+            self.cat.create_table(n, schema=SCHEMA)
+        self.rows: dict[int, dict[str, list[int]]] = {}
+        self.metadata_files: set[str] = set()
+        self.next_id = 0
+        self.record()
+        for n in TABLES:  # two snapshots each to start with: the random steps have history to expire
+            for _ in range(2):
+                self.cat.load_table(n).append(_rows(self.fresh(1)))
+                self.record()
+
+    def lakehouse(self) -> Lakehouse:
+        return Lakehouse.open(self.uri, audit=False)
+
+    def record(self) -> None:
+        """The rows of each table at the latest version, and its metadata files."""
+        v = self.lakehouse().latest_version()
+        self.rows[v] = {n: _ids(self.cat.load_table(n)) for n in TABLES}
+        self.see()
+
+    def see(self) -> None:
+        for n in TABLES:
+            loc = self.cat.load_table(n).metadata_location
+            self.metadata_files.add(oracle.local(loc))
+            self.metadata_files |= oracle.log_of(oracle.metadata(loc))
+
+    def fresh(self, n: int) -> list[int]:
+        self.next_id += n
+        return list(range(self.next_id - n, self.next_id))
+
+    def retained(self) -> list[int]:
+        lh = self.lakehouse()
+        floor = lh.definition().oldest_retained_version
+        return [v for v in lh.listed_versions() if v >= floor]
+
+    def live(self) -> set[str]:
+        """The oracle's live set: the tables' current metadata and every retained version's pointers."""
+        lh = self.lakehouse()
+        pointed = []
+        for v in self.retained():
+            view = lh.view(v)
+            for n in TABLES:
+                ns, t = n.split(".")
+                if view.table_exists(ns, t):
+                    pointed.append(view.load_table(ns, t).format_properties["metadata_location"])
+        current = [self.cat.load_table(n).metadata_location for n in TABLES]
+        try:
+            return oracle.expected_live(current, pointed)
+        except FileNotFoundError as e:  # a manifest list or manifest live metadata names is gone
+            raise AssertionError(f"a live table file was deleted: {e.filename}") from e
+
+    def locations(self) -> list[str]:
+        return [oracle.local(self.cat.load_table(n).metadata.location) for n in TABLES]
+
+    def table_files(self) -> set[str]:
+        return set().union(*(_files(loc) for loc in self.locations()))
+
+
+def _orphans_by_oracle(h: History, live: set[str], now: float) -> set[str]:
+    """Files under a table's location that are not hidden, older than 3 days and not live."""
+    out = set()
+    for loc in h.locations():
+        for p in _files(loc):
+            rel = os.path.relpath(p, loc)
+            hidden = any(part[:1] in ("_", ".") and "=" not in part for part in rel.split("/"))
+            if not hidden and p not in live and os.stat(p).st_mtime < now - 3 * DAY_S:
+                out.add(p)
+    return out
+
+
+def _step(h: History, step: tuple, seen: dict[str, int]) -> None:
+    kind = step[0]
+    seen[kind] = seen.get(kind, 0) + 1
+    before = h.table_files()
+    live_before = h.live()
+    if kind in ("append", "overwrite", "delete"):
+        t = h.cat.load_table(step[1])
+        if kind == "append":
+            t.append(_rows(h.fresh(step[2])))
+        elif kind == "overwrite":
+            t.overwrite(_rows(h.fresh(step[2])))
+        else:
+            current = _ids(t)
+            if not current:
+                return
+            t.delete(f"id <= {current[min(step[2], len(current) - 1)]}")
+        h.record()
+        assert not before - h.table_files(), f"{step}: a table commit deleted table files"
+    elif kind == "lakehouse_expire":
+        assert run_local("expire", h.uri, min_versions_to_keep=step[1]).status == "succeeded"
+        assert h.table_files() == before, f"{step}: the lakehouse's expire touched table files"
+    elif kind == "tables_expire":
+        _, which, everything, keep = step
+        overrides: dict[str, Any] = {"retain_last": keep, "older_than": 0 if everything else 10 * DAY_S * 1000}
+        if which != "all":
+            overrides["tables"] = which
+        r = run_local("tables_expire", h.uri, **overrides)
+        assert r.status == "succeeded", r.error
+        h.see()
+        live = h.live()
+        universe = oracle.ever_reached(h.metadata_files) | live
+        after = h.table_files()
+        assert not (live & before) - after, f"{step}: live files deleted: {sorted((live & before) - after)[:3]}"
+        kept = sorted((universe - live) & after)
+        assert not kept, f"{step}: files nothing live reaches were kept: {kept[:3]}"
+        assert r.counts.get("deleted", 0) == len(before - after), f"{step}: {r.counts} vs {len(before - after)} gone"
+        if r.counts.get("snapshots_expired"):
+            seen["snapshots_expired"] = seen.get("snapshots_expired", 0) + r.counts["snapshots_expired"]
+    else:
+        _, table, n_old, n_young = step
+        data = os.path.join(oracle.local(h.cat.load_table(table).metadata.location), "data")
+        stamp = time.time_ns()
+        for i in range(n_old):
+            plant(data, f"old-{stamp}-{i}.parquet", 10)
+        plant(data, f"_hidden-{stamp}.parquet", 10)
+        for i in range(n_young):
+            plant(data, f"young-{stamp}-{i}.parquet", 1)
+        before = h.table_files()
+        want = _orphans_by_oracle(h, live_before, time.time())
+        r = run_local("tables_orphans", h.uri)
+        assert r.status == "succeeded", r.error
+        gone = before - h.table_files()
+        assert gone == want, f"{step}: deleted {sorted(gone)[:3]}, the oracle's orphans {sorted(want)[:3]}"
+        seen["orphans_deleted"] = seen.get("orphans_deleted", 0) + len(gone)
+    _check_reads(h, step)
+
+
+def _check_reads(h: History, step: tuple) -> None:
+    live = h.live()
+    missing = sorted(p for p in live if not os.path.exists(p))
+    assert not missing, f"after {step}: live files missing: {missing[:3]}"
+    latest = h.lakehouse().latest_version()
+    for v in h.retained():
+        made = max((u for u in h.rows if u <= v), default=None)
+        if made is None:
+            continue
+        at = h.cat.at_version(v)
+        for n, want in h.rows[made].items():
+            assert _ids(at.load_table(n)) == want, f"after {step}: version {v} reads other rows of {n}"
+    last = h.rows[max(h.rows)]
+    assert {n: _ids(h.cat.load_table(n)) for n in TABLES} == last, f"after {step}: latest {latest} rows differ"
+
+
+def test_random_table_histories_with_both_levels_of_maintenance(ledger, scale) -> None:
+    examples, max_steps = SIZES.get(scale.name, SIZES["ci"])
+    seen: dict[str, int] = {"examples": 0, "steps": 0}
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.lists(STEP, min_size=3, max_size=max_steps))
+    def history(steps: list[tuple]) -> None:
+        seen["examples"] += 1
+        root = tempfile.mkdtemp(prefix="tl-fuzz-tables-")
+        try:
+            h = History(root)
+            for step in steps:
+                seen["steps"] += 1
+                _step(h, step, seen)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    t0 = time.perf_counter()
+    history()
+    ledger.add(
+        "fuzz",
+        "table histories: commits, lakehouse expire, tables expire and orphans (oracle-checked)",
+        inputs=seen["steps"],
+        trials=seen["examples"],
+        seconds=time.perf_counter() - t0,
+        outcomes={k: v for k, v in seen.items() if k not in ("examples", "steps")},
+    )
+    assert seen["examples"] >= 1
