@@ -8,6 +8,10 @@ from typing import Any
 
 from trinitylake.redact import redact_value
 
+#: Counts of things other than files (versions, snapshots, tables, refs, re-planned commits):
+#: their metric keeps the count's name; every other count counts files (``files_<name>``).
+NOT_FILE_COUNTS = ("versions_", "snapshots_", "tables", "refs_", "conflicts_")
+
 
 @dataclass
 class JobResult:
@@ -46,7 +50,7 @@ class JobResult:
         """Flat numeric map for the control table's `metrics` column."""
         m: dict[str, float] = {}
         for k, v in self.counts.items():
-            m[f"files_{k}"] = float(v)
+            m[k if k.startswith(NOT_FILE_COUNTS) else f"files_{k}"] = float(v)
         for k, v in self.bytes.items():
             m[f"bytes_{k}"] = float(v)
         for k, s in self.seconds.items():
