@@ -18,9 +18,8 @@ import pytest
 import trinitylake.storage.filesystem as filesystem_mod
 import trinitylake.storage.retry as retry_mod
 import trinitylake.storage.storage as storage_mod
-from trinitylake.storage import local_storage, object_storage
 from trinitylake.errors import InvalidURIError, StorageError, UnknownOutcomeError
-from trinitylake.storage import FileInfo, Storage
+from trinitylake.storage import FileInfo, Storage, local_storage, object_storage
 from trinitylake.storage.uri import parse_uri
 
 LAYOUT = {

@@ -11,10 +11,11 @@ import builtins
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from trinitylake.errors import StorageError
-from trinitylake.storage.filesystem import filesystem
+from trinitylake.storage.filesystem import HeadInfo, filesystem
+from trinitylake.storage.options import StorageOptions
 from trinitylake.storage.uri import ParsedURI, is_absolute, join_uri, parse_uri
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class StorageBackend:
             StorageBackend._fallback = cls
 
     @staticmethod
-    def for_root(parsed: ParsedURI, options: dict[str, Any]) -> StorageBackend:
+    def for_root(parsed: ParsedURI, options: StorageOptions) -> StorageBackend:
         """The backend serving `parsed`'s scheme (fsspec's filesystem for any scheme without
         a backend of its own)."""
         cls = StorageBackend._by_scheme.get(parsed.scheme) or StorageBackend._fallback
@@ -68,20 +69,20 @@ class StorageBackend:
             raise LookupError(f"no storage backend for {parsed.scheme}:// (import trinitylake.storage)")
         return cls(parsed, options)
 
-    def __init__(self, parsed: ParsedURI, options: dict[str, Any]):
+    def __init__(self, parsed: ParsedURI, options: StorageOptions):
         self.parsed = parsed
         self.scheme = parsed.scheme
         self.options = options
         self._fs: fsspec.AbstractFileSystem | None = None
         self._fs_pid: int | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state["_fs"] = None
         state["_fs_pid"] = None
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
 
     @property
@@ -128,7 +129,7 @@ class StorageBackend:
         """Size and mtime of the file `fp`, None when missing or a directory."""
         raise NotImplementedError
 
-    def head(self, fp: str) -> dict[str, Any] | None:
+    def head(self, fp: str) -> HeadInfo | None:
         """``{"size", "mtime", "ETag"}`` from one HEAD (stores where `head_gives_md5`)."""
         raise NotImplementedError(f"{self.scheme}:// has no HEAD with an ETag")
 

@@ -17,6 +17,7 @@ non-Linux systems and refused ioctls leave the folder as it is, and nothing else
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -32,7 +33,6 @@ FS_TOPDIR_FL = 0x00020000
 
 
 def _flags(fd: int) -> int:
-    import fcntl
 
     return int(struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, struct.pack("i", 0)))[0])
 
@@ -58,7 +58,6 @@ def spread_subdirectories(path: str) -> bool:
     os.makedirs(path, exist_ok=True)
     if not sys.platform.startswith("linux"):
         return False
-    import fcntl
 
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -13,10 +13,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import fsspec
+from botocore.config import Config as BotocoreConfig
 
 from trinitylake.storage import requests, retry
+from trinitylake.storage.options import StorageOptions
 from trinitylake.storage.retry import is_conditional_conflict, is_precondition_failed
 
 _FS_LOCK = threading.Lock()
@@ -40,8 +45,24 @@ _S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
 # in flight; the request did not take effect and must be retried (it then gets 200 or 412).
 _S3_CONFLICT_RETRIES = 6
 
+if TYPE_CHECKING:
+    from s3fs import S3FileSystem
 
-def filesystem(scheme: str, options: dict[str, Any]) -> Any:
+
+#: One entry of an fsspec listing or ``info``: name, size, type and the store's own fields.
+ListingEntry = dict[str, Any]
+
+
+class HeadInfo(TypedDict):
+    """What one HEAD of an object answers: its size, modification time (epoch seconds, or the
+    datetime botocore parsed) and ETag."""
+
+    size: int
+    mtime: float | datetime | None
+    ETag: str | None
+
+
+def filesystem(scheme: str, options: StorageOptions) -> fsspec.AbstractFileSystem:
     """The fsspec filesystem for `scheme` with `options`: shared per process by storages with
     equal options, never across fork."""
     pid = os.getpid()
@@ -56,8 +77,7 @@ def filesystem(scheme: str, options: dict[str, Any]) -> Any:
         return fs
 
 
-def _make_fs(scheme: str, options: dict[str, Any]) -> Any:
-    import fsspec  # 0.1-0.2 s of imports that local files never need (they use os)
+def _make_fs(scheme: str, options: StorageOptions) -> fsspec.AbstractFileSystem:
 
     if scheme == "file":
         return fsspec.filesystem("file")
@@ -89,10 +109,8 @@ def _known_config(kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` without the settings this botocore's ``Config`` does not know (a cluster runtime
     may ship an older one, which refuses unknown keywords)."""
     try:
-        from botocore.config import Config
-
-        known = set(Config.OPTION_DEFAULTS)
-    except Exception:  # noqa: BLE001 - no botocore to ask: pass them on as given
+        known = set(BotocoreConfig.OPTION_DEFAULTS)
+    except Exception:  # noqa: BLE001 - this botocore cannot say: pass them on as given
         return kwargs
     return {k: v for k, v in kwargs.items() if k in known or k not in _LEAN_CLIENT}
 
@@ -106,20 +124,22 @@ def as_bytes(data: bytes | bytearray | memoryview) -> bytes | bytearray:
     return bytes(data)
 
 
-def mtime_of(d: dict[str, Any]) -> float:
+def mtime_of(d: Mapping[str, object]) -> float:
     """Epoch seconds of an fsspec listing entry or info, or of a `head_object` answer; 0.0 if none."""
     for k in ("mtime", "LastModified", "last_modified", "created"):
-        v: Any = d.get(k)
-        if hasattr(v, "timestamp"):
-            return float(v.timestamp())
+        v = d.get(k)
+        if isinstance(v, datetime):
+            return v.timestamp()
+        if not isinstance(v, int | float | str):  # absent (None)
+            continue
         try:
             return float(v)
-        except (TypeError, ValueError):  # absent (None) or not a number
+        except ValueError:  # not a number
             continue
     return 0.0
 
 
-def head_object(fs: Any, fp: str) -> dict[str, Any] | None:
+def head_object(fs: S3FileSystem, fp: str) -> HeadInfo | None:
     """One HEAD of the object `fp` (bucket/key): its size, mtime and ETag, or None when it
     does not exist. s3fs's ``info`` follows a 404 with a LIST (to call the key a
     directory), a second request for every probe of a missing file (version discovery
@@ -135,7 +155,7 @@ def head_object(fs: Any, fp: str) -> dict[str, Any] | None:
             "ETag": out.get("ETag")}
 
 
-def put_if_absent(fs: Any, fp: str, data: bytes | bytearray, on_exists: Callable[[], None]) -> str | None:
+def put_if_absent(fs: S3FileSystem, fp: str, data: bytes | bytearray, on_exists: Callable[[], None]) -> str | None:
     """One PUT of `data` to `fp` with ``If-None-Match: *``, retried while S3 answers 409
     ConditionalRequestConflict; the ETag it answered, or None. When the object exists (412),
     `on_exists` decides: it raises unless the stored bytes are ours."""
@@ -158,7 +178,7 @@ def put_if_absent(fs: Any, fp: str, data: bytes | bytearray, on_exists: Callable
     return etag
 
 
-def delete_objects(fs: Any, resolved: list[tuple[str, str]], uri: Callable[[str], str]) -> list[tuple[str, str]]:
+def delete_objects(fs: S3FileSystem, resolved: list[tuple[str, str]], uri: Callable[[str], str]) -> list[tuple[str, str]]:
     """DeleteObjects per bucket, 1,000 keys a request, reporting the per-key errors.
 
     `resolved` pairs each path with its bucket/key; `uri` names a path in error messages.

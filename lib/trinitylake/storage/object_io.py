@@ -29,8 +29,10 @@ Every request is counted by kind (`trinitylake.storage.requests`).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import errno
+import hashlib
 import json
 import logging
 import math
@@ -40,10 +42,19 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import obstore
+from obstore import exceptions as obstore_errors
+from obstore.store import S3Store
 
 from trinitylake.storage import requests
+from trinitylake.storage.options import StorageOptions
 from trinitylake.storage.retry import RETRY_ATTEMPTS, backoff_seconds, is_transient
+
+if TYPE_CHECKING:
+    from obstore import ListResult, ListStream, ObjectMeta, PutResult
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,14 +82,6 @@ _KNOWN_CLIENT_KWARGS = frozenset({"endpoint_url", "region_name"})
 _ENGINES: dict[str, ObjectIO] = {}
 _ENGINES_LOCK = threading.Lock()
 _RUNTIME_PID: list[int | None] = [None]  # the process whose obstore runtime started (fork check)
-
-
-def available() -> bool:
-    try:
-        import obstore  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # ---- requests in flight --------------------------------------------------------------------------
@@ -151,16 +154,12 @@ _TRANSIENT_WORDS = ("timed out", "timeout", "connection", "error sending request
 
 def as_builtin(exc: BaseException, what: str) -> BaseException:
     """An obstore error as the builtin error `Storage` callers handle, naming `what`."""
-    try:
-        from obstore import exceptions as ox
-    except ImportError:  # pragma: no cover - only engines that exist raise these
-        return exc
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, ox.NotFoundError):
+    if isinstance(exc, obstore_errors.NotFoundError):
         return FileNotFoundError(errno.ENOENT, f"no such file: {what}")
-    if isinstance(exc, ox.AlreadyExistsError | ox.PreconditionError):
+    if isinstance(exc, obstore_errors.AlreadyExistsError | obstore_errors.PreconditionError):
         return FileExistsError(errno.EEXIST, f"already exists: {what}")
-    if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError):
+    if isinstance(exc, obstore_errors.PermissionDeniedError | obstore_errors.UnauthenticatedError):
         return PermissionError(errno.EACCES, f"access denied to {what}: {text}")
     low = str(exc).lower()
     if "404" in low and "not found" in low:
@@ -173,7 +172,7 @@ def as_builtin(exc: BaseException, what: str) -> BaseException:
         return ConditionalConflict(f"conditional write conflict on {what}: {text}")
     if any(w in low for w in _TRANSIENT_WORDS):
         return ConnectionError(errno.EIO, f"{what}: {text}")
-    return OSError(errno.EIO if isinstance(exc, ox.GenericError) else errno.EINVAL, f"{what}: {text}")
+    return OSError(errno.EIO if isinstance(exc, obstore_errors.GenericError) else errno.EINVAL, f"{what}: {text}")
 
 
 class ConditionalConflict(OSError):
@@ -194,7 +193,7 @@ class Listed:
     etag: str | None
 
 
-def _listed(meta: Any) -> Listed:
+def _listed(meta: ObjectMeta) -> Listed:
     lm = meta.get("last_modified")
     return Listed(str(meta["path"]), int(meta.get("size") or 0), float(lm.timestamp()) if lm is not None else 0.0,
                   meta.get("e_tag"))
@@ -205,7 +204,7 @@ class ObjectIO:
     """One S3 endpoint with one set of credentials: a store per bucket, one limit of requests in
     flight, one event loop (see the module doc). Paths are ``bucket/key``."""
 
-    def __init__(self, config: dict[str, Any], client_options: dict[str, Any], identity: str):
+    def __init__(self, config: StorageOptions, client_options: StorageOptions, identity: str):
         self.config = config
         self.client_options = client_options
         #: Endpoint and credentials, hashed: two storages with equal identities reach the same
@@ -240,9 +239,9 @@ class ObjectIO:
 
     # -- construction --
     @classmethod
-    def for_options(cls, options: dict[str, Any]) -> ObjectIO | None:
+    def for_options(cls, options: StorageOptions) -> ObjectIO | None:
         """The process's engine for these S3 options, or None where it cannot serve them."""
-        if not _options_supported(options) or not available():
+        if not _options_supported(options):
             return None
         pid = os.getpid()
         if _RUNTIME_PID[0] is not None and _RUNTIME_PID[0] != pid:
@@ -252,20 +251,16 @@ class ObjectIO:
         with _ENGINES_LOCK:
             eng = _ENGINES.get(key)
             if eng is None:
-                import hashlib
-
                 ident = hashlib.sha256(key.encode()).hexdigest()[:16]
                 eng = _ENGINES[key] = cls(config, client_options, ident)
             return eng
 
-    def store(self, bucket: str) -> Any:
+    def store(self, bucket: str) -> S3Store:
         st = self._stores.get(bucket)
         if st is None:
             with self._lock:
                 st = self._stores.get(bucket)
                 if st is None:
-                    from obstore.store import S3Store
-
                     _RUNTIME_PID[0] = os.getpid()
                     # Retries are ours (per request, `is_transient`, the storage's backoff), so
                     # that a failure reads the same through every client.
@@ -356,7 +351,6 @@ class ObjectIO:
     # -- batches (each item: its result or its error) --
     def get_many(self, paths: Sequence[str], attempts: int = RETRY_ATTEMPTS) -> list[bytes | BaseException]:
         """The bytes of each ``bucket/key``."""
-        import obstore
 
         async def one(fp: str) -> bytes:
             bucket, key = _split(fp)
@@ -375,7 +369,6 @@ class ObjectIO:
                  attempts: int = RETRY_ATTEMPTS) -> list[str | None | BaseException]:
         """PUT each ``(bucket/key, bytes)``; with `exclusive` as ``If-None-Match: *`` (a key that
         exists comes back as FileExistsError, never overwritten). Per item the ETag answered."""
-        import obstore
 
         mode: Literal["create", "overwrite"] = "create" if exclusive else "overwrite"
 
@@ -383,7 +376,7 @@ class ObjectIO:
             fp, data = item
             bucket, key = _split(fp)
 
-            async def put() -> Any:
+            async def put() -> PutResult:
                 return await obstore.put_async(self.store(bucket), key, data, mode=mode, use_multipart=False)
 
             res = await self._request("put", f"s3://{fp}", put, attempts)
@@ -397,7 +390,6 @@ class ObjectIO:
         """Server-side copy of each ``(bucket/src, bucket/dst)`` (one bucket per pair): one
         CopyObject with ``If-None-Match: *``, no byte through the client. A target that exists
         comes back as FileExistsError (never overwritten); a missing source as FileNotFoundError."""
-        import obstore
 
         async def one(pair: tuple[str, str]) -> None:
             src, dst = pair
@@ -414,12 +406,11 @@ class ObjectIO:
         return self.run(self._many(pairs, one)) if pairs else []
 
     def head_many(self, paths: Sequence[str], attempts: int = RETRY_ATTEMPTS) -> list[Listed | BaseException]:
-        import obstore
 
         async def one(fp: str) -> Listed:
             bucket, key = _split(fp)
 
-            async def head() -> Any:
+            async def head() -> ObjectMeta:
                 return await obstore.head_async(self.store(bucket), key)
 
             return _listed(await self._request("head", f"s3://{fp}", head, attempts))
@@ -445,27 +436,24 @@ class ObjectIO:
 
     def list_dirs(self, base: str) -> tuple[list[str], list[Listed]]:
         """Immediate children of the folder ``bucket/prefix``: (sub-folder keys, objects)."""
-        import obstore
 
         bucket, prefix = _split(base, allow_bare=True)
         prefix = prefix.strip("/")
 
-        async def lst() -> Any:
+        async def lst() -> ListResult[Sequence[ObjectMeta]]:
             return await obstore.list_with_delimiter_async(self.store(bucket), prefix or None)
 
-        async def go() -> Any:
+        async def go() -> ListResult[Sequence[ObjectMeta]]:
             return await self._request("list", f"s3://{base}", lst, RETRY_ATTEMPTS)
 
         res = self.run(go())
         return [str(p).rstrip("/") for p in res.get("common_prefixes") or []], [_listed(m) for m in res.get("objects") or []]
 
-    def _open_list(self, bucket: str, prefix: str, start_after: str | None) -> Any:
-        import obstore
-
+    def _open_list(self, bucket: str, prefix: str, start_after: str | None) -> ListStream[Sequence[ObjectMeta]]:
         return obstore.list(self.store(bucket), prefix or None, offset=start_after, chunk_size=LIST_PAGE)
 
-    async def _next_page(self, stream: Any, what: str, attempts: int) -> Any:
-        async def nxt() -> Any:
+    async def _next_page(self, stream: ListStream[Sequence[ObjectMeta]], what: str, attempts: int) -> Sequence[ObjectMeta] | None:
+        async def nxt() -> Sequence[ObjectMeta] | None:
             try:
                 page = await stream.__anext__()
             except StopAsyncIteration:
@@ -492,14 +480,11 @@ def _shutdown_at_exit(engine: ObjectIO) -> None:
     """Close `engine` when the interpreter exits, before it finalizes: an event loop still
     running on its daemon thread, with the client's runtime threads answering into it, made one
     `tlake` process in 12 abort (SIGABRT) after its work was done."""
-    import atexit
 
     atexit.register(engine.close)
 
 
-def _timedelta(seconds: float) -> Any:
-    from datetime import timedelta
-
+def _timedelta(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
 
 
@@ -510,7 +495,7 @@ def _split(fp: str, allow_bare: bool = False) -> tuple[str, str]:
     return bucket, key
 
 
-def _options_supported(options: dict[str, Any]) -> bool:
+def _options_supported(options: StorageOptions) -> bool:
     if set(options) - _KNOWN_OPTIONS:
         return False
     ck = options.get("client_kwargs") or {}
@@ -521,7 +506,7 @@ def _options_supported(options: dict[str, Any]) -> bool:
     return True
 
 
-def _obstore_config(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _obstore_config(options: StorageOptions) -> tuple[StorageOptions, StorageOptions]:
     """obstore's S3 config and client options for s3fs-style storage options."""
     ck = options.get("client_kwargs") or {}
     endpoint = options.get("endpoint_url") or ck.get("endpoint_url")

@@ -7,18 +7,20 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from trinitylake.storage import requests, retry
 from trinitylake.storage.backend import FileInfo, HoldsOurs, StorageBackend, one_result
 from trinitylake.storage.filesystem import (
     _S3_CONFLICT_RETRIES,
+    HeadInfo,
+    ListingEntry,
     delete_objects,
     head_object,
     mtime_of,
     put_if_absent,
 )
 from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO
+from trinitylake.storage.options import StorageOptions
 from trinitylake.storage.retry import is_conditional_conflict
 from trinitylake.storage.uri import ParsedURI
 
@@ -113,8 +115,8 @@ class FsspecBackend(StorageBackend, schemes=("memory",), fallback=True):
             out.append(FileInfo(rel, int(d.get("size") or 0), mtime_of(d)))
         return out
 
-    def _ls(self, base: str) -> builtins.list[dict[str, Any]]:
-        entries: builtins.list[dict[str, Any]] = self.fs.ls(base, detail=True)
+    def _ls(self, base: str) -> builtins.list[ListingEntry]:
+        entries: builtins.list[ListingEntry] = self.fs.ls(base, detail=True)
         return entries
 
     def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
@@ -142,16 +144,16 @@ class S3Backend(FsspecBackend, schemes=("s3",)):
     """S3 (and S3-compatible stores): requests through the asynchronous engine when the options
     allow, else s3fs; commits with ``If-None-Match: *``; bulk deletes with DeleteObjects."""
 
-    def __init__(self, parsed: ParsedURI, options: dict[str, Any]):
+    def __init__(self, parsed: ParsedURI, options: StorageOptions):
         super().__init__(parsed, options)
         self._engine: ObjectIO | None | object = _UNSET
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = super().__getstate__()
         state["_engine"] = _UNSET
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         state["_engine"] = _UNSET
         super().__setstate__(state)
 
@@ -175,7 +177,7 @@ class S3Backend(FsspecBackend, schemes=("s3",)):
     def exists(self, fp: str) -> bool:
         return self.head(fp) is not None
 
-    def head(self, fp: str) -> dict[str, Any] | None:
+    def head(self, fp: str) -> HeadInfo | None:
         """One HEAD of the S3 object `fp` (bucket/key): size, mtime, ETag; None when missing."""
         eng = self.engine
         if eng is None:
@@ -255,8 +257,8 @@ class S3Backend(FsspecBackend, schemes=("s3",)):
             out.append(FileInfo(rel, o.size, o.mtime))
         return out
 
-    def _ls(self, base: str) -> builtins.list[dict[str, Any]]:
-        entries: builtins.list[dict[str, Any]] = self.fs.ls(base, detail=True, refresh=True)
+    def _ls(self, base: str) -> builtins.list[ListingEntry]:
+        entries: builtins.list[ListingEntry] = self.fs.ls(base, detail=True, refresh=True)
         return entries
 
     def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:

@@ -9,8 +9,12 @@ from urllib.parse import urlsplit
 from trinitylake.errors import ConfigError
 from trinitylake.redact import redact_text
 
+#: fsspec / s3fs keyword options of a store: strings, numbers and flags, and nested client
+#: settings (``client_kwargs``, ``config_kwargs``) as fsspec takes them.
+StorageOptions = dict[str, Any]
 
-def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+
+def s3_options_from_env(overrides: StorageOptions | None = None) -> StorageOptions:
     """S3 storage options from the environment, overridden by explicit flags.
 
     ``TLAKE_S3_ENDPOINT_URL`` (preferred) or ``AWS_ENDPOINT_URL`` becomes ``endpoint_url``;
@@ -46,7 +50,7 @@ def s3_options_from_env(overrides: dict[str, Any] | None = None) -> dict[str, An
     return opts
 
 
-def _refuse_credentials_in_endpoint(opts: dict[str, Any]) -> None:
+def _refuse_credentials_in_endpoint(opts: StorageOptions) -> None:
     """A signed S3 client cannot use an endpoint URL with ``user:password@`` in it: the HTTP
     client refuses to send both the signature's Authorization header and the URL's credentials,
     on every request. s3fs takes that refusal for a network error and retries it, and so do we,

@@ -13,6 +13,7 @@ output, so the driver can add it (`add`).
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 from collections.abc import Mapping
@@ -146,6 +147,4 @@ def instrument_s3fs(fs: Any) -> None:
         if client is not None:
             instrument_client(client)
     except Exception:  # noqa: BLE001 - accounting is not worth a failed job
-        import logging
-
         logging.getLogger(__name__).debug("S3 requests of %r are not counted", fs, exc_info=True)

@@ -30,9 +30,9 @@ from trinitylake.storage import (  # noqa: F401 - importing a backend registers 
     retry,
 )
 from trinitylake.storage.backend import FileInfo, StorageBackend
-from trinitylake.storage.filesystem import as_bytes
+from trinitylake.storage.filesystem import HeadInfo, as_bytes
 from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO, sorted_keys_range
-from trinitylake.storage.options import s3_options_from_env  # noqa: F401 - part of this module's API
+from trinitylake.storage.options import StorageOptions, s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
     RETRY_ATTEMPTS,
     is_conditional_conflict,
@@ -71,11 +71,11 @@ class Storage:
     in closures and reach the same storage through the same code.
     """
 
-    def __init__(self, root: str, options: dict[str, Any] | None = None):
+    def __init__(self, root: str, options: StorageOptions | None = None):
         self._parsed: ParsedURI = parse_uri(root)
         self.root: str = self._parsed.uri
         self.scheme: str = self._parsed.scheme
-        self.options: dict[str, Any] = dict(options or {})
+        self.options: StorageOptions = dict(options or {})
         if self.scheme == "s3":
             self.options = s3_options_from_env(self.options)
         self._backend = StorageBackend.for_root(self._parsed, self.options)
@@ -210,7 +210,7 @@ class Storage:
         """True when `path` is a file. A directory (or an S3 key prefix) is not a file."""
         return self.retrying("exists", path, self._backend.exists, self._fs_path(path))
 
-    def head_s3(self, path: str) -> dict[str, Any] | None:
+    def head_s3(self, path: str) -> HeadInfo | None:
         """S3 only: ``{"size", "mtime", "ETag"}`` of `path` from one HEAD, None when missing."""
         if not self.head_gives_md5:
             raise StorageError(f"head_s3 needs an s3:// storage, this one is {self.root}")
