@@ -99,7 +99,7 @@ test: tools ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
 # What the suite and the DAG tests beside it need, built side by side (`make -j`): on a fresh
 # machine the venvs, Delta's JARs (Maven, network-bound) and the packed environment took about
 # 4 minutes one after another.
-test-setup: venv jars $(DIST_ARCHIVE) $(AIRFLOW_VENV)/bin/airflow
+test-setup: venv jars spark41 $(DIST_ARCHIVE) $(AIRFLOW_VENV)/bin/airflow
 
 # The tests' Spark drivers start from a class-data-sharing archive of Spark's classes
 # (tests/jvm_archive.py): one local walk in a JVM that writes it at exit, about 50 s. `make test`
@@ -141,9 +141,9 @@ $(ICEBERG_SPARK41_JAR): | tools
 spark41: $(SPARK41_VENV)/bin/pyspark $(ICEBERG_SPARK41_JAR) ## Spark 4.1 with Iceberg's runtime (.venv-spark41), for Spark SQL through the catalog server
 
 demo-catalog: venv spark41 ## serve a demo lakehouse over the Iceberg REST protocol and query it with Spark SQL
-	$(BIN)/python -m trinitylake.rest_catalog.demo
+	$(BIN)/python -m trinitylake.demo --dir demo-catalog --catalog-only
 
-demo: venv ## build a demo lakehouse and run every maintenance job on it
+demo: venv spark41 ## build a demo lakehouse, run every maintenance job on it, and query its tables with Spark SQL over the catalog server
 	$(BIN)/python -m trinitylake.demo $(DEMO_ARGS)
 
 bench: venv ## run the small default benchmarks (a few minutes)

@@ -2,8 +2,8 @@
 tables with Spark SQL (Spark 4.1 and Iceberg's runtime, `make spark41`), stop the server.
 
 `serve_and_query(lakehouse)` does it for an existing lakehouse holding the demo's ``shop``
-tables (`trinitylake.demo.add_iceberg_tables`); ``python -m trinitylake.rest_catalog.demo``
-(`make demo-catalog`) builds a small one first.
+tables (`trinitylake.demo.add_iceberg_tables`): the last step of `make demo`, and all of
+`make demo-catalog` (``python -m trinitylake.demo --catalog-only``) on a small lakehouse.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-
-from trinitylake.demo import add_iceberg_tables
-from trinitylake.lakehouse import Lakehouse
 
 console = Console()
 
@@ -94,15 +91,3 @@ def serve_and_query(lakehouse: str, spark_python: str = SPARK_PYTHON, jar: str =
             server.wait(15)
         except subprocess.TimeoutExpired:
             server.kill()
-
-
-def main() -> int:
-    base = Path(tempfile.mkdtemp(prefix="tlake-catalog-demo-"))
-    lh = Lakehouse.create(str(base / "lakehouse"))
-    add_iceberg_tables(lh.uri)
-    console.print(f"demo lakehouse with the shop tables: {lh.uri}")
-    return serve_and_query(lh.uri)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
