@@ -20,13 +20,15 @@ metadata names absolute paths), in one process, one after the other:
 Our rows carry the job's phases (``result.seconds``: commit, live set, delete; live set, list,
 delete) and where the manifest reads and deletes ran (``execution=auto``).
 
-Iceberg's own Spark actions are not measured: the main environment's pyspark 4.2 cannot load
-any iceberg-spark-runtime Maven serves (see tests/rest_catalog/test_spark_sql.py); Spark 4.1
-with the runtime reaches the lakehouse only through the catalog server, one procedure call per
-table.
+Iceberg's own Spark actions (``--spark-action N``): the main environment's pyspark 4.2 cannot
+load any iceberg-spark-runtime Maven serves (tests/rest_catalog/test_spark_sql.py), so Spark 4.1
+with ``iceberg-spark-runtime-4.1_2.13`` (``make spark41``) reaches the lakehouse through the
+catalog server (``tlake catalog serve``, Iceberg's REST protocol) and calls
+``system.expire_snapshots`` and ``system.remove_orphan_files`` table by table, on the first N
+tables of a third copy (session start not counted); its rows give seconds per table.
 
     python -m bench.bench_tables_maintenance [--scale small|large] [--quick] [--tables N] [--snapshots S]
-        [--latency-ms 20] [--rebuild]
+        [--latency-ms 20] [--rebuild] [--spark-action N]
 
 ``--scale large`` is the issue's target, 1,000 tables x 20 snapshots (the build, ~20 min here, is
 kept under bench/results/tmp and reused by the next run unless ``--rebuild``); ``--quick``:
@@ -72,6 +74,13 @@ def _extra(p: Any) -> None:
     p.add_argument("--tables", type=int, default=None)
     p.add_argument("--snapshots", type=int, default=None)
     p.add_argument("--rebuild", action="store_true", help="build the tables again even when a kept build exists")
+    p.add_argument(
+        "--spark-action",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run Iceberg's Spark procedures (Spark 4.1, through the catalog server) on the first N tables",
+    )
     p.add_argument(
         "--latency-ms",
         type=float,
@@ -172,6 +181,76 @@ def plant(uri: str, names: list[str]) -> None:
         os.utime(p, (OLD, OLD))
 
 
+SPARK_PY = Path(__file__).resolve().parents[1] / ".venv-spark41" / "bin" / "python"
+SPARK_JAR = Path(__file__).resolve().parents[1] / "build" / "iceberg-spark41" / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
+#: The Spark 4.1 side: Iceberg's procedures table by table through the catalog server.
+SPARK_JOB = r"""
+import json, os, sys, time
+from pyspark.sql import SparkSession
+jar, url, names, expire_before, orphans_before = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5]
+t0 = time.time()
+spark = (SparkSession.builder.master("local[2]").appName("bench-iceberg-actions")
+         .config("spark.jars", jar).config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+         .config("spark.sql.catalog.tl", "org.apache.iceberg.spark.SparkCatalog")
+         .config("spark.sql.catalog.tl.type", "rest").config("spark.sql.catalog.tl.uri", url)
+         .config("spark.sql.catalog.tl.token", os.environ["TLAKE_CATALOG_TOKEN"]).getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+spark.sql("SHOW NAMESPACES IN tl").collect()
+out = {"session_s": time.time() - t0}
+t0 = time.time()
+deleted = 0
+for n in names:
+    r = spark.sql(f"CALL tl.system.expire_snapshots(table => '{n}', older_than => TIMESTAMP '{expire_before}', "
+                  "retain_last => 1)").collect()[0].asDict()
+    deleted += sum(int(v) for k, v in r.items() if k.endswith("_count"))
+out.update(expire_s=time.time() - t0, expire_deleted=deleted)
+t0 = time.time()
+orphans = 0
+for n in names:
+    orphans += len(spark.sql(f"CALL tl.system.remove_orphan_files(table => '{n}', older_than => TIMESTAMP "
+                             f"'{orphans_before}')").collect())
+out.update(orphans_s=time.time() - t0, orphans_deleted=orphans)
+print("RESULT " + json.dumps(out), flush=True)
+spark.stop()
+"""
+
+
+def spark_action(uri: str, names: list[str], work: Path) -> dict[str, Any]:
+    """Iceberg's ``expire_snapshots`` then (after planting) ``remove_orphan_files`` on `names`,
+    one procedure call per table, by Spark 4.1 through the catalog server on `uri`."""
+    from tests.rest_catalog.server import start
+
+    missing = [str(p) for p in (SPARK_PY, SPARK_JAR) if not p.exists()]
+    if missing:
+        raise SystemExit(f"--spark-action needs the Spark 4.1 environment (make spark41): missing {missing}")
+    plant(uri, names)
+    work.mkdir(parents=True, exist_ok=True)
+    job = work / "iceberg_actions.py"
+    job.write_text(SPARK_JOB)
+    server = start(uri, work, audit=False)
+    try:
+        env = {**os.environ, "TLAKE_CATALOG_TOKEN": server.token}
+        env.pop("PYTHONPATH", None)
+        fmt = "%Y-%m-%d %H:%M:%S"  # the Spark session's time zone is UTC
+        before = datetime.now(UTC).strftime(fmt)
+        orphans_before = datetime.fromtimestamp(time.time() - 3 * 86_400, UTC).strftime(fmt)
+        r = subprocess.run(
+            [str(SPARK_PY), str(job), str(SPARK_JAR), server.url, json.dumps(names), before, orphans_before],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            env=env,
+        )
+    finally:
+        server.stop()
+    found = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    if r.returncode != 0 or not found:
+        raise RuntimeError(f"the Spark 4.1 job failed ({r.returncode}): {r.stderr[-3000:]}")
+    return json.loads(found[-1][len("RESULT ") :])
+
+
 def _phases(result: Any) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in result.seconds.items() if k != "total")
 
@@ -248,16 +327,33 @@ def on_local_files(args: Any, size: dict[str, int]) -> int:
         m = pyiceberg_orphans(uri, names, time.time() - 3 * 86_400)
     seconds[ORPHAN_TOOLS[1]] = t.seconds
     rows.append(row("orphans", ORPHAN_TOOLS[1], len(names), t.seconds, files_deleted=m))
+    if args.spark_action:
+        some = names[: args.spark_action]
+        copies.restore()
+        got = spark_action(uri, some, copies.work.parent.parent / "spark")
+        for job, tool, secs, deleted in (
+            ("expire", "Iceberg Spark expire_snapshots per table", got["expire_s"], got["expire_deleted"]),
+            ("orphans", "Iceberg Spark remove_orphan_files per table", got["orphans_s"], got["orphans_deleted"]),
+        ):
+            rows.append(row(job, tool, len(some), secs, files_deleted=deleted, phases=f"session {got['session_s']:.1f} (not counted)"))
     if not args.keep:
         shutil.rmtree(copies.work, ignore_errors=True)
 
     label = f"{len(names)} tables x {size['snapshots']} snapshots"
+    per_table = {r["tool"]: r["seconds"] / r["tables"] for r in rows}
     ratios = {
         f"expire seconds, ours / PyIceberg per table, {label}": ratio(seconds[EXPIRE_TOOLS[0]], seconds[EXPIRE_TOOLS[1]]),
         f"orphans seconds, ours / PyIceberg per table, {label}": ratio(
             seconds[ORPHAN_TOOLS[0]], seconds[ORPHAN_TOOLS[1]]
         ),
     }
+    if args.spark_action:
+        for job, tool, spark_tool in (
+            ("expire", EXPIRE_TOOLS[0], "Iceberg Spark expire_snapshots per table"),
+            ("orphans", ORPHAN_TOOLS[0], "Iceberg Spark remove_orphan_files per table"),
+        ):
+            ratios[f"{job} seconds per table, ours ({len(names)} tables) / Iceberg's Spark procedure "
+                   f"({args.spark_action} tables)"] = ratio(per_table[tool], per_table[spark_tool])
     write_result(
         "tables_maintenance",
         "Tables' maintenance: expire-snapshots and remove-orphans vs PyIceberg per table",
