@@ -114,7 +114,7 @@ class Copies:
 
 def local_build(tables: int, snapshots: int, rebuild: bool) -> tuple[str, Copies, float | None]:
     """The lakehouse of `tables` x `snapshots` on local files, built or reused."""
-    base = TMP_DIR / f"tables_maintenance-{tables}x{snapshots}"
+    base = (TMP_DIR / f"tables_maintenance-{tables}x{snapshots}").resolve()  # the path the tables were built at
     copies = Copies(base / "work" / "lh", base / "pristine" / "lh")
     done = base / "built.json"
     if done.exists() and copies.pristine.exists() and not rebuild:
@@ -181,8 +181,11 @@ def plant(uri: str, names: list[str]) -> None:
         os.utime(p, (OLD, OLD))
 
 
-SPARK_PY = Path(__file__).resolve().parents[1] / ".venv-spark41" / "bin" / "python"
-SPARK_JAR = Path(__file__).resolve().parents[1] / "build" / "iceberg-spark41" / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
+#: The checkout whose Spark 4.1 environment runs Iceberg's procedures (``make spark41``): this
+#: one, or ``TLAKE_SPARK41_ROOT`` (a benchmark run from a clean worktree of another checkout).
+SPARK_ROOT = Path(os.environ.get("TLAKE_SPARK41_ROOT") or Path(__file__).resolve().parents[1])
+SPARK_PY = SPARK_ROOT / ".venv-spark41" / "bin" / "python"
+SPARK_JAR = SPARK_ROOT / "build" / "iceberg-spark41" / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
 #: The Spark 4.1 side: Iceberg's procedures table by table through the catalog server.
 SPARK_JOB = r"""
 import json, os, sys, time
