@@ -397,9 +397,9 @@ def on_latency_store(args: Any, size: dict[str, int]) -> int:
         try:
             direct = {"endpoint_url": store.direct_url, "key": store.key, "secret": store.secret}
             slow = {**direct, "endpoint_url": store.endpoint_url}
-            bucket = store.bucket_dir("b")
-            copies = Copies(Path(bucket), base / "pristine" / "b")
-            uri = "s3://b/lh"
+            bucket = store.bucket_dir("tables-bench")  # a valid S3 bucket name (3-63 characters)
+            copies = Copies(Path(bucket), base / "pristine" / "tables-bench")
+            uri = "s3://tables-bench/lh"
             from trinitylake.lakehouse import Lakehouse
 
             Lakehouse.create(uri, storage_options=direct, audit=False, txn_ttl_millis=TTL_MS)
