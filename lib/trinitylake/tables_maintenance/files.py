@@ -267,7 +267,14 @@ class TableFiles:
             parts = ex.partitions(n, FILES_PER_TASK)
             with ex.phase(READ_PHASE, DISTRIBUTED, n, f"read {n} table {what}s ({parts} tasks)"):
                 task = functools.partial(expand_task, self.base, ex.limits.threads)
-                batches = ex.map_arrow(source, task, EXPAND_SCHEMA, parts).toArrow().to_batches()
+                try:
+                    batches = ex.map_arrow(source, task, EXPAND_SCHEMA, parts).toArrow().to_batches()
+                except Exception as e:  # noqa: BLE001 - executor errors arrive wrapped; name the outcome plainly
+                    first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+                    raise StorageError(
+                        f"the Spark job reading {n} table {what}s (first: {uris[0]}) failed ({first}); "
+                        "nothing was deleted, run again"
+                    ) from e
             self.reads += n
         else:
             with ex.phase(READ_PHASE, LOCAL, n, f"read {n} table {what}s"):
