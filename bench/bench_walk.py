@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(1 + max(1, args.repeat)):
             with Timer() as t:
                 reached, st = walk_reachable_with_stats(spark, lh, roots, batch_size=args.batch_size)
-            n = reached.df.count()  # a walk on a SparkSession stays on the executors
+            n = reached.rows.native.count()  # a walk on a SparkSession stays on the executors
             reached.release()
             assert n == len(kinds), f"spark walk found {n} files, the driver's walk {len(kinds)}"
             spark_rows.append((t.seconds, st))

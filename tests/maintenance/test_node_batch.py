@@ -286,7 +286,7 @@ def test_a_local_walk_in_many_small_batches_equals_the_oracles_walk(exported, mo
         monkeypatch.setattr(NB, "MAX_FILES", max_files)
         # Newest roots first: a shared child or definition is met first from a later version.
         reached, st = walk_reachable_with_stats(Execution("local"), lh, roots)
-        got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+        got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names), strict=True))
         assert got == expected, max_files
         assert st.node_reads == st.unique_nodes == ref.node_reads
 
@@ -329,7 +329,7 @@ def test_the_walk_of_a_node_naming_a_pointer_twice_equals_the_oracles_walk(tmp_p
     o = E.oracle_of(lh)
     ref = E.walk(o, [(v, f"{o.root}/{p}") for v, p in roots])
     reached, st = walk_reachable_with_stats(Execution("local"), lh, roots)
-    got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+    got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names), strict=True))
     assert got == ref.tuples()
     assert ref.rows[child].kind == "node" and ref.rows[ld_path].kind == "lakehouse_def"
 
@@ -349,6 +349,6 @@ def test_the_second_process_sizes_a_walk_read_in_many_batches(exported, monkeypa
     monkeypatch.setattr(R, "sizes_of", lambda *a, **k: pytest.fail("sized in process, not by the child"))
     monkeypatch.setattr(NB, "MAX_FILES", 2)
     reached, _ = walk_reachable_with_stats(Execution("local"), lh, inp.roots[::-1])
-    got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+    got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names), strict=True))
     assert got == ref.tuples()
     assert len(fed) == len(set(fed)) and set(fed) >= ref.paths("definition")

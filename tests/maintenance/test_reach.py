@@ -69,7 +69,7 @@ def _walk(lh, roots, **kw):
 
 
 def _rows(reached) -> list[tuple]:
-    t = reached.table
+    t = reached.rows.to_table()
     return sorted(zip(*(t.column(c).to_pylist() for c in ("path", "kind", "size", "depth", "first_version")),
                       strict=True))
 

@@ -32,7 +32,7 @@ def _walk(lh) -> list[tuple]:
     versions = range(E.floor(o), E.latest_version(o) + 1)
     ex = Execution("local", session_factory=lambda: pytest.fail("a local walk must not start Spark"))
     reached, _ = walk_reachable_with_stats(ex, lh, [(v, root_name(v)) for v in versions])
-    got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+    got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names), strict=True))
     ref = E.walk(o, [(v, f"{o.root}/{root_name(v)}") for v in versions])
     assert len(ref.paths("definition")) >= 10
     return [got, ref.tuples()]

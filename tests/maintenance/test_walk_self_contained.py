@@ -209,7 +209,7 @@ def test_on_s3_sizes_come_from_listings_never_a_head_per_file(s3_server, s3_buck
         for one_stream in (R.LIST_ONE_STREAM_KEYS, 1):  # one stream of the root; per hash folder
             monkeypatch.setattr(R, "LIST_ONE_STREAM_KEYS", one_stream)
             proxy.clear()
-            t = walk_reachable(Execution("local"), plh, roots, sizes=True).table
+            t = walk_reachable(Execution("local"), plh, roots, sizes=True).rows.to_table()
             sizes = dict(zip(t.column("path").to_pylist(), t.column("size").to_pylist(), strict=True))
             assert {k: s for k, s in sizes.items() if k in leaves} == leaves
             assert proxy.count("HEAD") == 0 and proxy.count("GET") > 0

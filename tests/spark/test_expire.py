@@ -280,7 +280,8 @@ def test_auto_expire_of_a_small_lakehouse_never_starts_spark(tmp_path):
 
 
 def test_local_candidates_continue_on_the_executors_when_a_new_walk_went_distributed(spark):
-    from trinitylake.jobs.expire.job import _GoDistributed, _LocalCandidates
+    from trinitylake import rowsets
+    from trinitylake.jobs.expire.job import _Candidates
     from trinitylake.jobs.walk.rows import OUTPUT_SCHEMA, Reached, WalkStats
     from trinitylake.spark.execution import Execution
 
@@ -291,14 +292,14 @@ def test_local_candidates_continue_on_the_executors_when_a_new_walk_went_distrib
             ("notes/readme.txt", "definition", 5, 3, 1)]
     table = pa.Table.from_pylist([dict(zip(OUTPUT_SCHEMA.names, r, strict=True)) for r in rows], schema=OUTPUT_SCHEMA)
     ex = Execution("auto", spark=spark)
-    c = _LocalCandidates(ex, table)
+    empty = Reached(WalkStats(), rowsets.driver(ex, table.slice(0, 0)))
+    c = _Candidates(ex, Reached(WalkStats(), rowsets.driver(ex, table)), empty)
+    assert c.rows.where == "local"
     assert (c.files, c.bytes, c.not_owned, c.already_gone) == (3, 60, 1, 1)
     assert c.levels() == {1: 1, 2: 1} and c.root_paths() == {rows[0][0]}
-    extra = Reached(WalkStats(), df=ex.to_df(table.slice(2, 1)))
-    with pytest.raises(_GoDistributed):
-        c.drop_reached(ex, extra)
-    d = c.to_distributed(ex)
-    d.drop_reached(ex, extra)
-    assert d.count() == 2 and d.levels() == {1: 1} and d.root_paths() == {rows[0][0]}
-    assert [r["path"] for r in d.level(1).collect()] == [rows[1][0]]
-    d.release()
+    extra = Reached(WalkStats(), rowsets.executors(ex, ex.to_df(table.slice(2, 1))))
+    c.drop_reached(extra)
+    assert c.rows.where == "distributed"
+    assert c.count() == 2 and c.levels() == {1: 1} and c.root_paths() == {rows[0][0]}
+    assert [r["path"] for r in c.level(1).native.collect()] == [rows[1][0]]
+    c.release()

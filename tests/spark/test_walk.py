@@ -54,8 +54,8 @@ def test_distributed_walk_equals_the_oracle(spark, walked_lakehouse):
     assert exports, "the export root is live"
     ref = _expected(lh)
     reached, st = walk_reachable_with_stats(spark, lh, _roots(lh), batch_size=4)
-    df = reached.df
-    assert not reached.is_local and st.where == "distributed"
+    df = reached.rows.native
+    assert reached.rows.where == "distributed" and st.where == "distributed"
     try:
         expected = spark.createDataFrame(ref.tuples(), OUTPUT_DDL)
         assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
@@ -87,8 +87,8 @@ def test_local_walk_equals_the_oracle_without_starting_spark(walked_lakehouse):
     ref = _expected(lh)
     ex = Execution("local", session_factory=lambda: pytest.fail("a local walk must not start Spark"))
     reached, st = walk_reachable_with_stats(ex, lh, _roots(lh))
-    assert reached.is_local and st.where == "local" and not ex.started
-    got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+    assert reached.rows.where == "local" and st.where == "local" and not ex.started
+    got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names), strict=True))
     assert got == ref.tuples()
     assert st.node_reads == st.unique_nodes == ref.node_reads
     assert st.files == ref.counts()
@@ -109,7 +109,7 @@ def test_a_walk_that_outgrows_the_driver_hands_over_to_the_executors(spark, walk
         wheres = [lv["where"] for lv in st.levels]
         assert wheres[0] == "local" and "distributed" in wheres, wheres
         assert wheres == sorted(wheres, key=lambda w: w == "distributed"), "one hand-over, never back"
-        got = sorted(tuple(r) for r in reached.df.select("path", "kind", "size", "depth", "first_version").collect())
+        got = sorted(tuple(r) for r in reached.rows.native.select("path", "kind", "size", "depth", "first_version").collect())
         assert got == ref.tuples()
         assert st.node_reads == st.unique_nodes == ref.node_reads
     finally:
@@ -122,7 +122,7 @@ def test_driver_row_bound_moves_the_walk_to_the_executors(spark, walked_lakehous
     ex = Execution("auto", spark=spark, limits=Limits(driver_max_rows=len(roots) + 5))
     reached, st = walk_reachable_with_stats(ex, lh, roots, batch_size=4)
     try:
-        assert not reached.is_local
+        assert reached.rows.where == "distributed"
         assert st.total_files == len(_expected(lh).rows)
     finally:
         reached.release()
@@ -200,7 +200,7 @@ def test_a_local_walk_sized_by_the_second_process_equals_the_oracle(walked_lakeh
     ex = Execution("local", session_factory=lambda: pytest.fail("a local walk must not start Spark"))
     reached, st = walk_reachable_with_stats(ex, lh, _roots(lh))
     assert len(answers) == 1 and answers[0] is not None and len(answers[0]) > 10
-    got = sorted(zip(*(reached.table.column(c).to_pylist() for c in reached.table.column_names), strict=True))
+    got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names), strict=True))
     assert got == ref.tuples()
 
 
@@ -231,7 +231,7 @@ def test_a_distributed_walk_on_s3_sizes_every_definition_from_listings(spark, s3
         reached, st = walk_reachable_with_stats(Execution("distributed", spark=spark), plh, roots, batch_size=4)
         try:
             assert st.where == "distributed"
-            got = sorted(tuple(r) for r in reached.df.select("path", "kind", "size", "depth", "first_version").collect())
+            got = sorted(tuple(r) for r in reached.rows.native.select("path", "kind", "size", "depth", "first_version").collect())
         finally:
             reached.release()
         heads = {r.key for r in proxy.requests if r.method == "HEAD"}

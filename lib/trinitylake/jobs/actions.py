@@ -71,6 +71,8 @@ from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark
 from trinitylake.storage.target_options import resolve_target_options
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.util import Session
 
@@ -100,7 +102,7 @@ _MANIFEST_DDL = "format string, part string, files map<string, array<string>>"
 
 
 # ---- reading what a run persisted ----------------------------------------------------------
-def _empty(spark: Session, schema: pa.Schema) -> Any:
+def _empty(spark: Session, schema: pa.Schema) -> DataFrame:
     return spark.createDataFrame(schema.empty_table(), schema=ddl(schema))
 
 
@@ -159,7 +161,7 @@ class ActionResult:
 
 
 class WalkResult(ActionResult):
-    def reachable_files_df(self) -> Any:
+    def reachable_files_df(self) -> DataFrame:
         """Every file the walked versions reach: ``path, kind, size, depth, first_version``.
 
         ``path`` is relative to the lakehouse root (a full URI for files outside it, e.g. an
@@ -168,12 +170,12 @@ class WalkResult(ActionResult):
 
 
 class OrphansResult(ActionResult):
-    def candidate_files_df(self) -> Any:
+    def candidate_files_df(self) -> DataFrame:
         """The orphans the run found (``path, size, mtime``), dry run or not: format-owned files
         older than the cutoff that no retained version, export or open transaction reaches."""
         return _read_listing(self.spark, self.job_result.output_location, ORPHAN_SCHEMA)
 
-    def deleted_files_df(self) -> Any:
+    def deleted_files_df(self) -> DataFrame:
         """The files the run deleted (empty for a dry run). A run that fails to delete one
         raises, so those of a returned real run are all of its candidates."""
         if self.dry_run:
@@ -182,7 +184,7 @@ class OrphansResult(ActionResult):
 
 
 class ExpireResult(ActionResult):
-    def expired_versions_df(self) -> Any:
+    def expired_versions_df(self) -> DataFrame:
         """``version, status``: ``expired`` by this run's plan, or ``leftover`` (expired by an
         earlier run that stopped before deleting their files; this run finishes them)."""
         rows: dict[str, list[Any]] = {"version": [], "status": []}
@@ -196,12 +198,12 @@ class ExpireResult(ActionResult):
         table = pa.table(rows, schema=EXPIRED_VERSIONS_SCHEMA)
         return self.spark.createDataFrame(table, schema=ddl(EXPIRED_VERSIONS_SCHEMA)).orderBy("version")
 
-    def candidate_files_df(self) -> Any:
+    def candidate_files_df(self) -> DataFrame:
         """``path, kind, size, depth, first_version`` of the files only the expired versions
         reach (what the plan decided to delete)."""
         return _read_listing(self.spark, self.job_result.output_location, REACHED_SCHEMA)
 
-    def deleted_files_df(self) -> Any:
+    def deleted_files_df(self) -> DataFrame:
         """The files the run deleted (empty for a dry run): its candidates, less those that
         versions committed while it ran still reach."""
         if self.dry_run:
@@ -220,7 +222,7 @@ class ExportResult(ActionResult):
             return own
         return (dict(cfg.storage_options) or None) if same_scheme(export_dir, self.job_result.lakehouse) else None
 
-    def copied_files_df(self) -> Any:
+    def copied_files_df(self) -> DataFrame:
         """Every file of the export, verified at the target: ``path`` (relative to the target
         root), ``source`` (URI), ``kind`` (root, node, def, odf), ``depth``, ``action`` (copy
         or rewrite), ``size`` and ``md5`` as verified at the target. A re-run that resumed an

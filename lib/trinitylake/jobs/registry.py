@@ -65,7 +65,7 @@ class JobSpec:
         fn: Callable[..., JobResult] = _load(self.name, self.run)
         return fn
 
-    def result_class(self) -> Any:
+    def result_class(self) -> type:
         """The Python API's result class of this job, imported now."""
         return _load(self.name, self.result)
 

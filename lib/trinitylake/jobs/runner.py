@@ -218,7 +218,7 @@ def _finish(ex: Execution, lakehouse: Lakehouse, result: JobResult, counted: dic
         except Exception:  # noqa: BLE001 - some servers refuse to show it
             app = None
         if not app and ex.is_connect:
-            app = f"connect:{ex.spark.session_id}"
+            app = f"connect:{getattr(ex.spark, 'session_id', '')}"
         lakehouse.auditor.spark_app_id = app
 
 

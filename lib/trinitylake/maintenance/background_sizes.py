@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import reach
 from trinitylake.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class BackgroundSizes:
     """Feed keys with `add`, take their sizes (in feeding order) with `finish`; `close` always."""
 
     def __init__(self, storage: Storage, start_after: int | None = None):
-        self._root = storage.local_path("")
+        self._root = storage.path_on_disk("")
         self._start_after = START_AFTER_KEYS if start_after is None else start_after
         self._pending: list[str] = []
         self._fed = 0
@@ -154,13 +154,13 @@ class BackgroundSizes:
         self.close()
 
 
-def sized_in_order(sizer: BackgroundSizes | None, fed: Collection[str], keys: list[str], reader: R.Reader,
+def sized_in_order(sizer: BackgroundSizes | None, fed: Collection[str], keys: list[str], reader: reach.Reader,
                    io_threads: int) -> list[int]:
     """Sizes of `keys` (a subsequence of `fed`, every key the walk met, in the order fed): from
     the child when it answered for all of `fed`, else sized in this process."""
     everything = sizer.finish(len(fed)) if sizer is not None else None
     if everything is None:
-        return R.sizes_of(reader, keys, io_threads)
+        return reach.sizes_of(reader, keys, io_threads)
     if len(keys) != len(fed):
         kept = set(keys)
         everything = [s for k, s in zip(fed, everything, strict=True) if k in kept]

@@ -144,7 +144,7 @@ def _remove_empty_dirs(storage: Storage, run: RunFolder) -> None:
     have none): remove the run's now-empty directories, deepest first, so that it no longer
     lists as a run. rmdir refuses a directory that is not empty, so a file that appeared
     meanwhile stays."""
-    if storage.scheme != "file":
+    if not storage.on_local_disk:
         return
     dirs = {run.path}
     for f in run.files:

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from trinitylake.errors import TrinityLakeError
 from trinitylake.format.node_arrow import decode_pointers
-from trinitylake.maintenance import reach as R
+from trinitylake.maintenance import reach
 
 #: Rows one level of the walk emits (see the ROLE_* constants of `reach`).
 LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
@@ -50,10 +50,10 @@ LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("path", pa.string()), ("kind",
 
 #: Node roles, as numbers (`ROLES` names them).
 SELF, MISSING, ERROR = 0, 1, 2
-ROLES = (R.ROLE_SELF, R.ROLE_MISSING, R.ROLE_ERROR)
+ROLES = (reach.ROLE_SELF, reach.ROLE_MISSING, reach.ROLE_ERROR)
 #: Reference kinds, as numbers, in the order `node_references` lets them win (`KINDS` names them).
 NODE, DEFINITION, LAKEHOUSE_DEF = 0, 1, 2
-KINDS = (R.KIND_NODE, R.KIND_DEFINITION, R.KIND_LAKEHOUSE_DEF)
+KINDS = (reach.KIND_NODE, reach.KIND_DEFINITION, reach.KIND_LAKEHOUSE_DEF)
 
 #: `trinitylake.storage.uri.is_plain_relative` for RE2 (no look-ahead): segments of
 #: ``[A-Za-z0-9_.=+-]``, the first not starting with a dot, none ``.`` or ``..``.
@@ -98,7 +98,7 @@ class NodeBatch:
         return int(np.count_nonzero(self.size >= 0))
 
     def node_kinds(self) -> pa.Array:
-        return pa.array(np.where(self.is_root, R.KIND_ROOT, R.KIND_NODE), pa.string())
+        return pa.array(np.where(self.is_root, reach.KIND_ROOT, reach.KIND_NODE), pa.string())
 
     def level_batches(self) -> list[pa.RecordBatch]:
         """The batch as `LEVEL_SCHEMA` rows: one per node (self, missing or error), one per
@@ -121,7 +121,7 @@ class NodeBatch:
             base = (self.ref_base if self.ref_base is not None
                     else pc.if_else(pa.array(child), pa.scalar(self.root, pa.string()), pa.scalar(None, pa.string())))
             out.append(pa.RecordBatch.from_arrays([
-                pa.array([R.ROLE_CHILD, R.ROLE_LEAF], pa.string()).take(pa.array(np.where(child, 0, 1))),
+                pa.array([reach.ROLE_CHILD, reach.ROLE_LEAF], pa.string()).take(pa.array(np.where(child, 0, 1))),
                 self.ref_keys.take(pa.array(self.ref_id)),
                 pa.array(KINDS, pa.string()).take(pa.array(self.ref_kind)),
                 pa.array(np.full(m, -1, np.int64)),
@@ -133,7 +133,7 @@ class NodeBatch:
         if self.bad_pointers:
             idx = np.asarray([i for i, _ in self.bad_pointers], np.int64)
             out.append(pa.RecordBatch.from_arrays([
-                pa.array([R.ROLE_ERROR] * len(idx), pa.string()),
+                pa.array([reach.ROLE_ERROR] * len(idx), pa.string()),
                 pa.array([self.keys[i] for i in idx], pa.string()),
                 self.node_kinds().take(pa.array(idx)),
                 pa.array(self.size[idx], pa.int64()),
@@ -153,7 +153,7 @@ class NodeBatch:
 
 
 # ---- reading ---------------------------------------------------------------------------------------
-def _read_one(reader: R.Reader, key: str) -> tuple[bytes | None, tuple[int, str] | None]:
+def _read_one(reader: reach.Reader, key: str) -> tuple[bytes | None, tuple[int, str] | None]:
     """The bytes of `key`, or its failure as `expand_node` reports it."""
     try:
         return reader.read(key), None
@@ -178,18 +178,18 @@ def _read_rest(fd: int, first: bytes) -> bytes:
         parts.append(more)
 
 
-def _local_root(reader: R.Reader) -> str | None:
+def _local_root(reader: reach.Reader) -> str | None:
     """The directory of a local storage (its files are read with plain system calls), or None."""
-    return reader.storage.local_path("")
+    return reader.storage.path_on_disk("")
 
 
-def wants_threads(reader: R.Reader) -> bool:
+def wants_threads(reader: reach.Reader) -> bool:
     """Whether `read_files` would use a thread pool (it reads local files in line, and an
     object store the I/O engine serves through the engine)."""
     return _local_root(reader) is None and reader.storage.engine is None
 
 
-def read_files(reader: R.Reader, keys: Sequence[str], pool: ThreadPoolExecutor | None = None,
+def read_files(reader: reach.Reader, keys: Sequence[str], pool: ThreadPoolExecutor | None = None,
                max_bytes: int = MAX_BYTES) -> tuple[list[bytes | None], dict[int, tuple[int, str]]]:
     """The bytes of the first files of `keys` (as many as `max_bytes` allows, at least one),
     and the failures among them by index (role, text)."""
@@ -256,7 +256,7 @@ def read_files(reader: R.Reader, keys: Sequence[str], pool: ThreadPoolExecutor |
 
 
 # ---- expanding -------------------------------------------------------------------------------------
-def iter_expand(reader: R.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPoolExecutor | None = None,
+def iter_expand(reader: reach.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPoolExecutor | None = None,
                 max_files: int | None = None, max_bytes: int | None = None, *, exact: bool = True
                 ) -> Iterator[NodeBatch]:
     """`expand_nodes` over `rows` in batches of at most `max_files` files and about
@@ -271,7 +271,7 @@ def iter_expand(reader: R.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPoo
         i += len(datas)
 
 
-def expand_nodes(reader: R.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPoolExecutor | None = None,
+def expand_nodes(reader: reach.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPoolExecutor | None = None,
                  *, exact: bool = True) -> NodeBatch:
     """Read and expand every row of `rows` (frontier rows: key, base, first_version, depth,
     is_root) in one batch."""
@@ -279,7 +279,7 @@ def expand_nodes(reader: R.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPo
     return expand_read(reader, rows, datas, failed, exact=exact)
 
 
-def expand_read(reader: R.Reader, rows: Sequence[Sequence[Any]], datas: Sequence[bytes | None],
+def expand_read(reader: reach.Reader, rows: Sequence[Sequence[Any]], datas: Sequence[bytes | None],
                 failed: dict[int, tuple[int, str]], *, exact: bool = True) -> NodeBatch:
     """Expand frontier rows whose files were read (`datas`, with `failed` from `read_files`).
 
@@ -336,7 +336,7 @@ def expand_read(reader: R.Reader, rows: Sequence[Sequence[Any]], datas: Sequence
     return _with_keys(loc, keys, bases, fv, depth, is_root, role, size, errors, node, kind, pointer, exact)
 
 
-def _with_keys(loc: R.Locator, keys: list[str], bases: list[str], fv: np.ndarray, depth: np.ndarray,
+def _with_keys(loc: reach.Locator, keys: list[str], bases: list[str], fv: np.ndarray, depth: np.ndarray,
                is_root: np.ndarray, role: np.ndarray, size: np.ndarray, errors: dict[int, str],
                node: np.ndarray, kind: np.ndarray, pointer: pa.Array, exact: bool) -> NodeBatch:
     """Each pointer mapped to its walk key (and, when `exact`, once per node: first kind wins)."""
@@ -398,7 +398,7 @@ def _with_keys(loc: R.Locator, keys: list[str], bases: list[str], fv: np.ndarray
     return batch
 
 
-def expand_rows(reader: R.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPoolExecutor | None = None
+def expand_rows(reader: reach.Reader, rows: Sequence[Sequence[Any]], pool: ThreadPoolExecutor | None = None
                 ) -> Iterator[pa.RecordBatch]:
     """`LEVEL_SCHEMA` record batches of frontier rows (what executors emit per level)."""
     for batch in iter_expand(reader, rows, pool):

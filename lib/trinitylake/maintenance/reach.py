@@ -205,7 +205,7 @@ class Reader:
 
     def size(self, key: str) -> int:
         """Size in bytes, or -1 when the file is missing."""
-        fp = None if is_absolute(key) else self.storage.local_path(key)
+        fp = None if is_absolute(key) else self.storage.path_on_disk(key)
         if fp is not None:
             # os.stat instead of fsspec's info (a walk stats ~1M definitions at 1M files), still
             # through the storage's retry and fault-injection seam.
@@ -279,7 +279,7 @@ def _local_sizes(reader: Reader, keys: Sequence[str]) -> list[int] | None:
     of the lakehouse root, or None when this storage must be asked key by key (not local, a
     foreign key). A key whose ``stat`` fails with anything but "missing" is asked again through
     the storage (retries, typed errors)."""
-    root = reader.storage.local_path("")
+    root = reader.storage.path_on_disk("")
     if root is None:
         return None
     if any(is_absolute(k) for k in keys):
@@ -405,7 +405,7 @@ def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> li
     listed for its lakehouse definitions, holds two files per version. The folders are listed
     `io_threads` at a time."""
     st = reader.storage
-    if st.is_local:
+    if st.on_local_disk:
         return None
     if not keys:
         return []

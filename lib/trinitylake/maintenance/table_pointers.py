@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import TrinityLakeError
+from trinitylake.format import definitions as format_definitions
 from trinitylake.storage.uri import is_absolute
 
 if TYPE_CHECKING:
@@ -42,12 +43,11 @@ def read_table_definitions(view: Any, entries: Sequence[tuple[str, str]], io_thr
                            ) -> list[tuple[str, Any, Exception | None]]:
     """``(name, TableDef, None)`` for each of `entries` (from `table_entries`), in order, read
     on `io_threads` threads; ``(name, None, error)`` for a definition that cannot be read."""
-    from trinitylake.format import definitions as D
 
     def one(item: tuple[str, str]) -> tuple[str, Any, Exception | None]:
         name, path = item
         try:
-            return name, view.read_def(D.TableDef, path), None
+            return name, view.read_def(format_definitions.TableDef, path), None
         except Exception as e:  # noqa: BLE001 - reported per table, never fatal
             return name, None, e
 
@@ -77,7 +77,6 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int | None, reached_defi
     `TABLE_POINTER_DEF_LIMIT`; the walk would read every
     definition once more on the driver) or the tables cannot be listed.
     """
-    from trinitylake.format import definitions as D
 
     details: dict[str, Any] = {"version": version, "scope": "tables of the latest version"}
     limit = TABLE_POINTER_DEF_LIMIT if limit is None else limit
@@ -85,7 +84,7 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int | None, reached_defi
         details["skipped"] = (f"{reached_definitions} definition files reached, more than {limit}: counting table "
                               f"pointers would read each table definition again on the driver")
         return {}, details
-    if not lakehouse.storage.is_local:
+    if not lakehouse.storage.on_local_disk:
         # On an object store each definition is a GET the walk itself never sends (it sizes
         # definitions from listings): the walk's request count would grow by the table count.
         details["skipped"] = ("on an object store counting table pointers would send one GET per table "
@@ -107,7 +106,7 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int | None, reached_defi
         if d is None:
             unreadable.append(f"{name}: {type(err).__name__}: {err}")
             continue
-        fmt = D.table_format_name(d)
+        fmt = format_definitions.table_format_name(d)
         loc = d.format_properties.get("metadata_location")
         if not loc:
             counts["table_pointers_none"] += 1

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 from trinitylake.errors import TrinityLakeError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.paths import root_name, root_version
+from trinitylake.lakehouse.distributed import live_running_roots
 from trinitylake.maintenance.reach import Reader
 
 if TYPE_CHECKING:
@@ -158,8 +159,6 @@ def walk_input(
             )
     # Live distributed transactions: their running roots reach the definitions they staged,
     # which may be older than the orphan age floor (a lease renewed by every stage).
-    from trinitylake.lakehouse.distributed import live_running_roots
-
     for begin_version, path in live_running_roots(lakehouse):
         inp.roots.append((begin_version, path))
         inp.txn_running_roots.append(path)

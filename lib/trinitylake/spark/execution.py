@@ -28,10 +28,14 @@ items, how long.
 
 from __future__ import annotations
 
+import importlib
+import json
 import logging
 import math
 import os
 import re
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,9 +50,14 @@ from trinitylake.storage import requests
 from trinitylake.util import is_connect_session
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from pyspark.sql import DataFrame
+    from pyspark.sql.conf import RuntimeConfig
+    from pyspark.sql.connect.conf import RuntimeConf
 
     from trinitylake.storage import Storage
+    from trinitylake.storage.object_io import ObjectIO
     from trinitylake.util import Session
 
 T = TypeVar("T")
@@ -82,12 +91,12 @@ class Limits:
     #: `threads` over local files (see `io_threads`; deletes keep `threads`).
     local_threads: int = 1
 
-    def io_threads(self, *storages: Any) -> int:
+    def io_threads(self, *storages: Storage) -> int:
         """Threads for I/O on `storages`: `local_threads` when all are local files, whose system
         calls are short (more threads only contend for the interpreter lock: 16 made a
         20k-table orphans listing and walk 2x slower than 1), else `threads` (requests that
         wait on the network)."""
-        local = all(getattr(s, "scheme", None) == "file" for s in storages)
+        local = all(s.on_local_disk for s in storages)
         return max(1, self.local_threads if local else self.threads)
 
 
@@ -155,7 +164,7 @@ class Execution:
         return self._spark is not None
 
     @property
-    def spark(self) -> Any:
+    def spark(self) -> Session:
         if self._spark is None:
             if self._factory is None:
                 raise RuntimeError("this phase needs Spark, but no session or session factory was given")
@@ -183,7 +192,6 @@ class Execution:
         (opening the lakehouse, validating, the first requests). `spark` waits for it."""
         if self._spark is not None or self._factory is None or self._starting is not None:
             return
-        import threading
 
         box: dict[str, Any] = {}
         factory = self._factory
@@ -207,7 +215,7 @@ class Execution:
         return self.started and is_connect_session(self._spark)
 
     @property
-    def F(self) -> Any:  # noqa: N802 - reads like the usual `functions as F`
+    def F(self) -> ModuleType:  # noqa: N802 - reads like the usual `functions as F`
         """``pyspark.sql.functions`` of this session's kind: Spark Connect's functions build
         Connect columns, the classic ones JVM columns. pyspark picks by an environment switch,
         which is wrong in a process that holds both kinds of session (the tests do)."""
@@ -232,7 +240,6 @@ class Execution:
     def add_executor_requests(self, delta: str | dict[str, int]) -> None:
         """Add a task's request counts (a dict, or its JSON) to the job's."""
         if isinstance(delta, str):
-            import json
 
             delta = json.loads(delta) if delta else {}
         requests.add(self.executor_requests, delta)
@@ -251,7 +258,7 @@ class Execution:
             return False
         if self.mode == DISTRIBUTED:
             return items > 0
-        if storage is not None and getattr(storage, "scheme", "file") != "file" and requests_per_item > 0 and items > 0:
+        if storage is not None and not storage.on_local_disk and requests_per_item > 0 and items > 0:
             est = self.estimate(items * requests_per_item, storage.scheme, items, jobs,
                                 engine=getattr(storage, "engine", None))
             if est is not None:
@@ -260,7 +267,8 @@ class Execution:
                 return est.executors_faster
         return items > (self.limits.local_max_items if limit is None else limit)
 
-    def estimate(self, n_requests: float, scheme: str, items: int, jobs: int = 1, engine: Any = None) -> Any:
+    def estimate(self, n_requests: float, scheme: str, items: int, jobs: int = 1, engine: ObjectIO | None = None
+                 ) -> placement.Estimate | None:
         """`placement.Estimate` of a phase of `n_requests` requests on `scheme`, or None before
         any request measured the store's latency. With the I/O engine (`engine`, the storage's
         `trinitylake.storage.object_io.ObjectIO`), the driver and each executor task keep its
@@ -355,14 +363,14 @@ class Execution:
             self._tag = None
 
     # ---- running Arrow functions ---------------------------------------------------------
-    def to_df(self, table: pa.Table, partitions: int = 0) -> Any:
+    def to_df(self, table: pa.Table, partitions: int = 0) -> DataFrame:
         """A DataFrame of a driver-held Arrow table (bounded by the phase thresholds)."""
         df = self.spark.createDataFrame(table, schema=ddl(table.schema))
         if partitions > 1:
             df = df.repartition(partitions)
         return df
 
-    def map_arrow(self, source: pa.Table | DataFrame, fn: BatchFn, schema: pa.Schema, partitions: int) -> Any:
+    def map_arrow(self, source: pa.Table | DataFrame, fn: BatchFn, schema: pa.Schema, partitions: int) -> DataFrame:
         """Run `fn` over `source` (a DataFrame, or an Arrow table shipped to the executors) in
         `partitions` tasks; returns the (lazy) DataFrame of what it yields."""
         df = self.to_df(source) if isinstance(source, pa.Table) else source
@@ -372,7 +380,6 @@ class Execution:
 
 def _warm_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of `warm_executors`: import what the jobs' tasks import."""
-    import importlib
 
     for name in ("trinitylake.maintenance.reach", "trinitylake.jobs.export.copying", "fsspec", "s3fs"):
         try:
@@ -397,8 +404,6 @@ def warm_arrow() -> None:
     """Let pyarrow import pandas now, in the background: its first ``pa.array`` of a Python
     list imports pandas when installed (0.4-0.9 s here), which a job's first Arrow conversion
     would otherwise wait for; the job's first reads overlap it. Called once per job."""
-    import sys
-    import threading
 
     if "pandas" in sys.modules:
         return
@@ -426,7 +431,7 @@ def timed(seconds: dict[str, float], name: str, what: str | None = None, *, anno
 
 
 # ---- sessions --------------------------------------------------------------------------------
-def functions_for(spark: Session) -> Any:
+def functions_for(spark: Session) -> ModuleType:
     """The ``functions`` module matching `spark` (see :attr:`Execution.F`)."""
     if is_connect_session(spark):
         from pyspark.sql.connect import functions as connect_functions
@@ -482,7 +487,7 @@ def _local_cluster(spark: Session) -> bool:
         return False
 
 
-def _conf(conf: Any, key: str) -> str | None:
+def _conf(conf: RuntimeConfig | RuntimeConf, key: str) -> str | None:
     try:
         v = conf.get(key, None)
     except Exception:  # noqa: BLE001 - Connect raises for unknown keys on some servers

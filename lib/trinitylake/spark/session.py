@@ -10,9 +10,13 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
+import tempfile
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trinitylake.util import pandas_back_for_pyarrow
 
@@ -39,9 +43,12 @@ LOCAL_CONF = {
 # Properties a Connect client cannot set on a running server (they are the server's own).
 _SERVER_ONLY = ("spark.ui.", "spark.driver.memory", "spark.python.worker.reuse", "spark.master")
 
+if TYPE_CHECKING:
+    from trinitylake.util import Session
+
 
 def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: dict[str, str] | None = None,
-              remote: str | None = None, delta: bool = False) -> Any:
+              remote: str | None = None, delta: bool = False) -> Session:
     """Get or create the SparkSession. On a cluster (spark-submit) the master comes from there;
     with `remote` (or ``SPARK_REMOTE``) the session is a client of that Connect server.
 
@@ -99,9 +106,8 @@ DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
-def delta_jars_dir() -> Any:
+def delta_jars_dir() -> Path:
     """Folder of Delta's JARs: ``TLAKE_SPARK_JARS`` or ``spark-jars/lib`` of the checkout."""
-    from pathlib import Path
 
     env = os.environ.get("TLAKE_SPARK_JARS")
     if env:
@@ -117,7 +123,6 @@ def delta_conf() -> dict[str, str]:
 
     Without fetched JARs the artifact is resolved by Spark (``spark.jars.packages``), which
     needs a reachable repository; a cluster that already has Delta ignores both."""
-    from pathlib import Path
 
     import pyspark
 
@@ -138,20 +143,18 @@ def delta_conf() -> dict[str, str]:
 
 def _artifact(file_name: str) -> str:
     """``jackson-core-2.13.5.jar`` -> ``jackson-core``."""
-    import re
 
     return re.sub(r"-\d[\w.]*(-\d+)?\.jar$", "", file_name)
 
 
 def _free_port() -> int:
-    import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _local_connect(master: str, app_name: str, settings: dict[str, str]) -> Any:
+def _local_connect(master: str, app_name: str, settings: dict[str, str]) -> Session | None:
     """A client of a local Spark Connect server started on a free port.
 
     pyspark's own ``spark.api.mode=connect`` path always binds and dials port 15002, so a second
@@ -180,13 +183,11 @@ def _local_connect(master: str, app_name: str, settings: dict[str, str]) -> Any:
 
 def _log4j_file() -> str:
     """The log4j2 configuration shipped with the package (level from ``TLAKE_SPARK_LOG_LEVEL``)."""
-    from pathlib import Path
 
     level = os.environ.get("TLAKE_SPARK_LOG_LEVEL", "WARN").upper()
     shipped = Path(__file__).with_name("log4j2.properties")
     if level == "WARN":
         return str(shipped)
-    import tempfile
 
     path = Path(tempfile.gettempdir()) / f"tlake-log4j2-{level}.properties"
     path.write_text(shipped.read_text().replace("= warn", f"= {level.lower()}"))

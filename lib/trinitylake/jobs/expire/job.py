@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from trinitylake import rowsets
 from trinitylake.config import effective_retention
 from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.keys import SYS_CREATED_AT
@@ -63,18 +63,21 @@ from trinitylake.jobs.expire.rules import RetentionPolicy, owned_arrow, owned_co
 from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
 from trinitylake.jobs.walk.rows import Reached
 from trinitylake.jobs.walk.rules import present_arrow, present_column
-from trinitylake.maintenance import reach as R
-from trinitylake.maintenance import walk_roots as WR
+from trinitylake.maintenance import reach, walk_roots
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
+from trinitylake.rowsets import AllOf, Equals, RowSet
 from trinitylake.spark.common import crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, timed
-from trinitylake.spark.output import write_listing
+from trinitylake.spark.execution import Execution, as_execution, timed
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from pyspark.sql import Column
 
     from trinitylake.config import ExpireConfig
+    from trinitylake.format.definitions import LakehouseDef
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.util import Session
 
@@ -86,7 +89,7 @@ class RootTimes:
     for consecutive versions; reading 32 at a time hides object-store latency)."""
 
     def __init__(self, lakehouse: Lakehouse, lookahead: int = 32, threads: int = 16):
-        self.reader = R.Reader(lakehouse.storage.root, lakehouse.storage.options)
+        self.reader = reach.Reader(lakehouse.storage.root, lakehouse.storage.options)
         self.lookahead = lookahead
         self.threads = threads
         self.cache: dict[int, int | None] = {}
@@ -117,18 +120,51 @@ class RootTimes:
         return t
 
 
-def _count_true(mask: pa.ChunkedArray | pa.Array) -> int:
-    return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
+# ---- the candidates -----------------------------------------------------------------------------
+class _Owned:
+    """Format-owned keys (`owned_arrow`)."""
+
+    def arrow(self, table: pa.Table) -> pa.ChunkedArray:
+        return owned_arrow(table.column("path"))
+
+    def column(self, functions: ModuleType) -> Column:
+        return owned_column(functions.col("path"))
 
 
-# ---- the candidates, held by the driver or by the executors -------------------------------------
+class _Present:
+    """Files the walk found (`present_arrow`: a known size)."""
+
+    def arrow(self, table: pa.Table) -> pa.ChunkedArray:
+        return present_arrow(table.column("size"))
+
+    def column(self, functions: ModuleType) -> Column:
+        return present_column(functions.col("size"))
+
+
+_NOT_ROOT = Equals("kind", reach.KIND_ROOT, negate=True)
+_ROOT = Equals("kind", reach.KIND_ROOT)
+
+
 class _Candidates:
-    """C = reach(expired) - reach(retained): its bookkeeping and its per-level deletes."""
+    """C = reach(expired) - reach(retained), format-owned and present: its bookkeeping and its
+    per-level deletes, on the driver when both walks stayed there, else on the executors."""
 
-    #: files per kind (format-owned and present), paths not format-owned, already deleted.
-    by_kind: dict[str, tuple[int, int]]
-    not_owned: int
-    already_gone: int
+    def __init__(self, ex: Execution, reached: Reached, retained: Reached):
+        step = rowsets.place(ex, 0, inputs=(retained.rows, reached.rows))
+        rows = step.rows(reached.rows)
+        #: files per kind (format-owned and present), paths not format-owned, already deleted.
+        self.by_kind: dict[str, tuple[int, int]] = {}
+        self.not_owned = self.already_gone = 0
+        with step.phase("expire.candidates", reached.stats.total_files, "filter the candidates"):
+            groups = rows.count_by(["kind", ("owned", _Owned()), ("present", _Present())], "size")
+            for (kind, owned, present), (n, b) in groups.items():
+                if not owned:
+                    self.not_owned += n
+                elif not present:
+                    self.already_gone += n
+                else:
+                    self.by_kind[str(kind)] = (n, b)
+            self.rows = rows.filter(AllOf(_Owned(), _Present()))
 
     @property
     def files(self) -> int:
@@ -138,140 +174,31 @@ class _Candidates:
     def bytes(self) -> int:
         return sum(b for _, b in self.by_kind.values())
 
-    def write(self, ex: Execution, uri: str, options: dict[str, object] | None) -> str:
-        raise NotImplementedError
+    def write(self, uri: str, options: dict[str, object] | None) -> str:
+        return self.rows.write(uri, options, self.files)
 
-    def drop_reached(self, ex: Execution, extra: Reached) -> None:
-        raise NotImplementedError
+    def drop_reached(self, extra: Reached) -> None:
+        """Leave out what `extra` reaches (on the executors when that walk went there)."""
+        self.rows = self.rows.anti_join(extra.rows, "path")
 
     def count(self) -> int:
-        raise NotImplementedError
+        # Kept by the count (one job): the deletes see the very rows counted.
+        self.rows = self.rows.keep()
+        return self.rows.totals()[0]
 
     def levels(self) -> dict[int, int]:
         """Non-root candidates per depth."""
-        raise NotImplementedError
+        return {int(str(d)): n for (d,), (n, _) in self.rows.filter(_NOT_ROOT).count_by(["depth"]).items()}
 
-    def level(self, depth: int) -> Any:
-        """The non-root candidates at `depth` (what `delete_keys` takes)."""
-        raise NotImplementedError
+    def level(self, depth: int) -> RowSet:
+        """The non-root candidates at `depth`."""
+        return self.rows.filter(AllOf(_NOT_ROOT, Equals("depth", depth))).select("path")
 
     def root_paths(self) -> set[str]:
-        raise NotImplementedError
+        return {str(p) for p in self.rows.filter(_ROOT).column_values("path")}
 
     def release(self) -> None:
-        pass
-
-
-class _LocalCandidates(_Candidates):
-    """C as an Arrow table on the driver (both walks stayed local): pyarrow compute."""
-
-    def __init__(self, ex: Execution, reached: pa.Table):
-        with ex.phase("expire.candidates", LOCAL, reached.num_rows, "filter the candidates"):
-            owned = owned_arrow(reached.column("path"))
-            present = present_arrow(reached.column("size"))
-            self.not_owned = reached.num_rows - _count_true(owned)
-            keep = pc.and_(owned, present)
-            self.already_gone = _count_true(pc.and_(owned, pc.invert(present)))
-            self.table = reached.filter(keep)
-            agg = self.table.group_by("kind").aggregate([("size", "count"), ("size", "sum")])
-            self.by_kind = {k: (int(n), int(b or 0)) for k, n, b in
-                            zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum")), strict=True)}
-
-    def write(self, ex: Execution, uri: str, options: dict[str, object] | None) -> str:
-        return write_listing(ex, self.table, uri, options, rows=self.table.num_rows)
-
-    def drop_reached(self, ex: Execution, extra: Reached) -> None:
-        if extra.table is None:
-            # The new versions reached more than the driver holds: continue on the executors.
-            raise _GoDistributed
-        gone = pc.is_in(self.table.column("path"), value_set=extra.table.column("path"))
-        self.table = self.table.filter(pc.invert(gone))
-
-    def count(self) -> int:
-        return self.table.num_rows
-
-    def _non_roots(self) -> pa.Table:
-        return self.table.filter(pc.not_equal(self.table.column("kind"), R.KIND_ROOT))
-
-    def levels(self) -> dict[int, int]:
-        agg = self._non_roots().group_by("depth").aggregate([("path", "count")])
-        return {int(d): int(n) for d, n in zip(agg.column("depth").to_pylist(), agg.column("path_count").to_pylist(),
-                                               strict=True)}
-
-    def level(self, depth: int) -> pa.Table:
-        t = self._non_roots()
-        return t.filter(pc.equal(t.column("depth"), depth)).select(["path"])
-
-    def root_paths(self) -> set[str]:
-        t = self.table
-        return set(t.filter(pc.equal(t.column("kind"), R.KIND_ROOT)).column("path").to_pylist())
-
-    def to_distributed(self, ex: Execution) -> _DistributedCandidates:
-        c = _DistributedCandidates.__new__(_DistributedCandidates)
-        c.by_kind, c.not_owned, c.already_gone = self.by_kind, self.not_owned, self.already_gone
-        c.df = ex.to_df(self.table)
-        c.F = ex.F
-        c.persisted = []
-        return c
-
-
-class _GoDistributed(Exception):
-    """Local candidates meet a distributed walk: hand C to the executors."""
-
-
-class _DistributedCandidates(_Candidates):
-    """C as a DataFrame (a walk ran on the executors): Spark aggregates and joins."""
-
-    def __init__(self, ex: Execution, reached: Reached):
-        self.F = F = ex.F  # the functions of the session's kind (classic or Connect)
-        cand_df = reached.as_df(ex)
-        owned = owned_column(F.col("path"))
-        present = present_column(F.col("size"))
-        self.persisted: list[Any] = []
-        self.by_kind = {}
-        self.not_owned = self.already_gone = 0
-        with ex.phase("expire.candidates", DISTRIBUTED, reached.stats.total_files, "filter the candidates"):
-            groups = cand_df.groupBy("kind", owned.alias("owned"), present.alias("present")).agg(
-                F.count("*").alias("n"), F.sum("size").alias("b"))
-            for r in groups.collect():
-                if not r["owned"]:
-                    self.not_owned += int(r["n"])
-                elif not r["present"]:
-                    self.already_gone += int(r["n"])
-                else:
-                    self.by_kind[r["kind"]] = (int(r["n"]), int(r["b"] or 0))
-        self.df = cand_df.filter(owned & present)
-
-    def write(self, ex: Execution, uri: str, options: dict[str, object] | None) -> str:
-        return write_listing(ex, self.df, uri, options, rows=self.files)
-
-    def drop_reached(self, ex: Execution, extra: Reached) -> None:
-        self.df = self.df.join(extra.as_df(ex).select("path"), "path", "left_anti")
-
-    def count(self) -> int:
-        self.df = self.df.persist()
-        self.persisted.append(self.df)
-        return int(self.df.count())
-
-    def _non_roots(self) -> Any:
-        return self.df.filter(self.F.col("kind") != R.KIND_ROOT)
-
-    def levels(self) -> dict[int, int]:
-        return {int(r["depth"]): int(r["n"]) for r in
-                self._non_roots().groupBy("depth").count().withColumnRenamed("count", "n").collect()}
-
-    def level(self, depth: int) -> Any:
-        return self._non_roots().filter(self.F.col("depth") == depth).select("path")
-
-    def root_paths(self) -> set[str]:
-        return {r["path"] for r in self.df.filter(self.F.col("kind") == R.KIND_ROOT).select("path").collect()}
-
-    def release(self) -> None:
-        for df in self.persisted:
-            try:
-                df.unpersist()
-            except Exception:  # noqa: BLE001 - cached data goes with the session
-                pass
+        self.rows.release()
 
 
 def compact_control_table(lakehouse: Lakehouse, result: JobResult) -> None:
@@ -403,10 +330,10 @@ def _plan(job: _Job) -> _Plan:
     return _Plan(latest, listed, prev_oldest, new_oldest, leftover, expired, list(plan.expired), doc)
 
 
-def _walk_retained(job: _Job, plan: _Plan) -> tuple[Reached, WR.WalkInput]:
+def _walk_retained(job: _Job, plan: _Plan) -> tuple[Reached, walk_roots.WalkInput]:
     """**walk_retained**: R, from the versions that stay, pinned exports and pinned versions."""
     with job.timed("walk_retained", "walk the retained versions"):
-        inp = WR.walk_input(job.lh, latest=plan.latest, min_version=plan.new_oldest)
+        inp = walk_roots.walk_input(job.lh, latest=plan.latest, min_version=plan.new_oldest)
         try:
             retained, rst = walk_reachable_with_stats(job.ex, job.lh, inp.roots, label=f"{job.label}: retained",
                                                       sizes=False, name="walk_retained")
@@ -435,24 +362,20 @@ def _walk_expired(job: _Job, plan: _Plan, retained: Reached) -> Reached:
     return expired_reach
 
 
-def _write_plan(job: _Job, plan: _Plan, inp: WR.WalkInput, retained: Reached, expired_reach: Reached
+def _write_plan(job: _Job, plan: _Plan, inp: walk_roots.WalkInput, retained: Reached, expired_reach: Reached
                 ) -> _Candidates:
     """**write_plan**: C, filtered and counted, written with ``plan.json`` before any commit."""
     ex, storage, result = job.ex, job.lh.storage, job.result
     with job.timed("write_plan", "write the plan"):
-        cands: _Candidates
-        if retained.is_local and expired_reach.is_local:
-            cands = _LocalCandidates(ex, expired_reach.table)
-        else:
-            cands = _DistributedCandidates(ex, expired_reach)
-        cand_uri = cands.write(ex, storage.uri(f"{job.rdir}/candidates"), storage.options)
+        cands = _Candidates(ex, expired_reach, retained)
+        cand_uri = cands.write(storage.uri(f"{job.rdir}/candidates"), storage.options)
         doc = plan.doc
         doc["candidates"] = {"files": cands.files, "bytes": cands.bytes, "location": cand_uri,
                              "by_kind": {k: {"files": n, "bytes": b} for k, (n, b) in cands.by_kind.items()},
                              "not_format_owned_kept": cands.not_owned, "already_deleted": cands.already_gone}
         doc["retained_walk"] = plan.retained_walk
         result.plan_location = write_json(storage, f"{job.rdir}/plan.json", doc)
-    result.details["candidates_where"] = LOCAL if isinstance(cands, _LocalCandidates) else DISTRIBUTED
+    result.details["candidates_where"] = cands.rows.where
     result.counts.update({"candidates": cands.files, "skipped_not_owned": cands.not_owned,
                           "already_deleted": cands.already_gone})
     for k, (n, b) in cands.by_kind.items():
@@ -473,15 +396,15 @@ def _commit_phase(job: _Job, plan: _Plan) -> None:
         crash_point("expire_after_commit")
 
 
-def _walk_new(job: _Job, plan: _Plan, inp: WR.WalkInput, retained: Reached, cands: _Candidates,
+def _walk_new(job: _Job, plan: _Plan, inp: walk_roots.WalkInput, retained: Reached, cands: _Candidates,
               held: list[Reached | _Candidates]) -> _Candidates:
     """**walk_new**: files of versions (and exports) committed since the plan leave C; what is
-    deleted is persisted too when it is no longer the planned candidates. Returns C (moved to
-    the executors when the new versions' walk went there); what it holds joins `held`."""
+    deleted is persisted too when it is no longer the planned candidates. Returns C (on the
+    executors when the new versions' walk went there); what it holds joins `held`."""
     ex, result, storage = job.ex, job.result, job.lh.storage
     n_cands = cands.files
     with job.timed("walk_new", "walk versions committed since the plan"):
-        inp2 = WR.walk_input(job.lh, latest=job.lh.latest_version(), min_version=plan.new_oldest)
+        inp2 = walk_roots.walk_input(job.lh, latest=job.lh.latest_version(), min_version=plan.new_oldest)
         seen = set(inp.roots)
         new_roots = [r for r in inp2.roots if r not in seen]
         if new_roots:
@@ -492,20 +415,14 @@ def _walk_new(job: _Job, plan: _Plan, inp: WR.WalkInput, retained: Reached, cand
                 raise UnsafeOperationError(f"versions committed since the plan cannot be walked; nothing was "
                                            f"deleted (the expiration is committed; re-run to delete): {e}") from e
             held.append(extra)
-            try:
-                cands.drop_reached(ex, extra)
-            except _GoDistributed:
-                assert isinstance(cands, _LocalCandidates)
-                cands = cands.to_distributed(ex)
-                held.append(cands)
-                cands.drop_reached(ex, extra)
+            cands.drop_reached(extra)
             result.counts["new_roots_walked"] = len(new_roots)
         n_final = cands.count()
     if n_final != n_cands:
         log.info("expire %s: %d candidates are reachable from versions committed since the plan; kept",
                  result.run_id, n_cands - n_final)
         # What is deleted is no longer the persisted candidates: persist it too, before deleting.
-        result.details["delete_location"] = cands.write(ex, storage.uri(f"{job.rdir}/to_delete"), storage.options)
+        result.details["delete_location"] = cands.write(storage.uri(f"{job.rdir}/to_delete"), storage.options)
     return cands
 
 
@@ -524,7 +441,7 @@ def _delete_phase(job: _Job, plan: _Plan, cands: _Candidates) -> None:
 
 
 def _commit(lh: Lakehouse, new_oldest: int, result: JobResult) -> int:
-    def advance(d: Any) -> None:
+    def advance(d: LakehouseDef) -> None:
         pinned = {name: v for name, v in d.exported_snapshot_pins.items() if v < new_oldest}
         if pinned:
             raise UnsafeOperationError(
@@ -548,7 +465,7 @@ def _delete_levels(ex: Execution, lh: Lakehouse, cands: _Candidates, expired: li
     total = DeleteOutcome()
     levels = cands.levels()
     for depth in sorted(levels, reverse=True):
-        out = delete_keys(ex, lh.storage, cands.level(depth), levels[depth], batch_size=cfg.delete_batch_size,
+        out = delete_keys(ex, lh.storage, cands.level(depth).native, levels[depth], batch_size=cfg.delete_batch_size,
                           max_retries=cfg.max_retries, what=f"files at depth {depth}")
         total.add(out)
         crash_point("expire_mid_delete")  # after the deepest level, before the shallower ones

@@ -56,7 +56,7 @@ def owned(path: str) -> bool:
     return any(re.search(p, path) for p in OWNED_PATTERNS)
 
 
-def owned_arrow(paths: pa.ChunkedArray | pa.Array) -> Any:
+def owned_arrow(paths: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """The rule on an Arrow array of paths: a boolean mask (false where the path is null)."""
     masks = [pc.match_substring_regex(paths, p) for p in OWNED_PATTERNS]
     return pc.fill_null(functools.reduce(pc.or_, masks), False)

@@ -11,19 +11,19 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from trinitylake import progress
+from trinitylake import progress, rowsets
 from trinitylake.errors import StorageError
-from trinitylake.jobs.export import copying as XC
-from trinitylake.jobs.export import rules as X
+from trinitylake.jobs.export import copying as export_copying
+from trinitylake.jobs.export import rules as export_rules
+from trinitylake.jobs.export.copy_workers import CopyWorkers
 from trinitylake.jobs.export.copying import copy_part as _copy_part
-from trinitylake.jobs.export.planner import pool_map, raise_failures
-from trinitylake.spark.execution import AUTO, DISTRIBUTED, LOCAL, Execution, batch_of, ddl, rows_of
+from trinitylake.jobs.export.planner import raise_failures, shared_pool_map
+from trinitylake.spark.execution import AUTO, DISTRIBUTED, LOCAL, Execution, batch_of, rows_of
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
 
@@ -47,39 +47,37 @@ STATS_SCHEMA = pa.schema([("name", pa.string()), ("stats", pa.string())])
 
 
 # ---- copy --------------------------------------------------------------------------------------
-def _copy_batches(source: Storage, target: Storage, spec: X.ExportSpec, export_dir: str, checksum: bool,
+def _copy_batches(source: Storage, target: Storage, spec: export_rules.ExportSpec, export_dir: str, checksum: bool,
                   resumed: bool, io_threads: int, batches: Iterator[pa.RecordBatch]
                   ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function of the copy: plan part names in, one stats row per part out."""
+    """Per-batch function of the copy (a driver thread or an executor task): plan part names
+    in, one stats row per part out. The parts of one process share its thread pool."""
     src, tgt = LocalFiles.of(source), LocalFiles.of(target)
-    pmap, close = pool_map(io_threads)
-    try:
-        for (name,) in rows_of(batches, "name"):
-            before = requests.snapshot()
-            st = _copy_part(name, src, tgt, spec, export_dir, checksum, resumed, pmap)
-            st.requests = requests.since(before)
-            yield batch_of(STATS_SCHEMA, [[name], [json.dumps(st.to_dict())]])
-    finally:
-        close()
+    pmap = shared_pool_map(io_threads)
+    for (name,) in rows_of(batches, "name"):
+        before = requests.snapshot()
+        st = _copy_part(name, src, tgt, spec, export_dir, checksum, resumed, pmap)
+        st.requests = requests.since(before)
+        yield batch_of(STATS_SCHEMA, [[name], [json.dumps(st.to_dict())]])
 
 
 def copy_processes(n_files: int, n_parts: int, source: Storage, target: Storage) -> int:
     """How many worker processes a driver-local copy uses: 0 (the driver's own threads) unless
     both sides are local files, the copy is big and the machine has several cores."""
     cores = os.cpu_count() or 1
-    if (n_files < LOCAL_PROCESS_MIN_FILES or cores < 2 or n_parts < 2 or source.scheme != "file"
-            or target.scheme != "file"):
+    if (n_files < LOCAL_PROCESS_MIN_FILES or cores < 2 or n_parts < 2 or not source.on_local_disk
+            or not target.on_local_disk):
         return 0
     return min(cores, n_parts, LOCAL_PROCESSES_MAX)
 
 
-def _copy_processes(pool: Any, names: list[str], source: Storage, target: Storage, spec: X.ExportSpec,
-                    export_dir: str, checksum: bool, resumed: bool) -> XC.CopyStats:
+def _copy_processes(pool: CopyWorkers, names: list[str], source: Storage, target: Storage, spec: export_rules.ExportSpec,
+                    export_dir: str, checksum: bool, resumed: bool) -> export_copying.CopyStats:
     """Copy on the driver machine with the worker processes of `pool` (`CopyWorkers`), one plan
     part at a time each (the same `_copy_part` as the executors and the threads run)."""
-    total = XC.CopyStats()
+    total = export_copying.CopyStats()
     for d in pool.map(names, (source, target, spec, export_dir, checksum, resumed)):
-        st = XC.CopyStats.from_dict(d)
+        st = export_copying.CopyStats.from_dict(d)
         total.add(st)
         progress.advance(st.rows)
     return total
@@ -91,7 +89,7 @@ class _Workers:
 
     def __init__(self, source: Storage, target: Storage, allowed: bool):
         self.source, self.target, self.allowed = source, target, allowed
-        self.pool: Any = None
+        self.pool: CopyWorkers | None = None
 
     def expect(self, files: int) -> None:
         """The plan will hold about `files` files (`Planner` calls this after each level)."""
@@ -100,7 +98,7 @@ class _Workers:
             if n:
                 self.pool = self._start(n)
 
-    def take(self, n: int) -> Any:
+    def take(self, n: int) -> CopyWorkers | None:
         """A pool of `n` workers, or None when no worker process can be started here (an
         embedded interpreter without ``sys.executable``): the copy then runs on threads."""
         if self.pool is not None and self.pool.size != n:
@@ -109,9 +107,7 @@ class _Workers:
             self.pool = self._start(n)
         return self.pool
 
-    def _start(self, n: int) -> Any:
-        from trinitylake.jobs.export.copy_workers import CopyWorkers
-
+    def _start(self, n: int) -> CopyWorkers | None:
         try:
             return CopyWorkers(n)
         except StorageError as e:
@@ -130,17 +126,17 @@ class Copier:
     files and, with tables, the tables' data files (`trinitylake.jobs.export.tables`) both go
     through it. It also starts, while planning goes on, what the copy will need (`expect`)."""
 
-    def __init__(self, ex: Execution, source: Storage, target: Storage, spec: X.ExportSpec, result: JobResult,
+    def __init__(self, ex: Execution, source: Storage, target: Storage, spec: export_rules.ExportSpec, result: JobResult,
                  checksum: bool):
         self.ex, self.source, self.target, self.spec, self.result = ex, source, target, spec, result
         self.checksum = checksum
-        self.remote = not source.is_local or not target.is_local
+        self.remote = not source.on_local_disk or not target.on_local_disk
         # Local to local: `local_threads` (one by default: 16 threads copied 21k files in 12.0 s
         # here, one in 9.1 s; threads only hide latency).
         self.io_threads = ex.limits.io_threads(source, target)
         self.workers = _Workers(source, target, allowed=ex.mode != DISTRIBUTED)
-        self.remote_side = target if target.scheme != "file" else source
-        self.per_file = (source.scheme != "file") + (target.scheme != "file")
+        self.remote_side = target if not target.on_local_disk else source
+        self.per_file = (not source.on_local_disk) + (not target.on_local_disk)
 
     def expect(self, files: int) -> None:
         """After each planned level, with the files the plan is expected to hold: start what
@@ -153,7 +149,7 @@ class Copier:
             ex.prestart()
 
     def copy_parts(self, phase: str, names: list[str], n_files: int, resumed: bool, what: str
-                   ) -> tuple[XC.CopyStats, str]:
+                   ) -> tuple[export_copying.CopyStats, str]:
         """Copy plan parts where the placement puts `n_files` files; raises a typed error for
         any failed file."""
         ex, source, target, spec = self.ex, self.source, self.target, self.spec
@@ -161,85 +157,48 @@ class Copier:
         # Per copied file one GET of the source (node files come with their bytes in the
         # plan) and one conditional PUT, verified by the PUT's ETag: on an object store
         # `auto` compares estimated times (the remote side's latency).
-        where = DISTRIBUTED if ex.distributed(n_files, storage=self.remote_side, requests_per_item=self.per_file,
-                                              phase=phase) else LOCAL
-        copy = functools.partial(_copy_part, source=source, target=target, spec=spec, export_dir=export_dir,
-                                 checksum=checksum, resumed=resumed)
+        step = rowsets.place(ex, n_files, storage=self.remote_side, requests_per_item=self.per_file, phase=phase)
         n_procs = copy_processes(n_files, len(names), source, target)
-        if where == DISTRIBUTED and ex.mode == AUTO and n_procs and ex.executors_share_the_driver():
+        if step.distributed and ex.mode == AUTO and n_procs and ex.executors_share_the_driver():
             # Local files, executors on these same cores: the driver's worker processes
             # copied 1.05M files in 163-165 s, Spark local[2] tasks in 217 s (per-task and
             # Arrow costs, no extra hardware). A cluster's executors keep the copy.
-            where = LOCAL
-        with ex.phase(phase, where, n_files, what):
-            pool = self.workers.take(n_procs) if where == LOCAL and n_procs else None
+            step = rowsets.Place(ex, LOCAL)
+        with step.phase(phase, n_files, what):
+            # A big copy of local files on the driver goes to its worker processes.
+            pool = self.workers.take(n_procs) if n_procs and not step.distributed else None
             if pool is not None:
                 self.result.details["copy_processes"] = n_procs
                 total = _copy_processes(pool, names, source, target, spec, export_dir, checksum, resumed)
                 self.workers.close()
-            elif where == LOCAL:
-                total = _copy_local(names, copy, source, target, self.io_threads)
             else:
-                total = _copy_distributed(ex, names, source, target, spec, export_dir, checksum, resumed,
-                                          self.io_threads)
+                total = _copy(step, names, source, target, spec, export_dir, checksum, resumed, self.io_threads)
         raise_failures(total.missing_sources, total.errors, total.conflicts, f"export {spec.name!r}", spec.version)
         if total.rows != n_files:
             raise StorageError(f"export {spec.name!r}: copied {total.rows} planned files, the plan holds {n_files}")
-        return total, where
+        return total, step.where
 
     def close(self) -> None:
         self.workers.close()
 
 
-def _copy_local(names: list[str], copy: Callable[..., XC.CopyStats], source: Storage, target: Storage, threads: int
-                ) -> XC.CopyStats:
-    """Copy on the driver: up to `LOCAL_PARTS_IN_FLIGHT` parts at once, their files on one thread pool."""
-    src, tgt = LocalFiles.of(source), LocalFiles.of(target)
-    total = XC.CopyStats()
-    pmap, close = pool_map(threads)
-    try:
-        # Through the I/O engine, parts wait on round trips (their copies, listings, manifest)
-        # and the engine's one limit bounds the requests: many parts at once.
-        parts = ENGINE_PARTS_IN_FLIGHT if target.engine is not None else LOCAL_PARTS_IN_FLIGHT
-        k = max(1, min(parts, len(names)))
-        if k == 1:
-            for nm in names:
-                st = copy(nm, source=src, target=tgt, pmap=pmap)
-                total.add(st)
-                progress.advance(st.rows)
-        else:
-            with ThreadPoolExecutor(max_workers=k) as outer:
-                for st in outer.map(lambda nm: copy(nm, source=src, target=tgt, pmap=pmap), names):
-                    total.add(st)
-                    progress.advance(st.rows)
-    finally:
-        close()
-    return total
-
-
-def _copy_distributed(ex: Execution, names: list[str], source: Storage, target: Storage, spec: X.ExportSpec,
-                      export_dir: str, checksum: bool, resumed: bool, io_threads: int) -> XC.CopyStats:
-    """Copy on the executors: a DataFrame of part names, ``mapInArrow`` copies each part."""
-    total = XC.CopyStats()
-
-    def run(chunk: list[str]) -> None:
-        if not chunk:
-            return
-        table = pa.table({"idx": pa.array(range(len(chunk)), pa.int64()), "name": pa.array(chunk, pa.string())})
-        fn = functools.partial(_copy_batches, source, target, spec, export_dir, checksum, resumed, io_threads)
-        parts = ex.partitions(len(chunk), 1)
-        df = ex.to_df(table).repartition(parts, "idx") if parts > 1 else ex.to_df(table).coalesce(1)
-        try:
-            rows = df.mapInArrow(fn, ddl(STATS_SCHEMA)).collect()
-        except Exception as e:  # noqa: BLE001 - a lost executor or worker arrives wrapped; name the outcome plainly
-            first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
-            raise StorageError(f"the export copy job failed ({first}); the files copied so far stay, re-run the "
-                               "export to finish it") from e
-        for r in rows:
-            st = XC.CopyStats.from_dict(json.loads(r["stats"]))
-            ex.add_executor_requests(st.requests)
+def _copy(step: rowsets.Place, names: list[str], source: Storage, target: Storage, spec: export_rules.ExportSpec,
+          export_dir: str, checksum: bool, resumed: bool, io_threads: int) -> export_copying.CopyStats:
+    """Copy plan parts where `step` runs: one task per part (``mapInArrow`` on the executors;
+    on the driver up to `LOCAL_PARTS_IN_FLIGHT` parts at once, or `ENGINE_PARTS_IN_FLIGHT`
+    through the I/O engine, whose one limit bounds the requests), one stats row back each."""
+    total = export_copying.CopyStats()
+    if not names:
+        return total
+    table = pa.table({"idx": pa.array(range(len(names)), pa.int64()), "name": pa.array(names, pa.string())})
+    fn = functools.partial(_copy_batches, source, target, spec, export_dir, checksum, resumed, io_threads)
+    in_flight = ENGINE_PARTS_IN_FLIGHT if target.engine is not None else LOCAL_PARTS_IN_FLIGHT
+    stats = step.rows(table).map_batches(fn, STATS_SCHEMA, step.partitions(len(names), 1), in_flight=in_flight,
+                                         by="idx")
+    with step.executor_failures("the export copy job", "the files copied so far stay, re-run the export to finish it"):
+        for (stats_json,) in rows_of(stats.batches(), "stats"):
+            st = export_copying.CopyStats.from_dict(json.loads(str(stats_json)))
+            step.add_task_requests(st.requests)
             total.add(st)
             progress.advance(st.rows)
-
-    run(names)
     return total

@@ -63,10 +63,10 @@ from trinitylake.errors import (
     VersionNotFoundError,
 )
 from trinitylake.format.node import deserialize, serialize
-from trinitylake.jobs.export import copying as XC
-from trinitylake.jobs.export import plan as XP
-from trinitylake.jobs.export import rules as X
-from trinitylake.jobs.export import target as XT
+from trinitylake.jobs.export import copying as export_copying
+from trinitylake.jobs.export import plan as export_plan
+from trinitylake.jobs.export import rules as export_rules
+from trinitylake.jobs.export import target as export_target
 from trinitylake.jobs.export.copy_phase import Copier
 from trinitylake.jobs.export.planner import Planner, raise_failures
 from trinitylake.lakehouse.roots import check_retained
@@ -104,23 +104,23 @@ class _Root:
     its pointers now (planning starts from them), its plan row (bytes, serialized when rewritten)
     only when first needed: pyarrow's first array conversion imports pandas (warmed meanwhile)."""
 
-    def __init__(self, ref: RootRef, source: Storage, spec: X.ExportSpec):
+    def __init__(self, ref: RootRef, source: Storage, spec: export_rules.ExportSpec):
         self.ref, self.source, self.spec = ref, source, spec
         try:
             self.data = source.read(ref.path)
         except FileNotFoundError:
             raise VersionNotFoundError(f"version {ref.version} is expired or missing: its root file "
                                        f"{source.uri(ref.path)} is gone") from None
-        self.out, self.refs, self.changed = X.export_node(deserialize(self.data, None, source.uri(ref.path)), 0,
+        self.out, self.refs, self.changed = export_rules.export_node(deserialize(self.data, None, source.uri(ref.path)), 0,
                                                           spec, source)
-        self._row: X.PlanRow | None = None
+        self._row: export_rules.PlanRow | None = None
 
     @property
-    def row(self) -> X.PlanRow:
+    def row(self) -> export_rules.PlanRow:
         if self._row is None:
             data = serialize(self.out, self.spec.order) if self.changed else self.data
-            self._row = X.PlanRow(self.ref.path, self.source.uri(self.ref.path), X.KIND_ROOT, 0,
-                                  X.ACTION_REWRITE if self.changed else X.ACTION_COPY, len(data), X.md5_hex(data),
+            self._row = export_rules.PlanRow(self.ref.path, self.source.uri(self.ref.path), export_rules.KIND_ROOT, 0,
+                                  export_rules.ACTION_REWRITE if self.changed else export_rules.ACTION_COPY, len(data), export_rules.md5_hex(data),
                                   self.refs.external, bytes(data))
         return self._row
 
@@ -135,10 +135,10 @@ class _Export:
     result: JobResult
     source: Storage
     target: Storage
-    state: XT.TargetState
+    state: export_target.TargetState
     recorded: dict[str, Any] | None
     ref: RootRef
-    spec: X.ExportSpec
+    spec: export_rules.ExportSpec
     needs_record: bool
     latest: int
     root: _Root
@@ -223,19 +223,19 @@ def _validate(ex: Execution, lakehouse: Lakehouse, cfg: ExportConfig, result: Jo
     """**validate** (nothing written): the name, mode, locations, version, name clash, target
     state, and the exported root (see the module doc)."""
     source: Storage = lakehouse.storage
-    name = X.validate_name(cfg.name)
+    name = export_rules.validate_name(cfg.name)
     mode = cfg.mode
-    if mode not in X.MODES:
-        raise ValidationError(f"export mode must be one of {', '.join(X.MODES)}, got {mode!r}")
+    if mode not in export_rules.MODES:
+        raise ValidationError(f"export mode must be one of {', '.join(export_rules.MODES)}, got {mode!r}")
     target_uri = parse_uri(cfg.target).uri
-    XT.check_locations(source.root, target_uri)
+    export_target.check_locations(source.root, target_uri)
     latest = lakehouse.latest_version()
     result.version_before = latest
     current_def = lakehouse.load_root(latest).lakehouse_def
     # The target's own options (target_storage_options, TLAKE_TARGET_*); None: it shares the lakehouse's.
     options = resolve_target_options(target_uri, getattr(cfg, "target_storage_options", None), target_storage_options)
     target = _target_storage(lakehouse, target_uri, options)
-    state = XT.inspect_target(target, current_def.id, source.root)
+    state = export_target.inspect_target(target, current_def.id, source.root)
     recorded = state.exports.get(name)
     version, as_of = cfg.version, cfg.as_of
     depth = cfg.depth if mode == "partial" else None
@@ -252,10 +252,10 @@ def _validate(ex: Execution, lakehouse: Lakehouse, cfg: ExportConfig, result: Jo
     # Expire commits the new floor before it deletes: a version below it may still have its
     # root file while its other files are being deleted. Refuse before copying anything.
     check_retained(current_def, ref.version, f"export {name!r}")
-    spec = X.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
+    spec = export_rules.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
                              target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order,
                              with_tables=cfg.with_tables)
-    needs_record = XT.check_name_free(current_def, name, spec.root_uri)
+    needs_record = export_target.check_name_free(current_def, name, spec.root_uri)
     if recorded is not None and not spec.same_export(recorded):
         raise ValidationError(
             f"the target already holds an export named {name!r} of version {recorded.get('version')} "
@@ -263,7 +263,7 @@ def _validate(ex: Execution, lakehouse: Lakehouse, cfg: ExportConfig, result: Jo
             f"re-run with the same options to finish it, or pick another name"
         )
     root = _Root(ref, source, spec)
-    if not state.empty and XC.verify_file(target, spec.root_path, root.row.size, root.row.md5, True) == XC.MISMATCH:
+    if not state.empty and export_copying.verify_file(target, spec.root_path, root.row.size, root.row.md5, True) == export_copying.MISMATCH:
         raise AlreadyExistsError(
             f"the target already holds a different root file for version {spec.version} "
             f"({target.uri(spec.root_path)}, from another export of that version); export to another "
@@ -280,7 +280,7 @@ def _open_target(x: _Export) -> None:
                            "target": target.root, "root": spec.root_uri, "source_id": spec.source_id})
     result.output_location = spec.root_uri
     result.plan_location = target.uri(x.export_dir)
-    target_dir = target.local_path("")
+    target_dir = target.path_on_disk("")
     if x.state.empty and target_dir is not None:
         # Before the first folder is made in it: see dir_spread (20 s vs 2 s for 21k files on
         # ext4 without a journal, after a mass delete nearby).
@@ -291,8 +291,8 @@ def _plan(x: _Export, copier: Copier) -> tuple[dict[str, Any], bool]:
     """**plan**: the persisted plan (resumed when this target holds a complete one of this
     export, whose root must still be ours), or a new one; returns (its index, resumed)."""
     target, plan_dir, export_dir, root = x.target, x.plan_dir, x.export_dir, x.root
-    index = XP.read_json(target, f"{plan_dir}/_plan.json") if x.recorded is not None else None
-    if index is not None and index.get("format") != X.FORMAT_TAG:
+    index = export_plan.read_json(target, f"{plan_dir}/_plan.json") if x.recorded is not None else None
+    if index is not None and index.get("format") != export_rules.FORMAT_TAG:
         index = None
     if index is not None:
         if index["root"]["md5"] != root.row.md5:
@@ -301,7 +301,7 @@ def _plan(x: _Export, copier: Copier) -> tuple[dict[str, Any], bool]:
         return index, True
     created_here = x.recorded is None
     target.write(f"{export_dir}/export.json",
-                 XP.json_bytes({**x.spec.describe(), "status": "planning", "run_id": x.cfg.run_id,
+                 export_plan.json_bytes({**x.spec.describe(), "status": "planning", "run_id": x.cfg.run_id,
                                 "started_at": datetime.now(UTC).isoformat()}))
     try:
         index = Planner(x.ex, x.source, target, x.spec, plan_dir, x.cfg.batch_size, copier.io_threads,
@@ -310,10 +310,10 @@ def _plan(x: _Export, copier: Copier) -> tuple[dict[str, Any], bool]:
         if created_here:
             _cleanup(target, export_dir)
         raise
-    index.update({"format": X.FORMAT_TAG, "root": {"path": x.spec.root_path, "size": root.row.size,
+    index.update({"format": export_rules.FORMAT_TAG, "root": {"path": x.spec.root_path, "size": root.row.size,
                                                    "md5": root.row.md5, "external": root.refs.external,
                                                    "action": root.row.action}})
-    target.write(f"{plan_dir}/_plan.json", XP.json_bytes(index))
+    target.write(f"{plan_dir}/_plan.json", export_plan.json_bytes(index))
     return index, False
 
 
@@ -324,7 +324,7 @@ def _record_plan(x: _Export, index: dict[str, Any], resumed: bool) -> tuple[int,
     external = sum(p["external"] for p in parts) + x.root.refs.external
     result.counts.update({"planned": planned_files, "batches": len(parts),
                           "rewritten_planned": sum(p["rewritten"] for p in parts) + int(x.root.row.action
-                                                                                       == X.ACTION_REWRITE),
+                                                                                       == export_rules.ACTION_REWRITE),
                           "unsized_planned": sum(p.get("unsized", 0) for p in parts),
                           "external_refs": external})
     result.details["resumed"] = resumed
@@ -333,25 +333,25 @@ def _record_plan(x: _Export, index: dict[str, Any], resumed: bool) -> tuple[int,
     return planned_files, external
 
 
-def _commit(x: _Export, total: XC.CopyStats, planned_files: int, external: int) -> tuple[float, int | None, int | None]:
+def _commit(x: _Export, total: export_copying.CopyStats, planned_files: int, external: int) -> tuple[float, int | None, int | None]:
     """**commit**: the root last, the target's hint, then the record in the source (a normal
     commit) and the export's own record; returns (seconds verifying the root, the pinned
     version, the source version that records the export)."""
     spec, target, result, name, mode = x.spec, x.target, x.result, x.name, x.spec.mode
     t = time.perf_counter()
-    root_stats, _ = XC.copy_one(x.root.row, x.source, target, spec, checksum=True)
+    root_stats, _ = export_copying.copy_one(x.root.row, x.source, target, spec, checksum=True)
     raise_failures(root_stats.missing_sources, root_stats.errors, root_stats.conflicts, f"export {name!r}",
                    spec.version)
     total.add(root_stats)
     verify_root = time.perf_counter() - t
-    XT.update_hint(target, spec.version)
+    export_target.update_hint(target, spec.version)
     pin = spec.version if (mode != "full" and external > 0) else None
     planned_bytes = total.copied_bytes + total.skipped_bytes
     result.bytes["planned"] = planned_bytes
     version_after = None
     if x.needs_record:
         txn = x.lakehouse.begin()
-        txn.mutate_definition(XT.record_export(name, spec.root_uri, pin),
+        txn.mutate_definition(export_target.record_export(name, spec.root_uri, pin),
                               f"export {name} (version {spec.version}, {mode})")
         result.counts.update(_counts(total))
         version_after = txn.commit(command="export", arguments={"name": name, "target": target.root,
@@ -364,7 +364,7 @@ def _commit(x: _Export, total: XC.CopyStats, planned_files: int, external: int) 
     result.version_after = version_after if version_after is not None else x.latest
     try:
         target.write(f"{x.export_dir}/export.json",
-                     XP.json_bytes({**spec.describe(), "status": "complete", "run_id": x.cfg.run_id,
+                     export_plan.json_bytes({**spec.describe(), "status": "complete", "run_id": x.cfg.run_id,
                                     "completed_at": datetime.now(UTC).isoformat(), "pinned_version": pin,
                                     "files": planned_files, "bytes": planned_bytes,
                                     "recorded_in_version": version_after}))
@@ -377,7 +377,7 @@ def _commit(x: _Export, total: XC.CopyStats, planned_files: int, external: int) 
     return verify_root, pin, version_after
 
 
-def _counts(total: XC.CopyStats) -> dict[str, int]:
+def _counts(total: export_copying.CopyStats) -> dict[str, int]:
     return {"copied": total.copied, "skipped": total.skipped, "verified": total.verified,
             "rewritten": total.rewritten, "source_reads": total.source_reads}
 

@@ -9,11 +9,13 @@ import functools
 import json
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,11 +28,12 @@ from trinitylake.errors import (
     TrinityLakeError,
     VersionNotFoundError,
 )
-from trinitylake.jobs.export import plan as XP
-from trinitylake.jobs.export import rules as X
+from trinitylake.jobs.export import plan as export_plan
+from trinitylake.jobs.export import rules as export_rules
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
+from trinitylake.treewalk.frontier import walk_levels
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -79,8 +82,24 @@ def pool_map(threads: int) -> tuple[PoolMap, Callable[[], None]]:
     return (lambda fn, items: list(pool.map(fn, items)) if len(items) > 1 else [fn(i) for i in items]), pool.shutdown
 
 
+_shared_pools: dict[int, ThreadPoolExecutor] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool_map(threads: int) -> PoolMap:
+    """A map over this process's thread pool of `threads` threads (sequential for one), shared
+    by every task of the process: the copy's parts on the driver, or an executor's tasks."""
+    if threads <= 1:
+        return lambda fn, items: [fn(i) for i in items]
+    with _shared_lock:
+        pool = _shared_pools.get(threads)
+        if pool is None:
+            pool = _shared_pools[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tlake-io")
+    return lambda fn, items: list(pool.map(fn, items)) if len(items) > 1 else [fn(i) for i in items]
+
+
 # ---- plan: one level of nodes ------------------------------------------------------------------
-def _expand(source: Storage, spec: X.ExportSpec, pmap: PoolMap, items: list[tuple[str, int]]) -> list[tuple]:
+def _expand(source: Storage, spec: export_rules.ExportSpec, pmap: PoolMap, items: list[tuple[str, int]]) -> list[tuple]:
     """Read and plan node files ``(path, depth)``: `LEVEL_SCHEMA` tuples (the node's row, its
     children to copy, the definition files it references, or what went wrong)."""
 
@@ -97,22 +116,22 @@ def _expand(source: Storage, spec: X.ExportSpec, pmap: PoolMap, items: list[tupl
             got = read.get(path)
             if isinstance(got, BaseException):
                 raise got
-            row, refs = (XP.plan_node(source, path, depth, spec) if got is None
-                         else XP.plan_node_bytes(source, path, depth, spec, got))
+            row, refs = (export_plan.plan_node(source, path, depth, spec) if got is None
+                         else export_plan.plan_node_bytes(source, path, depth, spec, got))
         except FileNotFoundError as e:
-            return [(ROLE_MISSING, path, X.KIND_NODE, depth, "", -1, "", 0, None, str(e))]
+            return [(ROLE_MISSING, path, export_rules.KIND_NODE, depth, "", -1, "", 0, None, str(e))]
         except TrinityLakeError as e:
-            return [(ROLE_ERROR, path, X.KIND_NODE, depth, "", -1, "", 0, None, f"{type(e).__name__}: {e}")]
+            return [(ROLE_ERROR, path, export_rules.KIND_NODE, depth, "", -1, "", 0, None, f"{type(e).__name__}: {e}")]
         out = [(ROLE_NODE, row.target, row.kind, row.depth, row.action, row.size, row.md5, row.external, row.data,
                 None)]
-        out += [(ROLE_CHILD, c, X.KIND_NODE, depth + 1, "", -1, "", 0, None, None) for c in refs.children]
-        out += [(ROLE_ODF, p, X.KIND_ODF, depth, X.ACTION_COPY, -1, "", 0, None, None) for p in refs.odfs]
+        out += [(ROLE_CHILD, c, export_rules.KIND_NODE, depth + 1, "", -1, "", 0, None, None) for c in refs.children]
+        out += [(ROLE_ODF, p, export_rules.KIND_ODF, depth, export_rules.ACTION_COPY, -1, "", 0, None, None) for p in refs.odfs]
         return out
 
     return [t for part in pmap(one, items) for t in part]
 
 
-def _level_batches(source: Storage, spec: X.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
+def _level_batches(source: Storage, spec: export_rules.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of one plan level: frontier (target, depth) in, `LEVEL_SCHEMA` out."""
     before = requests.snapshot()
@@ -134,19 +153,19 @@ def _failure(missing: list[str], errors: list[str], what: str, version: int) -> 
 
 
 # ---- plan: parts ------------------------------------------------------------------------------
-def _write_part(target: Storage, plan_dir: str, name: str, rows: list[X.PlanRow]) -> dict[str, Any]:
-    target.write(f"{plan_dir}/{name}", XP.plan_part_bytes(rows))
-    return X.part_summary(name, rows)
+def _write_part(target: Storage, plan_dir: str, name: str, rows: list[export_rules.PlanRow]) -> dict[str, Any]:
+    target.write(f"{plan_dir}/{name}", export_plan.plan_part_bytes(rows))
+    return export_rules.part_summary(name, rows)
 
 
-def dedupe_sorted(rows: list[X.PlanRow]) -> list[X.PlanRow]:
+def dedupe_sorted(rows: list[export_rules.PlanRow]) -> list[export_rules.PlanRow]:
     """One row per target of rows sorted by target: a node wins over the same path planned as a
     definition file (never the case in a valid tree), then the smallest depth; ties keep the
     first row (duplicates of one file at one depth are the same plan)."""
-    out: list[X.PlanRow] = []
+    out: list[export_rules.PlanRow] = []
     for r in rows:
         if out and out[-1].target == r.target:
-            if (r.kind == X.KIND_ODF, r.depth) < (out[-1].kind == X.KIND_ODF, out[-1].depth):
+            if (r.kind == export_rules.KIND_ODF, r.depth) < (out[-1].kind == export_rules.KIND_ODF, out[-1].depth):
                 out[-1] = r
         else:
             out.append(r)
@@ -163,10 +182,10 @@ def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBat
     if not tables:
         return
     table = pa.concat_tables(tables).sort_by("target")
-    cols = [table.column(n).to_pylist() for n in X.PLAN_COLUMNS]
-    rows = dedupe_sorted([X.PlanRow(*vals) for vals in zip(*cols, strict=True)])
+    cols = [table.column(n).to_pylist() for n in export_rules.PLAN_COLUMNS]
+    rows = dedupe_sorted([export_rules.PlanRow(*vals) for vals in zip(*cols, strict=True)])
     ctx = TaskContext.get()
-    name = X.plan_part_name(ctx.partitionId()) if ctx is not None else f"part-{uuid.uuid4().hex}.parquet"
+    name = export_rules.plan_part_name(ctx.partitionId()) if ctx is not None else f"part-{uuid.uuid4().hex}.parquet"
     before = requests.snapshot()
     s = _write_part(target, plan_dir, name, rows)
     s["requests"] = json.dumps(requests.since(before))
@@ -196,7 +215,7 @@ class Planner:
     """Walks the exported part of the tree level by level (driver or executors per level) and
     writes the plan parts; returns the plan index (parts, counts)."""
 
-    def __init__(self, ex: Execution, source: Storage, target: Storage, spec: X.ExportSpec, plan_dir: str,
+    def __init__(self, ex: Execution, source: Storage, target: Storage, spec: export_rules.ExportSpec, plan_dir: str,
                  batch: int, io_threads: int, on_level: Callable[[int], None] | None = None):
         self.ex, self.source, self.target, self.spec = ex, source, target, spec
         # Told, after each driver level, about how many files the plan will hold (the rows so
@@ -205,40 +224,46 @@ class Planner:
         self.plan_dir, self.batch, self.io_threads = plan_dir, batch, io_threads
         self.levels: list[dict[str, Any]] = []
         # Driver-side state.
-        self.nodes: dict[str, X.PlanRow] = {}
+        self.nodes: dict[str, export_rules.PlanRow] = {}
         self.node_bytes = 0  # of the node files held in `nodes` (the copy writes them as read)
         self.odfs: dict[str, int] = {}
         self.upper = 0  # rows the distributed plan can hold
 
-    def run(self, ref: RootRef, root_refs: X.NodeRefs) -> dict[str, Any]:
-        def_rel = X.local_path(self.source, ref.def_path) or ref.def_path
-        self.def_row = X.plan_file(self.source, def_rel, X.KIND_DEF, 0)
+    def run(self, ref: RootRef, root_refs: export_rules.NodeRefs) -> dict[str, Any]:
+        def_rel = export_rules.key_in_source(self.source, ref.def_path) or ref.def_path
+        self.def_row = export_rules.plan_file(self.source, def_rel, export_rules.KIND_DEF, 0)
         for p in root_refs.odfs:
             self.odfs.setdefault(p, 0)
-        frontier = dict.fromkeys(root_refs.children, 1)
-        depth = 1
-        while frontier:
-            # What the driver would hold after reading this level: a node references at most
-            # `order` entries (children or definition files), each a plan row.
-            held = len(self.nodes) + len(self.odfs) + len(frontier) + self.node_bytes // ROW_BYTES
-            after = held + len(frontier) * max(1, self.spec.order)
-            # One GET per node file: on an object store `auto` compares estimated times.
-            on_executors = self.ex.distributed(len(frontier), storage=self.source, requests_per_item=1,
-                                               phase="export.plan_nodes")
-            if on_executors or not self.ex.fits_driver(after * PLAN_ROW_WEIGHT):
-                return self._run_distributed(frontier, depth)
-            frontier = self._local_level(frontier, depth)
-            depth += 1
-            if self.on_level is not None:
-                self.on_level(len(self.nodes) + len(self.odfs) + len(frontier) * max(1, self.spec.order // 2))
+        return walk_levels(self.ex, self, dict.fromkeys(root_refs.children, 1), 1)
+
+    # -- what the frontier walk asks (`treewalk.frontier.Levels`) --
+    phase = "export.plan_nodes"
+
+    @property
+    def storage(self) -> Storage:
+        return self.source
+
+    def held_after(self, frontier: dict[str, int]) -> int:
+        # What the driver would hold after reading this level: a node references at most
+        # `order` entries (children or definition files), each a plan row.
+        held = len(self.nodes) + len(self.odfs) + len(frontier) + self.node_bytes // ROW_BYTES
+        return (held + len(frontier) * max(1, self.spec.order)) * PLAN_ROW_WEIGHT
+
+    def on_executors_only(self) -> bool:
+        return False
+
+    def driver_result(self) -> dict[str, Any]:
         return self._write_local()
+
+    def executor_levels(self, frontier: dict[str, int], depth: int) -> dict[str, Any]:
+        return self._run_distributed(frontier, depth)
 
     def _check_depth(self, depth: int) -> None:
         if depth > MAX_DEPTH:
             raise CorruptNodeError(f"planning export {self.spec.name!r}: the tree of version {self.spec.version} is "
                                    f"deeper than {MAX_DEPTH} levels (a cycle of node pointers?)")
 
-    def _local_level(self, frontier: dict[str, int], depth: int) -> dict[str, int]:
+    def driver_level(self, frontier: dict[str, int], depth: int) -> dict[str, int]:
         self._check_depth(depth)
         t = time.perf_counter()
         items = list(frontier.items())
@@ -253,7 +278,7 @@ class Planner:
         missing, errors = [], []
         for role, tgt, kind, d, action, size, md5, external, data, err in out:
             if role == ROLE_NODE:
-                self.nodes[tgt] = X.PlanRow(tgt, self.source.uri(tgt), kind, d, action, size, md5, external, data)
+                self.nodes[tgt] = export_rules.PlanRow(tgt, self.source.uri(tgt), kind, d, action, size, md5, external, data)
                 self.node_bytes += len(data) if data else 0
             elif role == ROLE_CHILD:
                 if tgt not in self.nodes and tgt not in frontier:
@@ -269,12 +294,14 @@ class Planner:
             _failure(missing, errors, f"planning export {self.spec.name!r}", self.spec.version)
         self.levels.append({"depth": depth, "nodes": len(items), "where": LOCAL,
                             "seconds": round(time.perf_counter() - t, 3)})
+        if self.on_level is not None:
+            self.on_level(len(self.nodes) + len(self.odfs) + len(nxt) * max(1, self.spec.order // 2))
         return nxt
 
-    def _rows(self) -> list[X.PlanRow]:
+    def _rows(self) -> list[export_rules.PlanRow]:
         rows = {self.def_row.target: self.def_row}
         for p, d in self.odfs.items():
-            rows.setdefault(p, X.plan_file(self.source, p, X.KIND_ODF, d))
+            rows.setdefault(p, export_rules.plan_file(self.source, p, export_rules.KIND_ODF, d))
         for p, r in self.nodes.items():
             rows[p] = r
         return sorted(rows.values(), key=lambda r: r.target)
@@ -291,8 +318,8 @@ class Planner:
         rows = self._rows()
         self.nodes, self.odfs, self.node_bytes = {}, {}, 0
         per = max(self.batch, LOCAL_PART_ROWS)
-        remote = self.target if self.target.scheme != "file" else self.source
-        if remote.scheme != "file" and (self.target.engine is None or self.ex.distributed(
+        remote = self.target if not self.target.on_local_disk else self.source
+        if not remote.on_local_disk and (self.target.engine is None or self.ex.distributed(
                 len(rows), storage=remote, requests_per_item=1)):
             # An object store: a part is a copy task, and its files wait on round trips, not on
             # a core. At least `REMOTE_MIN_PARTS` parts, so that every executor core has tasks
@@ -306,7 +333,7 @@ class Planner:
             pmap, close = pool_map(min(self.io_threads, len(chunks)))
             try:
                 tgt = LocalFiles.of(self.target)
-                summaries = pmap(lambda ic: _write_part(tgt, self.plan_dir, X.plan_part_name(ic[0]), ic[1]),
+                summaries = pmap(lambda ic: _write_part(tgt, self.plan_dir, export_rules.plan_part_name(ic[0]), ic[1]),
                                  list(enumerate(chunks)))
             finally:
                 close()
@@ -323,7 +350,7 @@ class Planner:
         held = self._rows()
         # Rows the plan can hold at most (its duplicates are merged when the parts are written).
         self.upper = len(held)
-        plan_parts = [spark.createDataFrame(XP.plan_table(held), schema=ddl(X.PLAN_SCHEMA))]
+        plan_parts = [spark.createDataFrame(export_plan.plan_table(held), schema=ddl(export_rules.PLAN_SCHEMA))]
         del held
         self.nodes, self.odfs, self.node_bytes = {}, {}, 0
         odf_parts = []
@@ -389,17 +416,16 @@ class Planner:
                     pass
 
     def _write_distributed(self, plan_parts: list, node_parts: list, odf_parts: list) -> dict[str, Any]:
-        from functools import reduce
 
         ex, spec, source = self.ex, self.spec, self.source
         F = ex.F  # noqa: N806
-        cols = list(X.PLAN_COLUMNS)
+        cols = list(export_rules.PLAN_COLUMNS)
         root = source.root if source.root.endswith("/") else source.root + "/"
         uri = F.concat(F.lit(root), F.col("target"))
         nodes = [df.select("target", uri.alias("source"), "kind", "depth", "action", "size", "md5", "external", "data")
                  for df in node_parts]
-        nodes += [df.select("target", uri.alias("source"), F.lit(X.KIND_ODF).alias("kind"),
-                            F.col("depth").cast("int").alias("depth"), F.lit(X.ACTION_COPY).alias("action"),
+        nodes += [df.select("target", uri.alias("source"), F.lit(export_rules.KIND_ODF).alias("kind"),
+                            F.col("depth").cast("int").alias("depth"), F.lit(export_rules.ACTION_COPY).alias("action"),
                             F.lit(-1).cast("bigint").alias("size"), F.lit("").alias("md5"),
                             F.lit(0).cast("int").alias("external"), F.lit(None).cast("binary").alias("data"))
                   for df in odf_parts]
@@ -408,7 +434,7 @@ class Planner:
         # definition file referenced from several nodes) and writes its part. A groupBy before
         # it, with its checkpoint and count, cost 61 s of a 1.1M-file plan.
         n_parts = max(1, math.ceil(self.upper / self.batch))
-        if source.scheme != "file" or self.target.scheme != "file":  # see `_write_local`
+        if not source.on_local_disk or not self.target.on_local_disk:  # see `_write_local`
             n_parts = max(n_parts, min(REMOTE_MIN_PARTS, math.ceil(self.upper / REMOTE_PART_MIN_ROWS)))
         with ex.phase("export.write_plan", DISTRIBUTED, self.upper,
                       f"export {spec.name}: write the plan ({n_parts} parts)") as entry:

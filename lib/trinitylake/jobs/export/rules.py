@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pyarrow as pa
 
 from trinitylake.errors import CorruptDefinitionError, ValidationError
-from trinitylake.format import definitions as D
-from trinitylake.format import keys as K
+from trinitylake.format import definitions as format_definitions
+from trinitylake.format import keys as format_keys
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import root_name
 from trinitylake.storage.uri import is_absolute, join_uri, parse_uri
@@ -181,7 +181,7 @@ def validate_name(name: str) -> str:
 
 
 # ---- pointers ----------------------------------------------------------------------------------
-def local_path(source: Storage, pointer: str) -> str | None:
+def key_in_source(source: Storage, pointer: str) -> str | None:
     """Path of `pointer` relative to the source root, or None for a file outside the source."""
     if not is_absolute(pointer):
         return source.relative(pointer)
@@ -212,7 +212,7 @@ def _repoint_list(source: Storage, pointers: list, copied: bool, refs: NodeRefs,
 def _repoint(source: Storage, pointer: str, copied: bool) -> tuple[str, int]:
     """(pointer as the exported file stores it, where it points: INSIDE the export, INTO_SOURCE
     or FOREIGN, i.e. an absolute URI outside the source that is kept as it is and not followed)."""
-    rel = local_path(source, pointer)
+    rel = key_in_source(source, pointer)
     if rel is None:
         return pointer, FOREIGN
     if copied:
@@ -250,18 +250,18 @@ def export_node(node: Node, depth: int, spec: ExportSpec, source: Storage) -> tu
     refs = NodeRefs()
     changed = False
     if depth == 0:
-        for k in (K.SYS_PREVIOUS_ROOT, K.SYS_ROLLBACK_FROM_ROOT, K.SYS_ROLLBACK_TO_ROOT, K.SYS_TXN_SEQ):
+        for k in (format_keys.SYS_PREVIOUS_ROOT, format_keys.SYS_ROLLBACK_FROM_ROOT, format_keys.SYS_ROLLBACK_TO_ROOT, format_keys.SYS_TXN_SEQ):
             if k in out.system:
                 del out.system[k]
                 changed = True
-        d = out.system.get(K.SYS_LAKEHOUSE_DEF)
+        d = out.system.get(format_keys.SYS_LAKEHOUSE_DEF)
         if d is not None:
-            rel = local_path(source, d)
+            rel = key_in_source(source, d)
             if rel is None:
                 raise ValidationError(f"root of version {spec.version} points at a lakehouse definition outside the "
                                       f"source ({d}); cannot export it")
             if rel != d:
-                out.system[K.SYS_LAKEHOUSE_DEF] = rel
+                out.system[format_keys.SYS_LAKEHOUSE_DEF] = rel
                 changed = True
     changed |= _repoint_list(source, out.children, spec.copies_node(depth + 1), refs, refs.children)
     copy_odfs = spec.copies_odfs(depth)
@@ -294,12 +294,12 @@ def exported_definition_bytes(data: bytes, where: str) -> bytes:
     """The lakehouse definition as the export stores it: the source's export records cleared
     (they name other exports of the source and pin source versions), everything else kept,
     including the id (it identifies the lineage: later exports into this target check it)."""
-    d = D.loads(D.LakehouseDef, data, where)
+    d = format_definitions.loads(format_definitions.LakehouseDef, data, where)
     if not d.exported_snapshots and not d.exported_snapshot_pins:
         return data
     d.exported_snapshots.clear()
     d.exported_snapshot_pins.clear()
-    return D.dumps(d)
+    return format_definitions.dumps(d)
 
 
 # ---- plan rows -----------------------------------------------------------------------------------
@@ -345,7 +345,7 @@ def exported_table_def_bytes(data: bytes, where: str, spec: ExportSpec, source: 
     namespace and view definitions have no such field), so bytes that do not parse as one, or
     parse without them, are not a table's."""
     try:
-        d = D.loads(D.TableDef, data, where)
+        d = format_definitions.loads(format_definitions.TableDef, data, where)
     except CorruptDefinitionError:
         return data
     if not d.format_properties:
@@ -355,11 +355,11 @@ def exported_table_def_bytes(data: bytes, where: str, spec: ExportSpec, source: 
         loc = d.format_properties.get(key)
         if not loc or not is_absolute(loc):
             continue  # a relative location resolves against the exported root as it is
-        rel = local_path(source, loc)
+        rel = key_in_source(source, loc)
         if rel:
             d.format_properties[key] = join_uri(parse_uri(spec.target_uri).uri, rel)
             changed = True
-    return D.dumps(d) if changed else data
+    return format_definitions.dumps(d) if changed else data
 
 
 def exported_bytes(row: PlanRow, data: bytes, source: Storage, spec: ExportSpec) -> bytes:

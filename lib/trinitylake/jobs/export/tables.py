@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trinitylake.errors import AlreadyExistsError, StorageError, ValidationError
-from trinitylake.format import definitions as D
+from trinitylake.format import definitions as format_definitions
 from trinitylake.iceberg.avro_rewrite import map_strings, read_records, rewrite_avro
 from trinitylake.iceberg.metadata_paths import (
     PathMap,
@@ -72,8 +72,8 @@ from trinitylake.iceberg.metadata_paths import (
     rewrite_metadata_json,
     stat_files,
 )
-from trinitylake.jobs.export import plan as XP
-from trinitylake.jobs.export import rules as X
+from trinitylake.jobs.export import plan as export_plan
+from trinitylake.jobs.export import rules as export_rules
 from trinitylake.jobs.export.copying import OK, CopyStats, etag_matches, verify_written
 from trinitylake.jobs.export.planner import pool_map
 from trinitylake.lakehouse import LakehouseView
@@ -307,7 +307,7 @@ def plan_tables(lakehouse: Lakehouse, ref: RootRef, source: Storage, target: Sto
             name = f"{ns}.{t}"
             result.tables += 1
             d = view.load_table(ns, t)
-            fmt = D.table_format_name(d)
+            fmt = format_definitions.table_format_name(d)
             loc = d.format_properties.get("metadata_location")
             if fmt != "ICEBERG":
                 result.pointers.append(f"{name}: a {fmt} table; left as a pointer")
@@ -349,20 +349,20 @@ def write_table_parts(source: Storage, target: Storage, plan_dir: str, files: di
     """The table files' plan parts (`KIND_TABLE_FILE` rows) under `plan_dir`, and whether they
     are an earlier run's (their index names the same files: the copy then verifies what that
     run's result manifests hold without reading the source)."""
-    rows = [X.PlanRow(rel, source.uri(rel), KIND_TABLE_FILE, 0, X.ACTION_COPY, size) for rel, size in sorted(files.items())]
+    rows = [export_rules.PlanRow(rel, source.uri(rel), KIND_TABLE_FILE, 0, export_rules.ACTION_COPY, size) for rel, size in sorted(files.items())]
     total = sum(max(0, r.size) for r in rows)
-    index = XP.read_json(target, f"{plan_dir}/{TABLES_INDEX}")
-    if (index is not None and index.get("format") == X.FORMAT_TAG and index.get("files") == len(rows)
+    index = export_plan.read_json(target, f"{plan_dir}/{TABLES_INDEX}")
+    if (index is not None and index.get("format") == export_rules.FORMAT_TAG and index.get("files") == len(rows)
             and index.get("bytes") == total):
         return [p["name"] for p in index["parts"]], True
     parts = [(f"{TABLE_PART_PREFIX}{i:05d}.parquet", chunk) for i, chunk in enumerate(cut_parts(rows))]
 
-    def write(part: tuple[str, list[X.PlanRow]]) -> dict[str, Any]:
-        target.write(f"{plan_dir}/{part[0]}", XP.plan_part_bytes(part[1]))
-        return X.part_summary(*part)
+    def write(part: tuple[str, list[export_rules.PlanRow]]) -> dict[str, Any]:
+        target.write(f"{plan_dir}/{part[0]}", export_plan.plan_part_bytes(part[1]))
+        return export_rules.part_summary(*part)
 
     summaries = pmap(write, parts)
-    target.write(f"{plan_dir}/{TABLES_INDEX}", XP.json_bytes({"format": X.FORMAT_TAG, "parts": summaries,
+    target.write(f"{plan_dir}/{TABLES_INDEX}", export_plan.json_bytes({"format": export_rules.FORMAT_TAG, "parts": summaries,
                                                               "files": len(rows), "bytes": total}))
     return [p[0] for p in parts], False
 
@@ -373,21 +373,21 @@ def seal_export_records(target: Storage, export_dir: str, source: Storage) -> in
     loses ``source`` (``source_id`` still names the lakehouse) and the plan parts' ``source``
     column keeps paths relative to the source root. Returns the files rewritten."""
     n = 0
-    meta = XP.read_json(target, f"{export_dir}/export.json")
+    meta = export_plan.read_json(target, f"{export_dir}/export.json")
     if meta is not None and "source" in meta:
         meta.pop("source")
         meta["source_location"] = "sealed: an export with tables names nothing of its source"
-        target.write(f"{export_dir}/export.json", XP.json_bytes(meta))
+        target.write(f"{export_dir}/export.json", export_plan.json_bytes(meta))
         n += 1
     plan_dir = f"{export_dir}/plan"
     for f in list(target.list(plan_dir)):
         if not f.path.endswith(".parquet"):
             continue
-        rows = XP.read_plan_part(target.read(f.path))
+        rows = export_plan.read_plan_part(target.read(f.path))
         if not any(is_absolute(r.source) for r in rows):
             continue
         fixed = [r._replace(source=source.relative(r.source) or r.source) for r in rows]
-        target.write(f.path, XP.table_bytes(XP.plan_table(fixed)))
+        target.write(f.path, export_plan.table_bytes(export_plan.plan_table(fixed)))
         n += 1
     return n
 

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinitylake.errors import AlreadyExistsError, UnsafeOperationError, ValidationError
-from trinitylake.format import definitions as D
-from trinitylake.format import keys as K
+from trinitylake.errors import AlreadyExistsError, SnapshotNotFoundError, UnsafeOperationError, ValidationError
+from trinitylake.format import definitions as format_definitions
+from trinitylake.format import keys as format_keys
 from trinitylake.format.node import deserialize
-from trinitylake.format.paths import HINT_FILE, is_root_name, root_name
+from trinitylake.format.paths import HINT_FILE, is_root_name, parse_hint, root_name, root_version
 from trinitylake.jobs.export.plan import read_json
 from trinitylake.jobs.export.rules import EXPORT_DIR, FORMAT_TAG
 from trinitylake.storage import Storage, is_absolute, parse_uri
@@ -90,15 +90,15 @@ def inspect_target(target: Storage, source_id: str, source_uri: str) -> TargetSt
 def _target_lakehouse_id(target: Storage, root_path: str) -> str | None:
     try:
         node = deserialize(target.read(root_path), None, target.uri(root_path))
-        def_path = node.system.get(K.SYS_LAKEHOUSE_DEF)
+        def_path = node.system.get(format_keys.SYS_LAKEHOUSE_DEF)
         if not def_path or is_absolute(def_path):
             return None
-        return D.loads(D.LakehouseDef, target.read(def_path), target.uri(def_path)).id
+        return format_definitions.loads(format_definitions.LakehouseDef, target.read(def_path), target.uri(def_path)).id
     except Exception:  # noqa: BLE001 - an unreadable root is no evidence either way
         return None
 
 
-def check_name_free(d: D.LakehouseDef, name: str, root_uri: str) -> bool:
+def check_name_free(d: format_definitions.LakehouseDef, name: str, root_uri: str) -> bool:
     """Whether `name` can be used: False when it is already recorded with this very root
     (an earlier run finished the export), True when it is free.
 
@@ -113,14 +113,14 @@ def check_name_free(d: D.LakehouseDef, name: str, root_uri: str) -> bool:
     raise AlreadyExistsError(f"an export named {name!r} already exists ({existing}); pick another name or drop it first")
 
 
-def record_export(name: str, root_uri: str, pin: int | None) -> Callable[[D.LakehouseDef], None]:
+def record_export(name: str, root_uri: str, pin: int | None) -> Callable[[format_definitions.LakehouseDef], None]:
     """Definition mutation that records an export (applied to the latest definition at commit).
 
     Raises AlreadyExistsError at commit time when the name was taken meanwhile, so export
     names stay unique under concurrent exports.
     """
 
-    def fn(d: D.LakehouseDef) -> None:
+    def fn(d: format_definitions.LakehouseDef) -> None:
         if name in d.exported_snapshots:
             raise AlreadyExistsError(
                 f"an export named {name!r} was recorded concurrently ({d.exported_snapshots[name]})"
@@ -132,11 +132,10 @@ def record_export(name: str, root_uri: str, pin: int | None) -> Callable[[D.Lake
     return fn
 
 
-def drop_export(name: str) -> Callable[[D.LakehouseDef], None]:
+def drop_export(name: str) -> Callable[[format_definitions.LakehouseDef], None]:
     """Definition mutation that removes an export's record and its pin."""
-    from trinitylake.errors import SnapshotNotFoundError
 
-    def fn(d: D.LakehouseDef) -> None:
+    def fn(d: format_definitions.LakehouseDef) -> None:
         if name not in d.exported_snapshots and name not in d.exported_snapshot_pins:
             known = ", ".join(sorted(d.exported_snapshots)) or "none"
             raise SnapshotNotFoundError(f"no export named {name!r} (known: {known})")
@@ -150,7 +149,6 @@ def drop_export(name: str) -> Callable[[D.LakehouseDef], None]:
 
 def update_hint(target: Storage, version: int) -> None:
     """Raise the target's ``_latest_hint.txt`` to `version` (never lower it); best effort."""
-    from trinitylake.format.paths import parse_hint
 
     try:
         current = parse_hint(target.read(HINT_FILE))
@@ -166,9 +164,8 @@ def update_hint(target: Storage, version: int) -> None:
         pass
 
 
-def list_exports(d: D.LakehouseDef) -> list[dict[str, Any]]:
+def list_exports(d: format_definitions.LakehouseDef) -> list[dict[str, Any]]:
     """The exports a definition records: name, root URI, version, pin (None for full exports)."""
-    from trinitylake.format.paths import root_version
 
     out = []
     for name in sorted(set(d.exported_snapshots) | set(d.exported_snapshot_pins)):

@@ -53,25 +53,26 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trinitylake import rowsets
 from trinitylake.config import effective_orphan_min_age, format_duration, format_timestamp
 from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
-from trinitylake.jobs.orphans import rules as O
+from trinitylake.jobs.orphans import rules as orphan_rules
 from trinitylake.jobs.orphans.listing import Listing, list_on_driver, list_rest_distributed
-from trinitylake.jobs.walk import rules as W
+from trinitylake.jobs.walk import rules as walk_rules
 from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
 from trinitylake.jobs.walk.rows import Reached, WalkStats
-from trinitylake.maintenance import walk_roots as WR
+from trinitylake.maintenance import walk_roots
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
+from trinitylake.rowsets import RowSet
 from trinitylake.spark.delete import delete_keys
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, timed
-from trinitylake.spark.output import write_listing
+from trinitylake.spark.execution import DISTRIBUTED, Execution, timed
 from trinitylake.storage.local_delete import LocalDeleteStorage
 from trinitylake.storage.uri import parse_uri
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column
 
     from trinitylake.config import OrphansConfig
     from trinitylake.lakehouse import Lakehouse
@@ -87,7 +88,7 @@ def mismatch_task(root_uri: str, export_dirs: list[str], batches: Iterator[pa.Re
     for b in batches:
         keys, refs = [], []
         for ref in b.column(b.schema.get_field_index("path")).to_pylist():
-            key = O.mismatch_key(ref, root, export_dirs)
+            key = orphan_rules.mismatch_key(ref, root, export_dirs)
             if key is not None:
                 keys.append(key)
                 refs.append(ref)
@@ -115,19 +116,16 @@ class _Job:
 
 @dataclass
 class _Held:
-    """What the run holds until it ends: the walk's result and the DataFrames it checkpointed."""
+    """What the run holds until it ends: the walk's result and the rows its steps kept."""
 
     reached: Reached | None = None
-    frames: list[Any] = field(default_factory=list)
+    rows: list[RowSet] = field(default_factory=list)
 
     def release(self) -> None:
         if self.reached is not None:
             self.reached.release()
-        for df in self.frames:
-            try:
-                df.unpersist()
-            except Exception:  # noqa: BLE001 - checkpoints go with the session
-                pass
+        for r in self.rows:
+            r.release()
 
 
 def run_orphans(ex: Execution, lakehouse: Lakehouse, cfg: OrphansConfig, result: JobResult) -> JobResult:
@@ -156,7 +154,7 @@ def run_orphans(ex: Execution, lakehouse: Lakehouse, cfg: OrphansConfig, result:
     return result
 
 
-def _check(job: _Job) -> tuple[int, O.AgeCutoff]:
+def _check(job: _Job) -> tuple[int, orphan_rules.AgeCutoff]:
     """**check**: the age floor (never below the transaction TTL unless unsafe), and the start
     of the plan document."""
     lh, cfg, result = job.lh, job.cfg, job.result
@@ -165,7 +163,7 @@ def _check(job: _Job) -> tuple[int, O.AgeCutoff]:
         d = lh.load_root(latest).lakehouse_def
         ttl = int(d.txn_ttl_millis or DEFAULT_TXN_TTL_MILLIS)
         min_age = effective_orphan_min_age(cfg, txn_ttl_ms=ttl)
-        cutoff = O.AgeCutoff(int(cfg.reference_time), min_age)
+        cutoff = orphan_rules.AgeCutoff(int(cfg.reference_time), min_age)
     log.info("orphans %s: files modified before %s (reference %s - %s) may be deleted", result.run_id,
              format_timestamp(cutoff.cutoff_ms), format_timestamp(cutoff.reference_ms), format_duration(min_age))
     job.doc.update({"run_id": result.run_id, "lakehouse": lh.uri, "dry_run": result.dry_run,
@@ -176,11 +174,11 @@ def _check(job: _Job) -> tuple[int, O.AgeCutoff]:
     return latest, cutoff
 
 
-def _walk(job: _Job, latest: int) -> tuple[WR.WalkInput, Reached, WalkStats, float]:
+def _walk(job: _Job, latest: int) -> tuple[walk_roots.WalkInput, Reached, WalkStats, float]:
     """**walk**: R = reach(every retained version, pinned export's root and pinned version;
     self-contained exports reference no source file and are not walked)."""
     t0 = time.perf_counter()
-    inp = WR.walk_input(job.lh, latest=latest)
+    inp = walk_roots.walk_input(job.lh, latest=latest)
     try:
         reached, rst = walk_reachable_with_stats(job.ex, job.lh, inp.roots, sizes=False, name="walk",
                                                  label=f"tlake orphans {job.result.run_id}: walk")
@@ -189,7 +187,7 @@ def _walk(job: _Job, latest: int) -> tuple[WR.WalkInput, Reached, WalkStats, flo
     return inp, reached, rst, time.perf_counter() - t0
 
 
-def _list_and_walk(job: _Job, latest: int, held: _Held) -> tuple[Listing, WR.WalkInput, WalkStats]:
+def _list_and_walk(job: _Job, latest: int, held: _Held) -> tuple[Listing, walk_roots.WalkInput, WalkStats]:
     """**list** and **walk**, side by side where that pays (their seconds: ``list`` and ``walk``).
 
     The walk's roots were fixed by the check (`latest`), so it may run while the driver lists an
@@ -200,7 +198,7 @@ def _list_and_walk(job: _Job, latest: int, held: _Held) -> tuple[Listing, WR.Wal
     2.8 s side by side). Only the walk's thread may start Spark; the listing's executor part
     waits for it. The walk's result goes into `held` as soon as it is there."""
     ex, storage = job.ex, job.lh.storage
-    overlap = ex.mode != DISTRIBUTED and not storage.is_local
+    overlap = ex.mode != DISTRIBUTED and not storage.on_local_disk
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orphans-walk") as bg:
         walking = bg.submit(_walk, job, latest) if overlap else None
         t0 = time.perf_counter()
@@ -227,15 +225,14 @@ def _list_and_walk(job: _Job, latest: int, held: _Held) -> tuple[Listing, WR.Wal
     return listing, inp, rst
 
 
-def _count_listing(job: _Job, listing: Listing, cutoff: O.AgeCutoff, held: _Held) -> int:
+def _count_listing(job: _Job, listing: Listing, cutoff: orphan_rules.AgeCutoff, held: _Held) -> int:
     """The listing's counts (timed into ``list``); returns the owned files too young to go."""
     result = job.result
     with job.timed("list", "count the listing"):
-        if listing.df is not None:
-            held.frames.append(listing.df)
+        held.rows.append(listing.rows)
         lcounts = listing.counts
         result.details["skipped_folders"] = lcounts.pop("skipped", [])
-        n_rows, n_owned, b_owned, n_old = _listing_counts(job.ex, listing, cutoff)
+        n_rows, n_owned, b_owned, n_old = _listing_counts(listing, cutoff)
     lcounts["not_owned"] += n_rows - n_owned
     result.counts["listed"] = n_owned + lcounts["not_owned"]
     result.counts["listed_owned"] = n_owned
@@ -244,11 +241,11 @@ def _count_listing(job: _Job, listing: Listing, cutoff: O.AgeCutoff, held: _Held
     job.doc["listing"] = lcounts
     log.info("orphans %s: listed %d files (%d format-owned) under %d prefixes (%s)", result.run_id,
              result.counts["listed"], n_owned, lcounts["list_prefixes"],
-             LOCAL if listing.is_local else DISTRIBUTED)
+             listing.rows.where)
     return n_owned - n_old
 
 
-def _record_walk(job: _Job, inp: WR.WalkInput, rst: WalkStats) -> None:
+def _record_walk(job: _Job, inp: walk_roots.WalkInput, rst: WalkStats) -> None:
     """The walk's counts: the walk here does not size what it reaches (the diff needs paths
     only), so the byte counts it did not measure are left out rather than shown as 0 B."""
     result = job.result
@@ -263,19 +260,29 @@ def _record_walk(job: _Job, inp: WR.WalkInput, rst: WalkStats) -> None:
                        "pinned_versions": inp.pinned_versions, "warnings": inp.warnings}
 
 
-def _diff(job: _Job, listing: Listing, reached: Reached, rst: WalkStats, inp: WR.WalkInput, cutoff: O.AgeCutoff,
-          held: _Held) -> tuple[Any, int, int, int]:
+def _diff(job: _Job, listing: Listing, reached: Reached, rst: WalkStats, inp: walk_roots.WalkInput,
+          cutoff: orphan_rules.AgeCutoff, held: _Held) -> tuple[RowSet, int, int, int]:
     """**diff**: candidates = old owned files - R, minus (or refused for) references through
-    another scheme or authority. Returns (candidates, their count, their bytes, clashes)."""
+    another scheme or authority. Returns (candidates, their count, their bytes, clashes).
+    On the driver (Arrow compute) when both sides are driver-held, else on the executors (a
+    ``left_anti`` join; a driver-held side is shipped)."""
     ex, storage, cfg = job.ex, job.lh.storage, job.cfg
     with job.timed("diff", "find the orphans"):
-        export_dirs = O.export_root_dirs(inp.export_roots.values())
-        if listing.is_local and reached.is_local:
-            cands, n_clash, sample, keep_out = _diff_local(listing.table, reached.table, cutoff,
-                                                           storage.root, export_dirs, rst.outside)
-        else:
-            cands, n_clash, sample, keep_out = _diff_distributed(ex, listing, reached, cutoff,
-                                                                 storage.root, export_dirs, rst.outside)
+        export_dirs = orphan_rules.export_root_dirs(inp.export_roots.values())
+        listed, reach = listing.rows, reached.rows
+        step = rowsets.place(ex, 0, inputs=(listed, reach))
+        with step.phase("diff.join", listing.held_rows + rst.total_files, "find the orphans", on_driver=False):
+            cands = (step.rows(listed).filter(_OldOwned(cutoff)).anti_join(reach, "path")
+                     .select(*CANDIDATE_SCHEMA.names))
+            n_clash, sample, mism = 0, [], None
+            if rst.outside:
+                foreign = step.rows(reach).filter(_OUTSIDE).select("path")
+                mism = foreign.map_batches(functools.partial(mismatch_task, storage.root, export_dirs),
+                                           MISMATCH_SCHEMA, step.partitions(rst.outside, 4096)).keep(eager=True)
+                held.rows.append(mism)
+                clash = mism.semi_join(cands, "path")
+                n_clash = clash.distinct_count("path")
+                sample = [(str(p), str(r)) for p, r in clash.head(5, "path", "reference")] if n_clash else []
         if n_clash:
             msg = (f"{n_clash} orphan candidates are referenced through another scheme or authority (e.g. "
                    + "; ".join(f"{p} referenced as {ref}" for p, ref in sample) + ")")
@@ -283,27 +290,22 @@ def _diff(job: _Job, listing: Listing, reached: Reached, rst: WalkStats, inp: WR
                 raise UnsafeOperationError(msg + "; nothing was deleted. Fix the references, or pass "
                                            "--prefix-mismatch ignore to keep those files and go on")
             log.warning("%s; keeping them (prefix_mismatch=ignore)", msg)
-            cands = keep_out(cands)
-        if isinstance(cands, pa.Table):
-            n_cands = cands.num_rows
-            b_cands = int(pc.sum(cands.column("size")).as_py() or 0) if n_cands else 0
-        else:
-            F = ex.F
-            # Materialized once, by the count just below (one job, not two): the plan and the
-            # delete see the very same candidates.
-            cands = cands.localCheckpoint(eager=False)
-            held.frames.append(cands)
-            agg = cands.agg(F.count("*").alias("n"), F.sum("size").alias("b")).collect()[0]
-            n_cands, b_cands = int(agg["n"]), int(agg["b"] or 0)
+            assert mism is not None
+            cands = cands.anti_join(mism, "path")
+        # Materialized once, by the count just below (one job, not two): the plan and the
+        # delete see the very same candidates.
+        cands = cands.keep()
+        held.rows.append(cands)
+        n_cands, b_cands = cands.totals("size")
     return cands, n_cands, b_cands, n_clash
 
 
-def _write_plan(job: _Job, cands: pa.Table | DataFrame, n_cands: int, b_cands: int, young: int, n_clash: int) -> None:
+def _write_plan(job: _Job, cands: RowSet, n_cands: int, b_cands: int, young: int, n_clash: int) -> None:
     """**write_plan**: the candidates and ``plan.json``, before anything is deleted; then the
     ``max_candidates`` gate."""
-    ex, storage, result = job.ex, job.lh.storage, job.result
+    storage, result = job.lh.storage, job.result
     with job.timed("write_plan", "write the plan"):
-        cand_uri = write_listing(ex, cands, storage.uri(f"{job.rdir}/candidates"), storage.options, rows=n_cands)
+        cand_uri = cands.write(storage.uri(f"{job.rdir}/candidates"), storage.options, n_cands)
         job.doc["candidates"] = {"files": n_cands, "bytes": b_cands, "location": cand_uri, "too_young": young,
                                  "prefix_mismatch": n_clash}
         result.plan_location = write_json(storage, f"{job.rdir}/plan.json", job.doc)
@@ -318,11 +320,11 @@ def _write_plan(job: _Job, cands: pa.Table | DataFrame, n_cands: int, b_cands: i
             f"Inspect them at {cand_uri}; if they are truly unreferenced, re-run with a higher --max-candidates")
 
 
-def _delete(job: _Job, cands: pa.Table | DataFrame, n_cands: int, b_cands: int) -> None:
+def _delete(job: _Job, cands: RowSet, n_cands: int, b_cands: int) -> None:
     """**delete**: the candidates, in bulk batches with retries; then ``result.json``."""
     cfg, storage, result = job.cfg, job.lh.storage, job.result
     with job.timed("delete", "delete the orphans"):
-        out = delete_keys(job.ex, LocalDeleteStorage.of(storage), cands, n_cands, batch_size=cfg.delete_batch_size,
+        out = delete_keys(job.ex, LocalDeleteStorage.of(storage), cands.native, n_cands, batch_size=cfg.delete_batch_size,
                           max_retries=cfg.max_retries, what="orphan files")
     result.counts.update({"deleted": out.deleted, "failed": out.failed, "delete_batches": out.batches})
     if out.failed == 0:
@@ -334,89 +336,47 @@ def _delete(job: _Job, cands: pa.Table | DataFrame, n_cands: int, b_cands: int) 
                            f"{out.failures[:3]}); re-run the job")
 
 
-def _listing_counts(ex: Execution, listing: Listing, cutoff: O.AgeCutoff) -> tuple[int, int, int, int]:
+def _listing_counts(listing: Listing, cutoff: orphan_rules.AgeCutoff) -> tuple[int, int, int, int]:
     """(rows, owned rows, owned bytes, owned rows older than the cutoff)."""
-    if listing.is_local:
-        t = listing.table
-        if t.num_rows == 0:
-            return 0, 0, 0, 0
-        owned = t.column("owned")
-        old = _is_old(t, cutoff)
-        n_owned = int(pc.sum(owned.cast(pa.int64())).as_py() or 0)
-        b_owned = int(pc.sum(pc.if_else(owned, t.column("size"), 0)).as_py() or 0)
-        return t.num_rows, n_owned, b_owned, int(pc.sum(old.cast(pa.int64())).as_py() or 0)
-    F = ex.F
-    df = listing.df
-    agg = df.agg(F.count("*").alias("n"), F.sum(F.col("owned").cast("int")).alias("owned"),
-                 F.sum(F.when(F.col("owned"), F.col("size"))).alias("b"),
-                 F.sum(_is_old_col(F, cutoff).cast("int")).alias("old")).collect()[0]
-    return int(agg["n"]), int(agg["owned"] or 0), int(agg["b"] or 0), int(agg["old"] or 0)
+    n, n_owned, b_owned, n_old = listing.rows.totals(_OWNED, (_OWNED, "size"), _OldOwned(cutoff))
+    return n, n_owned, b_owned, n_old
 
 
-def _is_old(t: pa.Table, cutoff: O.AgeCutoff) -> Any:
-    """Owned and old enough (`AgeCutoff`), on an Arrow listing."""
-    return pc.and_(t.column("owned"), cutoff.old_enough_arrow(t.column("mtime")))
+class _Owned:
+    """Format-owned rows of a listing."""
+
+    def arrow(self, table: pa.Table) -> pa.ChunkedArray:
+        return table.column("owned")
+
+    def column(self, functions: ModuleType) -> Column:
+        return functions.col("owned")
 
 
-def _is_old_col(F: ModuleType, cutoff: O.AgeCutoff) -> Any:  # noqa: N803 - the session's functions module
-    """Owned and old enough (`AgeCutoff`), on a Spark listing."""
-    return F.col("owned") & cutoff.old_enough_column(F, F.col("mtime"))
+class _OldOwned:
+    """Owned and old enough (`AgeCutoff`)."""
+
+    def __init__(self, cutoff: orphan_rules.AgeCutoff):
+        self.cutoff = cutoff
+
+    def arrow(self, table: pa.Table) -> pa.ChunkedArray:
+        return pc.and_(table.column("owned"), self.cutoff.old_enough_arrow(table.column("mtime")))
+
+    def column(self, functions: ModuleType) -> Column:
+        return functions.col("owned") & self.cutoff.old_enough_column(functions, functions.col("mtime"))
 
 
-def _mismatches_local(reached: pa.Table, root_uri: str, export_dirs: list[str]) -> pa.Table:
-    paths = reached.column("path")
-    foreign = pc.filter(paths, W.outside_arrow(paths)).to_pylist()
-    root = parse_uri(root_uri)
-    keys, refs = [], []
-    for ref in foreign:
-        key = O.mismatch_key(ref, root, export_dirs)
-        if key is not None:
-            keys.append(key)
-            refs.append(ref)
-    return pa.table({"path": pa.array(keys, pa.string()), "reference": pa.array(refs, pa.string())})
+class _Outside:
+    """Reached references outside the lakehouse root (exports' own files, other stores)."""
+
+    def arrow(self, table: pa.Table) -> pa.ChunkedArray:
+        return walk_rules.outside_arrow(table.column("path"))
+
+    def column(self, functions: ModuleType) -> Column:
+        return walk_rules.outside_column(functions.col("path"))
 
 
-def _diff_local(listing: pa.Table, reached: pa.Table, cutoff: O.AgeCutoff, root_uri: str, export_dirs: list[str],
-                outside: int) -> tuple[pa.Table, int, list[tuple[str, str]], Any]:
-    """Candidates by Arrow compute; (candidates, clashes, sample, fn removing the clashes)."""
-    mask = pc.and_(_is_old(listing, cutoff),
-                   pc.invert(pc.is_in(listing.column("path"), value_set=reached.column("path"))))
-    cands = listing.filter(mask).select(CANDIDATE_SCHEMA.names)
-    if not outside or cands.num_rows == 0:
-        return cands, 0, [], lambda c: c
-    mism = _mismatches_local(reached, root_uri, export_dirs)
-    if mism.num_rows == 0:
-        return cands, 0, [], lambda c: c
-    hit = pc.is_in(cands.column("path"), value_set=mism.column("path"))
-    clash_paths = set(cands.filter(hit).column("path").to_pylist())
-    sample = [(p, r) for p, r in zip(mism.column("path").to_pylist(), mism.column("reference").to_pylist(),
-                                     strict=True) if p in clash_paths][:5]
-    return cands, len(clash_paths), sample, lambda c: c.filter(pc.invert(hit))
-
-
-def _diff_distributed(ex: Execution, listing: Listing, reached: Reached, cutoff: O.AgeCutoff, root_uri: str,
-                      export_dirs: list[str], outside: int) -> tuple[Any, int, list[tuple[str, str]], Any]:
-    """Candidates by a ``left_anti`` join on the executors (a driver-held side is shipped)."""
-    F = ex.F
-    n_list = listing.table.num_rows if listing.is_local else 0
-    with ex.phase("diff.join", DISTRIBUTED, n_list + reached.stats.total_files, "find the orphans"):
-        listed = listing.df if listing.df is not None else ex.to_df(listing.table)
-        reach_df = reached.as_df(ex)
-        cands = (listed.filter(_is_old_col(F, cutoff)).join(reach_df.select("path"), "path", "left_anti")
-                 .select(*CANDIDATE_SCHEMA.names))
-        if not outside:
-            return cands, 0, [], lambda c: c
-        if reached.is_local:
-            mism = ex.to_df(_mismatches_local(reached.table, root_uri, export_dirs))
-        else:
-            foreign = reach_df.filter(W.outside_column(F.col("path"))).select("path")
-            mism = ex.map_arrow(foreign, functools.partial(mismatch_task, root_uri, export_dirs), MISMATCH_SCHEMA,
-                                ex.partitions(outside, 4096))
-        mism = mism.localCheckpoint(eager=True)
-        clash = cands.join(mism, "path", "inner")
-        n_clash = clash.select("path").distinct().count()
-        sample = [(r["path"], r["reference"]) for r in clash.limit(5).collect()] if n_clash else []
-    return cands, n_clash, sample, lambda c: c.join(mism.select("path"), "path", "left_anti")
+_OWNED = _Owned()
+_OUTSIDE = _Outside()
 
 
 __all__ = ["CANDIDATE_SCHEMA", "run_orphans"]

@@ -25,8 +25,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trinitylake import rowsets
 from trinitylake.format.paths import OWNED_HASHED_RE
-from trinitylake.jobs.orphans import rules as O
+from trinitylake.jobs.orphans import rules as orphan_rules
+from trinitylake.rowsets import RowSet
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.storage import Storage
 
@@ -72,7 +74,7 @@ def _scan_tree(top: str, prefix: str) -> tuple[list[str], list[int], list[float]
 def list_prefix(storage: Storage, prefix: str) -> tuple[list[str], list[int], list[float]]:
     """Every file under `prefix` (relative keys, sizes, mtimes); a local filesystem is scanned
     directly (one retried storage operation per prefix), anything else through `Storage.list`."""
-    root = storage.local_path("")
+    root = storage.path_on_disk("")
     if root is not None:
         top = os.path.join(root, prefix)
         # Through the storage's retry (and test fault-injection) seam, like its own listing.
@@ -111,28 +113,24 @@ def list_task(storage: Storage, io_threads: int, batches: Iterator[pa.RecordBatc
 # ---- the listing ---------------------------------------------------------------------------
 @dataclass
 class Listing:
-    """The listed files: driver-held rows (`table`), the executors' part (`df`, None when
-    everything was listed on the driver), and the prefixes not listed yet (`rest`)."""
+    """The listed files (`rows`, wherever they are held), the prefixes not listed yet (`rest`)
+    and how many rows the driver holds (`held_rows`: 0 once they went to the executors)."""
 
-    table: pa.Table
-    df: Any = None
+    rows: RowSet
     counts: dict[str, Any] = field(default_factory=dict)
     rest: list[str] = field(default_factory=list)
-
-    @property
-    def is_local(self) -> bool:
-        return self.df is None and not self.rest
+    held_rows: int = 0
 
 
 def _top_and_prefixes(storage: Storage, pool: ThreadPoolExecutor) -> tuple[list[tuple[str, int, float]], list[str],
                                                                            dict[str, Any], list[str]]:
     """The root and second-level listing (driver): owned top-level files, prefixes, counts."""
     top_dirs, top_files = storage.list_dirs("")
-    hash_dirs, skipped, owned_top, not_owned_top = O.split_top_level(
+    hash_dirs, skipped, owned_top, not_owned_top = orphan_rules.split_top_level(
         top_dirs, [(f.path, f.size, f.mtime) for f in top_files])
     prefixes: list[str] = []
     not_owned_second = 0
-    if not storage.is_local:
+    if not storage.on_local_disk:
         # An object store lists 1,000 keys per request under any prefix: the 16 top-level hash
         # folders, each listed recursively, cost the model's LIST per 1,000 keys (plus one per
         # folder), where the 256 second-level prefixes cost 273 requests for 20k files. Files
@@ -145,7 +143,8 @@ def _top_and_prefixes(storage: Storage, pool: ThreadPoolExecutor) -> tuple[list[
         subdirs, files = storage.list_dirs(d)
         # Files directly in a first-level hash folder, or folders that are not hash folders,
         # cannot be format-owned; list the foreign folders anyway so that they are counted.
-        subs = [s for s in subdirs if O.is_hash_dir(s)] + [s for s in subdirs if not O.is_hash_dir(s)]
+        subs = ([s for s in subdirs if orphan_rules.is_hash_dir(s)]
+                + [s for s in subdirs if not orphan_rules.is_hash_dir(s)])
         return subs, len(files)
 
     for subs, n_files in pool.map(second, hash_dirs):
@@ -193,7 +192,7 @@ def list_on_driver(ex: Execution, storage: Storage) -> Listing:
          pa.array([float(m) for _, _, m in owned_top], pa.float64()), pa.array([True] * len(owned_top), pa.bool_())],
         schema=LISTING_SCHEMA)
     table = pa.Table.from_batches([top, listing_batch(paths, sizes, mtimes)])
-    return Listing(table, None, counts, rest)
+    return Listing(rowsets.driver(ex, table), counts, rest, table.num_rows)
 
 
 def list_rest_distributed(ex: Execution, storage: Storage, listing: Listing) -> Listing:
@@ -201,14 +200,16 @@ def list_rest_distributed(ex: Execution, storage: Storage, listing: Listing) -> 
     rest = listing.rest
     parts = ex.partitions(len(rest), _PREFIXES_PER_TASK)
     counts = dict(listing.counts, list_tasks=parts, list_prefixes_distributed=len(rest))
-    with ex.phase("list.prefixes", DISTRIBUTED, len(rest), f"list {len(rest)} prefixes ({parts} tasks)"):
-        df = ex.map_arrow(pa.table({"prefix": pa.array(rest, pa.string())}),
-                          functools.partial(list_task, storage, ex.limits.io_threads(storage)), LISTING_SCHEMA, parts)
-        if listing.table.num_rows:
-            df = df.unionByName(ex.to_df(listing.table))
+    step = rowsets.Place(ex, DISTRIBUTED)
+    with step.phase("list.prefixes", len(rest), f"list {len(rest)} prefixes ({parts} tasks)"):
+        prefixes = step.rows(pa.table({"prefix": pa.array(rest, pa.string())}))
+        rows = prefixes.map_batches(functools.partial(list_task, storage, ex.limits.io_threads(storage)),
+                                    LISTING_SCHEMA, parts)
+        if listing.held_rows:
+            rows = rows.union(listing.rows)
         # Materialized once: the candidates must come from one listing (no re-listing later).
-        df = df.localCheckpoint(eager=True)
-    return Listing(listing.table.slice(0, 0), df, counts, [])
+        rows = rows.keep(eager=True)
+    return Listing(rows, counts, [], 0)
 
 
 def list_lakehouse(ex: Execution, storage: Storage) -> Listing:

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,9 @@ from trinitylake.format.paths import is_format_owned
 from trinitylake.storage.uri import ParsedURI, is_absolute, parse_uri
 
 HASH_DIR_RE = re.compile(r"^[01]{4}$")
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
 def is_hash_dir(name: str) -> bool:
@@ -105,12 +108,12 @@ class AgeCutoff:
         """The rule on one Python value (None is young)."""
         return mtime_s is not None and all(_COMPARE[op][0](mtime_s, bound) for op, bound in self.checks())
 
-    def old_enough_arrow(self, mtime_s: pa.Array | pa.ChunkedArray) -> Any:
+    def old_enough_arrow(self, mtime_s: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
         """The rule on an Arrow array of mtimes: a boolean array (null where the mtime is null)."""
         masks = [_COMPARE[op][1](mtime_s, bound) for op, bound in self.checks()]
         return functools.reduce(pc.and_, masks)
 
-    def old_enough_column(self, F: ModuleType, mtime_s: object) -> Any:  # noqa: N803 - the session's functions module
+    def old_enough_column(self, F: ModuleType, mtime_s: Column) -> Column:  # noqa: N803 - the session's functions module
         """The rule on a Spark column of mtimes; `F` is the session's functions module."""
         masks = [_COMPARE[op][0](mtime_s, F.lit(bound)) for op, bound in self.checks()]
         return functools.reduce(operator.and_, masks)

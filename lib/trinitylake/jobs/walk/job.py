@@ -36,13 +36,14 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 
+from trinitylake import rowsets
 from trinitylake.errors import CorruptNodeError
-from trinitylake.jobs.walk import rules as W
+from trinitylake.jobs.walk import rules as walk_rules
 from trinitylake.jobs.walk.rows import (
     FRONTIER_SCHEMA,
     HASH_FOLDERS,
@@ -60,13 +61,11 @@ from trinitylake.jobs.walk.rows import (
     list_size_batches,
     size_batches,
 )
-from trinitylake.maintenance import node_batch as NB
-from trinitylake.maintenance import reach as R
-from trinitylake.maintenance import table_pointers as TP
-from trinitylake.maintenance import walk_roots as WR
+from trinitylake.maintenance import node_batch, reach, table_pointers, walk_roots
 from trinitylake.maintenance.background_sizes import BackgroundSizes, sized_in_order
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
+from trinitylake.rowsets import SparkRows
 from trinitylake.spark.execution import (
     DISTRIBUTED,
     LOCAL,
@@ -75,16 +74,23 @@ from trinitylake.spark.execution import (
     batch_of,
     functions_for,
 )
-from trinitylake.spark.output import write_listing
+from trinitylake.treewalk.frontier import walk_levels
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from pyspark.sql import DataFrame
 
     from trinitylake.config import WalkConfig
     from trinitylake.lakehouse import Lakehouse
+    from trinitylake.storage import Storage
     from trinitylake.util import Session
 
 log = logging.getLogger(__name__)
+
+#: What a walk may exclude (see `walk_reachable_with_stats`): a walk's result, rows with a
+#: ``path`` column, or keys.
+Exclusion: TypeAlias = "Reached | pa.Table | DataFrame | set[str] | frozenset[str] | list[str] | tuple[str, ...] | None"
 
 #: Keys of hashed files (below one of the `HASH_FOLDERS`).
 _HASHED_KEY = r"^[01]{4}/"
@@ -105,7 +111,7 @@ def walk_reachable_with_stats(
     batch_size: int = 256,
     parallelism: int = 0,
     *,
-    exclude: Any = None,
+    exclude: Exclusion = None,
     sizes: bool = True,
     tolerate_missing: bool = False,
     io_threads: int = 8,
@@ -146,7 +152,7 @@ def walk_reachable_with_stats(
 
 
 class _Walk:
-    def __init__(self, ex: Execution, lakehouse: Lakehouse, batch_size: int, parallelism: int, exclude: Any,
+    def __init__(self, ex: Execution, lakehouse: Lakehouse, batch_size: int, parallelism: int, exclude: Exclusion,
                  tolerate_missing: bool, io_threads: int, label: str, name: str):
         self.ex = ex
         self.name = name  # prefix of the phase names recorded in the result
@@ -156,17 +162,16 @@ class _Walk:
         self.tolerate_missing = tolerate_missing
         self.io_threads = io_threads
         self.label = label
-        self.reader = R.Reader(lakehouse.storage.root, lakehouse.storage.options)
+        self.reader = reach.Reader(lakehouse.storage.root, lakehouse.storage.options)
         self.stats = WalkStats()
         # Exclusions: a driver-side set, or a DataFrame (then the walk runs on the executors).
         self.excl_keys: set[str] = set()
         self.excl_df: Any = None
         if isinstance(exclude, Reached):
-            if exclude.is_local:
-                self.excl_keys = exclude.keys()
+            if isinstance(exclude.rows, SparkRows):  # the executors hold it
+                self.excl_df = exclude.rows.df.select("path")
             else:
-                assert exclude.df is not None  # not local: the executors hold it
-                self.excl_df = exclude.df.select("path")
+                self.excl_keys = exclude.keys()
         elif isinstance(exclude, pa.Table):
             self.excl_keys = set(exclude.column("path").to_pylist())
         elif isinstance(exclude, set | frozenset | list | tuple):
@@ -219,26 +224,39 @@ class _Walk:
         return reached
 
     def _levels(self, frontier: dict[str, tuple[str, int]], sizes: bool) -> Reached:
-        """Driver levels while they fit, then (at most once) the executors for the rest."""
-        depth = 0
-        while frontier:
-            held = len(self.visited) + len(self.leaves) + len(frontier)
-            # One GET per node file: on an object store `auto` compares estimated times.
-            on_executors = self.ex.distributed(len(frontier), storage=self.reader.storage, requests_per_item=1,
-                                               phase=f"{self.name}.read_nodes")
-            if self.excl_df is not None or on_executors or not self.ex.fits_driver(held):
-                if self._threads is not None:
-                    self._threads.shutdown()
-                    self._threads = None
-                if self.sizer is not None:  # the executors size what the walk reaches
-                    self.sizer.close()
-                    self.sizer = None
-                return self._run_distributed(frontier, depth, sizes)
-            frontier = self._local_level(frontier, depth)
-            depth += 1
-        return self._finish_local(sizes)
+        """Driver levels while they fit, then (at most once) the executors for the rest
+        (`trinitylake.treewalk.frontier`)."""
+        self.sizes = sizes
+        return walk_levels(self.ex, self, frontier, 0)
 
-    def _local_level(self, frontier: dict[str, tuple[str, int]], depth: int) -> dict[str, tuple[str, int]]:
+    # -- what the frontier walk asks (`treewalk.frontier.Levels`) --
+    @property
+    def phase(self) -> str:
+        return f"{self.name}.read_nodes"
+
+    @property
+    def storage(self) -> Storage:
+        return self.reader.storage
+
+    def held_after(self, frontier: dict[str, tuple[str, int]]) -> int:
+        return len(self.visited) + len(self.leaves) + len(frontier)
+
+    def on_executors_only(self) -> bool:
+        return self.excl_df is not None
+
+    def driver_result(self) -> Reached:
+        return self._finish_local(self.sizes)
+
+    def executor_levels(self, frontier: dict[str, tuple[str, int]], depth: int) -> Reached:
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
+        if self.sizer is not None:  # the executors size what the walk reaches
+            self.sizer.close()
+            self.sizer = None
+        return self._run_distributed(frontier, depth, self.sizes)
+
+    def driver_level(self, frontier: dict[str, tuple[str, int]], depth: int) -> dict[str, tuple[str, int]]:
         lt = time.perf_counter()
         rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in frontier.items()]
         with self.ex.phase(f"{self.name}.read_nodes", LOCAL, len(rows), f"read {len(rows)} node files at depth {depth}"):
@@ -247,20 +265,20 @@ class _Walk:
             read = reads = 0
             new_leaves: list[str] | None = [] if self.sizer is not None and self.sizer.active else None
             pool = self._pool() if len(rows) > 1 else None  # shared by every level; run() shuts it down
-            level_leaves = NB.LevelLeaves(depth + 1, self.leaves, new_leaves)
+            level_leaves = node_batch.LevelLeaves(depth + 1, self.leaves, new_leaves)
             # Not `exact`: the merges below keep the smallest per key, which per-node deduplication would not change.
-            for batch in NB.iter_expand(self.reader, rows, pool, exact=False):
+            for batch in node_batch.iter_expand(self.reader, rows, pool, exact=False):
                 reads += batch.reads
-                ok = batch.role == NB.SELF
+                ok = batch.role == node_batch.SELF
                 read += self._add_selfs(batch, ok, depth)
                 if self.tolerate_missing:
-                    self.stats.missing += int(np.count_nonzero(batch.role == NB.MISSING))
+                    self.stats.missing += int(np.count_nonzero(batch.role == node_batch.MISSING))
                 failures += batch.failures(self.tolerate_missing)
-                NB.merge_children(batch, nxt)
+                node_batch.merge_children(batch, nxt)
                 level_leaves.add(batch)
             if failures:
                 raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
-                                       + R.describe_failures(failures[:5], len(failures)))
+                                       + reach.describe_failures(failures[:5], len(failures)))
             if new_leaves and self.sizer is not None:
                 self.sizer.add(new_leaves)  # in the order `leaves` holds them
             self.visited.update(frontier)
@@ -272,14 +290,14 @@ class _Walk:
                                   "next": len(nxt), "seconds": round(time.perf_counter() - lt, 3)})
         return nxt
 
-    def _add_selfs(self, batch: NB.NodeBatch, ok: np.ndarray, depth: int) -> int:
+    def _add_selfs(self, batch: node_batch.NodeBatch, ok: np.ndarray, depth: int) -> int:
         """The rows of the nodes read in `batch` (``ok``), into the driver's columns."""
         idx = np.flatnonzero(ok)
         if not idx.size:
             return 0
         s_path, s_kind, s_size, s_depth, s_fv = self.selfs
         s_path.extend(batch.keys if idx.size == len(batch) else [batch.keys[i] for i in idx.tolist()])
-        s_kind.extend(np.where(batch.is_root[idx], R.KIND_ROOT, R.KIND_NODE).tolist())
+        s_kind.extend(np.where(batch.is_root[idx], reach.KIND_ROOT, reach.KIND_NODE).tolist())
         s_size.extend(batch.size[idx].tolist())
         s_depth.extend([depth] * idx.size)
         s_fv.extend(batch.first_version[idx].tolist())
@@ -289,14 +307,14 @@ class _Walk:
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
         with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0,
                            f"size {len(keys) if sizes else 0} definition files"):
-            lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else [W.UNKNOWN_SIZE] * len(keys)
+            lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else [walk_rules.UNKNOWN_SIZE] * len(keys)
         leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
                      [self.leaves[k][1] for k in keys]]
         table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
         self.selfs = [[] for _ in OUTPUT_SCHEMA]
         self.leaves = {}
         _summarize_table(table, self.stats)
-        return Reached(self.stats, table=table)
+        return Reached(self.stats, rowsets.driver(self.ex, table))
 
     # -- executor levels --
     def _keep(self, df: DataFrame, *, eager: bool = True) -> DataFrame:
@@ -331,11 +349,6 @@ class _Walk:
             frontier = self._keep(frontier.join(excl, "path", "left_anti"), eager=False)
             n = frontier.count()
         final = None
-        aqe = _conf_get(ex.spark, "spark.sql.adaptive.enabled")
-        # Adaptive execution off while walking: each level is one small query whose partitions
-        # the walk sizes itself, and AQE splits it into several jobs with re-planning between
-        # them (measured in the first round: a third of a level's time on small lakehouses).
-        _conf_set(ex.spark, "spark.sql.adaptive.enabled", "false")
         try:
             while n > 0:
                 lt = time.perf_counter()
@@ -347,14 +360,14 @@ class _Walk:
                     out = self._keep(ex.map_arrow(frontier, fn, LEVEL_SCHEMA, parts), eager=False)
                     roles = {r["role"]: (int(r["n"]), int(r["read"] or 0)) for r in
                              out.groupBy("role").agg(F.count("*").alias("n"),
-                                                     F.sum(W.present_column(F.col("size")).cast("int")).alias("read")).collect()}
+                                                     F.sum(walk_rules.present_column(F.col("size")).cast("int")).alias("read")).collect()}
                     keys = frontier.select("path")
                     # A union of checkpointed frontiers: flat without a checkpoint of its own, and
                     # re-checkpointed every few levels so it stays a handful of scans.
                     visited = keys if visited is None else visited.unionByName(keys)
                     if depth % 4 == 3:
                         visited = self._keep(visited)
-                    nxt = (out.filter(F.col("role") == R.ROLE_CHILD)
+                    nxt = (out.filter(F.col("role") == reach.ROLE_CHILD)
                            .groupBy("path")
                            .agg(F.min(F.struct("first_version", "base")).alias("m"))
                            .select("path", F.col("m.base").alias("base"), F.col("m.first_version").alias("first_version"))
@@ -363,19 +376,19 @@ class _Walk:
                         nxt = nxt.join(excl, "path", "left_anti")
                     nxt = self._keep(nxt, eager=False)
                     n_next = nxt.count()
-                read_here = roles.get(R.ROLE_SELF, (0, 0))[0]
-                self.stats.node_reads += read_here + roles.get(R.ROLE_ERROR, (0, 0))[1]
-                bad = roles.get(R.ROLE_ERROR, (0, 0))[0] + (0 if self.tolerate_missing
-                                                            else roles.get(R.ROLE_MISSING, (0, 0))[0])
+                read_here = roles.get(reach.ROLE_SELF, (0, 0))[0]
+                self.stats.node_reads += read_here + roles.get(reach.ROLE_ERROR, (0, 0))[1]
+                bad = roles.get(reach.ROLE_ERROR, (0, 0))[0] + (0 if self.tolerate_missing
+                                                            else roles.get(reach.ROLE_MISSING, (0, 0))[0])
                 if bad:
-                    bad_roles = [R.ROLE_ERROR] + ([] if self.tolerate_missing else [R.ROLE_MISSING])
+                    bad_roles = [reach.ROLE_ERROR] + ([] if self.tolerate_missing else [reach.ROLE_MISSING])
                     sample = (out.filter(F.col("role").isin(bad_roles)).select("path", "first_version", "error")
                               .limit(5).collect())
                     raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
-                                           + R.describe_failures([tuple(r) for r in sample], bad))
-                self.stats.missing += roles.get(R.ROLE_MISSING, (0, 0))[0]
-                self_parts.append(out.filter(F.col("role") == R.ROLE_SELF).select(*OUTPUT_COLUMNS))
-                leaf_parts.append(out.filter(F.col("role") == R.ROLE_LEAF).select(*LEAF_SCHEMA.names))
+                                           + reach.describe_failures([tuple(r) for r in sample], bad))
+                self.stats.missing += roles.get(reach.ROLE_MISSING, (0, 0))[0]
+                self_parts.append(out.filter(F.col("role") == reach.ROLE_SELF).select(*OUTPUT_COLUMNS))
+                leaf_parts.append(out.filter(F.col("role") == reach.ROLE_LEAF).select(*LEAF_SCHEMA.names))
                 frontier = nxt
                 self.stats.unique_nodes += read_here
                 self.stats.levels.append({"depth": depth, "frontier": n, "read": read_here, "where": DISTRIBUTED,
@@ -386,21 +399,21 @@ class _Walk:
                 n = n_next
                 depth += 1
             final = self._finish_distributed(self_parts, leaf_parts, visited, excl, sizes)
-            # Still without adaptive execution: with it, this small aggregation is two jobs.
+            # Still without adaptive execution (`executor_levels`): with it, this small
+            # aggregation is two jobs.
             _summarize_df(final, self.stats)
         finally:
-            _conf_set(ex.spark, "spark.sql.adaptive.enabled", aqe)
             for df in self.checkpoints:
                 if df is not final:
                     try:
                         df.unpersist()
                     except Exception:  # noqa: BLE001
                         pass
-        return Reached(self.stats, df=final)
+        return Reached(self.stats, SparkRows(ex, final, [final]))
 
     def _finish_distributed(self, self_parts: list[DataFrame], leaf_parts: list[DataFrame], visited: DataFrame | None,
                             excl: DataFrame | None,
-                            sizes: bool) -> Any:
+                            sizes: bool) -> DataFrame:
         ex = self.ex
         F = ex.F  # noqa: N806
         empty_self = ex.to_df(OUTPUT_SCHEMA.empty_table())
@@ -418,7 +431,7 @@ class _Walk:
             leaves = leaves.join(excl, "path", "left_anti")
         leaves = self._keep(leaves, eager=False)
         n = leaves.count()
-        if sizes and n and self.reader.storage.scheme != "file":
+        if sizes and n and not self.reader.storage.on_local_disk:
             # Object store: sizes from listings, never a HEAD per file (`reach.listed_sizes`'s
             # request model). Hashed definitions: recursive listings of the 16 hash folders (a
             # LIST per 1,000 files). The others (lakehouse definitions at the root, files
@@ -449,43 +462,25 @@ class _Walk:
                 # Materialized inside the phase, so its seconds are the stat work (lazy otherwise).
                 return self._keep(selfs.unionByName(sized))
         else:
-            sized = leaves.select("path", "kind", F.lit(W.UNKNOWN_SIZE).cast("long").alias("size"), "depth", "first_version")
+            sized = leaves.select("path", "kind", F.lit(walk_rules.UNKNOWN_SIZE).cast("long").alias("size"), "depth", "first_version")
         # No phase to time here: kept by the summary's job that follows, one job instead of two.
         return self._keep(selfs.unionByName(sized), eager=False)
 
 
-def _sized_by(F: Any, leaves: DataFrame, listed: DataFrame) -> DataFrame:  # noqa: N803 - the session's functions
+def _sized_by(F: ModuleType, leaves: DataFrame, listed: DataFrame) -> DataFrame:  # noqa: N803 - the session's functions
     """`leaves` (LEAF_SCHEMA) as OUTPUT_SCHEMA rows, sized by the `listed` (LISTED_SCHEMA) files;
-    a leaf no listing shows is missing (`W.UNKNOWN_SIZE`)."""
+    a leaf no listing shows is missing (`walk_rules.UNKNOWN_SIZE`)."""
     return (leaves.join(listed, "path", "left")
-            .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(W.UNKNOWN_SIZE)).cast("long").alias("size"),
+            .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(walk_rules.UNKNOWN_SIZE)).cast("long").alias("size"),
                     "depth", "first_version"))
-
-
-def _conf_get(spark: Session, key: str) -> str | None:
-    try:
-        return spark.conf.get(key, None)
-    except Exception:  # noqa: BLE001 - a server may refuse to show a setting
-        return None
-
-
-def _conf_set(spark: Session, key: str, value: str | None) -> None:
-    try:
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-    except Exception:  # noqa: BLE001 - a server may refuse runtime settings; the walk works either way
-        pass
-
 
 
 def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
     stats.files, stats.bytes, stats.outside = {}, {}, 0
     if table.num_rows == 0:
         return
-    sized = pa.table({"kind": table.column("kind"), "size": W.known_bytes_arrow(table.column("size")),
-                      "outside": W.outside_arrow(table.column("path")).cast(pa.int64())})
+    sized = pa.table({"kind": table.column("kind"), "size": walk_rules.known_bytes_arrow(table.column("size")),
+                      "outside": walk_rules.outside_arrow(table.column("path")).cast(pa.int64())})
     agg = sized.group_by("kind").aggregate([("size", "count"), ("size", "sum"), ("outside", "sum")])
     for kind, n, b, o in zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum", "outside_sum")),
                              strict=True):
@@ -497,9 +492,9 @@ def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
 def _summarize_df(df: DataFrame, stats: WalkStats) -> None:
     F = functions_for(df.sparkSession)  # noqa: N806
 
-    outside = W.outside_column(F.col("path"))
+    outside = walk_rules.outside_column(F.col("path"))
     summary = df.groupBy("kind").agg(F.count("*").alias("n"),
-                                     F.sum(W.known_bytes_column(F, F.col("size"))).alias("b"),
+                                     F.sum(walk_rules.known_bytes_column(F, F.col("size"))).alias("b"),
                                      F.sum(outside.cast("int")).alias("o"))
     stats.files, stats.bytes, stats.outside = {}, {}, 0
     for r in summary.collect():
@@ -517,7 +512,7 @@ def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobRe
     versions = None if isinstance(cfg.versions, str) else list(cfg.versions)  # str: 'retained'
     # The version the job started at: the walk reports that snapshot (a commit meanwhile is
     # walked by the next run), and discovering it again costs round trips on an object store.
-    inp = WR.walk_input(lakehouse, versions, latest=result.version_before)
+    inp = walk_roots.walk_input(lakehouse, versions, latest=result.version_before)
     result.seconds["plan"] = round(time.perf_counter() - t0, 3)
     result.counts["versions"] = len(inp.retained_versions)
     result.counts["exports"] = len(inp.export_roots)
@@ -531,8 +526,7 @@ def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobRe
     result.seconds["walk"] = round(time.perf_counter() - t0, 3)
     try:
         t0 = time.perf_counter()
-        out = write_listing(ex, reached.table if reached.is_local else reached.df, cfg.output,
-                            lakehouse.storage.options, rows=st.total_files)
+        out = reached.rows.write(cfg.output, lakehouse.storage.options, st.total_files)
         result.seconds["write"] = round(time.perf_counter() - t0, 3)
         result.output_location = out
         fill_walk_counts(result, st)
@@ -549,7 +543,7 @@ def run_walk(ex: Execution, lakehouse: Lakehouse, cfg: WalkConfig, result: JobRe
     return result
 
 
-def exports_walked(inp: WR.WalkInput) -> dict[str, dict[str, Any]]:
+def exports_walked(inp: walk_roots.WalkInput) -> dict[str, dict[str, Any]]:
     """What the walk did with each recorded export, for the result's details: a pinned export's
     root was walked (it may reference source files); a self-contained one (unpinned: a full
     export, or a partial one that reached the bottom of the tree) was neither read nor sized
@@ -583,12 +577,12 @@ def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable"
 
 
 def fill_table_pointer_counts(result: JobResult, lakehouse: Lakehouse, st: WalkStats, io_threads: int) -> None:
-    """``table_pointers_<kind>`` counts of the latest version's tables (`TP.table_pointer_counts`:
+    """``table_pointers_<kind>`` counts of the latest version's tables (`table_pointers.table_pointer_counts`:
     ICEBERG / other formats / none, and how many point outside the lakehouse root), from the
     table definitions alone; ``details["table_pointers"]`` says what was counted, or why not
-    (more than `TP.TABLE_POINTER_DEF_LIMIT` definition files reached)."""
+    (more than `table_pointers.TABLE_POINTER_DEF_LIMIT` definition files reached)."""
     t0 = time.perf_counter()
-    counts, details = TP.table_pointer_counts(lakehouse, None, st.files.get(R.KIND_DEFINITION, 0),
+    counts, details = table_pointers.table_pointer_counts(lakehouse, None, st.files.get(reach.KIND_DEFINITION, 0),
                                              io_threads=io_threads)
     result.counts.update(counts)
     details["seconds"] = round(time.perf_counter() - t0, 3)

@@ -11,13 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trinitylake.maintenance import node_batch as NB
-from trinitylake.maintenance import reach as R
-from trinitylake.spark.execution import LOCAL, Execution, batch_of, chunks, rows_of
+from trinitylake.maintenance import node_batch, reach
+from trinitylake.rowsets import RowSet
+from trinitylake.spark.execution import LOCAL, batch_of, chunks, rows_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from trinitylake.storage import Storage
 
 OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
@@ -25,7 +23,7 @@ OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size"
 OUTPUT_COLUMNS = tuple(OUTPUT_SCHEMA.names)
 OUTPUT_DDL = "path string, kind string, size bigint, depth int, first_version bigint"
 FRONTIER_SCHEMA = pa.schema([("path", pa.string()), ("base", pa.string()), ("first_version", pa.int64())])
-LEVEL_SCHEMA = NB.LEVEL_SCHEMA  # role, path, kind, size, depth, first_version, base, error
+LEVEL_SCHEMA = node_batch.LEVEL_SCHEMA  # role, path, kind, size, depth, first_version, base, error
 LEAF_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("depth", pa.int32()),
                          ("first_version", pa.int64())])
 KEYS_SCHEMA = pa.schema([("path", pa.string())])
@@ -69,62 +67,44 @@ class WalkStats:
 
 
 class Reached:
-    """The files a walk reached (`OUTPUT_SCHEMA` rows), held by the driver as an Arrow table
-    (a walk that stayed local) or by the executors as a checkpointed DataFrame."""
+    """The files a walk reached (`OUTPUT_SCHEMA` rows, wherever the walk left them) and its stats."""
 
-    def __init__(self, stats: WalkStats, table: pa.Table | None = None, df: DataFrame | None = None):
+    def __init__(self, stats: WalkStats, rows: RowSet):
         self.stats = stats
-        self.table = table
-        self.df = df
-
-    @property
-    def is_local(self) -> bool:
-        return self.table is not None
-
-    def as_df(self, ex: Execution) -> Any:
-        """The rows as a DataFrame (ships a driver-held table to Spark)."""
-        if self.df is None:
-            self.df = ex.to_df(self.table)
-        return self.df
+        self.rows = rows
 
     def keys(self) -> set[str]:
-        """Every reached key (driver-held walks only)."""
-        assert self.table is not None, "keys() of a distributed walk"
-        return set(self.table.column("path").to_pylist())
+        """Every reached key, on the driver."""
+        return {str(k) for k in self.rows.column_values("path")}
 
     def release(self) -> None:
-        if self.df is not None:
-            try:
-                self.df.unpersist()
-            except Exception:  # noqa: BLE001 - checkpoints go with the session
-                pass
-        self.table = None
+        self.rows.release()
 
 
 # ---- executor functions -------------------------------------------------------------------
-def expand_batches(reader: R.Reader, io_threads: int, depth: int, batches: Iterator[pa.RecordBatch]
+def expand_batches(reader: reach.Reader, io_threads: int, depth: int, batches: Iterator[pa.RecordBatch]
                    ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of one level: frontier batches (path, base, first_version) in,
     `LEVEL_SCHEMA` batches out (`node_batch`: per chunk of node files, its nodes' rows, then
     their children and definitions, then bad pointers)."""
-    pool = ThreadPoolExecutor(max_workers=io_threads) if io_threads > 1 and NB.wants_threads(reader) else None
+    pool = ThreadPoolExecutor(max_workers=io_threads) if io_threads > 1 and node_batch.wants_threads(reader) else None
     try:
         for chunk in chunks(rows_of(batches, "path", "base", "first_version"), _CHUNK):
             rows = [(p, b, fv, depth, depth == 0) for p, b, fv in chunk]
-            yield from NB.expand_rows(reader, rows, pool)
+            yield from node_batch.expand_rows(reader, rows, pool)
     finally:
         if pool is not None:
             pool.shutdown()
 
 
-def size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def size_batches(reader: reach.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function sizing definition rows (LEAF_SCHEMA in, OUTPUT_SCHEMA out) one
     key at a time: on local disk (a ``stat`` each). Object stores size from listings instead
     (`list_size_batches`, `folder_size_batches`)."""
     for chunk in chunks(rows_of(batches, "path", "kind", "depth", "first_version"), _CHUNK):
         # listing=False: this task holds a slice of the keys; on an object store the folders
         # are listed in a phase of their own.
-        sizes = R.sizes_of(reader, [r[0] for r in chunk], io_threads, listing=False)
+        sizes = reach.sizes_of(reader, [r[0] for r in chunk], io_threads, listing=False)
         yield batch_of(OUTPUT_SCHEMA, [[r[0] for r in chunk], [r[1] for r in chunk], [int(s) for s in sizes],
                                        [r[2] for r in chunk], [r[3] for r in chunk]])
 
@@ -153,7 +133,7 @@ def list_size_batches(storage: Storage, io_threads: int, batches: Iterator[pa.Re
 
 
 
-def folder_size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]
+def folder_size_batches(reader: reach.Reader, io_threads: int, batches: Iterator[pa.RecordBatch]
                         ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: every file (walk key, size) directly in the task's folders
     (`reach.size_folder` values: relative folders, ``""`` for the root, or URIs of folders
@@ -164,7 +144,7 @@ def folder_size_batches(reader: R.Reader, io_threads: int, batches: Iterator[pa.
     stores: dict[str, Storage] = {}
 
     def one(folder: str) -> pa.RecordBatch:
-        sizes = R.folder_sizes(reader, folder, stores)
+        sizes = reach.folder_sizes(reader, folder, stores)
         return pa.RecordBatch.from_arrays([pa.array(list(sizes), pa.string()),
                                            pa.array(list(sizes.values()), pa.int64())], schema=LISTED_SCHEMA)
 

@@ -21,7 +21,7 @@ overloads, so the column adapters need no session).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +45,7 @@ def present(size: int | None) -> bool:
     return size is not None and size >= PRESENT_MIN_SIZE
 
 
-def present_arrow(sizes: ArrowArray) -> Any:
+def present_arrow(sizes: ArrowArray) -> ArrowArray:
     """The rule on an Arrow array of sizes: a boolean array (null where the size is null)."""
     return pc.greater_equal(sizes, PRESENT_MIN_SIZE)
 
@@ -60,7 +60,7 @@ def known_bytes(size: int | None) -> int:
     return int(size) if size is not None and present(size) else 0
 
 
-def known_bytes_arrow(sizes: ArrowArray) -> Any:
+def known_bytes_arrow(sizes: ArrowArray) -> ArrowArray:
     """`known_bytes` on an Arrow array of sizes."""
     return pc.if_else(present_arrow(sizes), sizes, pa.scalar(0, sizes.type))
 
@@ -76,7 +76,7 @@ def outside(path: str) -> bool:
     return OUTSIDE_MARK in path
 
 
-def outside_arrow(paths: ArrowArray) -> Any:
+def outside_arrow(paths: ArrowArray) -> ArrowArray:
     """The rule on an Arrow array of keys: a boolean array."""
     return pc.match_substring(paths, OUTSIDE_MARK)
 

@@ -1,0 +1,1 @@
+"""Walking the tree: one frontier walk (`treewalk.frontier`) for every walk of the library."""
