@@ -47,6 +47,7 @@ from typing import Any, ClassVar, NoReturn
 import yaml
 
 from trinitylake.errors import ConfigError, UnsafeOperationError
+from trinitylake.json_data import JsonObject
 from trinitylake.options import COMMON_OPTIONS, ENV_PREFIX, JOB_OPTIONS, Option, env_var_names
 from trinitylake.redact import redact_text
 from trinitylake.values import (
@@ -102,7 +103,7 @@ class FrozenDict(dict[str, Any]):
 
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
 
-    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[JsonObject]]:
         return (FrozenDict, (dict(self),))
 
     def __hash__(self) -> int:  # type: ignore[override]
@@ -162,7 +163,7 @@ class JobConfig:
         """True if a file, the environment or a flag set ``key`` (not a default)."""
         return self.sources.get(key) not in ("default", "derived")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """All options as JSON-safe values (ms for durations and timestamps), in option order.
 
         Passing the result back as ``overrides`` reproduces the same config.
@@ -425,7 +426,7 @@ def _env_layer(job: str, env: Mapping[str, str]) -> _Layer:
     return _Layer("env", values, lambda key: f"environment variable {names[key]}")
 
 
-def _merge(job: str, layers: Sequence[_Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+def _merge(job: str, layers: Sequence[_Layer]) -> tuple[JsonObject, dict[str, str]]:
     opts = _job_options(job)
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -453,7 +454,7 @@ def _parse_or_raise(job: str, opt: Option, raw: object, label: Callable[[str], s
         raise ConfigError(redact_text(f"{label(opt.name)}: bad value for {job} option {opt.name!r}: {e}")) from None
 
 
-def _resolve(job: str, merged: dict[str, Any], sources: dict[str, str], where: str, now_ms: int) -> None:
+def _resolve(job: str, merged: JsonObject, sources: dict[str, str], where: str, now_ms: int) -> None:
     """Check required keys and cross-key rules; fill in derived defaults."""
     opts = JOB_OPTIONS[job]
     for key, opt in opts.items():

@@ -18,6 +18,7 @@ import click
 
 from trinitylake.config import JobConfig, Option, job_options, load_from_flags
 from trinitylake.errors import ConfigError
+from trinitylake.json_data import JsonObject, JsonValue
 from trinitylake.values import METAVARS
 
 
@@ -87,7 +88,7 @@ def parse_job_args(
     return load_from_flags(job, conf_path, flags, env, now_ms)
 
 
-def given_flags(params: Mapping[str, Any]) -> dict[str, Any]:
+def given_flags(params: Mapping[str, JsonValue]) -> JsonObject:
     """The flags given on a job's command line, from click's parsed values: a flag not given is
     left out (the lower layers decide), a repeated one is a list."""
     flags: dict[str, Any] = {}

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from trinitylake.errors import InvalidURIError
+from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_value
 from trinitylake.storage.uri import normalize_uri
 
@@ -200,7 +201,7 @@ class _TextValue(str):
     """A map value that arrived as text (flag or env): storage options get it YAML-typed."""
 
 
-def _parse_storage_options(value: object) -> dict[str, Any]:
+def _parse_storage_options(value: object) -> JsonObject:
     """fsspec options. Text values are typed (``true`` -> True, ``8`` -> 8); a dotted key
     from text (``client_kwargs.endpoint_url=...``) becomes a nested mapping."""
     out: dict[str, Any] = {}

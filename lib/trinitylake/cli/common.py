@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trinitylake.errors import TrinityLakeError, ValidationError
+from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_argv, redact_text
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def _print_names(what: str, names: list[str], version: int) -> None:
     console.print(t)
 
 
-def _print_kv(d: dict[str, Any]) -> None:
+def _print_kv(d: JsonObject) -> None:
     t = Table("field", "value")
     for k, v in d.items():
         t.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))

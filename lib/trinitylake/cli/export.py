@@ -20,8 +20,6 @@ Registered by `trinitylake.cli` when this module exists.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.table import Table
 
@@ -31,10 +29,11 @@ from trinitylake.config import load_job_config
 from trinitylake.errors import TrinityLakeError
 from trinitylake.jobs.export.target import drop_export, list_exports
 from trinitylake.jobs.runner import JobFailedError, run_job
+from trinitylake.json_data import JsonObject
 from trinitylake.spark.common import add_progress_listener
 
 
-def _summary(r: dict[str, Any]) -> str:
+def _summary(r: JsonObject) -> str:
     d, c, b, s = r["details"], r["counts"], r["bytes"], r["seconds"]
     mode = d.get("mode")
     if mode == "partial":
@@ -171,7 +170,7 @@ def register(cli: click.Group) -> None:
 
         rows = list_exports(ctx.lakehouse().definition())
 
-        def render(rows: list[dict[str, Any]]) -> None:
+        def render(rows: list[JsonObject]) -> None:
             t = Table("name", "version", "pinned", "root")
             for r in rows:
                 t.add_row(r["name"], str(r["version"]), "" if r["pinned_version"] is None else str(r["pinned_version"]),

@@ -36,6 +36,7 @@ from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.job_flags import given_flags
 from trinitylake.jobs.registry import JOBS, JobSpec
 from trinitylake.jobs.runner import JobFailedError, run_job
+from trinitylake.json_data import JsonObject
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import redact_text
 from trinitylake.spark.common import add_progress_listener
@@ -110,7 +111,7 @@ def _job_command(spec: JobSpec) -> click.Command:
     )
 
 
-def job_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
+def job_flags(ctx: Any, flags: JsonObject) -> JsonObject:
     """The job's flags as the job's parser gives them (`trinitylake.job_flags.given_flags`),
     with the group's settings: its lakehouse and control URI, and its storage options before
     the command's own ``--storage-option`` pairs (a later pair wins)."""
@@ -125,7 +126,7 @@ def job_flags(ctx: Any, flags: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def run_cli_job(job: str, click_ctx: click.Context, flags: dict[str, Any], as_json: bool) -> None:
+def run_cli_job(job: str, click_ctx: click.Context, flags: JsonObject, as_json: bool) -> None:
 
     ctx = click_ctx.obj
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -13,6 +13,7 @@ from rich.table import Table
 
 from trinitylake.cli.common import Ctx, handle_errors, parse_time
 from trinitylake.control import build_history, reconcile
+from trinitylake.json_data import JsonObject
 from trinitylake.report.data import KEY_METRICS
 from trinitylake.report.svg import fmt_metric
 
@@ -71,7 +72,7 @@ def _render(entries: list[dict]) -> None:
     console.print(t)
 
 
-def version_note(r: dict[str, Any]) -> str:
+def version_note(r: JsonObject) -> str:
     """The note of one `tlake versions` row: ``rollback to v2 (from v4)``, or ``corrupt: <typed
     error>`` for a root that cannot be read."""
     if r.get("corrupt"):
@@ -82,7 +83,7 @@ def version_note(r: dict[str, Any]) -> str:
     return f"rollback to v{to} (from v{src})" if to is not None else f"rollback (from v{src})"
 
 
-def render_versions(rows: list[dict[str, Any]]) -> None:
+def render_versions(rows: list[JsonObject]) -> None:
     """`tlake versions` as a table, oldest first."""
     t = Table("version", "created at (UTC)", "txn_seq", "changes", "note")
     for r in rows:

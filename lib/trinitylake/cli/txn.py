@@ -20,6 +20,7 @@ from rich.table import Table
 
 from trinitylake.cli.common import Ctx, _print_kv, console, emit, handle_errors
 from trinitylake.errors import TrinityLakeError, ValidationError
+from trinitylake.json_data import JsonObject
 from trinitylake.lakehouse.distributed import DistributedTransaction, list_transactions
 from trinitylake.util import parse_duration_ms
 from trinitylake.values import format_timestamp
@@ -118,7 +119,7 @@ def register(cli: click.Group) -> None:
 
         rows = list_transactions(ctx.lakehouse(), include_closed=include_closed)
 
-        def render(rows: list[dict[str, Any]]) -> None:
+        def render(rows: list[JsonObject]) -> None:
             t = Table("id", "state", "begin version", "staged", "expires at (UTC)", "isolation")
             for r in rows:
                 t.add_row(r["id"], r["state"] + (" (expired)" if r["expired"] else ""), str(r["begin_version"]),
@@ -140,7 +141,7 @@ def register(cli: click.Group) -> None:
         emit(info, as_json, lambda d: _print_kv({k: v for k, v in d.items() if not k.endswith("_millis")}))
 
 
-def with_iso_times(info: dict[str, Any]) -> dict[str, Any]:
+def with_iso_times(info: JsonObject) -> JsonObject:
     """`info` with an ISO-8601 UTC field beside each ``*_millis`` one (``began_at``, ``expire_at``)."""
 
     out: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trinitylake.control.records import RECORD_TYPE_RANK, AuditRecord, run_state
+from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_text, redact_value
 
 _FINAL_TYPES = ("committed", "failed", "completed", "read", "recovered")
@@ -99,7 +100,7 @@ class HistoryEntry:
         """A run that changed nothing: a walk, a dry run (a run that deleted files is not)."""
         return self.state in ("read", "dry_run")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-safe dict (datetimes as ISO 8601 UTC strings)."""
 
         def ts(v: datetime | None) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from trinitylake.errors import ValidationError
+from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_text, redact_value
 
 RECORD_TYPES = ("begin", "committed", "failed", "completed", "read", "recovered")
@@ -189,7 +190,7 @@ def records_from_arrow(tbl: pa.Table) -> list[AuditRecord]:
     return [AuditRecord(*vals) for vals in zip(*(cols[name] for name in _FIELD_ORDER), strict=True)]
 
 
-def _parse_arguments(args: Any) -> dict[str, Any]:
+def _parse_arguments(args: Any) -> JsonObject:
     if isinstance(args, str):
         if not args:
             return {}
@@ -201,7 +202,7 @@ def _parse_arguments(args: Any) -> dict[str, Any]:
     return dict(args) if isinstance(args, dict) else {}
 
 
-def record_from_row(row: dict[str, Any]) -> AuditRecord:
+def record_from_row(row: JsonObject) -> AuditRecord:
     """An AuditRecord from one `to_pylist()` row; unknown (newer) columns are ignored."""
     kw = {k: v for k, v in row.items() if k in _FIELD_NAMES}
     kw["arguments"] = _parse_arguments(kw.get("arguments"))
@@ -213,7 +214,7 @@ def record_from_row(row: dict[str, Any]) -> AuditRecord:
     return AuditRecord(**kw)
 
 
-def run_state(record_type: str, metrics: dict[str, float] | None = None, arguments: dict[str, Any] | None = None) -> str:
+def run_state(record_type: str, metrics: dict[str, float] | None = None, arguments: JsonObject | None = None) -> str:
     """The operator's classification of a transaction or job run, from its final row.
 
     The row's `record_type` says only whether a version was produced (``completed``) or not

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from trinitylake.control.table import read_delta_rows
 from trinitylake.errors import ControlTableError
+from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_text, redact_value
 from trinitylake.storage import retry
 
@@ -54,7 +55,7 @@ class RedactResult:
     dry_run: bool = False
     seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 

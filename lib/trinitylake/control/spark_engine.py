@@ -23,14 +23,17 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from trinitylake.errors import ControlTableError
+from trinitylake.json_data import JsonObject
 from trinitylake.util import is_connect_session
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from trinitylake.util import Session
 
 log = logging.getLogger(__name__)
@@ -159,7 +162,7 @@ class SparkDeltaRows:
         name: its catalog name; exactly one of the two.
     """
 
-    def __init__(self, spark: Session | Callable[[], Session], *, path: str | None = None, name: str | None = None):
+    def __init__(self, spark: Session | Callable[[], Session] | None, *, path: str | None = None, name: str | None = None):
         if (path is None) == (name is None):
             raise ValueError("give exactly one of path and name")
         self._spark = spark
@@ -169,7 +172,7 @@ class SparkDeltaRows:
     def __repr__(self) -> str:
         return f"SparkDeltaRows({self.name or self.path!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> JsonObject:
         # A session never travels to executors; they re-resolve it if ever asked.
         state = dict(self.__dict__)
         if not callable(state["_spark"]):  # a session object (a factory may travel)
@@ -177,7 +180,7 @@ class SparkDeltaRows:
         return state
 
     @property
-    def spark(self) -> Any:
+    def spark(self) -> Session:
         s = self._spark
         if s is None:
             from pyspark.sql import SparkSession
@@ -188,7 +191,7 @@ class SparkDeltaRows:
         elif callable(s) and not hasattr(s, "sql"):
             s = s()
         self._spark = s
-        return s
+        return s  # type: ignore[return-value]  # a factory was called just above
 
     @property
     def ref(self) -> str:
@@ -209,13 +212,13 @@ class SparkDeltaRows:
                 return False
             raise ControlTableError(f"cannot read control table {self.ref}: {_first_line(e)}") from e
 
-    def dataframe(self) -> Any:
+    def dataframe(self) -> DataFrame:
         """The rows as a Spark DataFrame (unsorted; order by ``txn_seq`` to read the history)."""
         if self.name is not None:
             return self.spark.read.table(self.name)
         return self.spark.read.format("delta").load(self.path)
 
-    def history(self) -> Any:
+    def history(self) -> DataFrame:
         """Delta's own commit history of the table (``DESCRIBE HISTORY``) as a DataFrame."""
         return self.spark.sql(f"DESCRIBE HISTORY {self.ref}")
 

@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,7 +43,13 @@ from trinitylake.control.records import (
 from trinitylake.control.seq import SeqAllocator
 from trinitylake.control.spark_engine import ENGINES, SparkDeltaRows, is_table_name, session_has_delta
 from trinitylake.errors import ControlTableError
+from trinitylake.json_data import JsonObject
 from trinitylake.storage import Storage, hadoop_location, local_path_of_url, parse_uri, retry
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from trinitylake.util import Session
 
 # Our own directories inside the control location; a location holding only these is "empty".
 _OWN_PREFIXES = ("_seq/", "_recovered/", "_audited/")
@@ -52,7 +58,7 @@ _APPEND_ATTEMPTS = 25
 CHECKPOINT_INTERVAL = 10
 
 
-def _delta_storage_options(scheme: str, fs_options: dict[str, Any]) -> dict[str, str]:
+def _delta_storage_options(scheme: str, fs_options: JsonObject) -> dict[str, str]:
     """delta-rs (object_store) options from the s3fs-style options of `Storage`."""
     if scheme != "s3":
         return {k: str(v) for k, v in fs_options.items() if k.isupper()}
@@ -78,7 +84,7 @@ def _delta_storage_options(scheme: str, fs_options: dict[str, Any]) -> dict[str,
     return out
 
 
-def _fs_options(options: dict[str, Any]) -> dict[str, Any]:
+def _fs_options(options: JsonObject) -> JsonObject:
     """s3fs-style options (lower-case keys) from mixed options; AWS_* keys are translated."""
     out = {k: v for k, v in options.items() if not k.isupper()}
     upper = {k: v for k, v in options.items() if k.isupper()}
@@ -141,8 +147,8 @@ class ControlTable:
     Nothing is read or written on construction.
     """
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None, *, engine: str | None = None,
-                 table: str | None = None, spark: Any = None):
+    def __init__(self, uri: str, storage_options: JsonObject | None = None, *, engine: str | None = None,
+                 table: str | None = None, spark: Session | None = None):
         engine = engine or os.environ.get("TLAKE_CONTROL_ENGINE") or "auto"
         if engine not in ENGINES:
             raise ControlTableError(f"control engine {engine!r} is not one of {', '.join(ENGINES)}")
@@ -172,7 +178,7 @@ class ControlTable:
     def __repr__(self) -> str:
         return f"ControlTable({self.uri!r})" if not self.table_name else f"ControlTable({self.table_name!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> JsonObject:
         state = dict(self.__dict__)
         state["_ensured"] = False
         state["_spark"] = None  # sessions stay on the driver
@@ -218,7 +224,7 @@ class ControlTable:
                 self._rows = SparkDeltaRows(self._spark, path=hadoop_location(self._delta_uri))
         return self._rows
 
-    def dataframe(self) -> Any:
+    def dataframe(self) -> DataFrame:
         """The rows as a Spark DataFrame (Spark engine), e.g. ``ct.dataframe().orderBy("txn_seq")``."""
         rows = self.spark_rows
         if rows is None:
@@ -226,7 +232,7 @@ class ControlTable:
                                     "or give engine='spark' and a session with Delta")
         return rows.dataframe()
 
-    def delta_history(self) -> Any:
+    def delta_history(self) -> DataFrame:
         """Delta's commit history of the table (``DESCRIBE HISTORY``) as a Spark DataFrame."""
         rows = self.spark_rows
         if rows is None:

@@ -20,8 +20,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pyiceberg.avro.codecs import KNOWN_CODECS, Codec
 from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
 from pyiceberg.avro.encoder import BinaryEncoder
+
+from trinitylake.json_data import JsonObject
 
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
@@ -52,7 +55,7 @@ class _Names:
             raise AvroRewriteError(f"unknown Avro type name {schema!r}")
         return schema
 
-    def register(self, schema: dict[str, Any], namespace: str) -> str:
+    def register(self, schema: JsonObject, namespace: str) -> str:
         name = schema.get("name", "")
         ns = schema.get("namespace", namespace)
         full = name if "." in name or not ns else f"{ns}.{name}"
@@ -188,9 +191,7 @@ class _Codec:
 
 
 # ---- block codecs ------------------------------------------------------------------------------
-def _known_codec(codec: str) -> Any:
-    from pyiceberg.avro.codecs import KNOWN_CODECS
-
+def _known_codec(codec: str) -> type[Codec]:
     c = {str(k): v for k, v in KNOWN_CODECS.items()}.get(codec)
     if c is None:
         raise AvroRewriteError(f"unsupported Avro codec {codec!r}")
@@ -217,7 +218,7 @@ def _compress(codec: str, data: bytes) -> bytes:
 
 
 # ---- files -----------------------------------------------------------------------------------------
-def read_records(data: bytes) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+def read_records(data: bytes) -> tuple[dict[str, bytes], list[JsonObject]]:
     """(header metadata, records) of an Avro file, records as plain dicts (unions as
     ``(branch, value)``), for callers that only look."""
     meta, _, blocks, _codec = _parse(data)

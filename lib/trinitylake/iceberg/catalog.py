@@ -56,7 +56,7 @@ from trinitylake.errors import (
     UnknownOutcomeError,
     ValidationError,
 )
-from trinitylake.format import definitions as D
+from trinitylake.format import definitions
 from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, check_creates, commit_response
 from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
 from trinitylake.lakehouse.context import AuditContext
@@ -192,8 +192,8 @@ class TrinityLakeCatalog(MetastoreCatalog):
             d = view.load_table(ns, table)
         except ObjectNotFoundError:
             return None
-        if D.table_format_name(d) != "ICEBERG":
-            raise NoSuchTableError(f"table {ns}.{table} is a {D.table_format_name(d)} table, not an Iceberg table")
+        if definitions.table_format_name(d) != "ICEBERG":
+            raise NoSuchTableError(f"table {ns}.{table} is a {definitions.table_format_name(d)} table, not an Iceberg table")
         location = d.format_properties.get(METADATA_LOCATION)
         if not location:
             raise NoSuchTableError(f"table {ns}.{table} has no {METADATA_LOCATION} (no Iceberg metadata yet)")
@@ -378,7 +378,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         txn = self._begin(what)
         try:
             d = txn.load_table(ns, table)
-            txn.create_table(to_ns, to_table, table_type=D.table_type_name(d).lower(),
+            txn.create_table(to_ns, to_table, table_type=definitions.table_type_name(d).lower(),
                              properties=dict(d.properties), format_properties=dict(d.format_properties))
             txn.drop_table(ns, table)
         except ObjectNotFoundError as e:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable
-from typing import Any
 
 from trinitylake.iceberg.avro_rewrite import map_strings, read_records
+from trinitylake.json_data import JsonObject
 from trinitylake.storage import Storage, is_absolute, join_uri, parse_uri
 
 
@@ -70,7 +70,7 @@ def rewrite_metadata_json(data: bytes, paths: Callable[[str], str], keep_snapsho
 
 
 def manifest_list_fn(paths: Callable[[str], str], lengths: dict[str, int]) -> Callable[[dict], dict]:
-    def fn(rec: dict[str, Any]) -> dict[str, Any]:
+    def fn(rec: JsonObject) -> JsonObject:
         rec = map_strings(rec, paths)
         n = lengths.get(rec.get("manifest_path", ""))
         if n is not None:
@@ -89,7 +89,7 @@ def live_files(manifest: bytes) -> list[tuple[str, int]]:
             for r in recs if r.get("status") != 2]
 
 
-def stat_files(meta: dict[str, Any], keep: set[int] | None) -> list[tuple[str, int]]:
+def stat_files(meta: JsonObject, keep: set[int] | None) -> list[tuple[str, int]]:
     out = []
     for k in ("statistics", "partition-statistics"):
         for s in meta.get(k) or []:

@@ -63,6 +63,7 @@ from trinitylake.errors import (
 from trinitylake.format import definitions, tree
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import new_node_path, root_name, root_version, txn_def_path
+from trinitylake.json_data import JsonObject
 from trinitylake.lakehouse.roots import RootRef, root_system_rows
 from trinitylake.lakehouse.transaction import Transaction
 
@@ -196,7 +197,7 @@ class DistributedTransaction:
             raise CorruptDefinitionError(f"transaction definition {path} holds id {d.id!r}, expected {self.id!r}")
         return d
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> JsonObject:
         s = self.state()
         now = _now_ms()
         return {"id": self.id, "state": s.status, "state_number": s.number,
@@ -520,7 +521,7 @@ def _markers(lakehouse: Lakehouse) -> list[tuple[str, str]]:
     return [(f.path, f.path.rstrip("/").rsplit("/", 1)[-1]) for f in files]
 
 
-def list_transactions(lakehouse: Lakehouse, *, include_closed: bool = False) -> list[dict[str, Any]]:
+def list_transactions(lakehouse: Lakehouse, *, include_closed: bool = False) -> list[JsonObject]:
     """Distributed transactions with a marker: live ones (open or committing, not expired), or
     all when `include_closed`. Markers of committed or aborted transactions, and of expired
     ones maintenance no longer keeps (`KEEP_AFTER_EXPIRY_MS`), are removed."""

@@ -25,6 +25,7 @@ from trinitylake.errors import (
 from trinitylake.format import definitions, keys, tree
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import HINT_FILE, is_root_name, lakehouse_def_name, parse_hint, root_name, root_version
+from trinitylake.json_data import JsonObject
 from trinitylake.lakehouse.audit import Auditor
 from trinitylake.lakehouse.changes import ChangeSet
 from trinitylake.lakehouse.changes import now_ms as _now_ms
@@ -316,7 +317,7 @@ class Lakehouse:
     def view(self, version: int | None = None, as_of: datetime | int | None = None, snapshot: str | None = None) -> LakehouseView:
         return LakehouseView(self, self.root_at(version, as_of, snapshot))
 
-    def versions(self) -> list[dict[str, Any]]:
+    def versions(self) -> list[JsonObject]:
         """Every available version, oldest first, with its commit facts. A root that cannot be
         read is listed with ``corrupt`` = its typed error in one line (None for the others), so
         one bad old version does not hide the rest."""

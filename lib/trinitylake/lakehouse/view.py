@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
@@ -11,6 +11,7 @@ from google.protobuf.message import Message
 from trinitylake.errors import InvalidNameError, ObjectNotFoundError, UndecodableKeyError, ValidationError
 from trinitylake.format import definitions, tree
 from trinitylake.format.keys import NS_PREFIX, KeyCodec
+from trinitylake.json_data import JsonObject
 
 _Def = TypeVar("_Def", bound=Message)
 
@@ -124,7 +125,7 @@ class LakehouseView:
     def load_namespace(self, ns: str) -> definitions.NamespaceDef:
         return self.read_def(definitions.NamespaceDef, self._namespace_path(ns))
 
-    def describe_namespace(self, ns: str) -> dict[str, Any]:
+    def describe_namespace(self, ns: str) -> JsonObject:
         path = self._namespace_path(ns)
         d = self.read_def(definitions.NamespaceDef, path)
         return {"name": ns, "id": d.id, "properties": dict(d.properties), "definition": path, "version": self.version}
@@ -153,7 +154,7 @@ class LakehouseView:
     def load_table(self, ns: str, table: str) -> definitions.TableDef:
         return self.read_def(definitions.TableDef, self._table_path(ns, table))
 
-    def describe_table(self, ns: str, table: str) -> dict[str, Any]:
+    def describe_table(self, ns: str, table: str) -> JsonObject:
         path = self._table_path(ns, table)
         d = self.read_def(definitions.TableDef, path)
         return {

@@ -8,8 +8,9 @@ runs and their metrics, files and bytes reachable per version), charts as inline
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from trinitylake.json_data import JsonObject
 from trinitylake.report.data import JobRun, ReportData, Snapshot, VersionPoint, collect
 from trinitylake.report.html import render
 from trinitylake.report.tree import IcebergTable, Reach
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
 
 
-def generate_report(lakehouse: Lakehouse, out_path: str | os.PathLike, max_versions: int = 200) -> dict[str, Any]:
+def generate_report(lakehouse: Lakehouse, out_path: str | os.PathLike, max_versions: int = 200) -> JsonObject:
     """Write the report page for `lakehouse` to the local file `out_path`; return its summary
     numbers (latest version, counts, files and bytes at the latest version, ...)."""
     data = collect(lakehouse, max_versions=max_versions)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trinitylake.control import build_history
 from trinitylake.format.paths import root_version
+from trinitylake.json_data import JsonObject
 from trinitylake.options import JOB_OPTIONS
 from trinitylake.redact import redact_text, redact_value
 from trinitylake.report.tree import (
@@ -127,7 +128,7 @@ class JobRun:
         export = self.arguments.get("name") if self.kind in ("export", "export drop") else None
         return f"{self.name} {export}" if isinstance(export, str) and export else self.name
 
-    def shown_arguments(self) -> dict[str, Any]:
+    def shown_arguments(self) -> JsonObject:
         """The arguments worth reading: those of a job that differ from its option defaults
         (`trinitylake.options`), without the ones every run has (lakehouse, run id, control
         location derived from the lakehouse, a reference time that is the run's own start)."""
@@ -198,7 +199,7 @@ class ReportData:
     def expired_versions(self) -> list[VersionPoint]:
         return [v for v in self.versions if not v.available]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         last = self.reach[-1] if self.reach else None
         return {
             "lakehouse": self.uri,
@@ -233,7 +234,7 @@ _ALWAYS_HIDDEN = frozenset({"lakehouse", "run_id", "argv"})
 _REFERENCE_SLACK_S = 60.0  # a reference_time this close to the start is the wall clock's
 
 
-def non_default_arguments(job: str, arguments: dict[str, Any], started_at: datetime | None = None) -> dict[str, Any]:
+def non_default_arguments(job: str, arguments: JsonObject, started_at: datetime | None = None) -> JsonObject:
     """`arguments` of a run of `job` without the values its options default to.
 
     A job of `trinitylake.options` compares each value with its option's parsed default;
