@@ -31,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trinitylake import progress
+from trinitylake.cli.common import Ctx
 from trinitylake.config import load_from_flags
 from trinitylake.errors import ConfigError, TrinityLakeError
 from trinitylake.job_flags import given_flags
@@ -111,7 +112,7 @@ def _job_command(spec: JobSpec) -> click.Command:
     )
 
 
-def job_flags(ctx: Any, flags: JsonObject) -> JsonObject:
+def job_flags(ctx: Ctx, flags: JsonObject) -> JsonObject:
     """The job's flags as the job's parser gives them (`trinitylake.job_flags.given_flags`),
     with the group's settings: its lakehouse and control URI, and its storage options before
     the command's own ``--storage-option`` pairs (a later pair wins)."""

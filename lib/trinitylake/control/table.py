@@ -43,7 +43,7 @@ from trinitylake.control.records import (
 from trinitylake.control.seq import SeqAllocator
 from trinitylake.control.spark_engine import ENGINES, SparkDeltaRows, is_table_name, session_has_delta
 from trinitylake.errors import ControlTableError
-from trinitylake.json_data import JsonObject
+from trinitylake.json_data import JsonObject, JsonValue
 from trinitylake.storage import Storage, hadoop_location, local_path_of_url, parse_uri, retry
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def _fs_options(options: JsonObject) -> JsonObject:
     return out
 
 
-def _norm_type(t: Any) -> Any:
+def _norm_type(t: JsonValue) -> JsonValue:
     """A Delta type (from the schema JSON) without nullability flags."""
     if isinstance(t, dict):
         return {k: _norm_type(v) for k, v in t.items() if k not in ("containsNull", "valueContainsNull", "metadata")}
@@ -108,7 +108,7 @@ def _norm_type(t: Any) -> Any:
     return t
 
 
-def _type_str(t: Any) -> str:
+def _type_str(t: JsonValue) -> str:
     t = _norm_type(t)
     if isinstance(t, str):
         return t

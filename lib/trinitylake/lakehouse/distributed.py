@@ -49,7 +49,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trinitylake.errors import (
     AlreadyExistsError,
@@ -263,7 +263,7 @@ class DistributedTransaction:
         return s
 
     # ---- staging --------------------------------------------------------------------------
-    def stage(self, op: Callable[[Transaction], Any], requested_at_millis: int | None = None) -> int:
+    def stage(self, op: Callable[[Transaction], object], requested_at_millis: int | None = None) -> int:
         """Apply `op` (e.g. ``lambda t: t.create_table("ns", "t")``) and save it as the next
         state; returns the new state number. Safe to call from many processes at once.
 

@@ -11,7 +11,7 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trinitylake.format.definitions import table_format_name
 from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
@@ -21,6 +21,7 @@ from trinitylake.redact import redact_text
 if TYPE_CHECKING:
     from trinitylake.format.node import Node
     from trinitylake.lakehouse.lakehouse import Lakehouse
+    from trinitylake.lakehouse.view import LakehouseView
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class IcebergTable:
 MAX_REPORT_TABLES = 1000
 
 
-def iceberg_tables(lh: Lakehouse, view: Any, entries: list[tuple[str, str]], threads: int = 8
+def iceberg_tables(lh: Lakehouse, view: LakehouseView, entries: list[tuple[str, str]], threads: int = 8
                    ) -> tuple[list[IcebergTable], int]:
     """The Iceberg tables among `entries` (``(name, definition path)``) with their snapshot
     counts, read from each table's current metadata JSON (its ``snapshots`` and
@@ -129,10 +130,12 @@ def one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def as_int(v: Any) -> int | None:
+def as_int(v: object) -> int | None:
+    if not isinstance(v, int | float | str) or isinstance(v, bool):
+        return None
     try:
-        return None if v is None or isinstance(v, bool) else int(v)
-    except (TypeError, ValueError):
+        return int(v)
+    except ValueError:
         return None
 
 
