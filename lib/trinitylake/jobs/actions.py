@@ -63,7 +63,9 @@ from trinitylake.errors import ConfigError
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.orphans.job import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
 from trinitylake.jobs.registry import job_spec
+from trinitylake.jobs.runner import run_job
 from trinitylake.jobs.walk.rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
+from trinitylake.lakehouse import Lakehouse
 from trinitylake.maintenance.plan import read_json
 from trinitylake.maintenance.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
@@ -73,7 +75,6 @@ from trinitylake.storage.target_options import resolve_target_options
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from trinitylake.lakehouse import Lakehouse
     from trinitylake.util import Session
 
 __all__ = [
@@ -302,8 +303,6 @@ class JobAction(Generic[R]):
             JobFailedError: the job failed after it started (`trinitylake.jobs.runner`).
             TrinityLakeError: the lakehouse cannot be opened or the control table is unusable.
         """
-        from trinitylake.jobs.runner import run_job
-
         cfg = self.config()
         a = self._actions
         lakehouse = a.open(cfg)
@@ -349,8 +348,6 @@ class TrinityLakeActions:
 
     def open(self, cfg: JobConfig) -> Lakehouse:
         """The lakehouse one run works on (a fresh object: runs do not share its caches)."""
-        from trinitylake.lakehouse import Lakehouse
-
         return Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                               control_uri=cfg.control_uri, audit=self.audit)
 

@@ -27,16 +27,24 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from trinitylake import progress
 from trinitylake.errors import ConfigError, TrinityLakeError
+from trinitylake.job_flags import parse_job_args
+from trinitylake.jobs.registry import job_spec
+from trinitylake.lakehouse import Lakehouse
+from trinitylake.lakehouse.audit import job_begin, job_end
+from trinitylake.lakehouse.context import AuditContext
+from trinitylake.maintenance.bookkeeping import prune_runs, run_states
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import install_log_redaction, redact_text, redact_value, warn_command_line_secrets
 from trinitylake.spark.execution import DISTRIBUTED, Execution, Limits, warm_arrow
+from trinitylake.spark.placement import promised_slots, start_seconds
+from trinitylake.spark.session import get_spark
 from trinitylake.storage import requests
 from trinitylake.util import refuse_pandas_for_pyarrow
 
 if TYPE_CHECKING:
     from trinitylake.config import JobConfig
-    from trinitylake.lakehouse import Lakehouse
     from trinitylake.util import Session
 
 log = logging.getLogger("trinitylake.jobs")
@@ -61,7 +69,6 @@ def job_function(job: str) -> Callable[..., JobResult]:
     Raises:
         ConfigError: no such job, or its module cannot be imported.
     """
-    from trinitylake.jobs.registry import job_spec
 
     return job_spec(job).run_function()
 
@@ -70,9 +77,7 @@ def session_for(cfg: JobConfig, job: str) -> Session:
     """The Spark session: the active one (Databricks, tests), the one spark-submit prepared
     (its master wins), a client of ``cfg.remote``/``SPARK_REMOTE``, or a new one on the
     config's master."""
-    from pyspark.sql import SparkSession
-
-    from trinitylake.spark.session import get_spark
+    from pyspark.sql import SparkSession  # only now: pyspark costs seconds, most jobs never start it
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -88,7 +93,6 @@ def execution_for(cfg: JobConfig, job: str, result: JobResult, spark: Session | 
                     threads=cfg.threads, local_threads=cfg.local_threads)
     record: dict[str, Any] = {}
     result.details["execution"] = record
-    from trinitylake.spark.placement import promised_slots, start_seconds
 
     # spark-submit's master is in its JVM, not in the config: unknown until the session starts.
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
@@ -112,9 +116,6 @@ def run_job(job: str, cfg: JobConfig, *, spark: Session | None = None, audit: bo
         TrinityLakeError: the lakehouse cannot be opened or the control table is unusable
             (nothing was done).
     """
-    from trinitylake.lakehouse import Lakehouse
-    from trinitylake.lakehouse.audit import job_begin
-    from trinitylake.lakehouse.context import AuditContext
 
     fn = job_function(job)
     # Redacted once, before anything touches storage: the rows, plans and results quote these
@@ -171,10 +172,8 @@ def _control_engine(lakehouse: Lakehouse, cfg: JobConfig, job: str) -> None:
         return  # auto without a name: ControlTable checks the active session itself
     from trinitylake.control import ControlTable  # only now: it imports deltalake (0.3 s)
 
-    def session() -> Any:
-        from pyspark.sql import SparkSession
-
-        from trinitylake.spark.session import get_spark
+    def session() -> Session:
+        from pyspark.sql import SparkSession  # only now: pyspark costs seconds, most jobs never start it
 
         active = SparkSession.getActiveSession()
         if active is not None:
@@ -184,13 +183,14 @@ def _control_engine(lakehouse: Lakehouse, cfg: JobConfig, job: str) -> None:
                          delta=True)
 
     auditor.use_control(ControlTable(auditor.control_uri, lakehouse.storage.options or None, engine=engine,
-                                     table=table, spark=session))
+                                     # A session factory: ControlTable calls it when it needs Spark
+                                     # (control/table.py), though its annotation names a session only.
+                                     table=table, spark=session))  # type: ignore[arg-type]
 
 
 def _prune_bookkeeping(lakehouse: Lakehouse, job: str, cfg: JobConfig, result: JobResult) -> None:
     """The job's last step: prune old ``_maintenance/<job>/`` run folders
     (`trinitylake.maintenance.bookkeeping`); a failure is a warning, never the job's outcome."""
-    from trinitylake.maintenance.bookkeeping import prune_runs, run_states
 
     try:
         control = lakehouse.auditor.control if lakehouse.auditor.enabled else None
@@ -224,7 +224,6 @@ def _finish(ex: Execution, lakehouse: Lakehouse, result: JobResult, counted: dic
 
 def _end(lakehouse: Lakehouse, job: str, cfg: JobConfig, arguments: dict[str, Any], started: datetime, result: JobResult,
          error: BaseException | None) -> None:
-    from trinitylake.lakehouse.audit import job_end
 
     try:
         result.version_after = lakehouse.latest_version()
@@ -240,7 +239,6 @@ def _end(lakehouse: Lakehouse, job: str, cfg: JobConfig, arguments: dict[str, An
 
 def main(job: str, argv: Sequence[str] | None = None, *, spark: Session | None = None) -> int:
     """Run `job` from the command line; returns the exit code (see the module docstring)."""
-    from trinitylake.job_flags import parse_job_args
 
     if spark is None:  # a spark-submit process of ours, not a caller's notebook
         refuse_pandas_for_pyarrow()
@@ -253,7 +251,6 @@ def main(job: str, argv: Sequence[str] | None = None, *, spark: Session | None =
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     install_log_redaction()
     warn_command_line_secrets(argv if argv is not None else sys.argv[1:])
-    from trinitylake import progress
 
     remove_progress = progress.add_listener(progress.LogProgress())  # one log line per phase, with counts
     try:

@@ -21,7 +21,6 @@ import sys
 import threading
 from array import array
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from trinitylake.maintenance import reach
 from trinitylake.storage import Storage
@@ -150,7 +149,7 @@ class BackgroundSizes:
     def __enter__(self) -> BackgroundSizes:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -434,10 +434,10 @@ def timed(seconds: dict[str, float], name: str, what: str | None = None, *, anno
 def functions_for(spark: Session) -> ModuleType:
     """The ``functions`` module matching `spark` (see :attr:`Execution.F`)."""
     if is_connect_session(spark):
-        from pyspark.sql.connect import functions as connect_functions
+        from pyspark.sql.connect import functions as connect_functions  # pyspark only once a session runs
 
         return connect_functions
-    from pyspark.sql import functions
+    from pyspark.sql import functions  # pyspark only once a session runs
 
     return functions
 

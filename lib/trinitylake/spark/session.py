@@ -56,7 +56,7 @@ def get_spark(master: str | None = None, app_name: str = "trinitylake", conf: di
     `delta_conf`) and configure Delta's SQL extension and catalog. Only a new session gets
     them: JARs cannot be added to a running JVM.
     """
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # only now: importing pyspark costs seconds
 
     pandas_back_for_pyarrow()  # pyspark's Arrow conversions on the driver use pandas
     # Executors must run the same interpreter as the driver (the venv's, with our package).
@@ -124,7 +124,7 @@ def delta_conf() -> dict[str, str]:
     Without fetched JARs the artifact is resolved by Spark (``spark.jars.packages``), which
     needs a reachable repository; a cluster that already has Delta ignores both."""
 
-    import pyspark
+    import pyspark  # only now: importing pyspark costs seconds
 
     conf = {
         "spark.sql.extensions": DELTA_EXTENSIONS,

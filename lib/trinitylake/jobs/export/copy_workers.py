@@ -21,10 +21,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from trinitylake.errors import StorageError
 from trinitylake.storage import Storage
+
+if TYPE_CHECKING:
+    from trinitylake.jobs.export.rules import ExportSpec
 
 _OK, _FAILED = "ok", "failed"
 
@@ -125,9 +128,10 @@ class CopyWorkers:
 _VIEWS: dict[tuple[str, str], tuple[Storage, Storage]] = {}
 
 
-def copy_part_in_worker(name: str, source: Storage, target: Storage, spec: Any, export_dir: str, checksum: bool,
+def copy_part_in_worker(name: str, source: Storage, target: Storage, spec: ExportSpec, export_dir: str, checksum: bool,
                         resumed: bool) -> dict[str, Any]:
     """Body of a copy worker process: one plan part, its stats as a dict."""
+    # In the worker, after `main` redirected stdout (what an import prints must not reach the pipe).
     from trinitylake.jobs.export.copying import copy_part
     from trinitylake.storage.local_files import LocalFiles
 

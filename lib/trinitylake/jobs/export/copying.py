@@ -20,6 +20,9 @@ from trinitylake.storage import Storage, parse_uri, requests
 
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
+#: ``pmap(fn, items)``: a map over a pool of threads (`trinitylake.jobs.export.planner.pool_map`).
+PoolMap = Callable[[Callable, list], list]
+
 
 OK, MISSING, MISMATCH = "ok", "missing", "mismatch"
 
@@ -214,7 +217,7 @@ def _verify_created(st: CopyStats, row: PlanRow, target: Storage, size: int, md5
 
 
 def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, export_dir: str, checksum: bool,
-              resumed: bool, pmap: Callable[[Callable[[Any], Any], list], list] | None = None) -> CopyStats:
+              resumed: bool, pmap: PoolMap | None = None) -> CopyStats:
     """Copy the files of one plan part (`pmap` maps over its rows, over threads; None: a plain
     loop); write its result manifest when all are verified. The same on the driver's threads,
     in the driver's copy worker processes and in executor tasks."""
@@ -233,7 +236,7 @@ def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, exp
 
 
 def _copy_each(rows: list[PlanRow], source: Storage, target: Storage, spec: ExportSpec, checksum: bool,
-               recorded: dict[str, tuple[int, str]], pmap: Callable[[Callable[[Any], Any], list], list] | None
+               recorded: dict[str, tuple[int, str]], pmap: PoolMap | None
                ) -> tuple[CopyStats, dict[str, tuple[int, str]]]:
     """`copy_one` per row (over `pmap`): the stats and the (size, MD5) of every verified file."""
     ensure_dirs = getattr(target, "ensure_dirs", None)

@@ -176,7 +176,7 @@ def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBat
     """``mapInArrow`` function writing one plan part per partition. The partitions are cut by
     target, so every planned copy of a file meets its duplicates here: sorted (by Arrow) and
     deduplicated (`dedupe_sorted`) in the task, not by a shuffle of its own."""
-    from pyspark import TaskContext
+    from pyspark import TaskContext  # an executor task's function: pyspark is there already
 
     tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
     if not tables:
