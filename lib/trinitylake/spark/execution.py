@@ -432,14 +432,10 @@ def timed(seconds: dict[str, float], name: str, what: str | None = None, *, anno
 
 # ---- sessions --------------------------------------------------------------------------------
 def functions_for(spark: Session) -> ModuleType:
-    """The ``functions`` module matching `spark` (see :attr:`Execution.F`)."""
-    if is_connect_session(spark):
-        from pyspark.sql.connect import functions as connect_functions  # pyspark only once a session runs
-
-        return connect_functions
-    from pyspark.sql import functions  # pyspark only once a session runs
-
-    return functions
+    """The ``functions`` module matching `spark` (see :attr:`Execution.F`), imported now: a
+    session exists, so pyspark is loaded already (this module never imports it at its top)."""
+    return importlib.import_module("pyspark.sql.connect.functions" if is_connect_session(spark)
+                                   else "pyspark.sql.functions")
 
 
 def describe_session(spark: Session) -> str:

@@ -197,7 +197,7 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
                                          f"export {x.name}: copy {n_files} files ({len(parts)} parts)")
         if x.spec.with_tables:  # copied and rewritten before the root (jobs.export.tables)
             # Imported here: the table phase imports pyiceberg (a second and more to load).
-            from trinitylake.jobs.export.tables import export_tables_phase
+            from trinitylake.jobs.export.tables import export_tables_phase  # only with tables: 1.2 s of Avro imports
 
             with timed(result.seconds, "tables"):
                 export_tables_phase(lakehouse, x.ref, x.source, x.target, cfg, result, ex, x.export_dir,
@@ -371,7 +371,7 @@ def _commit(x: _Export, total: export_copying.CopyStats, planned_files: int, ext
     except Exception as e:  # noqa: BLE001 - bookkeeping only; the export is complete
         log.warning("could not update %s: %s", target.uri(f"{x.export_dir}/export.json"), e)
     if spec.with_tables:  # nothing at the target names the source (jobs.export.tables)
-        from trinitylake.jobs.export.tables import seal_export_records
+        from trinitylake.jobs.export.tables import seal_export_records  # only with tables: 1.2 s of Avro imports
 
         seal_export_records(target, x.export_dir, x.source)
     return verify_root, pin, version_after
