@@ -39,7 +39,7 @@ from trinitylake.errors import StorageError, TransactionConflictError
 from trinitylake.maintenance.plan import now_ms, run_dir, write_json
 from trinitylake.tables_maintenance import common
 from trinitylake.tables_maintenance.catalog import job_catalog
-from trinitylake.tables_maintenance.files import METADATA, TableFiles, metadata_log
+from trinitylake.tables_maintenance.files import CONTENT_KINDS, METADATA, TableFiles, metadata_log
 from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_live, version_live
 from trinitylake.tables_maintenance.retention import Retention, plan_retention
 from trinitylake.tables_maintenance.state import Pending
@@ -111,10 +111,11 @@ def expire_snapshots(
     chosen, unreadable = common.readable(files, common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables))
     chosen, no_gc = common.gc_disabled(files, chosen)
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
-    # Every manifest list and manifest of the chosen tables, read in a few batches up front: the
-    # plans below then read only what a concurrent writer added.
+    # Every manifest list of the chosen tables, read in a few batches up front: the plans below
+    # then read only what a concurrent writer added, and the manifests of a table only when a
+    # manifest that only expired snapshots name may take data files with it.
     files.load_metadata([t.metadata for t in chosen])
-    files.prefetch([(files.metadata[t.metadata], None) for t in chosen], missing_ok=True)
+    files.prefetch([(files.metadata[t.metadata], None) for t in chosen], missing_ok=True, contents=False)
     result.details.update(
         {
             "older_than_ms": opts.older_than_ms,
@@ -264,8 +265,11 @@ def _plan_table(
     resp = mtx.stage(table, (AssertTableUUID(uuid=table.metadata.table_uuid),), tuple(updates))
     plan.new_metadata = files.canon(resp.metadata_location)
     new_log = [e.metadata_file for e in resp.metadata.metadata_log]
-    keep = table_live(files, loc, meta, ret.kept, [plan.new_metadata, *new_log])
-    gone = files.reach(meta, ret.expired, missing_ok=True)
+    # A data or delete file can go only with a manifest that no kept snapshot names (the rest
+    # list the same entries for a kept snapshot): when there is none, no manifest is read.
+    contents = bool(files.manifests_of(meta, ret.expired, missing_ok=True) - files.manifests_of(meta, ret.kept))
+    keep = table_live(files, loc, meta, ret.kept, [plan.new_metadata, *new_log], contents=contents)
+    gone = files.reach(meta, ret.expired, missing_ok=True, contents=contents)
     for m in [loc, *metadata_log(meta)]:
         gone.setdefault(files.canon(m), METADATA)  # a metadata file the new log no longer names
     plan.candidates = {u: k for u, k in gone.items() if u not in keep}
@@ -292,7 +296,11 @@ def _live_after(
     metadata of every table of the latest version (a dry run: the metadata its plans would write) and
     every retained lakehouse root."""
     latest = lakehouse.latest_version()
-    vl = version_live(lakehouse, files, pointers, latest)
+    # Manifests are read only when a candidate is a data or delete file: the other kinds are
+    # named by metadata and manifest lists alone.
+    candidates = {**pending.all(), **{u: k for p in plans.values() for u, k in p.candidates.items()}}
+    contents = any(k in CONTENT_KINDS for k in candidates.values())
+    vl = version_live(lakehouse, files, pointers, latest, contents)
     current = {t.name: t for t in common.latest_tables(lakehouse, pointers, latest)}
     live_tables: set[str] = set()
     # Every table of the latest version counts, not only those with candidates: a table renamed
@@ -306,18 +314,19 @@ def _live_after(
             (files.metadata[current[n].metadata], None)
             for n in names
             if n in current and current[n].metadata in files.metadata
-        ]
+        ],
+        contents=contents,
     )
     for name in sorted(names):
         plan = plans.get(name)
         if opts.dry_run and plan is not None and plan.new_metadata:
             meta = files.meta(plan.metadata)
-            live_tables.update(table_live(files, plan.metadata, meta, plan.retention.kept))
+            live_tables.update(table_live(files, plan.metadata, meta, plan.retention.kept, contents=contents))
             continue
         ref: TableRef | None = current.get(name)
         if ref is None or ref.metadata in files.missing:
             continue  # dropped: only the retained versions that still name it keep its files
-        live_tables.update(table_live(files, ref.metadata, files.meta(ref.metadata)))
+        live_tables.update(table_live(files, ref.metadata, files.meta(ref.metadata), contents=contents))
     return _Live(live_tables, set(vl.files), vl.roots)
 
 

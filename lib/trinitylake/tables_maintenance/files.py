@@ -46,6 +46,9 @@ DATA, POSITION_DELETES, EQUALITY_DELETES, STATISTICS = (
     "statistics_files",
 )
 KINDS = (DATA, POSITION_DELETES, EQUALITY_DELETES, MANIFEST, MANIFEST_LIST, STATISTICS, METADATA)
+#: The kinds only a manifest's contents name: a live set checked against candidates of none of
+#: these kinds needs no manifest read.
+CONTENT_KINDS = frozenset({DATA, POSITION_DELETES, EQUALITY_DELETES})
 _CONTENT_KIND = {0: DATA, 1: POSITION_DELETES, 2: EQUALITY_DELETES}
 
 
@@ -188,9 +191,15 @@ class TableFiles:
         return self.metadata[u]
 
     # ---- snapshots ---------------------------------------------------------------------------
-    def prefetch(self, wanted: Iterable[tuple[dict[str, Any], Iterable[int] | None]], missing_ok: bool = False) -> None:
-        """Read, in a few batches, the manifest lists and manifests of every ``(meta, ids)``
-        (None: every snapshot of `meta`), so the `reach` calls that follow find them cached."""
+    def prefetch(
+        self,
+        wanted: Iterable[tuple[dict[str, Any], Iterable[int] | None]],
+        missing_ok: bool = False,
+        contents: bool = True,
+    ) -> None:
+        """Read, in a few batches, the manifest lists and (with `contents`) the manifests of
+        every ``(meta, ids)`` (None: every snapshot of `meta`), so the `reach` calls that
+        follow find them cached."""
         lists: list[str] = []
         manifests: list[str] = []
         for meta, ids in wanted:
@@ -201,12 +210,30 @@ class TableFiles:
                         lists.append(self.canon(s["manifest-list"]))
                     manifests.extend(self.canon(m) for m in s.get("manifests") or [])
         self._load_lists(lists, missing_ok)
-        manifests.extend(m for ml in lists for m in self.lists.get(ml, ()))
-        self._load_manifests(manifests, missing_ok)
+        if contents:
+            manifests.extend(m for ml in lists for m in self.lists.get(ml, ()))
+            self._load_manifests(manifests, missing_ok)
 
-    def reach(self, meta: dict[str, Any], snapshot_ids: Iterable[int], missing_ok: bool = False) -> dict[str, str]:
+    def manifests_of(self, meta: dict[str, Any], snapshot_ids: Iterable[int], missing_ok: bool = False) -> set[str]:
+        """The manifests the snapshots `snapshot_ids` of `meta` name (their manifest lists read,
+        the manifests not)."""
+        ids = {int(i) for i in snapshot_ids}
+        self.prefetch([(meta, ids)], missing_ok, contents=False)
+        out: set[str] = set()
+        for s in meta.get("snapshots") or []:
+            if int(s["snapshot-id"]) in ids:
+                out.update(self.canon(m) for m in s.get("manifests") or [])
+                if s.get("manifest-list"):
+                    out.update(self.lists.get(self.canon(s["manifest-list"]), ()))
+        return out
+
+    def reach(
+        self, meta: dict[str, Any], snapshot_ids: Iterable[int], missing_ok: bool = False, contents: bool = True
+    ) -> dict[str, str]:
         """Every file the snapshots `snapshot_ids` of `meta` reach (URI -> kind), their
-        statistics files included.
+        statistics files included. Without `contents`, the manifests are named but not read:
+        the data and delete files they list are left out (for a caller that knows none of
+        those can be in question).
 
         With `missing_ok`, a manifest list or manifest that is gone is skipped (an interrupted
         run may have deleted it: it reaches nothing the live set needs); otherwise it raises.
@@ -215,7 +242,7 @@ class TableFiles:
             TableFileError: a manifest list or manifest is missing or unreadable.
         """
         ids = {int(i) for i in snapshot_ids}
-        self.prefetch([(meta, ids)], missing_ok)
+        self.prefetch([(meta, ids)], missing_ok, contents)
         out: dict[str, str] = {}
         for s in meta.get("snapshots") or []:
             if int(s["snapshot-id"]) not in ids:
@@ -227,7 +254,9 @@ class TableFiles:
                     out[ml] = MANIFEST_LIST
                     manifests.extend(self.lists[ml])
             for m in manifests:
-                if m in self.manifests:
+                if not contents:
+                    out[m] = MANIFEST
+                elif m in self.manifests:
                     out[m] = MANIFEST
                     out.update(self.manifests[m])
         out.update(self.statistics(meta, ids))

@@ -212,10 +212,11 @@ class VersionLive:
 
 
 def version_live(
-    lakehouse: Lakehouse, files: TableFiles, pointers: TablePointers, latest: int | None = None
+    lakehouse: Lakehouse, files: TableFiles, pointers: TablePointers, latest: int | None = None, contents: bool = True
 ) -> VersionLive:
     """Every file the retained lakehouse roots keep: the metadata files they point at, those
-    files' current snapshots and their metadata logs.
+    files' current snapshots and their metadata logs (without `contents`: not the data and
+    delete files their manifests list, see `TableFiles.reach`).
 
     Raises:
         TableFileError: a root, definition, metadata file, manifest list or manifest they need
@@ -246,9 +247,9 @@ def version_live(
         cur = current_snapshot(meta)
         if cur is not None:
             currents.setdefault(loc, []).append(cur)
-    files.prefetch([(files.metadata[loc], ids) for loc, ids in currents.items()])
+    files.prefetch([(files.metadata[loc], ids) for loc, ids in currents.items()], contents=contents)
     for loc, ids in currents.items():
-        for u, kind in files.reach(files.metadata[loc], ids).items():
+        for u, kind in files.reach(files.metadata[loc], ids, contents=contents).items():
             out.files.setdefault(u, kind)
     return out
 
@@ -259,12 +260,14 @@ def table_live(
     meta: dict[str, Any],
     keep: set[int] | None = None,
     extra_metadata: list[str] | None = None,
+    contents: bool = True,
 ) -> dict[str, str]:
     """The files a table's metadata `meta` (at `location`) keeps: its snapshots (`keep`, or
     all of them), their statistics, the metadata file, the previous ones its log names, and
-    `extra_metadata` (e.g. the log of the metadata an expiry is about to write)."""
+    `extra_metadata` (e.g. the log of the metadata an expiry is about to write). Without
+    `contents`, not the data and delete files the manifests list (`TableFiles.reach`)."""
     ids = {int(s["snapshot-id"]) for s in meta.get("snapshots") or []} if keep is None else keep
-    out = files.reach(meta, ids)
+    out = files.reach(meta, ids, contents=contents)
     out[files.canon(location)] = METADATA
     for m in [*metadata_log(meta), *(extra_metadata or [])]:
         out[files.canon(m)] = METADATA
