@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from trinitylake.jobs.orphans.listing import list_lakehouse
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.maintenance.results import JobResult
+    from trinitylake.spark.execution import Execution
     from trinitylake.spark.session import get_spark
 
     t_all = time.perf_counter()
@@ -113,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         scans = []
         for _ in range(2):  # the first listing job of a session pays for the JIT and Python workers
             with Timer() as t:
-                df, counts = list_lakehouse(spark, lh.storage)
-                n_listed = df.count()
+                listing = list_lakehouse(Execution("distributed", spark=spark), lh.storage)
+                n_listed = listing.rows.totals()[0]
             scans.append(t.seconds)
         rows.append({"task": "scan", "tool": "Spark listing (format-owned files)", "files": n_listed,
                      "seconds": min(scans)})
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[1] + " " + __doc__.split("\n\n")[2],
         params={**size, "files_in_lakehouse": total_files, "spark_master": args.master,
                 "spark_session_seconds": round(t_session.seconds, 2), "orphans_job_phases": phases,
-                "listing": counts},
+                "listing": listing.counts},
         columns=["task", "tool", "files", "seconds", "files_per_s"],
         notes=[
             "The orphans job's time includes walking every retained version (reachability) and writing the "

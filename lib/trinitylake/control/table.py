@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -148,7 +149,7 @@ class ControlTable:
     """
 
     def __init__(self, uri: str, storage_options: JsonObject | None = None, *, engine: str | None = None,
-                 table: str | None = None, spark: Session | None = None):
+                 table: str | None = None, spark: Session | Callable[[], Session] | None = None):
         engine = engine or os.environ.get("TLAKE_CONTROL_ENGINE") or "auto"
         if engine not in ENGINES:
             raise ControlTableError(f"control engine {engine!r} is not one of {', '.join(ENGINES)}")
@@ -198,8 +199,9 @@ class ControlTable:
             return self.requested_engine
         if self.table_name:
             return "spark"
-        spark = self._spark
-        if spark is None or (callable(spark) and not hasattr(spark, "sql")):
+        given = self._spark
+        spark: Session | None = None if given is None or callable(given) and not hasattr(given, "sql") else given  # type: ignore[assignment]
+        if spark is None:
             # Never start a session to decide: only one that is already running counts, and a
             # process that never imported pyspark has none (importing it to ask costs every
             # `tlake` command 0.3-0.7 s: pyspark, and pandas through it).

@@ -183,9 +183,8 @@ def _control_engine(lakehouse: Lakehouse, cfg: JobConfig, job: str) -> None:
                          delta=True)
 
     auditor.use_control(ControlTable(auditor.control_uri, lakehouse.storage.options or None, engine=engine,
-                                     # A session factory: ControlTable calls it when it needs Spark
-                                     # (control/table.py), though its annotation names a session only.
-                                     table=table, spark=session))  # type: ignore[arg-type]
+                                     # A session factory: ControlTable calls it when it needs Spark.
+                                     table=table, spark=session))
 
 
 def _prune_bookkeeping(lakehouse: Lakehouse, job: str, cfg: JobConfig, result: JobResult) -> None:

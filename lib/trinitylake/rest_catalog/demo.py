@@ -35,8 +35,8 @@ spark = (SparkSession.builder.master("local[2]").appName("tlake-catalog-demo")
          .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
          .config("spark.sql.catalog.tl", "org.apache.iceberg.spark.SparkCatalog")
          .config("spark.sql.catalog.tl.type", "rest").config("spark.sql.catalog.tl.uri", url)
-         .config("spark.sql.catalog.tl.token", os.environ["TLAKE_CATALOG_TOKEN"]).getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
+         .config("spark.sql.catalog.tl.token", os.environ["TLAKE_CATALOG_TOKEN"])
+         .config("spark.log.level", "ERROR").getOrCreate())
 for sql in ["SHOW TABLES IN tl.shop",
             "SELECT region, count(*) AS orders, round(sum(amount), 2) AS amount FROM tl.shop.orders GROUP BY region ORDER BY region",
             "INSERT INTO tl.shop.orders VALUES (1000, 12.5, 'eu')",
