@@ -21,7 +21,6 @@ from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.spark.output import read_parquet_table
 from trinitylake.storage import Storage
-from trinitylake.storage.local_delete import LocalDeleteStorage
 
 pytestmark = pytest.mark.spark
 DAY_S = 86_400
@@ -191,10 +190,8 @@ def test_the_fast_local_listing_and_delete_paths_match_storage(tmp_path):
     paths, sizes, mtimes = list_prefix(s, prefix)
     want = {f.path: (f.size, f.mtime) for f in s.list(prefix)}
     assert dict(zip(paths, zip(sizes, mtimes, strict=True), strict=True)) == want
-    # Every local storage now unlinks relative to each open folder: the former fast view is
-    # the storage itself.
-    fast = LocalDeleteStorage.of(s)
-    assert fast is s
+    # Every local storage unlinks relative to each open folder (LocalBackend.delete).
+    fast = s
     assert fast.delete(keys) == [] and not any(s.exists(k) for k in keys)
     # Missing files and folders count as deleted; what cannot be deleted is reported.
     assert fast.delete([keys[0], "1111/1111/1111/11111111-gone.arrow"]) == []

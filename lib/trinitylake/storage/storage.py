@@ -161,14 +161,6 @@ class Storage:
         this storage) for the fast paths that use ``os`` calls, or None on any other store."""
         return self._fs_path(path) if self.on_local_disk else None
 
-    # The names callers used before `on_local_disk` / `path_on_disk`, while they move over.
-    @property
-    def is_local(self) -> bool:
-        return self.on_local_disk
-
-    def local_path(self, path: str) -> str | None:
-        return self.path_on_disk(path)
-
     def _io(self, op: str, path: str, fn: Callable[..., _R], *args: object) -> _R:
         """One attempt of operation `op` on `path`: ``fn(*args)``. Every attempt of every
         storage operation goes through this one call (the retries around it), nothing else."""

@@ -27,9 +27,8 @@ Phases (each placed on the driver or the executors, `trinitylake.spark.execution
 5. **write_plan**: the plan and the candidates (path, size, mtime) are written under
    ``_maintenance/orphans/<run_id>/`` BEFORE anything is deleted; a dry run stops here.
 6. **delete**: the candidates are deleted in bulk batches with retries (driver threads or
-   executors, by their number). A plain
-   local storage deletes through `LocalDeleteStorage` (keys joined without URI parsing,
-   ``unlink`` relative to an open folder), keeping the storage's retries and fault seam.
+   executors, by their number). Local files are unlinked relative to each open folder
+   (`trinitylake.storage.local_storage`), with the storage's retries and fault seam.
 
 Crash safety and idempotence: the job changes nothing but deleting candidates, which were
 unreferenced and older than the floor when it listed them; a crash anywhere leaves a subset
@@ -68,7 +67,6 @@ from trinitylake.maintenance.results import JobResult
 from trinitylake.rowsets import RowSet
 from trinitylake.spark.delete import delete_keys
 from trinitylake.spark.execution import DISTRIBUTED, Execution, timed
-from trinitylake.storage.local_delete import LocalDeleteStorage
 from trinitylake.storage.uri import parse_uri
 
 if TYPE_CHECKING:
@@ -324,7 +322,7 @@ def _delete(job: _Job, cands: RowSet, n_cands: int, b_cands: int) -> None:
     """**delete**: the candidates, in bulk batches with retries; then ``result.json``."""
     cfg, storage, result = job.cfg, job.lh.storage, job.result
     with job.timed("delete", "delete the orphans"):
-        out = delete_keys(job.ex, LocalDeleteStorage.of(storage), cands.native, n_cands, batch_size=cfg.delete_batch_size,
+        out = delete_keys(job.ex, storage, cands.native, n_cands, batch_size=cfg.delete_batch_size,
                           max_retries=cfg.max_retries, what="orphan files")
     result.counts.update({"deleted": out.deleted, "failed": out.failed, "delete_batches": out.batches})
     if out.failed == 0:
