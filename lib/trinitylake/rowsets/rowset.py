@@ -113,6 +113,10 @@ class RowSet(ABC):
         """These rows and `other`'s (same columns)."""
 
     @abstractmethod
+    def with_constant(self, field: pa.Field, value: object, columns: Sequence[str]) -> RowSet:
+        """These rows with a column `field` of one `value`, their columns in the order `columns`."""
+
+    @abstractmethod
     def totals(self, *terms: Term) -> tuple[int, ...]:
         """(rows, then one value per term): a column name sums the column, a `Predicate` counts
         the rows where it holds, (predicate, column) sums the column over those rows; 0 over no
@@ -252,6 +256,11 @@ class ArrowRows(RowSet):
             return other.ship(self).union(other)
         return ArrowRows(self.ex, pa.concat_tables([self.to_table(), other.to_table().select(self.to_table().schema.names)]))
 
+    def with_constant(self, field: pa.Field, value: object, columns: Sequence[str]) -> ArrowRows:
+        t = self.to_table()
+        t = t.append_column(field, pa.array([value] * t.num_rows, field.type))
+        return ArrowRows(self.ex, t.select(list(columns)))
+
     def totals(self, *terms: Term) -> tuple[int, ...]:
         t = self.to_table()
         if t.num_rows == 0:
@@ -356,6 +365,11 @@ class SparkRows(RowSet):
 
     def union(self, other: RowSet) -> SparkRows:
         return self._with(self.df.unionByName(self.ship(other).df), other)
+
+    def with_constant(self, field: pa.Field, value: object, columns: Sequence[str]) -> SparkRows:
+        sql_type = ddl(pa.schema([field])).split(" ", 1)[1]
+        const = self.ex.F.lit(value).cast(sql_type).alias(field.name)
+        return self._with(self.df.select(*[const if c == field.name else c for c in columns]))
 
     def totals(self, *terms: Term) -> tuple[int, ...]:
         functions = self.ex.F

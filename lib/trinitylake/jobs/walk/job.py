@@ -65,13 +65,12 @@ from trinitylake.maintenance import node_batch, reach, table_pointers, walk_root
 from trinitylake.maintenance.background_sizes import BackgroundSizes, sized_in_order
 from trinitylake.maintenance.plan import run_dir, write_json
 from trinitylake.maintenance.results import JobResult
-from trinitylake.rowsets import SparkRows
+from trinitylake.rowsets import Place, RowSet, SparkRows
 from trinitylake.spark.execution import (
     DISTRIBUTED,
     LOCAL,
     Execution,
     as_execution,
-    batch_of,
     functions_for,
 )
 from trinitylake.treewalk.frontier import walk_levels
@@ -245,7 +244,8 @@ class _Walk:
         return self.excl_df is not None
 
     def driver_result(self) -> Reached:
-        return self._finish_local(self.sizes)
+        selfs, leaves, n = self._driver_leaves()
+        return self._finish(selfs, leaves, n, self.sizes)
 
     def executor_levels(self, frontier: dict[str, tuple[str, int]], depth: int) -> Reached:
         if self._threads is not None:
@@ -303,18 +303,15 @@ class _Walk:
         s_fv.extend(batch.first_version[idx].tolist())
         return int(idx.size)
 
-    def _finish_local(self, sizes: bool) -> Reached:
+    def _driver_leaves(self) -> tuple[RowSet, RowSet, int]:
+        """The driver's rows: its nodes' and its leaves not visited nor excluded (`LEAF_SCHEMA`,
+        in the order met: `sized_in_order` sizes them in that order)."""
         keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
-        with self.ex.phase(f"{self.name}.size_definitions", LOCAL, len(keys) if sizes else 0,
-                           f"size {len(keys) if sizes else 0} definition files"):
-            lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else [walk_rules.UNKNOWN_SIZE] * len(keys)
-        leaf_cols: list[list[Any]] = [keys, [self.leaves[k][2] for k in keys], lsize, [self.leaves[k][0] for k in keys],
-                     [self.leaves[k][1] for k in keys]]
-        table = pa.Table.from_batches([batch_of(OUTPUT_SCHEMA, self.selfs), batch_of(OUTPUT_SCHEMA, leaf_cols)])
+        leaves = batch_table(LEAF_SCHEMA, [keys, [self.leaves[k][2] for k in keys], [self.leaves[k][0] for k in keys],
+                                           [self.leaves[k][1] for k in keys]])
+        selfs = batch_table(OUTPUT_SCHEMA, self.selfs)
         self.selfs = [[] for _ in OUTPUT_SCHEMA]
-        self.leaves = {}
-        _summarize_table(table, self.stats)
-        return Reached(self.stats, rowsets.driver(self.ex, table))
+        return rowsets.driver(self.ex, selfs), rowsets.driver(self.ex, leaves), len(keys)
 
     # -- executor levels --
     def _keep(self, df: DataFrame, *, eager: bool = True) -> DataFrame:
@@ -348,7 +345,6 @@ class _Walk:
         if excl is not None:
             frontier = self._keep(frontier.join(excl, "path", "left_anti"), eager=False)
             n = frontier.count()
-        final = None
         try:
             while n > 0:
                 lt = time.perf_counter()
@@ -398,28 +394,27 @@ class _Walk:
                          read_here, parts, n_next)
                 n = n_next
                 depth += 1
-            final = self._finish_distributed(self_parts, leaf_parts, visited, excl, sizes)
-            # Still without adaptive execution (`executor_levels`): with it, this small
-            # aggregation is two jobs.
-            _summarize_df(final, self.stats)
+            empty_self = ex.to_df(OUTPUT_SCHEMA.empty_table())
+            selfs = rowsets.executors(ex, functools.reduce(lambda a, b: a.unionByName(b), self_parts, empty_self))
+            leaves, n_leaves = self._executor_leaves(leaf_parts, visited, excl)
+            # The summary still runs without adaptive execution (`executor_levels`): with it,
+            # this small aggregation is two jobs.
+            reached = self._finish(selfs, leaves, n_leaves, sizes)  # its rows hold their own checkpoint
         finally:
             for df in self.checkpoints:
-                if df is not final:
-                    try:
-                        df.unpersist()
-                    except Exception:  # noqa: BLE001
-                        pass
-        return Reached(self.stats, SparkRows(ex, final, [final]))
+                try:
+                    df.unpersist()
+                except Exception:  # noqa: BLE001
+                    pass
+        return reached
 
-    def _finish_distributed(self, self_parts: list[DataFrame], leaf_parts: list[DataFrame], visited: DataFrame | None,
-                            excl: DataFrame | None,
-                            sizes: bool) -> DataFrame:
-        ex = self.ex
-        F = ex.F  # noqa: N806
-        empty_self = ex.to_df(OUTPUT_SCHEMA.empty_table())
-        selfs = functools.reduce(lambda a, b: a.unionByName(b), self_parts, empty_self)
+    def _executor_leaves(self, leaf_parts: list[DataFrame], visited: DataFrame | None,
+                         excl: DataFrame | None) -> tuple[RowSet | None, int]:
+        """The executors' leaves of every level, deduplicated (smallest depth, then smallest
+        first_version), less the visited and excluded ones, kept; and how many."""
         if not leaf_parts:
-            return self._keep(selfs, eager=False)  # kept by the summary's job (`_run_distributed`)
+            return None, 0
+        F = self.ex.F  # noqa: N806
         leaves = functools.reduce(lambda a, b: a.unionByName(b), leaf_parts)
         best = F.min(F.struct("depth", "first_version", "kind")).alias("m")
         leaves = (leaves.groupBy("path").agg(best)
@@ -430,41 +425,68 @@ class _Walk:
         if excl is not None:
             leaves = leaves.join(excl, "path", "left_anti")
         leaves = self._keep(leaves, eager=False)
-        n = leaves.count()
-        if sizes and n and not self.reader.storage.on_local_disk:
+        return rowsets.executors(self.ex, leaves), leaves.count()
+
+    def _finish(self, selfs: RowSet, leaves: RowSet | None, n: int, sizes: bool) -> Reached:
+        """The walk's last step, wherever its rows are: the nodes' rows (`selfs`) and the `n`
+        definition files (`leaves`, `LEAF_SCHEMA`: deduplicated, none visited nor excluded),
+        sized or not, as one result, and its summary."""
+        place = Place(self.ex, selfs.where)  # where the levels left the rows
+        # No definition met: kept by the summary's job (one job instead of two).
+        out = selfs.keep() if leaves is None else self._with_definitions(place, selfs, leaves, n, sizes)
+        self.leaves = {}
+        _summarize(out, self.stats)
+        return Reached(self.stats, out)
+
+    def _with_definitions(self, place: Place, selfs: RowSet, leaves: RowSet, n: int, sizes: bool) -> RowSet:
+        """`selfs` and the `leaves` as `OUTPUT_SCHEMA` rows, sized when `sizes` (else
+        `walk_rules.UNKNOWN_SIZE`): on the driver by the sizes taken while the levels ran
+        (`sized_in_order`); on the executors by listings on an object store, else by a stat
+        per file in tasks (materialized inside the phase, so its seconds are the sizing's)."""
+        phase = f"{self.name}.size_definitions"
+        size_field = OUTPUT_SCHEMA.field("size")
+        if not place.distributed:  # the step is recorded on the driver even when it sizes nothing
+            items = n if sizes else 0
+            with place.phase(phase, items, f"size {items} definition files"):
+                keys = [str(k) for k in leaves.column_values("path")]
+                lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else None
+            if lsize is not None:
+                sized_t = leaves.to_table().add_column(2, size_field, pa.array(lsize, pa.int64()))
+                return selfs.union(rowsets.driver(self.ex, sized_t))
+        elif sizes and n and not self.reader.storage.on_local_disk:
             # Object store: sizes from listings, never a HEAD per file (`reach.listed_sizes`'s
             # request model). Hashed definitions: recursive listings of the 16 hash folders (a
             # LIST per 1,000 files). The others (lakehouse definitions at the root, files
             # outside the hash folders, a partial export's own files and anything else reached
             # by absolute URI): one delimited listing per folder that holds one of them.
-            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n, f"size {n} definition files (listings)"):
+            ex = self.ex
+            F = ex.F  # noqa: N806
+            df = leaves.native
+            with place.phase(phase, n, f"size {n} definition files (listings)"):
                 listed = ex.map_arrow(pa.table({"folder": pa.array(HASH_FOLDERS, pa.string())}),
                                       functools.partial(list_size_batches, self.reader.storage, self.io_threads),
                                       LISTED_SCHEMA, ex.partitions(len(HASH_FOLDERS), 1))
                 hashed = F.col("path").rlike(_HASHED_KEY)
-                by_list = _sized_by(F, leaves.filter(hashed), listed)
-                others = leaves.filter(~hashed)
+                by_list = _sized_by(F, df.filter(hashed), listed)
+                others = df.filter(~hashed)
                 # `reach.size_folder` as a column: the key up to its last "/" ("" at the root).
                 folders = sorted(r["folder"] for r in others.select(
                     F.regexp_extract(F.col("path"), r"^(.*)/[^/]*$", 1).alias("folder")).distinct().collect())
-                sized_parts = [selfs, by_list]
+                sized_parts = [selfs.native, by_list]
                 if folders:
                     in_folders = ex.map_arrow(pa.table({"folder": pa.array(folders, pa.string())}),
                                               functools.partial(folder_size_batches, self.reader, self.io_threads),
                                               LISTED_SCHEMA, ex.partitions(len(folders), 64, self.parallelism))
                     sized_parts.append(_sized_by(F, others, in_folders))
-                return self._keep(functools.reduce(lambda a, b: a.unionByName(b), sized_parts))
-        if sizes and n:
-            parts = ex.partitions(n, max(self.batch_size, 1024), self.parallelism)
-            with ex.phase(f"{self.name}.size_definitions", DISTRIBUTED, n, f"size {n} definition files ({parts} tasks)"):
-                sized = ex.map_arrow(leaves, functools.partial(size_batches, self.reader, self.io_threads),
-                                     OUTPUT_SCHEMA, parts)
-                # Materialized inside the phase, so its seconds are the stat work (lazy otherwise).
-                return self._keep(selfs.unionByName(sized))
-        else:
-            sized = leaves.select("path", "kind", F.lit(walk_rules.UNKNOWN_SIZE).cast("long").alias("size"), "depth", "first_version")
-        # No phase to time here: kept by the summary's job that follows, one job instead of two.
-        return self._keep(selfs.unionByName(sized), eager=False)
+                return rowsets.executors(ex, functools.reduce(lambda a, b: a.unionByName(b), sized_parts)).keep(eager=True)
+        elif sizes and n:
+            parts = place.partitions(n, max(self.batch_size, 1024), self.parallelism)
+            with place.phase(phase, n, f"size {n} definition files ({parts} tasks)"):
+                sized = leaves.map_batches(functools.partial(size_batches, self.reader, self.io_threads),
+                                           OUTPUT_SCHEMA, parts)
+                return selfs.union(sized).keep(eager=True)
+        # No phase to time here (executors): kept by the summary's job that follows, one job instead of two.
+        return selfs.union(leaves.with_constant(size_field, walk_rules.UNKNOWN_SIZE, OUTPUT_COLUMNS)).keep()
 
 
 def _sized_by(F: ModuleType, leaves: DataFrame, listed: DataFrame) -> DataFrame:  # noqa: N803 - the session's functions
@@ -473,6 +495,15 @@ def _sized_by(F: ModuleType, leaves: DataFrame, listed: DataFrame) -> DataFrame:
     return (leaves.join(listed, "path", "left")
             .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(walk_rules.UNKNOWN_SIZE)).cast("long").alias("size"),
                     "depth", "first_version"))
+
+
+def _summarize(rows: RowSet, stats: WalkStats) -> None:
+    """Files and bytes per kind, and files outside the root, of the walk's result (one small
+    aggregate where the rows are)."""
+    if isinstance(rows, SparkRows):
+        _summarize_df(rows.df, stats)
+    else:
+        _summarize_table(rows.to_table(), stats)
 
 
 def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
