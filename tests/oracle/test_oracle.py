@@ -160,7 +160,7 @@ def test_a_live_distributed_transaction_dropped_by_the_library_is_caught(tmp_pat
     dt.stage(lambda t: t.create_table("ns", "late"))  # ...the lease renewed since
     before = o.snapshot()
     assert list(before.txns) == [dt.id]
-    monkeypatch.setattr(DT, "live_running_roots", lambda lakehouse: [])  # walk_roots imports it per call
+    monkeypatch.setattr(DT, "live_running_roots", lambda lakehouse: [])  # walk_roots looks it up on the module per call
     run_local("orphans", lh.uri)
     monkeypatch.undo()
     problems = o.problems(before)

@@ -108,7 +108,7 @@ def main(job: str, argv: Sequence[str]) -> int:
             raise
         return seen["result"]
 
-    # The runner's main looks both up at call time (parse_job_args is imported inside it): these
+    # The runner's main looks both up on their modules at call time: these
     # wrappers see the config error or the result without a second copy of its error handling.
     runner.run_job, job_flags.parse_job_args = recording, parsing
     try:

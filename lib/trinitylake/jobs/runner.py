@@ -27,9 +27,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from trinitylake import progress
+from trinitylake import job_flags, progress
 from trinitylake.errors import ConfigError, TrinityLakeError
-from trinitylake.job_flags import parse_job_args
 from trinitylake.jobs.registry import job_spec
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse.audit import job_begin, job_end
@@ -242,7 +241,8 @@ def main(job: str, argv: Sequence[str] | None = None, *, spark: Session | None =
     if spark is None:  # a spark-submit process of ours, not a caller's notebook
         refuse_pandas_for_pyarrow()
     try:
-        cfg = parse_job_args(job, list(sys.argv[1:] if argv is None else argv))
+        # Looked up on its module at call time: the outcome file (jobs/outcome.py) wraps it.
+        cfg = job_flags.parse_job_args(job, list(sys.argv[1:] if argv is None else argv))
     except ConfigError as e:
         print(f"error (ConfigError): {e}", file=sys.stderr)
         return EXIT_CONFIG

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from trinitylake.errors import TrinityLakeError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.paths import root_name, root_version
-from trinitylake.lakehouse.distributed import live_running_roots
+from trinitylake.lakehouse import distributed
 from trinitylake.maintenance.reach import Reader
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def walk_input(
             )
     # Live distributed transactions: their running roots reach the definitions they staged,
     # which may be older than the orphan age floor (a lease renewed by every stage).
-    for begin_version, path in live_running_roots(lakehouse):
+    for begin_version, path in distributed.live_running_roots(lakehouse):
         inp.roots.append((begin_version, path))
         inp.txn_running_roots.append(path)
     for w in inp.warnings:

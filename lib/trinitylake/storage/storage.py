@@ -275,6 +275,10 @@ class Storage:
                 f"to tell whether an earlier attempt created it: {type(e).__name__}: {e}") from e
         return stored == data
 
+    def _backend_delete(self, resolved: builtins.list[tuple[str, str]], uri_of: Callable[[str], str]
+                        ) -> builtins.list[tuple[str, str]]:
+        return self._backend.delete(resolved, uri_of)
+
     def delete(self, paths: Iterable[str]) -> list[tuple[str, str]]:
         """Delete files in bulk; missing files count as deleted (idempotent re-runs).
 
@@ -287,7 +291,8 @@ class Storage:
         # Resolve every path first: an invalid one raises before anything is deleted.
         resolved = [(p, self._fs_path(p)) for p in batch]
         what = batch[0] if len(batch) == 1 else f"{batch[0]} (and {len(batch) - 1} more)"
-        return self.retrying("delete", what, self._backend.delete, resolved, self.uri)
+        # The seam sees ``fn(resolved)``, as fault injection cuts a bulk delete in parts.
+        return self.retrying("delete", what, functools.partial(self._backend_delete, uri_of=self.uri), resolved)
 
     # ---- batches: many files a call ------------------------------------------------------
     # On S3 through the engine (requests in flight by latency, retried per file); elsewhere a
