@@ -42,12 +42,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 
 import yaml
 
 from trinitylake.errors import ConfigError, UnsafeOperationError
-from trinitylake.json_data import JsonObject
+from trinitylake.json_data import FrozenDict, JsonObject
 from trinitylake.options import COMMON_OPTIONS, ENV_PREFIX, JOB_OPTIONS, Option, env_var_names
 from trinitylake.redact import redact_text
 from trinitylake.values import (
@@ -93,21 +93,6 @@ MAX_FUTURE_REFERENCE_MS = 10 * 60 * 1000
 log = logging.getLogger("trinitylake.config")
 
 # ---- the loaded configuration -------------------------------------------------------------
-
-
-class FrozenDict(dict[str, Any]):
-    """A read-only dict (map options and ``sources``); picklable, unlike ``MappingProxyType``."""
-
-    def _readonly(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError("job configuration maps are read-only; pass overrides to load_job_config instead")
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
-
-    def __reduce__(self) -> tuple[type[FrozenDict], tuple[JsonObject]]:
-        return (FrozenDict, (dict(self),))
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,6 +60,7 @@ from trinitylake.jobs.walk.rows import (
     folder_size_batches,
     list_size_batches,
     size_batches,
+    summarize,
 )
 from trinitylake.maintenance import node_batch, reach, table_pointers, walk_roots
 from trinitylake.maintenance.background_sizes import BackgroundSizes, sized_in_order
@@ -71,7 +72,6 @@ from trinitylake.spark.execution import (
     LOCAL,
     Execution,
     as_execution,
-    functions_for,
 )
 from trinitylake.treewalk.frontier import walk_levels
 
@@ -435,7 +435,7 @@ class _Walk:
         # No definition met: kept by the summary's job (one job instead of two).
         out = selfs.keep() if leaves is None else self._with_definitions(place, selfs, leaves, n, sizes)
         self.leaves = {}
-        _summarize(out, self.stats)
+        summarize(out, self.stats)
         return Reached(self.stats, out)
 
     def _with_definitions(self, place: Place, selfs: RowSet, leaves: RowSet, n: int, sizes: bool) -> RowSet:
@@ -495,43 +495,6 @@ def _sized_by(F: ModuleType, leaves: DataFrame, listed: DataFrame) -> DataFrame:
     return (leaves.join(listed, "path", "left")
             .select("path", "kind", F.coalesce(F.col("listed_size"), F.lit(walk_rules.UNKNOWN_SIZE)).cast("long").alias("size"),
                     "depth", "first_version"))
-
-
-def _summarize(rows: RowSet, stats: WalkStats) -> None:
-    """Files and bytes per kind, and files outside the root, of the walk's result (one small
-    aggregate where the rows are)."""
-    if isinstance(rows, SparkRows):
-        _summarize_df(rows.df, stats)
-    else:
-        _summarize_table(rows.to_table(), stats)
-
-
-def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
-    stats.files, stats.bytes, stats.outside = {}, {}, 0
-    if table.num_rows == 0:
-        return
-    sized = pa.table({"kind": table.column("kind"), "size": walk_rules.known_bytes_arrow(table.column("size")),
-                      "outside": walk_rules.outside_arrow(table.column("path")).cast(pa.int64())})
-    agg = sized.group_by("kind").aggregate([("size", "count"), ("size", "sum"), ("outside", "sum")])
-    for kind, n, b, o in zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum", "outside_sum")),
-                             strict=True):
-        stats.files[kind] = int(n)
-        stats.bytes[kind] = int(b or 0)
-        stats.outside += int(o or 0)
-
-
-def _summarize_df(df: DataFrame, stats: WalkStats) -> None:
-    F = functions_for(df.sparkSession)  # noqa: N806
-
-    outside = walk_rules.outside_column(F.col("path"))
-    summary = df.groupBy("kind").agg(F.count("*").alias("n"),
-                                     F.sum(walk_rules.known_bytes_column(F, F.col("size"))).alias("b"),
-                                     F.sum(outside.cast("int")).alias("o"))
-    stats.files, stats.bytes, stats.outside = {}, {}, 0
-    for r in summary.collect():
-        stats.files[r["kind"]] = int(r["n"])
-        stats.bytes[r["kind"]] = int(r["b"] or 0)
-        stats.outside += int(r["o"] or 0)
 
 
 # ---- the job ------------------------------------------------------------------------------

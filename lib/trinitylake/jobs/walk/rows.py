@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trinitylake.jobs.walk import rules as walk_rules
 from trinitylake.maintenance import node_batch, reach
-from trinitylake.rowsets import RowSet
-from trinitylake.spark.execution import LOCAL, batch_of, chunks, rows_of
+from trinitylake.rowsets import RowSet, SparkRows
+from trinitylake.spark.execution import LOCAL, batch_of, chunks, functions_for, rows_of
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from trinitylake.storage import Storage
 
 OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
@@ -156,3 +159,41 @@ def folder_size_batches(reader: reach.Reader, io_threads: int, batches: Iterator
 
 def batch_table(schema: pa.Schema, cols: list[list[Any]]) -> pa.Table:
     return pa.Table.from_batches([batch_of(schema, cols)])
+
+
+# ---- what the walk reached, in sums -------------------------------------------------------
+def summarize(rows: RowSet, stats: WalkStats) -> None:
+    """Files and bytes per kind, and files outside the root, of the walk's result (one small
+    aggregate where the rows are)."""
+    if isinstance(rows, SparkRows):
+        _summarize_df(rows.df, stats)
+    else:
+        _summarize_table(rows.to_table(), stats)
+
+
+def _summarize_table(table: pa.Table, stats: WalkStats) -> None:
+    stats.files, stats.bytes, stats.outside = {}, {}, 0
+    if table.num_rows == 0:
+        return
+    sized = pa.table({"kind": table.column("kind"), "size": walk_rules.known_bytes_arrow(table.column("size")),
+                      "outside": walk_rules.outside_arrow(table.column("path")).cast(pa.int64())})
+    agg = sized.group_by("kind").aggregate([("size", "count"), ("size", "sum"), ("outside", "sum")])
+    for kind, n, b, o in zip(*(agg.column(c).to_pylist() for c in ("kind", "size_count", "size_sum", "outside_sum")),
+                             strict=True):
+        stats.files[kind] = int(n)
+        stats.bytes[kind] = int(b or 0)
+        stats.outside += int(o or 0)
+
+
+def _summarize_df(df: DataFrame, stats: WalkStats) -> None:
+    F = functions_for(df.sparkSession)  # noqa: N806
+
+    outside = walk_rules.outside_column(F.col("path"))
+    summary = df.groupBy("kind").agg(F.count("*").alias("n"),
+                                     F.sum(walk_rules.known_bytes_column(F, F.col("size"))).alias("b"),
+                                     F.sum(outside.cast("int")).alias("o"))
+    stats.files, stats.bytes, stats.outside = {}, {}, 0
+    for r in summary.collect():
+        stats.files[r["kind"]] = int(r["n"])
+        stats.bytes[r["kind"]] = int(r["b"] or 0)
+        stats.outside += int(r["o"] or 0)
