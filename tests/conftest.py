@@ -92,6 +92,7 @@ LONGEST_FILES = (
     "tests/spark/test_expire.py",
     "tests/secrets/test_channels.py",
     "tests/control/test_spark_connect_control.py",
+    "tests/rest_catalog/test_spark_sql.py",
     "tests/export/test_export_execution.py",
 )
 
