@@ -32,15 +32,16 @@ from rich.table import Table
 
 from trinitylake import progress
 from trinitylake.cli.common import Ctx
-from trinitylake.config import load_from_flags
+from trinitylake.config import JobConfig, load_from_flags
 from trinitylake.errors import ConfigError, TrinityLakeError
-from trinitylake.job_flags import given_flags
+from trinitylake.job_flags import given_flags, job_command
 from trinitylake.jobs.registry import JOBS, JobSpec
 from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.json_data import JsonObject
 from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import redact_text
 from trinitylake.spark.common import add_progress_listener
+from trinitylake.storage import requests
 
 out_console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -58,23 +59,24 @@ def register(cli: click.Group) -> None:
 _SET_BY_TLAKE = frozenset({"--lakehouse", "--control-uri"})
 
 
-class _JobCommand(click.Command):
-    """``tlake <job>``: the job's own flags (`trinitylake.job_flags.job_command`, derived from
-    the option table) are this command's parameters, parsed once by click; the group's
-    lakehouse, control URI and storage options join them as values, never as re-rendered argv.
+class JobOptionsCommand(click.Command):
+    """A `tlake` command that runs job `job`: the job's own flags (`trinitylake.job_flags.job_command`,
+    derived from the option table) are this command's parameters, parsed once by click; the
+    group's lakehouse, control URI and storage options join them as values, never as
+    re-rendered argv. `path` names the command in a bad flag's error line (click's command path
+    is the test runner's name under CliRunner).
 
     The job's parameters are built when the command runs or shows its help: building them for
     every job on every `tlake` start cost ~0.4 s."""
 
-    def __init__(self, spec: JobSpec, **kwargs: Any) -> None:
-        super().__init__(spec.name, **kwargs)
+    def __init__(self, name: str, job: str, path: str, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.job, self.path = job, path
         self._job_params: list[click.Parameter] | None = None
 
     def job_params(self) -> list[click.Parameter]:
         if self._job_params is None:
-            from trinitylake.job_flags import job_command
-
-            self._job_params = [p for p in job_command(self.name or "").params
+            self._job_params = [p for p in job_command(self.job).params
                                 if not _SET_BY_TLAKE.intersection(getattr(p, "opts", ()))]
         return self._job_params
 
@@ -87,8 +89,7 @@ class _JobCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as e:
-            path = f"tlake {self.name}"  # (click's command path is the test runner's name under CliRunner)
-            config_error(ConfigError(f"{path}: {e.format_message()} (see {path} --help)"))
+            config_error(ConfigError(f"{self.path}: {e.format_message()} (see {self.path} --help)"))
 
 
 def config_error(error: ConfigError) -> NoReturn:
@@ -103,8 +104,10 @@ def _job_command(spec: JobSpec) -> click.Command:
     def command(click_ctx: click.Context, as_json: bool, **flags: Any) -> None:
         run_cli_job(job, click_ctx, flags, as_json)
 
-    return _JobCommand(
-        spec,
+    return JobOptionsCommand(
+        job,
+        job,
+        f"tlake {job}",
         callback=command,
         params=[click.Option(["--json", "as_json"], is_flag=True, help="print the result as JSON")],
         help=spec.help + " Every job option below can be given after the command; the lakehouse and control table"
@@ -127,14 +130,25 @@ def job_flags(ctx: Ctx, flags: JsonObject) -> JsonObject:
     return given
 
 
-def run_cli_job(job: str, click_ctx: click.Context, flags: JsonObject, as_json: bool) -> None:
-
-    ctx = click_ctx.obj
+def load_cli_config(job: str, ctx: Ctx, flags: JsonObject) -> JobConfig:
+    """Job `job`'s config as ``jobs/<job>.py`` loads it (``--conf``, the environment, the
+    flags), with the group's settings; a configuration error exits 2 in one line."""
     try:
         given = job_flags(ctx, flags)
-        cfg = load_from_flags(job, given.pop("conf", None), given)
+        return load_from_flags(job, given.pop("conf", None), given)
     except ConfigError as e:
         config_error(e)
+
+
+def fail_with(error: BaseException) -> NoReturn:
+    """The typed error line of a failed run; exit 2 for a configuration error, else 1."""
+    err_console.print(f"[red]error[/red] ({type(error).__name__}): {escape(redact_text(str(error)))}", highlight=False)
+    sys.exit(2 if isinstance(error, ConfigError) else 1)
+
+
+def run_cli_job(job: str, click_ctx: click.Context, flags: JsonObject, as_json: bool) -> None:
+    ctx = click_ctx.obj
+    cfg = load_cli_config(job, ctx, flags)
     result: JobResult | None = None
     error: BaseException | None = None
     with progress_display(f"tlake {job} {cfg.run_id}") as status:
@@ -154,8 +168,7 @@ def run_cli_job(job: str, click_ctx: click.Context, flags: JsonObject, as_json: 
             # The typed error line below says it; the result would say it a second time.
             render_result(dataclasses.replace(result, error=None) if error is not None else result)
     if error is not None:
-        err_console.print(f"[red]error[/red] ({type(error).__name__}): {escape(redact_text(str(error)))}", highlight=False)
-        sys.exit(2 if isinstance(error, ConfigError) else 1)
+        fail_with(error)
 
 
 @contextmanager
@@ -244,8 +257,6 @@ def render_result(result: JobResult, console: Console | None = None) -> None:
         t.add_row(f"seconds: {k}", f"{v:.2f}")
     req = result.requests or {}
     if any(req.values()):  # object-store requests: what the run cost
-        from trinitylake.storage import requests  # not at import: `tlake --help` skips storage
-
         kinds = [k for k in requests.KINDS if req.get(k)]
         t.add_row("requests", f"{requests.total_requests(req):,} (" + ", ".join(f"{k.upper()} {int(req[k]):,}" for k in kinds) + ")")
         t.add_row("bytes: store read / written",

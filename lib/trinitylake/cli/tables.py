@@ -18,28 +18,19 @@ refused (a typed error on one line), 2 a configuration error.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from rich.table import Table
 
 from trinitylake.cli.common import Ctx, console
-from trinitylake.cli.jobs import config_error, err_console, job_flags
-from trinitylake.config import load_from_flags
-from trinitylake.errors import ConfigError, TrinityLakeError
-from trinitylake.job_flags import job_command
-from trinitylake.redact import redact_text
-
-if TYPE_CHECKING:
-    from trinitylake.maintenance.results import JobResult
+from trinitylake.cli.jobs import JobOptionsCommand, fail_with, load_cli_config
+from trinitylake.errors import TrinityLakeError
+from trinitylake.jobs.runner import JobFailedError, run_job
+from trinitylake.maintenance.results import JobResult
 
 _Columns = list[tuple[str, Callable[[dict[str, Any]], object]]]
-
-#: Job flags that belong to the `tlake` group (``tlake --lakehouse URI tables ...``).
-_SET_BY_TLAKE = frozenset({"--lakehouse", "--control-uri"})
-
 
 def register(cli: click.Group) -> None:
     cli.add_command(tables)
@@ -51,56 +42,17 @@ def tables() -> None:
     the lakehouse's time travel (a table file any retained lakehouse version reaches stays)."""
 
 
-class _TablesJobCommand(click.Command):
-    """``tlake tables <command>``: the flags of job `job`, derived from the option table when
-    the command runs or shows its help (building them costs time every `tlake` start would pay)."""
-
-    def __init__(self, name: str, job: str, columns: _Columns, **kwargs: Any) -> None:
-        super().__init__(name, **kwargs)
-        self.job = job
-        self.columns = columns
-        self._job_params: list[click.Parameter] | None = None
-
-    def job_params(self) -> list[click.Parameter]:
-        if self._job_params is None:
-            self._job_params = [
-                p for p in job_command(self.job).params if not _SET_BY_TLAKE.intersection(getattr(p, "opts", ()))
-            ]
-        return self._job_params
-
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        help_option = self.get_help_option(ctx)
-        return [*self.params, *self.job_params(), *([help_option] if help_option is not None else [])]
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """A bad flag is a configuration error: one typed line, exit 2."""
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as e:
-            path = f"tlake tables {self.name}"
-            config_error(ConfigError(f"{path}: {e.format_message()} (see {path} --help)"))
-
-
 def run_tables_job(ctx: Ctx, job: str, flags: dict[str, Any]) -> JobResult:
     """Run the tables' job `job` through the job runner (its config from ``--conf``, the
     environment and the given flags, as ``jobs/<job>.py`` loads it; its audit rows). Exits 2 on a
     configuration error and 1 on a failed run, naming the error in one line."""
-    from trinitylake.jobs.runner import JobFailedError, run_job  # not at import: 0.4 s that `tlake --help` skips
-
-    try:
-        given = job_flags(ctx, flags)
-        cfg = load_from_flags(job, given.pop("conf", None), given)
-    except ConfigError as e:
-        config_error(e)
-    error: BaseException
+    cfg = load_cli_config(job, ctx, flags)
     try:
         return run_job(job, cfg, audit=ctx.audit)
     except JobFailedError as e:
-        error = e.__cause__ or e
+        fail_with(e.__cause__ or e)
     except TrinityLakeError as e:
-        error = e
-    err_console.print(f"error ({type(error).__name__}): {redact_text(str(error))}", highlight=False, markup=False)
-    sys.exit(2 if isinstance(error, ConfigError) else 1)
+        fail_with(e)
 
 
 def _emit(result: JobResult, as_json: bool, columns: _Columns) -> None:
@@ -121,10 +73,10 @@ def _tables_command(name: str, job: str, columns: _Columns, help_text: str) -> c
     def command(ctx: Ctx, as_json: bool, **flags: Any) -> None:
         _emit(run_tables_job(ctx, job, flags), as_json, columns)
 
-    return _TablesJobCommand(
+    return JobOptionsCommand(
         name,
         job,
-        columns,
+        f"tlake tables {name}",
         callback=command,
         params=[click.Option(["--json", "as_json"], is_flag=True, help="print the result as JSON")],
         help=help_text,
