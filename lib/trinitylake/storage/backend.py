@@ -11,7 +11,7 @@ import builtins
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from trinitylake.errors import StorageError
 from trinitylake.storage.filesystem import HeadInfo, filesystem
@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from trinitylake.storage.object_io import ObjectIO
 
 _R = TypeVar("_R")
+
+class Retrying(Protocol):
+    """``fn()``, one listing call under `where`, with the storage's retries and attempt seam."""
+
+    def __call__(self, where: str, fn: Callable[[], _R]) -> _R: ...
+
 
 #: Whether the bytes now at a path are the ones a commit wrote, given a function reading them
 #: (`Storage.holds`): a retried create that finds its own bytes succeeded.
@@ -147,7 +153,7 @@ class StorageBackend:
         raise NotImplementedError
 
     def list_files(self, base: str, root_fp: str, recursive: bool,
-                   retrying: Callable[[str, Callable[[], builtins.list[FileInfo]]], builtins.list[FileInfo]]
+                   retrying: Retrying
                    ) -> Iterator[FileInfo]:
         """Files under `base`, paths relative to `root_fp`; `retrying(dir, fn)` runs one
         listing call with the storage's retries (a local walk retries each directory)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import functools
 import os
 import re
 import stat
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from trinitylake.storage.backend import FileInfo, HoldsOurs, StorageBackend
+from trinitylake.storage.backend import FileInfo, HoldsOurs, Retrying, StorageBackend
 from trinitylake.storage.uri import is_plain_relative
 
 # Temporary names of in-flight local writes: ``<target>.tmp-<32 hex>``. Listings skip them.
@@ -130,22 +131,14 @@ class LocalBackend(StorageBackend, schemes=("file",)):
         return failures
 
     def list_files(self, base: str, root_fp: str, recursive: bool,
-                   retrying: Callable[[str, Callable[[], builtins.list[FileInfo]]], builtins.list[FileInfo]]
+                   retrying: Retrying
                    ) -> Iterator[FileInfo]:
         # Lazy across directories (a lakehouse may hold millions of files), each directory
         # read whole and retried on its own.
         stack = [base]
         while stack:
             d = stack.pop()
-            subdirs: builtins.list[str] = []
-
-            def scan(d: str = d, subdirs: builtins.list[str] = subdirs) -> builtins.list[FileInfo]:
-                subdirs.clear()
-                found, files = _scan_once(d, root_fp)
-                subdirs.extend(found)
-                return files
-
-            files = retrying(os.path.relpath(d, root_fp), scan)
+            subdirs, files = retrying(os.path.relpath(d, root_fp), functools.partial(_scan_once, d, root_fp))
             if recursive:
                 stack.extend(subdirs)
             yield from files

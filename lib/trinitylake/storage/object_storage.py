@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from trinitylake.storage import requests, retry
-from trinitylake.storage.backend import FileInfo, HoldsOurs, StorageBackend, one_result
+from trinitylake.storage.backend import FileInfo, HoldsOurs, Retrying, StorageBackend, one_result
 from trinitylake.storage.filesystem import (
     _S3_CONFLICT_RETRIES,
     HeadInfo,
@@ -35,9 +35,9 @@ def _is_conflict(e: BaseException) -> bool:
     return is_conditional_conflict(e) or isinstance(e, ConditionalConflict)
 
 
-class FsspecBackend(StorageBackend, schemes=("memory",), fallback=True):
-    """Any fsspec filesystem, one call per operation (``memory://`` and schemes we have no
-    backend of our own for)."""
+class FsspecBackend(StorageBackend, fallback=True):
+    """Any fsspec filesystem, one call per operation (schemes we have no backend of our own for;
+    s3fs under `S3Backend`): commits are a conditional create (``mode="create"``)."""
 
     def read(self, fp: str) -> bytes:
         # max_concurrency=1: else s3fs first sends a HEAD for the size (to split big files into
@@ -63,15 +63,18 @@ class FsspecBackend(StorageBackend, schemes=("memory",), fallback=True):
         return int(d.get("size") or 0), mtime_of(d)
 
     def write(self, fp: str, data: bytes | bytearray) -> None:
-        with _MEMORY_LOCK:  # memory://'s dict is not safe under concurrent writers
-            self.fs.pipe_file(fp, data)
+        self.fs.pipe_file(fp, data)
 
     def create_exclusive(self, fp: str, data: bytes | bytearray, uri: str, holds_ours: HoldsOurs) -> str | None:
-        with _MEMORY_LOCK:
-            if self.fs.exists(fp):
+        def raise_unless_ours() -> None:
+            # A 412 after the client retried a PUT whose first attempt succeeded unseen is our
+            # own win, not a lost race: the stored bytes are ours (every commit file we write
+            # carries a unique transaction id or UUID). Anything else is another writer's file.
+            if not holds_ours(lambda: self.read(fp)):
                 raise FileExistsError(f"already exists: {uri}")
-            self.fs.pipe_file(fp, data)
-        return None
+
+        etag: str | None = put_if_absent(self.fs, fp, data, raise_unless_ours)
+        return etag
 
     def delete(self, resolved: builtins.list[tuple[str, str]], uri_of: Callable[[str], str]
                ) -> builtins.list[tuple[str, str]]:
@@ -87,7 +90,7 @@ class FsspecBackend(StorageBackend, schemes=("memory",), fallback=True):
         return failures
 
     def list_files(self, base: str, root_fp: str, recursive: bool,
-                   retrying: Callable[[str, Callable[[], builtins.list[FileInfo]]], builtins.list[FileInfo]]
+                   retrying: Retrying
                    ) -> Iterator[FileInfo]:
         yield from retrying("", lambda: self.list_once(base, root_fp, recursive))
 
@@ -138,6 +141,22 @@ class FsspecBackend(StorageBackend, schemes=("memory",), fallback=True):
             else:
                 files.append(FileInfo(pre + name, int(d.get("size") or 0), mtime_of(d)))
         return sorted(dirs), sorted(files, key=lambda f: f.path)
+
+
+class MemoryBackend(FsspecBackend, schemes=("memory",)):
+    """fsspec's process-local ``memory://`` (fast unit tests), exclusive under one lock: its dict
+    is not safe under concurrent writers, and it has no conditional create."""
+
+    def write(self, fp: str, data: bytes | bytearray) -> None:
+        with _MEMORY_LOCK:
+            self.fs.pipe_file(fp, data)
+
+    def create_exclusive(self, fp: str, data: bytes | bytearray, uri: str, holds_ours: HoldsOurs) -> str | None:
+        with _MEMORY_LOCK:
+            if self.fs.exists(fp):
+                raise FileExistsError(f"already exists: {uri}")
+            self.fs.pipe_file(fp, data)
+        return None
 
 
 class S3Backend(FsspecBackend, schemes=("s3",)):
@@ -200,17 +219,14 @@ class S3Backend(FsspecBackend, schemes=("s3",)):
         self.fs.pipe_file(fp, data)
 
     def create_exclusive(self, fp: str, data: bytes | bytearray, uri: str, holds_ours: HoldsOurs) -> str | None:
-        def raise_unless_ours() -> None:
-            # A 412 after s3fs/botocore retried a PUT whose first attempt succeeded unseen is our
-            # own win, not a lost race: the stored bytes are ours (every commit file we write
-            # carries a unique transaction id or UUID). Anything else is another writer's file.
+        eng = self.engine
+        if eng is None:  # s3fs: `FsspecBackend`'s conditional create
+            return super().create_exclusive(fp, data, uri, holds_ours)
+
+        def raise_unless_ours() -> None:  # as `FsspecBackend.create_exclusive` says
             if not holds_ours(lambda: self.read(fp)):
                 raise FileExistsError(f"already exists: {uri}")
 
-        eng = self.engine
-        if eng is None:
-            etag: str | None = put_if_absent(self.fs, fp, data, raise_unless_ours)
-            return etag
         return self._put_if_absent(eng, fp, data, raise_unless_ours)
 
     def _put_if_absent(self, eng: ObjectIO, fp: str, data: bytes | bytearray,

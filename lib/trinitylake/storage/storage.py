@@ -275,10 +275,6 @@ class Storage:
                 f"to tell whether an earlier attempt created it: {type(e).__name__}: {e}") from e
         return stored == data
 
-    def _backend_delete(self, resolved: builtins.list[tuple[str, str]], uri_of: Callable[[str], str]
-                        ) -> builtins.list[tuple[str, str]]:
-        return self._backend.delete(resolved, uri_of)
-
     def delete(self, paths: Iterable[str]) -> list[tuple[str, str]]:
         """Delete files in bulk; missing files count as deleted (idempotent re-runs).
 
@@ -292,7 +288,7 @@ class Storage:
         resolved = [(p, self._fs_path(p)) for p in batch]
         what = batch[0] if len(batch) == 1 else f"{batch[0]} (and {len(batch) - 1} more)"
         # The seam sees ``fn(resolved)``, as fault injection cuts a bulk delete in parts.
-        return self.retrying("delete", what, functools.partial(self._backend_delete, uri_of=self.uri), resolved)
+        return self.retrying("delete", what, functools.partial(self._backend.delete, uri_of=self.uri), resolved)
 
     # ---- batches: many files a call ------------------------------------------------------
     # On S3 through the engine (requests in flight by latency, retried per file); elsewhere a
