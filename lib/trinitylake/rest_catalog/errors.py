@@ -63,28 +63,28 @@ def _validation_message(e: pydantic.ValidationError) -> str:
     return "invalid request: " + "; ".join(parts) + more
 
 
+#: The spec's HTTP status and exception type of each error a handler may raise, first match wins
+#: (pydantic's ValidationError is a ValueError: it comes before the plain bad requests).
+_BY_TYPE: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...] = (
+    (NoSuchTableError, 404, "NoSuchTableException"),
+    (NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
+    (NoSuchViewError, 404, "NoSuchViewException"),
+    ((TableAlreadyExistsError, NamespaceAlreadyExistsError, AlreadyExistsError), 409, "AlreadyExistsException"),
+    (NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
+    (CommitFailedException, 409, "CommitFailedException"),
+    (CommitStateUnknownException, 500, "CommitStateUnknownException"),
+    ((ReadOnlyCatalogError, ForbiddenError), 403, "ForbiddenException"),
+    (NotFoundError, 404, "NotFoundException"),
+)
+
+
 def classify(e: BaseException) -> tuple[int, str, str]:
     """(HTTP status, the spec's exception type, message) of an exception a handler raised."""
     if isinstance(e, RestError):
         return e.status, e.kind, e.message
-    if isinstance(e, NoSuchTableError):
-        return 404, "NoSuchTableException", str(e)
-    if isinstance(e, NoSuchNamespaceError):
-        return 404, "NoSuchNamespaceException", str(e)
-    if isinstance(e, NoSuchViewError):
-        return 404, "NoSuchViewException", str(e)
-    if isinstance(e, TableAlreadyExistsError | NamespaceAlreadyExistsError | AlreadyExistsError):
-        return 409, "AlreadyExistsException", str(e)
-    if isinstance(e, NamespaceNotEmptyError):
-        return 409, "NamespaceNotEmptyException", str(e)
-    if isinstance(e, CommitFailedException):
-        return 409, "CommitFailedException", str(e)
-    if isinstance(e, CommitStateUnknownException):
-        return 500, "CommitStateUnknownException", str(e)
-    if isinstance(e, ReadOnlyCatalogError | ForbiddenError):
-        return 403, "ForbiddenException", str(e)
-    if isinstance(e, NotFoundError):
-        return 404, "NotFoundException", str(e)
+    for types, status, kind in _BY_TYPE:
+        if isinstance(e, types):
+            return status, kind, str(e)
     if isinstance(e, pydantic.ValidationError):
         return 400, "BadRequestException", _validation_message(e)
     if isinstance(e, ValidationError | IcebergValidationError | ValueError):

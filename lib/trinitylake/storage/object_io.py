@@ -266,8 +266,8 @@ class ObjectIO:
                     # that a failure reads the same through every client.
                     st = self._stores[bucket] = S3Store(
                         bucket, config=self.config, client_options=self.client_options,  # type: ignore[arg-type]
-                        retry_config={"max_retries": 0, "retry_timeout": _timedelta(60),
-                                      "backoff": {"init_backoff": _timedelta(0.05), "max_backoff": _timedelta(2),
+                        retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=60),
+                                      "backoff": {"init_backoff": timedelta(seconds=0.05), "max_backoff": timedelta(seconds=2),
                                                   "base": 2}})
         return st
 
@@ -483,9 +483,6 @@ def _shutdown_at_exit(engine: ObjectIO) -> None:
 
     atexit.register(engine.close)
 
-
-def _timedelta(seconds: float) -> timedelta:
-    return timedelta(seconds=seconds)
 
 
 def _split(fp: str, allow_bare: bool = False) -> tuple[str, str]:
