@@ -124,10 +124,13 @@ class _Group(click.Group):
         ctx.meta.setdefault(_ARGV_KEY, list(args))
         return super().parse_args(ctx, args)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._loaded: set[str] = set()  # the modules whose commands are registered
+
     def _load(self, module: str) -> None:
-        loaded: set[str] = self.__dict__.setdefault("_loaded", set())
-        if module not in loaded:
-            loaded.add(module)
+        if module not in self._loaded:
+            self._loaded.add(module)
             importlib.import_module(module).register(self)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
