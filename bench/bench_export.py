@@ -71,7 +71,7 @@ def _python_loop(target: Path, files: list[Path], dest: Path) -> float:
 def _export(ex, lh, target: str, name: str, batch: int) -> Any:
     from trinitylake.config import load_job_config
     from trinitylake.jobs.export.job import run_export
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
 
     cfg = load_job_config(
         "export", overrides={"lakehouse": lh.uri, "name": name, "target": target, "batch_size": batch}, env={}

@@ -86,7 +86,7 @@ def cp_r(entries: list[Path], dest: Path) -> float:
 def run_export(lh: Any, target: str, name: str, target_options: dict | None = None) -> Any:
     from trinitylake.config import load_job_config
     from trinitylake.jobs.export.job import run_export as run
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
 
     cfg = load_job_config("export", overrides={"lakehouse": lh.uri, "name": name, "target": target,

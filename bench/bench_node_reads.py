@@ -7,14 +7,14 @@ reachable), in one run, rounds alternating so that all sides see the same machin
 
 * ``bare pyarrow loop``: ``open``, ``read``, ``pa.ipc.open_file(buf).read_all()`` per file,
   nothing else: the floor (ARCHITECTURE.md principle 8);
-* ``batch reader``: `trinitylake.maintenance.node_batch.iter_expand` over the files as
+* ``batch reader``: `trinitylake.treewalk.node_batch.iter_expand` over the files as
   frontier rows, as the walk's driver calls it: reads, decodes, checks the layout, extracts
   each node's references and maps them to walk keys, as Arrow arrays; ``exact rows``: also
   each pointer once per node and in file order (what the executors emit);
 * ``walk node reads``: the ``walk.read_nodes`` phase of a local walk of every version
   (``tlake walk --execution local`` without sizes): the batch reader plus the driver's
   per-level deduplication into its dicts;
-* ``per-node reader (before)``: `trinitylake.maintenance.reach.expand_node` per file (Python
+* ``per-node reader (before)``: `trinitylake.treewalk.reach.expand_node` per file (Python
   lists and a tuple per pointer; what the walk ran before), one round.
 
 Per-node microseconds are the best round's, wall clock and this process's CPU time (steadier
@@ -53,10 +53,10 @@ def measure(uri: str, rounds: int, label: str) -> tuple[list[dict[str, Any]], di
 
     from trinitylake.jobs.walk.job import walk_reachable_with_stats
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.maintenance import node_batch as NB
-    from trinitylake.maintenance import reach as R
-    from trinitylake.maintenance import walk_roots as WR
     from trinitylake.spark.execution import Execution
+    from trinitylake.treewalk import node_batch as NB
+    from trinitylake.treewalk import reach as R
+    from trinitylake.treewalk import walk_roots as WR
 
     lh = Lakehouse.open(uri, audit=False)
     reader = R.Reader(lh.storage.root)

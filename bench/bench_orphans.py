@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from trinitylake.jobs.orphans.job import run_orphans
     from trinitylake.jobs.orphans.listing import list_lakehouse
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
     from trinitylake.spark.session import get_spark
 

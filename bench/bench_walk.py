@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     from trinitylake.format.node import deserialize
     from trinitylake.jobs.walk.job import walk_reachable_with_stats
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.maintenance import reach as R
-    from trinitylake.maintenance import walk_roots as WR
     from trinitylake.spark.execution import Execution
     from trinitylake.spark.session import get_spark
+    from trinitylake.treewalk import reach as R
+    from trinitylake.treewalk import walk_roots as WR
 
     t_all = time.perf_counter()
     with scratch_dir("walk", keep=args.keep) as d:

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from trinitylake.cli.app import cli
 from trinitylake.cli.jobs import render_result
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 
 TLAKE = str(Path(sys.executable).with_name("tlake"))
 

@@ -12,7 +12,7 @@ from tests.format.oracle import root_name
 from tests.oracle import expect as E
 from tests.oracle.reader import ROOT_FILE, Oracle, boto_client_for, parse_node
 from trinitylake.config import load_job_config
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 from trinitylake.storage import Storage
 
 

@@ -19,7 +19,7 @@ from trinitylake.errors import (
 )
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.export.job import run_export
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 from trinitylake.storage import Storage
 
 from .conftest import populate

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.faults import FaultSpec, injected
 from trinitylake.jobs.export.job import run_export
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.execution import Execution
 from trinitylake.storage import Storage
 

@@ -18,7 +18,7 @@ from trinitylake.config import load_job_config
 from trinitylake.errors import ValidationError
 from trinitylake.iceberg.avro_rewrite import read_records, rewrite_avro
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 
 REGIONS = pa.schema([("id", pa.int64()), ("region", pa.string())])
 

@@ -22,7 +22,7 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 from tests.iceberg.conftest import IMPL
 from trinitylake.config import load_job_config
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EVENTS = pa.schema([("id", pa.int64()), ("region", pa.string()), ("amount", pa.float64())])

@@ -17,7 +17,7 @@ from tests.iceberg.conftest import SCHEMA, ids, rows
 from tests.iceberg.tables_setup import DAY_S, expire_lakehouse, open_catalog, plant
 from trinitylake.errors import ValidationError
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
 from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
 from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans

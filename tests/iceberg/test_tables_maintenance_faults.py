@@ -15,7 +15,7 @@ from tests.iceberg.conftest import SCHEMA, ids, rows
 from tests.iceberg.tables_setup import expire_lakehouse, open_catalog, plant
 from tests.iceberg.test_tables_maintenance import build, check, expire, files_under, orphans
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
 from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans
 

@@ -11,7 +11,7 @@ from trinitylake.format import definitions as D
 from trinitylake.format.paths import table_def_path
 from trinitylake.jobs.runner import run_job
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance import table_pointers as TP
+from trinitylake.treewalk import table_pointers as TP
 
 
 def walk(lh: Lakehouse):

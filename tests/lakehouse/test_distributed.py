@@ -28,8 +28,8 @@ from trinitylake.format.paths import is_format_owned, txn_def_path
 from trinitylake.jobs.walk.job import walk_reachable
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse import distributed as DT
-from trinitylake.maintenance import walk_roots as WR
 from trinitylake.spark.execution import Execution
+from trinitylake.treewalk import walk_roots as WR
 
 
 def _lh(tmp_path, **kw) -> Lakehouse:

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from trinitylake.maintenance.background_sizes import BackgroundSizes
 from trinitylake.storage import Storage
+from trinitylake.treewalk.background_sizes import BackgroundSizes
 
 
 @pytest.fixture

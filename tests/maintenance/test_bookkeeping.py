@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trinitylake.maintenance.bookkeeping import choose, list_runs, prune_runs, run_states
+from trinitylake.runs.retention import choose, list_runs, prune_runs, run_states
 from trinitylake.storage import Storage
 
 DAY_MS = 24 * 3600 * 1000

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trinitylake.maintenance.deletion import delete_with_retries
 from trinitylake.storage import Storage
+from trinitylake.storage.delete_retries import delete_with_retries
 
 
 class Flaky:

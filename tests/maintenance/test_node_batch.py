@@ -25,11 +25,11 @@ from trinitylake.format.node import Message, Node, serialize
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.walk.job import walk_reachable_with_stats
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance import node_batch as NB
-from trinitylake.maintenance import reach as R
-from trinitylake.maintenance import walk_roots as WR
 from trinitylake.spark.execution import Execution
 from trinitylake.storage.uri import is_plain_relative
+from trinitylake.treewalk import node_batch as NB
+from trinitylake.treewalk import reach as R
+from trinitylake.treewalk import walk_roots as WR
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +337,7 @@ def test_the_walk_of_a_node_naming_a_pointer_twice_equals_the_oracles_walk(tmp_p
 def test_the_second_process_sizes_a_walk_read_in_many_batches(exported, monkeypatch):
     """The stat worker gets each new definition once, in the order `leaves` takes them,
     however the levels are cut into batches."""
-    from trinitylake.maintenance import background_sizes as BS
+    from trinitylake.treewalk import background_sizes as BS
 
     lh = exported
     inp = WR.walk_input(lh)

@@ -13,9 +13,9 @@ from trinitylake.errors import CorruptNodeError, InvalidURIError, UnsafeOperatio
 from trinitylake.format.node import Message, Node
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.walk.job import walk_reachable_with_stats
-from trinitylake.maintenance import reach as R
-from trinitylake.maintenance import walk_roots as WR
 from trinitylake.spark.execution import Execution
+from trinitylake.treewalk import reach as R
+from trinitylake.treewalk import walk_roots as WR
 
 
 def test_node_references_cover_children_values_and_buffer_sets_only():

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import StorageError
-from trinitylake.maintenance import reach as R
+from trinitylake.treewalk import reach as R
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from tests.oracle import expect as E
 from tests.support.faults import FaultSpec, injected
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.walk.job import walk_reachable_with_stats
-from trinitylake.maintenance import background_sizes as BS
 from trinitylake.spark.execution import Execution
+from trinitylake.treewalk import background_sizes as BS
 
 
 @pytest.fixture(scope="module")

@@ -96,7 +96,7 @@ def test_a_reference_rule_broken_in_the_library_walk_is_caught(tmp_path, monkeyp
 
     from tests.support.jobs import TTL_MS, run_local
     from trinitylake.format.node_arrow import VALUE
-    from trinitylake.maintenance import node_batch as NB
+    from trinitylake.treewalk import node_batch as NB
 
     lh = Lakehouse.create(str(tmp_path / "m"), order=4, node_max_bytes=4096, audit=False, txn_ttl_millis=TTL_MS)
     build_history(lh, seed=5, ops=30)

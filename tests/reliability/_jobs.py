@@ -17,7 +17,7 @@ from typing import Any
 from tests.support.faults import ENV, FaultSpec, count_logged, install, uninstall, write_spec_file
 from trinitylake.config import load_job_config
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 
 
 class ExecutorFaults:

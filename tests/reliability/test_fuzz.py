@@ -31,8 +31,8 @@ from trinitylake.format import definitions as D
 from trinitylake.format.keys import NS_PREFIX, TABLE_PREFIX, VIEW_PREFIX, KeyCodec, validate_name
 from trinitylake.format.node import SCHEMA, Message, Node, deserialize, serialize
 from trinitylake.format.paths import MAX_VERSION, parse_hint, root_name, root_version
-from trinitylake.maintenance.reach import Locator
 from trinitylake.storage.uri import join_uri, parse_uri
+from trinitylake.treewalk.reach import Locator
 
 # Text with everything in it: control characters, NUL, lone surrogates, astral planes.
 ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()), max_size=40)

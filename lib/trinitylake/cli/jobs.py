@@ -38,8 +38,8 @@ from trinitylake.job_flags import given_flags, job_command
 from trinitylake.jobs.registry import JOBS, JobSpec
 from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.json_data import JsonObject
-from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import redact_text
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.common import add_progress_listener
 from trinitylake.storage import requests
 

@@ -28,7 +28,7 @@ from trinitylake.cli.common import Ctx, console
 from trinitylake.cli.jobs import JobOptionsCommand, fail_with, load_cli_config
 from trinitylake.errors import TrinityLakeError
 from trinitylake.jobs.runner import JobFailedError, run_job
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 
 _Columns = list[tuple[str, Callable[[dict[str, Any]], object]]]
 

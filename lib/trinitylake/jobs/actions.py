@@ -66,8 +66,8 @@ from trinitylake.jobs.registry import job_spec
 from trinitylake.jobs.runner import run_job
 from trinitylake.jobs.walk.rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 from trinitylake.lakehouse import Lakehouse
-from trinitylake.maintenance.plan import read_json
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.folder import read_json
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
 from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark_location
 from trinitylake.storage.target_options import resolve_target_options

@@ -33,7 +33,7 @@ from trinitylake.errors import ConfigError
 from trinitylake.options import JOB_OPTIONS
 
 if TYPE_CHECKING:
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
 
 
 @dataclass(frozen=True)

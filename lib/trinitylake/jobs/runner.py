@@ -33,9 +33,9 @@ from trinitylake.jobs.registry import job_spec
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse.audit import job_begin, job_end
 from trinitylake.lakehouse.context import AuditContext
-from trinitylake.maintenance.bookkeeping import prune_runs, run_states
-from trinitylake.maintenance.results import JobResult
 from trinitylake.redact import install_log_redaction, redact_text, redact_value, warn_command_line_secrets
+from trinitylake.runs.results import JobResult
+from trinitylake.runs.retention import prune_runs, run_states
 from trinitylake.spark.execution import DISTRIBUTED, Execution, Limits, warm_arrow
 from trinitylake.spark.placement import promised_slots, start_seconds
 from trinitylake.spark.session import get_spark
@@ -188,7 +188,7 @@ def _control_engine(lakehouse: Lakehouse, cfg: JobConfig, job: str) -> None:
 
 def _prune_bookkeeping(lakehouse: Lakehouse, job: str, cfg: JobConfig, result: JobResult) -> None:
     """The job's last step: prune old ``_maintenance/<job>/`` run folders
-    (`trinitylake.maintenance.bookkeeping`); a failure is a warning, never the job's outcome."""
+    (`trinitylake.runs.retention`); a failure is a warning, never the job's outcome."""
 
     try:
         control = lakehouse.auditor.control if lakehouse.auditor.enabled else None

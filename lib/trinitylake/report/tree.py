@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from trinitylake.format.definitions import table_format_name
 from trinitylake.format.keys import SYS_LAKEHOUSE_DEF
-from trinitylake.maintenance.table_pointers import read_table_definitions
 from trinitylake.redact import redact_text
+from trinitylake.treewalk.table_pointers import read_table_definitions
 
 if TYPE_CHECKING:
     from trinitylake.format.node import Node

@@ -28,9 +28,9 @@ import pyarrow as pa
 
 from trinitylake import progress
 from trinitylake.errors import StorageError
-from trinitylake.maintenance.deletion import delete_with_retries
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution
 from trinitylake.storage import Storage, requests
+from trinitylake.storage.delete_retries import delete_with_retries
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -381,7 +381,7 @@ class Execution:
 def _warm_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function of `warm_executors`: import what the jobs' tasks import."""
 
-    for name in ("trinitylake.maintenance.reach", "trinitylake.jobs.export.copying", "fsspec", "s3fs"):
+    for name in ("trinitylake.treewalk.reach", "trinitylake.jobs.export.copying", "fsspec", "s3fs"):
         try:
             importlib.import_module(name)
         except ImportError:

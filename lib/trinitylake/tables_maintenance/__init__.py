@@ -5,6 +5,6 @@ snapshot expiry (`trinitylake.tables_maintenance.expire`) and orphan removal
 retained lakehouse version and pinned export points at.
 
 Layering: above `trinitylake.iceberg` (it commits through the catalog) and
-`trinitylake.maintenance` (walk roots, deletes, plans); only the CLI (`trinitylake.cli.tables`)
+`trinitylake.treewalk` (walk roots) and `trinitylake.runs` (plans, results); only the CLI (`trinitylake.cli.tables`)
 and the jobs import it.
 """

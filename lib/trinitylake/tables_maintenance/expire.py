@@ -36,7 +36,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotRefUpdate, RemoveSnapshotsUpdate
 
 from trinitylake.errors import StorageError, TransactionConflictError
-from trinitylake.maintenance.plan import now_ms, run_dir, write_json
+from trinitylake.runs.folder import now_ms, run_dir, write_json
 from trinitylake.tables_maintenance import common
 from trinitylake.tables_maintenance.catalog import job_catalog
 from trinitylake.tables_maintenance.files import CONTENT_KINDS, METADATA, TableFiles, metadata_log
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from trinitylake.iceberg.catalog import TrinityLakeCatalog
     from trinitylake.iceberg.multi_table import MultiTableTransaction
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
 
 log = logging.getLogger(__name__)

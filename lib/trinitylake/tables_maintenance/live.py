@@ -11,7 +11,7 @@ A table file is live when any of these reaches it:
   that version; older snapshots inside that version's metadata are not kept once the table's
   own expiry removed them.
 
-The retained roots are those the lakehouse's own jobs walk (`trinitylake.maintenance.walk_roots`):
+The retained roots are those the lakehouse's own jobs walk (`trinitylake.treewalk.walk_roots`):
 every retained version, every pinned version, the root of every pinned export, and the running
 root of every live distributed transaction. Table
 definitions are read once per definition file (versions share them, copy-on-write), and a
@@ -31,10 +31,10 @@ from trinitylake.format.node import Node, deserialize
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse.roots import RootRef
 from trinitylake.lakehouse.view import LakehouseView
-from trinitylake.maintenance import walk_roots
-from trinitylake.maintenance.table_pointers import read_table_definitions
 from trinitylake.storage import is_absolute
 from trinitylake.tables_maintenance.files import METADATA, TableFileError, TableFiles, current_snapshot, metadata_log
+from trinitylake.treewalk import walk_roots
+from trinitylake.treewalk.table_pointers import read_table_definitions
 
 if TYPE_CHECKING:
     from trinitylake.format.tree import NodeStore

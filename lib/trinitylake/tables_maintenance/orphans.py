@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import StorageError, UnsafeOperationError, ValidationError
-from trinitylake.maintenance.plan import now_ms, run_dir, write_json
+from trinitylake.runs.folder import now_ms, run_dir, write_json
 from trinitylake.storage import parse_uri
 from trinitylake.tables_maintenance import common
 from trinitylake.tables_maintenance.files import TableFiles
@@ -40,7 +40,7 @@ from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_l
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from trinitylake.maintenance.plan import MAINTENANCE_DIR, write_json
+from trinitylake.runs.folder import MAINTENANCE_DIR, write_json
 from trinitylake.storage import Storage
 
 STATE_PATH = f"{MAINTENANCE_DIR}/tables-state/pending.json"

@@ -63,13 +63,13 @@ from trinitylake.jobs.expire.rules import RetentionPolicy, owned_arrow, owned_co
 from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
 from trinitylake.jobs.walk.rows import Reached
 from trinitylake.jobs.walk.rules import present_arrow, present_column
-from trinitylake.maintenance import reach, walk_roots
-from trinitylake.maintenance.plan import run_dir, write_json
-from trinitylake.maintenance.results import JobResult
 from trinitylake.rowsets import AllOf, Equals, RowSet
+from trinitylake.runs.folder import run_dir, write_json
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.common import crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
 from trinitylake.spark.execution import Execution, as_execution, timed
+from trinitylake.treewalk import reach, walk_roots
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -28,7 +28,7 @@ from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
 
 if TYPE_CHECKING:
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
 
 log = logging.getLogger(__name__)
 

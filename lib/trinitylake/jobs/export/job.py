@@ -70,7 +70,7 @@ from trinitylake.jobs.export import target as export_target
 from trinitylake.jobs.export.copy_phase import Copier
 from trinitylake.jobs.export.planner import Planner, raise_failures
 from trinitylake.lakehouse.roots import check_retained
-from trinitylake.maintenance.results import JobResult
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.execution import LOCAL, Execution, as_execution, timed
 from trinitylake.storage import Storage, parse_uri
 from trinitylake.storage.dir_spread import spread_subdirectories

@@ -83,7 +83,7 @@ from trinitylake.storage import Storage, is_absolute
 if TYPE_CHECKING:
     from trinitylake.config import ExportConfig
     from trinitylake.lakehouse import Lakehouse, RootRef
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
 
 log = logging.getLogger(__name__)

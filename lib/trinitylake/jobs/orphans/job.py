@@ -61,13 +61,13 @@ from trinitylake.jobs.orphans.listing import Listing, list_on_driver, list_rest_
 from trinitylake.jobs.walk import rules as walk_rules
 from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
 from trinitylake.jobs.walk.rows import Reached, WalkStats
-from trinitylake.maintenance import walk_roots
-from trinitylake.maintenance.plan import run_dir, write_json
-from trinitylake.maintenance.results import JobResult
 from trinitylake.rowsets import RowSet
+from trinitylake.runs.folder import run_dir, write_json
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.delete import delete_keys
 from trinitylake.spark.execution import DISTRIBUTED, Execution, timed
 from trinitylake.storage.uri import parse_uri
+from trinitylake.treewalk import walk_roots
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

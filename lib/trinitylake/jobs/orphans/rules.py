@@ -12,7 +12,7 @@ A listed file is an orphan candidate only if
   where ``older_than`` is at least the lakehouse's transaction TTL: in-flight commits write
   their node and definition files before their root exists);
 * no retained version, export or pinned version reaches it (compared on walk keys, see
-  `trinitylake.maintenance.reach`), nor the running root of a live distributed transaction
+  `trinitylake.treewalk.reach`), nor the running root of a live distributed transaction
   (`trinitylake.lakehouse.distributed`: a lease renewed by every stage can outlive the age
   floor, so its older staged definitions are kept by reachability, not by age). Its state
   files ``txn-<id>[.<n>].binpb`` are hash-prefixed ``.binpb`` files like any other: the latest
@@ -23,7 +23,7 @@ authority (a bucket alias, ``hdfs://nn1`` vs ``hdfs://nn2``): its key is then an
 while the listing gives a relative path, and the file would look orphaned (iceberg #4194).
 :func:`mismatch_key` finds such references: an absolute URI outside the root and outside
 the root of every walked export (a pinned one; self-contained exports are not walked, see
-`trinitylake.maintenance.walk_roots`) whose path, without scheme and authority, lies under the
+`trinitylake.treewalk.walk_roots`) whose path, without scheme and authority, lies under the
 root's path. By default the job stops when one of them matches a candidate; ``ignore`` keeps
 those files.
 """

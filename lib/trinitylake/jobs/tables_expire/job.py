@@ -12,7 +12,7 @@ from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshot
 if TYPE_CHECKING:
     from trinitylake.config import TablesExpireConfig
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
 
 

@@ -14,7 +14,7 @@ from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans
 if TYPE_CHECKING:
     from trinitylake.config import TablesOrphansConfig
     from trinitylake.lakehouse import Lakehouse
-    from trinitylake.maintenance.results import JobResult
+    from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
 
 

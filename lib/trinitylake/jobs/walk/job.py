@@ -4,7 +4,7 @@ Every level of the walk decides where it runs (`trinitylake.spark.execution`):
 
 * **on the driver** while the level's frontier is at most ``local_max_items`` node files and
   the walk holds at most ``driver_max_rows`` rows: the frontier is read and decoded in batches
-  of many files (`trinitylake.maintenance.node_batch`: Arrow arrays, no Python object per
+  of many files (`trinitylake.treewalk.node_batch`: Arrow arrays, no Python object per
   pointer; a thread pool reads object stores), children and definitions are deduplicated per
   batch with numpy and only the distinct ones meet the driver's dicts (against a set of
   visited keys);
@@ -62,17 +62,17 @@ from trinitylake.jobs.walk.rows import (
     size_batches,
     summarize,
 )
-from trinitylake.maintenance import node_batch, reach, table_pointers, walk_roots
-from trinitylake.maintenance.background_sizes import BackgroundSizes, sized_in_order
-from trinitylake.maintenance.plan import run_dir, write_json
-from trinitylake.maintenance.results import JobResult
 from trinitylake.rowsets import Place, RowSet, SparkRows
+from trinitylake.runs.folder import run_dir, write_json
+from trinitylake.runs.results import JobResult
 from trinitylake.spark.execution import (
     DISTRIBUTED,
     LOCAL,
     Execution,
     as_execution,
 )
+from trinitylake.treewalk import node_batch, reach, table_pointers, walk_roots
+from trinitylake.treewalk.background_sizes import BackgroundSizes, sized_in_order
 from trinitylake.treewalk.frontier import walk_levels
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def walk_reachable_with_stats(
         spark_or_ex: an `Execution` (placement per level), or a SparkSession (every level on
             its executors, as before placement existed).
         lakehouse: the source `Lakehouse` (its storage root and options; keys are relative to
-            its root, see `trinitylake.maintenance.reach`).
+            its root, see `trinitylake.treewalk.reach`).
         roots: ``(version, root pointer)`` pairs: ``root_name(v)`` for a source version, the
             full URI of an export's root file for an export.
         batch_size: node files per Spark task.
@@ -541,7 +541,7 @@ def exports_walked(inp: walk_roots.WalkInput) -> dict[str, dict[str, Any]]:
     """What the walk did with each recorded export, for the result's details: a pinned export's
     root was walked (it may reference source files); a self-contained one (unpinned: a full
     export, or a partial one that reached the bottom of the tree) was neither read nor sized
-    (`trinitylake.maintenance.walk_roots`)."""
+    (`trinitylake.treewalk.walk_roots`)."""
     out: dict[str, dict[str, Any]] = {}
     pinned = inp.pinned_versions
     for name, uri in inp.export_roots.items():

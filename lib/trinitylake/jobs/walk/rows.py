@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trinitylake.jobs.walk import rules as walk_rules
-from trinitylake.maintenance import node_batch, reach
 from trinitylake.rowsets import RowSet, SparkRows
 from trinitylake.spark.execution import LOCAL, batch_of, chunks, functions_for, rows_of
+from trinitylake.treewalk import node_batch, reach
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

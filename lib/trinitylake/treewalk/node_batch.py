@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from trinitylake.errors import TrinityLakeError
 from trinitylake.format.node_arrow import decode_pointers
-from trinitylake.maintenance import reach
+from trinitylake.treewalk import reach
 
 #: Rows one level of the walk emits (see the ROLE_* constants of `reach`).
 LEVEL_SCHEMA = pa.schema([("role", pa.string()), ("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),

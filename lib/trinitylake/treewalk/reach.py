@@ -2,7 +2,7 @@
 are read and sized by key.
 
 Engine-agnostic. The walk (`trinitylake.jobs.walk.job`, the library's one walker) reads node
-files in batches with `trinitylake.maintenance.node_batch` (Arrow arrays, many files a call), on
+files in batches with `trinitylake.treewalk.node_batch` (Arrow arrays, many files a call), on
 the driver and inside executors' ``mapInArrow``; :func:`expand_node` here reads one file the same
 way (the benchmarks' per-file baseline, and what the batch reader's rows and errors are tested
 against). Both follow the same rules, written down here once:
@@ -31,8 +31,8 @@ walked root (roots are depth 0). ``first_version`` is the smallest version among
 that reach the file along such a shortest path: for a node, the smallest ``first_version`` of
 its parents at ``depth - 1``. Both are computed level by level with every node read once.
 
-The roots a walk starts from are chosen by `trinitylake.maintenance.walk_roots`; the table
-pointer counts the walk job reports are `trinitylake.maintenance.table_pointers`.
+The roots a walk starts from are chosen by `trinitylake.treewalk.walk_roots`; the table
+pointer counts the walk job reports are `trinitylake.treewalk.table_pointers`.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ OutRow = tuple[str, str, str, int, int, int, "str | None", "str | None"]
 def expand_node(reader: Reader, row: Sequence[Any]) -> tuple[list[OutRow], int]:
     """Read one node file and return its rows (see the ROLE_* constants) and 1 if it was read.
 
-    The walk reads many files a call with `trinitylake.maintenance.node_batch`, which emits
+    The walk reads many files a call with `trinitylake.treewalk.node_batch`, which emits
     the same rows and errors."""
     key, base, fv, depth, is_root = row[0], row[1], int(row[2]), int(row[3]), bool(row[4])
     kind = KIND_ROOT if is_root else KIND_NODE

@@ -3,7 +3,7 @@
 Every retained version (or the versions asked for), the root of every *pinned* export recorded
 in the latest lakehouse definition, every pinned version, and the running roots of live
 distributed transactions (see :func:`walk_input`). The walk itself is
-`trinitylake.maintenance.reach` (rules, one-file reader, reference walk) and
+`trinitylake.treewalk.reach` (rules, one-file reader, reference walk) and
 `trinitylake.jobs.walk.job`.
 
 **Only exports that can reach source files are walked.** The walk exists to find the source
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from trinitylake.errors import TrinityLakeError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.paths import root_name, root_version
 from trinitylake.lakehouse import distributed
-from trinitylake.maintenance.reach import Reader
+from trinitylake.treewalk.reach import Reader
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse

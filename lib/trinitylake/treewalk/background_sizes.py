@@ -22,8 +22,8 @@ import threading
 from array import array
 from collections.abc import Collection, Sequence
 
-from trinitylake.maintenance import reach
 from trinitylake.storage import Storage
+from trinitylake.treewalk import reach
 
 log = logging.getLogger(__name__)
 

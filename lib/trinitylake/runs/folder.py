@@ -6,7 +6,7 @@ Every run of walk, expire and orphans writes under ``<lakehouse>/_maintenance/<j
 * ``plan.json``: what the run decided (versions, cutoffs, policy, counts), written before it
   acts, so a dry run and a real run leave the same plan;
 * ``candidates/``: Parquet of the files it would delete (path, kind, size, ...);
-* ``result.json``: the final :class:`~trinitylake.maintenance.results.JobResult`.
+* ``result.json``: the final :class:`~trinitylake.runs.results.JobResult`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinitylake.maintenance.plan import MAINTENANCE_DIR
+from trinitylake.runs.folder import MAINTENANCE_DIR
 from trinitylake.storage import Storage
 
 log = logging.getLogger("trinitylake.maintenance")
