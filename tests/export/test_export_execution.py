@@ -250,6 +250,7 @@ def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tm
     files referenced by several nodes) end as one row of one part: the parts are cut by target."""
     import pyarrow as pa
 
+    from trinitylake import rowsets
     from trinitylake.jobs.export import plan as XP
     from trinitylake.jobs.export import rules as X
     from trinitylake.jobs.export.planner import LEVEL_SCHEMA, Planner
@@ -271,8 +272,14 @@ def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tm
     cols = [list(c) for c in zip(*level, strict=True)]
     df = spark.createDataFrame(pa.table(cols, schema=LEVEL_SCHEMA), schema=ddl(LEVEL_SCHEMA))
     planner.upper = len(held) + len(level)
-    index = planner._write_distributed([driver], [df.filter("role = 'node'")], [df.filter("role = 'odf'")])
-    rows = [r for p in index["parts"] for r in XP.read_plan_part(tgt.read(f"plan/{p['name']}"))]
-    assert sorted((r.target, r.kind, r.depth) for r in rows) == sorted(
-        [(f"d{i}.binpb", X.KIND_ODF, 1) for i in range(6)] + [("e.binpb", X.KIND_NODE, 7)])
-    assert index["files"] == 8 and sum(p["rows"] for p in index["parts"]) == 7
+    allrows = planner._executor_rows([driver], [df.filter("role = 'node'")], [df.filter("role = 'odf'")])
+    # The same write wherever the rows are: the executors' rows, and the same rows on the driver.
+    for rows_in, plan_dir in ((rowsets.executors(planner.ex, allrows), "plan"),
+                              (rowsets.driver(planner.ex, allrows.toArrow()), "plan-driver")):
+        planner.plan_dir = plan_dir
+        index = planner._write(rows_in, planner.upper)
+        rows = [r for p in index["parts"] for r in XP.read_plan_part(tgt.read(f"{plan_dir}/{p['name']}"))]
+        assert sorted((r.target, r.kind, r.depth) for r in rows) == sorted(
+            [(f"d{i}.binpb", X.KIND_ODF, 1) for i in range(6)] + [("e.binpb", X.KIND_NODE, 7)])
+        assert index["files"] == 8 and sum(p["rows"] for p in index["parts"]) == 7
+        assert len({p["name"] for p in index["parts"]}) == len(index["parts"])

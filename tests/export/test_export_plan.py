@@ -256,15 +256,19 @@ def test_owning_root_of_format_files():
 
 
 def test_a_plan_part_merges_the_duplicates_of_a_file():
-    """What the executors' plan writer keeps of rows sorted by target: one per file, a node over
-    a definition file of the same path, then the smallest depth."""
-    from trinitylake.jobs.export.planner import dedupe_sorted
+    """What a plan part keeps of the rows its task got, in any order: one per file, sorted by
+    target, a node over a definition file of the same path, then the smallest depth."""
+    from trinitylake.jobs.export.planner import dedupe_targets, table_summary
 
-    def row(target, kind, depth):
-        return X.PlanRow(target, "file:///s/" + target, kind, depth, X.ACTION_COPY)
+    def row(target, kind, depth, size=-1):
+        return X.PlanRow(target, "file:///s/" + target, kind, depth, X.ACTION_COPY, size)
 
-    rows = [row("a", X.KIND_ODF, 3), row("a", X.KIND_ODF, 1), row("a", X.KIND_ODF, 2),
-            row("b", X.KIND_ODF, 0), row("b", X.KIND_NODE, 4),
-            row("c", X.KIND_NODE, 2)]
-    assert dedupe_sorted(rows) == [row("a", X.KIND_ODF, 1), row("b", X.KIND_NODE, 4), row("c", X.KIND_NODE, 2)]
-    assert dedupe_sorted([]) == []
+    rows = [row("c", X.KIND_NODE, 2, 7), row("a", X.KIND_ODF, 3), row("b", X.KIND_ODF, 0), row("a", X.KIND_ODF, 1),
+            row("b", X.KIND_NODE, 4, 5), row("a", X.KIND_ODF, 2)]
+    kept = dedupe_targets(XP.plan_table(rows))
+    assert [(r["target"], r["kind"], r["depth"]) for r in kept.to_pylist()] == [
+        ("a", X.KIND_ODF, 1), ("b", X.KIND_NODE, 4), ("c", X.KIND_NODE, 2)]
+    assert dedupe_targets(XP.plan_table([])).num_rows == 0
+    # The Arrow summary of a part says what the rules' summary says of the same rows.
+    kept_rows = [r for r in rows if (r.target, r.depth) in {("a", 1), ("b", 4), ("c", 2)}]
+    assert table_summary("p", kept) == X.part_summary("p", sorted(kept_rows))

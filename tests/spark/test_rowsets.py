@@ -106,3 +106,31 @@ def test_executor_failures_are_named_plainly_and_driver_errors_pass_as_raised(sp
         step = rowsets.Place(ex, where)
         with pytest.raises(expected), step.executor_failures("the test job", "re-run it"):
             list(step.rows(ROWS).map_batches(boom, ROWS.schema, 2).batches())
+
+
+def _kinds_of_task(batches):
+    """One row per task: its number and the distinct kinds it got."""
+    kinds = sorted({k for b in batches for k in b.column(1).to_pylist()})
+    yield pa.RecordBatch.from_arrays([pa.array([rowsets.task_number()], pa.int64()), pa.array([",".join(kinds)])],
+                                     names=["task", "kinds"])
+
+
+@pytest.mark.parametrize("by_range", [False, True])
+def test_rows_of_one_value_meet_in_one_task_and_tasks_are_numbered(place, by_range):
+    rows = place.rows(pa.concat_tables([ROWS, ROWS, ROWS]))
+    out = rows.map_batches(_kinds_of_task, pa.schema([("task", pa.int64()), ("kinds", pa.string())]), 3,
+                           in_flight=2, by="kind", by_range=by_range).to_table()
+    kinds = [k for ks in out.column("kinds").to_pylist() for k in ks.split(",") if k]
+    assert sorted(kinds) == ["def", "node", "root"]  # each kind in exactly one task
+    tasks = out.column("task").to_pylist()
+    assert len(set(tasks)) == len(tasks) and all(0 <= t < 3 for t in tasks)
+
+
+def test_a_driver_cut_by_value_never_splits_a_run_of_equal_values():
+    from trinitylake.rowsets.rowset import _slices
+
+    table = pa.table({"k": ["a"] * 5 + ["b"] + ["c"] * 4})
+    cut = _slices(table, 4, "k")
+    assert sum(t.num_rows for t in cut) == 10
+    assert [sorted(set(t.column("k").to_pylist())) for t in cut] == [["a"], ["b"], ["c"]]
+    assert [t.num_rows for t in _slices(table, 10, "k")] == [5, 1, 4]

@@ -13,6 +13,7 @@ from trinitylake.rowsets.rowset import (
     driver,
     executors,
     place,
+    task_number,
 )
 
-__all__ = ["AllOf", "ArrowRows", "Equals", "Place", "Predicate", "RowSet", "SparkRows", "chain", "driver", "executors", "place"]
+__all__ = ["AllOf", "ArrowRows", "Equals", "Place", "Predicate", "RowSet", "SparkRows", "chain", "driver", "executors", "place", "task_number"]

@@ -16,6 +16,7 @@ meet (a driver-held side joined with a distributed one), the driver's side is sh
 from __future__ import annotations
 
 import functools
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -87,10 +88,12 @@ class RowSet(ABC):
 
     @abstractmethod
     def map_batches(self, fn: BatchFn, schema: pa.Schema, partitions: int, *, in_flight: int = 1,
-                    by: str | None = None) -> RowSet:
+                    by: str | None = None, by_range: bool = False) -> RowSet:
         """`fn` over the rows' record batches in `partitions` tasks (the driver runs up to
-        `in_flight` of them at once; the executors' tasks are cut by the column `by` when
-        given); the rows it yields, of `schema`."""
+        `in_flight` of them at once); the rows it yields, of `schema`. With `by`, the rows of
+        one value of that column meet in one task: hashed on the executors, or cut into ranges
+        of values when `by_range`; on the driver always ranges of the sorted values. `fn` may
+        ask `task_number()` which task it is."""
 
     @abstractmethod
     def filter(self, predicate: Predicate) -> RowSet:
@@ -167,12 +170,42 @@ class RowSet(ABC):
 
 
 # ---- the driver ------------------------------------------------------------------------------
-def _slices(table: pa.Table, parts: int) -> list[pa.Table]:
+def _slices(table: pa.Table, parts: int, by: str | None = None) -> list[pa.Table]:
+    """`table` in up to `parts` slices of about equal rows; with `by`, sorted by that column
+    and cut only where its value changes (one value's rows in one slice)."""
+    if by is not None:
+        table = table.sort_by(by)
     n = table.num_rows
     if parts <= 1 or n <= 1:
         return [table]
     per = -(-n // min(parts, n))
-    return [table.slice(i, per) for i in range(0, n, per)]
+    starts = list(range(0, n, per))
+    if by is not None:
+        values = table.column(by)
+        moved = [0]
+        for i in starts[1:]:
+            i = max(i, moved[-1])
+            while 0 < i < n and values[i] == values[i - 1]:
+                i += 1
+            if i < n and i > moved[-1]:
+                moved.append(i)
+        starts = moved
+    return [table.slice(a, b - a) for a, b in zip(starts, [*starts[1:], n], strict=True)]
+
+
+_task = threading.local()
+
+
+def task_number() -> int:
+    """The number of the task running a `map_batches` function: its slice on the driver, its
+    partition on the executors (0 outside any task)."""
+    number = getattr(_task, "number", None)
+    if number is not None:
+        return int(number)
+    from pyspark import TaskContext  # only reached inside an executor task, where pyspark is loaded
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
 
 
 class ArrowRows(RowSet):
@@ -212,11 +245,15 @@ class ArrowRows(RowSet):
         return self._table
 
     def map_batches(self, fn: BatchFn, schema: pa.Schema, partitions: int, *, in_flight: int = 1,
-                    by: str | None = None) -> ArrowRows:
-        slices = _slices(self.to_table(), partitions)
+                    by: str | None = None, by_range: bool = False) -> ArrowRows:
+        slices = list(enumerate(_slices(self.to_table(), partitions, by)))
 
-        def task(part: pa.Table) -> list[pa.RecordBatch]:
-            return [b for b in fn(iter(part.to_batches())) if b.num_rows]
+        def task(numbered: tuple[int, pa.Table]) -> list[pa.RecordBatch]:
+            _task.number = numbered[0]
+            try:
+                return [b for b in fn(iter(numbered[1].to_batches())) if b.num_rows]
+            finally:
+                _task.number = None
 
         def run() -> Iterator[pa.RecordBatch]:
             if in_flight <= 1 or len(slices) <= 1:
@@ -340,8 +377,11 @@ class SparkRows(RowSet):
         return SparkRows(self.ex, self.ex.to_df(rows.to_table()))
 
     def map_batches(self, fn: BatchFn, schema: pa.Schema, partitions: int, *, in_flight: int = 1,
-                    by: str | None = None) -> SparkRows:
-        if partitions > 1:
+                    by: str | None = None, by_range: bool = False) -> SparkRows:
+        if by and by_range:
+            # Ranges sampled by Spark, even for one task: `by`'s values meet, sorted or not.
+            df = self.df.repartitionByRange(partitions, by)
+        elif partitions > 1:
             df = self.df.repartition(partitions, by) if by else self.df.repartition(partitions)
         else:
             df = self.df.coalesce(1)
@@ -506,4 +546,4 @@ def chain(parts: Iterable[RowSet]) -> RowSet:
     return functools.reduce(lambda a, b: a.union(b), parts)
 
 
-__all__ = ["AllOf", "ArrowRows", "Equals", "Key", "Place", "Predicate", "RowSet", "SparkRows", "Term", "chain", "driver", "executors", "place"]
+__all__ = ["AllOf", "ArrowRows", "Equals", "Key", "Place", "Predicate", "RowSet", "SparkRows", "Term", "chain", "driver", "executors", "place", "task_number"]

@@ -11,7 +11,6 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -19,7 +18,9 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from trinitylake import rowsets
 from trinitylake.errors import (
     AlreadyExistsError,
     CorruptDefinitionError,
@@ -30,6 +31,7 @@ from trinitylake.errors import (
 )
 from trinitylake.jobs.export import plan as export_plan
 from trinitylake.jobs.export import rules as export_rules
+from trinitylake.rowsets import Place, RowSet, task_number
 from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
@@ -153,41 +155,44 @@ def _failure(missing: list[str], errors: list[str], what: str, version: int) -> 
 
 
 # ---- plan: parts ------------------------------------------------------------------------------
-def _write_part(target: Storage, plan_dir: str, name: str, rows: list[export_rules.PlanRow]) -> dict[str, Any]:
-    target.write(f"{plan_dir}/{name}", export_plan.plan_part_bytes(rows))
-    return export_rules.part_summary(name, rows)
-
-
-def dedupe_sorted(rows: list[export_rules.PlanRow]) -> list[export_rules.PlanRow]:
-    """One row per target of rows sorted by target: a node wins over the same path planned as a
+def dedupe_targets(table: pa.Table) -> pa.Table:
+    """One row per target, sorted by target: a node wins over the same path planned as a
     definition file (never the case in a valid tree), then the smallest depth; ties keep the
-    first row (duplicates of one file at one depth are the same plan)."""
-    out: list[export_rules.PlanRow] = []
-    for r in rows:
-        if out and out[-1].target == r.target:
-            if (r.kind == export_rules.KIND_ODF, r.depth) < (out[-1].kind == export_rules.KIND_ODF, out[-1].depth):
-                out[-1] = r
-        else:
-            out.append(r)
-    return out
+    first row (duplicates of one file at one depth are the same plan). Arrow's sort is stable."""
+    if table.num_rows <= 1:
+        return table
+    odf = pc.equal(table.column("kind"), export_rules.KIND_ODF).cast(pa.int8())
+    ordered = (table.append_column("_odf", odf)
+               .sort_by([("target", "ascending"), ("_odf", "ascending"), ("depth", "ascending")])
+               .drop_columns(["_odf"]))
+    targets = ordered.column("target").combine_chunks()
+    first = pc.not_equal(targets.slice(1), targets.slice(0, len(targets) - 1))
+    return ordered.filter(pa.concat_arrays([pa.array([True]), first]))
+
+
+def table_summary(name: str, table: pa.Table) -> dict[str, Any]:
+    """`export_rules.part_summary` of a part held as an Arrow table."""
+    size = table.column("size")
+    return {"name": name, "rows": table.num_rows,
+            "bytes": int(pc.sum(pc.max_element_wise(size, 0)).as_py() or 0),
+            "unsized": int(pc.sum(pc.less(size, 0).cast(pa.int64())).as_py() or 0),
+            "rewritten": int(pc.sum(pc.equal(table.column("action"), export_rules.ACTION_REWRITE).cast(pa.int64())).as_py() or 0),
+            "external": int(pc.sum(table.column("external").cast(pa.int64())).as_py() or 0)}
 
 
 def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function writing one plan part per partition. The partitions are cut by
-    target, so every planned copy of a file meets its duplicates here: sorted (by Arrow) and
-    deduplicated (`dedupe_sorted`) in the task, not by a shuffle of its own."""
-    from pyspark import TaskContext  # an executor task's function: pyspark is there already
-
+    """Per-task function writing one plan part (on the driver's threads or in an executor
+    task). The tasks are cut by target, so every planned copy of a file meets its duplicates
+    here and is merged (`dedupe_targets`), not by a shuffle of its own."""
     tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
     if not tables:
         return
-    table = pa.concat_tables(tables).sort_by("target")
-    cols = [table.column(n).to_pylist() for n in export_rules.PLAN_COLUMNS]
-    rows = dedupe_sorted([export_rules.PlanRow(*vals) for vals in zip(*cols, strict=True)])
-    ctx = TaskContext.get()
-    name = export_rules.plan_part_name(ctx.partitionId()) if ctx is not None else f"part-{uuid.uuid4().hex}.parquet"
+    # The plan's own schema (the executors' rows come back with Spark's nullability).
+    table = dedupe_targets(pa.concat_tables(tables).select(list(export_rules.PLAN_COLUMNS))).cast(export_rules.PLAN_SCHEMA)
+    name = export_rules.plan_part_name(task_number())
     before = requests.snapshot()
-    s = _write_part(target, plan_dir, name, rows)
+    LocalFiles.of(target).write(f"{plan_dir}/{name}", export_plan.table_bytes(table))
+    s = table_summary(name, table)
     s["requests"] = json.dumps(requests.since(before))
     yield batch_of(SUMMARY_SCHEMA, [[s[f.name]] for f in SUMMARY_SCHEMA])
 
@@ -253,7 +258,12 @@ class Planner:
         return False
 
     def driver_result(self) -> dict[str, Any]:
-        return self._write_local()
+        # Written from the driver whatever its size: the rows are here already (the bounds above
+        # kept them small enough), and shipping them to the executors costs more than writing
+        # them (a 1.1M-row plan made 5.6 MB tasks and doubled the driver's memory).
+        rows = self._rows()
+        self.nodes, self.odfs, self.node_bytes = {}, {}, 0
+        return self._write(rowsets.driver(self.ex, export_plan.plan_table(rows)), len(rows))
 
     def executor_levels(self, frontier: dict[str, int], depth: int) -> dict[str, Any]:
         return self._run_distributed(frontier, depth)
@@ -304,40 +314,48 @@ class Planner:
             rows.setdefault(p, export_rules.plan_file(self.source, p, export_rules.KIND_ODF, d))
         for p, r in self.nodes.items():
             rows[p] = r
-        return sorted(rows.values(), key=lambda r: r.target)
+        return list(rows.values())
 
     def _index(self, summaries: list[dict[str, Any]]) -> dict[str, Any]:
         summaries.sort(key=lambda p: p["name"])
         return {"parts": summaries, "levels": self.levels, "files": sum(p["rows"] for p in summaries) + 1,
                 "created_at": datetime.now(UTC).isoformat()}
 
-    def _write_local(self) -> dict[str, Any]:
-        # Written from the driver whatever its size: the rows are here already (the bounds above
-        # kept them small enough), and shipping them to the executors costs more than writing
-        # them (a 1.1M-row plan made 5.6 MB tasks and doubled the driver's memory).
-        rows = self._rows()
-        self.nodes, self.odfs, self.node_bytes = {}, {}, 0
-        per = max(self.batch, LOCAL_PART_ROWS)
+    def _part_count(self, rows: int, distributed: bool) -> int:
+        """Parts of a plan of about `rows` rows. On the driver parts are the unit of resume, not
+        of parallelism (its threads copy files of several parts at once), and every part costs
+        two small files: `LOCAL_PART_ROWS` at least. An object store cuts more: a part is a copy
+        task, and its files wait on round trips, not on a core, so at least `REMOTE_MIN_PARTS`
+        parts when the copy runs on the executors (2,205 files made 3 parts of 1,024: 3 tasks
+        for 4 executors). A copy the I/O engine runs on the driver keeps its parts whole: the
+        engine keeps a part's requests in flight together, and every part costs two LISTs of
+        its key range, a GET of its rows and a PUT of its manifest."""
+        parts = max(1, math.ceil(rows / (self.batch if distributed else max(self.batch, LOCAL_PART_ROWS))))
         remote = self.target if not self.target.on_local_disk else self.source
-        if not remote.on_local_disk and (self.target.engine is None or self.ex.distributed(
-                len(rows), storage=remote, requests_per_item=1)):
-            # An object store: a part is a copy task, and its files wait on round trips, not on
-            # a core. At least `REMOTE_MIN_PARTS` parts, so that every executor core has tasks
-            # (2,205 files made 3 parts of 1,024: 3 tasks for 4 executors). A copy the I/O
-            # engine runs on the driver keeps its parts whole: the engine keeps a part's
-            # requests in flight together, and every part costs two LISTs of its key range,
-            # a GET of its rows and a PUT of its manifest.
-            per = min(per, max(REMOTE_PART_MIN_ROWS, math.ceil(len(rows) / REMOTE_MIN_PARTS)))
-        chunks = [rows[i : i + per] for i in range(0, len(rows), per)]
-        with self.ex.phase("export.write_plan", LOCAL, len(rows), f"export {self.spec.name}: write the plan"):
-            pmap, close = pool_map(min(self.io_threads, len(chunks)))
-            try:
-                tgt = LocalFiles.of(self.target)
-                summaries = pmap(lambda ic: _write_part(tgt, self.plan_dir, export_rules.plan_part_name(ic[0]), ic[1]),
-                                 list(enumerate(chunks)))
-            finally:
-                close()
-        return self._index(summaries)
+        if not remote.on_local_disk and (distributed or self.target.engine is None or self.ex.distributed(
+                rows, storage=remote, requests_per_item=1)):
+            parts = max(parts, min(REMOTE_MIN_PARTS, math.ceil(rows / REMOTE_PART_MIN_ROWS)))
+        return parts
+
+    def _write(self, rows: RowSet, upper: int) -> dict[str, Any]:
+        """Write the plan's `rows` (at most `upper`, duplicates merged by the parts) as its
+        parts, where the rows are; the plan index."""
+        step = Place(self.ex, rows.where)
+        n_parts = self._part_count(upper, step.distributed)
+        with step.phase("export.write_plan", upper, f"export {self.spec.name}: write the plan ({n_parts} parts)") as entry:
+            fn = functools.partial(_part_batches, self.target, self.plan_dir)
+            # On an object store each part is one range of target keys: the copy verifies a
+            # part's server-side copies by listing its range (`copying.copy_batch`), where a
+            # hash partition's keys would span the whole lakehouse.
+            written = rows.map_batches(fn, SUMMARY_SCHEMA, n_parts, in_flight=self.io_threads, by="target",
+                                       by_range=self.target.engine is not None)
+            summaries = [dict(zip(SUMMARY_SCHEMA.names, r, strict=True))
+                         for r in rows_of(written.batches(), *SUMMARY_SCHEMA.names)]
+            for r in summaries:
+                step.add_task_requests(r.pop("requests", None))
+            if entry is not None:
+                entry["items"] = int(str(entry["items"])) + sum(int(r["rows"]) for r in summaries) - upper  # the rows written
+        return self._index([{k: int(v) if k != "name" else v for k, v in s.items()} for s in summaries])
 
     # -- executors --
     def _run_distributed(self, frontier_d: dict[str, int], depth: int) -> dict[str, Any]:
@@ -407,7 +425,7 @@ class Planner:
                          n_next)
                 n = n_next
                 depth += 1
-            return self._write_distributed(plan_parts, node_parts, odf_parts)
+            return self._write(rowsets.executors(ex, self._executor_rows(plan_parts, node_parts, odf_parts)), self.upper)
         finally:
             for c in checkpoints:
                 try:
@@ -415,9 +433,9 @@ class Planner:
                 except Exception:  # noqa: BLE001 - checkpoints go with the session
                     pass
 
-    def _write_distributed(self, plan_parts: list, node_parts: list, odf_parts: list) -> dict[str, Any]:
-
-        ex, spec, source = self.ex, self.spec, self.source
+    def _executor_rows(self, plan_parts: list, node_parts: list, odf_parts: list) -> DataFrame:
+        """Every plan row the executors' levels found, with the rows the driver handed over."""
+        ex, source = self.ex, self.source
         F = ex.F  # noqa: N806
         cols = list(export_rules.PLAN_COLUMNS)
         root = source.root if source.root.endswith("/") else source.root + "/"
@@ -429,23 +447,6 @@ class Planner:
                             F.lit(-1).cast("bigint").alias("size"), F.lit("").alias("md5"),
                             F.lit(0).cast("int").alias("external"), F.lit(None).cast("binary").alias("data"))
                   for df in odf_parts]
-        allrows = reduce(lambda a, b: a.unionByName(b), [p.select(*cols) for p in plan_parts + nodes])
-        # One shuffle: cut by target, each task sorts and merges the duplicates it holds (a
-        # definition file referenced from several nodes) and writes its part. A groupBy before
-        # it, with its checkpoint and count, cost 61 s of a 1.1M-file plan.
-        n_parts = max(1, math.ceil(self.upper / self.batch))
-        if not source.on_local_disk or not self.target.on_local_disk:  # see `_write_local`
-            n_parts = max(n_parts, min(REMOTE_MIN_PARTS, math.ceil(self.upper / REMOTE_PART_MIN_ROWS)))
-        with ex.phase("export.write_plan", DISTRIBUTED, self.upper,
-                      f"export {spec.name}: write the plan ({n_parts} parts)") as entry:
-            fn = functools.partial(_part_batches, self.target, self.plan_dir)
-            # On an object store each part is one range of target keys (sampled by Spark): the
-            # copy verifies a part's server-side copies by listing its range (`copying.copy_batch`),
-            # where a hash partition's keys would span the whole lakehouse.
-            cut = (allrows.repartitionByRange(n_parts, "target") if self.target.engine is not None
-                   else allrows.repartition(n_parts, "target"))
-            summaries = [r.asDict() for r in cut.mapInArrow(fn, ddl(SUMMARY_SCHEMA)).collect()]
-            for r in summaries:
-                ex.add_executor_requests(r.pop("requests", None))
-            entry["items"] += sum(int(r["rows"]) for r in summaries) - self.upper  # the rows written
-        return self._index([{k: int(v) if k != "name" else v for k, v in s.items()} for s in summaries])
+        # Merged by the plan write's one shuffle, cut by target (`_write`): a groupBy before it,
+        # with its checkpoint and count, cost 61 s of a 1.1M-file plan.
+        return reduce(lambda a, b: a.unionByName(b), [p.select(*cols) for p in plan_parts + nodes])
