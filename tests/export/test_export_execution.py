@@ -261,25 +261,23 @@ def test_the_executors_plan_writer_merges_duplicates_across_its_inputs(spark, tm
                              target_uri=tgt.root, source_id="id", order=4)
     planner = Planner(Execution("distributed", spark=spark), src, tgt, spec, "plan", batch=3, io_threads=1)
 
-    def odf(t, depth):
-        return X.PlanRow(t, src.uri(t), X.KIND_ODF, depth, X.ACTION_COPY)
-
-    held = [odf(f"d{i}.binpb", 1) for i in range(6)]
-    driver = spark.createDataFrame(XP.plan_table(held), schema=ddl(X.PLAN_SCHEMA))
+    held = [("odf", f"d{i}.binpb", X.KIND_ODF, 1, X.ACTION_COPY, -1, "", 0, None, None) for i in range(6)]
     level = [("odf", f"d{i}.binpb", X.KIND_ODF, 2 + i % 2, X.ACTION_COPY, -1, "", 0, None, None) for i in range(6)]
     level += [("odf", "e.binpb", X.KIND_ODF, d, X.ACTION_COPY, -1, "", 0, None, None) for d in (5, 3, 4)]
     level += [("node", "e.binpb", X.KIND_NODE, 7, X.ACTION_COPY, 4, "0" * 32, 0, b"abcd", None)]
-    cols = [list(c) for c in zip(*level, strict=True)]
-    df = spark.createDataFrame(pa.table(cols, schema=LEVEL_SCHEMA), schema=ddl(LEVEL_SCHEMA))
-    planner.upper = len(held) + len(level)
-    allrows = planner._executor_rows([driver], [df.filter("role = 'node'")], [df.filter("role = 'odf'")])
-    # The same write wherever the rows are: the executors' rows, and the same rows on the driver.
-    for rows_in, plan_dir in ((rowsets.executors(planner.ex, allrows), "plan"),
-                              (rowsets.driver(planner.ex, allrows.toArrow()), "plan-driver")):
+    table = pa.table([list(c) for c in zip(*held, *level, strict=True)], schema=LEVEL_SCHEMA)
+    upper = len(held) + len(level)
+    # The same write wherever the rows are: on the executors (a driver part and a level's part,
+    # as the levels leave them), and the same rows on the driver.
+    on_executors = rowsets.chain([rowsets.driver(planner.ex, table.slice(0, len(held))),
+                                  rowsets.executors(planner.ex, spark.createDataFrame(table.slice(len(held)),
+                                                                                     schema=ddl(LEVEL_SCHEMA)))])
+    for rows_in, plan_dir in ((on_executors, "plan"), (rowsets.driver(planner.ex, table), "plan-driver")):
         planner.plan_dir = plan_dir
-        index = planner._write(rows_in, planner.upper)
+        index = planner._write(rows_in, upper)
         rows = [r for p in index["parts"] for r in XP.read_plan_part(tgt.read(f"{plan_dir}/{p['name']}"))]
         assert sorted((r.target, r.kind, r.depth) for r in rows) == sorted(
             [(f"d{i}.binpb", X.KIND_ODF, 1) for i in range(6)] + [("e.binpb", X.KIND_NODE, 7)])
+        assert {r.source for r in rows} == {src.uri(r.target) for r in rows}
         assert index["files"] == 8 and sum(p["rows"] for p in index["parts"]) == 7
         assert len({p["name"] for p in index["parts"]}) == len(index["parts"])

@@ -134,3 +134,10 @@ def test_a_driver_cut_by_value_never_splits_a_run_of_equal_values():
     assert sum(t.num_rows for t in cut) == 10
     assert [sorted(set(t.column("k").to_pylist())) for t in cut] == [["a"], ["b"], ["c"]]
     assert [t.num_rows for t in _slices(table, 10, "k")] == [5, 1, 4]
+
+
+def test_first_and_distinct_rows_are_the_same_wherever_the_step_runs(place):
+    rows = place.rows(pa.table({"path": ["b", "a", "b", "a", "c"], "v": pa.array([2, 3, 1, 3, 5], pa.int64()),
+                                "w": ["x", "z", "y", "y", "q"]}))
+    assert _sorted(rows.first_by("path", "v")) == [("a", 3, "y"), ("b", 1, "y"), ("c", 5, "q")]
+    assert _sorted(rows.distinct("path")) == [("a",), ("b",), ("c",)]

@@ -5,6 +5,7 @@ from trinitylake.rowsets.rowset import (
     AllOf,
     ArrowRows,
     Equals,
+    OneOf,
     Place,
     Predicate,
     RowSet,
@@ -16,4 +17,4 @@ from trinitylake.rowsets.rowset import (
     task_number,
 )
 
-__all__ = ["AllOf", "ArrowRows", "Equals", "Place", "Predicate", "RowSet", "SparkRows", "chain", "driver", "executors", "place", "task_number"]
+__all__ = ["AllOf", "ArrowRows", "Equals", "OneOf", "Place", "Predicate", "RowSet", "SparkRows", "chain", "driver", "executors", "place", "task_number"]

@@ -8,8 +8,8 @@ answers with all the sizes at the end, so the ``stat``s run on the other core me
 
 Only for local, relative keys on a storage without a fault injector hooked in; anything else
 (a key that is a URI or an absolute path, a child that cannot start or dies) makes `finish`
-answer None and the caller sizes in process as before. The walk feeds keys in the order it
-first meets them, which is the order of its leaves dict, so the answer lines up with it.
+answer None and the caller sizes in process as before. The answer lines up with the keys in
+the order they were fed.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import subprocess
 import sys
 import threading
 from array import array
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from trinitylake.storage import Storage
-from trinitylake.treewalk import reach
 
 log = logging.getLogger(__name__)
 
@@ -151,18 +150,3 @@ class BackgroundSizes:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def sized_in_order(sizer: BackgroundSizes | None, fed: Collection[str], keys: list[str], reader: reach.Reader,
-                   io_threads: int) -> list[int]:
-    """Sizes of `keys` (a subsequence of `fed`, every key the walk met, in the order fed): from
-    the child when it answered for all of `fed`, else sized in this process."""
-    everything = sizer.finish(len(fed)) if sizer is not None else None
-    if everything is None:
-        return reach.sizes_of(reader, keys, io_threads)
-    if len(keys) != len(fed):
-        kept = set(keys)
-        everything = [s for k, s in zip(fed, everything, strict=True) if k in kept]
-    # -2: the child's stat failed otherwise than "missing": the storage answers (retries,
-    # typed errors).
-    return [reader.size(k) if s == -2 else s for k, s in zip(keys, everything, strict=True)]

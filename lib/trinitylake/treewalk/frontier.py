@@ -14,24 +14,25 @@ of a level's time on small lakehouses).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from trinitylake.rowsets import Place, RowSet
+from trinitylake.spark.execution import DISTRIBUTED
 
 if TYPE_CHECKING:
     from trinitylake.spark.execution import Execution
     from trinitylake.storage import Storage
     from trinitylake.util import Session
 
-#: What a walk's frontier holds (keys and what each level needs of them).
-F = TypeVar("F", bound=Sized)
 #: What a walk returns.
 R_co = TypeVar("R_co", covariant=True)
 
 _AQE = "spark.sql.adaptive.enabled"
 
 
-class Levels(Protocol[F, R_co]):
+class Levels(Protocol[R_co]):
     """What one walk reads per level (its rows, its rules): the frontier walk decides where."""
 
     @property
@@ -44,40 +45,53 @@ class Levels(Protocol[F, R_co]):
         """Where its node files are (one GET per node file: an object store's estimate counts them)."""
         ...
 
-    def held_after(self, frontier: F) -> int:
-        """Rows the driver would hold after reading `frontier` there."""
+    def held_after(self, frontier: int) -> int:
+        """Rows the driver would hold after reading a level of `frontier` node files there."""
         ...
 
     def on_executors_only(self) -> bool:
         """Whether what the walk holds is on the executors already (its levels must go there)."""
         ...
 
-    def driver_level(self, frontier: F, depth: int) -> F:
-        """Read one level on the driver; the next frontier."""
+    def read_level(self, step: Place, frontier: RowSet, size: int, depth: int) -> tuple[RowSet, int]:
+        """Read the `size` node files of `frontier` (held where `step` runs) at `depth`; the
+        next frontier and its size (at least its distinct files, 0 at the bottom)."""
         ...
 
-    def executor_levels(self, frontier: F, depth: int) -> R_co:
-        """Hand `frontier` and what the driver holds to the executors; read every remaining
-        level there; the walk's result."""
+    def result(self, step: Place) -> R_co:
+        """The walk's result, from what its levels held (`step`: where the last level ran)."""
         ...
 
-    def driver_result(self) -> R_co:
-        """The walk's result when every level ran on the driver."""
+    def release(self) -> None:
+        """Let go of what the levels kept (checkpoints, thread pools), once the result is made."""
         ...
 
 
-def walk_levels(ex: Execution, levels: Levels[F, R_co], frontier: F, depth: int) -> R_co:
-    """Walk from `frontier` (node files at `depth`) to the bottom of the tree: driver levels
-    while they are small and fit, then (at most once) the executors for the rest."""
-    while size := len(frontier):
-        # One GET per node file: on an object store `auto` compares estimated times.
-        on_executors = ex.distributed(size, storage=levels.storage, requests_per_item=1, phase=levels.phase)
-        if levels.on_executors_only() or on_executors or not ex.fits_driver(levels.held_after(frontier)):
-            with executor_levels(ex.spark):
-                return levels.executor_levels(frontier, depth)
-        frontier = levels.driver_level(frontier, depth)
-        depth += 1
-    return levels.driver_result()
+def walk_levels(ex: Execution, levels: Levels[R_co], frontier: RowSet, size: int, depth: int) -> R_co:
+    """Walk from `frontier` (`size` node files at `depth`) to the bottom of the tree: driver
+    levels while they are small and fit, then (at most once) the executors for the rest; each
+    level is the walk's one `read_level`, over rows held where it runs."""
+    step = Place(ex, frontier.where)
+    with ExitStack() as stack:
+        stack.callback(levels.release)
+        if step.distributed:
+            stack.enter_context(executor_levels(ex.spark))
+        while size:
+            if not step.distributed and _to_executors(ex, levels, size):
+                step = Place(ex, DISTRIBUTED)
+                stack.enter_context(executor_levels(ex.spark))
+            frontier, size = levels.read_level(step, step.rows(frontier), size, depth)
+            depth += 1
+        return levels.result(step)
+
+
+def _to_executors(ex: Execution, levels: Levels[R_co], size: int) -> bool:
+    if levels.on_executors_only():
+        return True
+    # One GET per node file: on an object store `auto` compares estimated times.
+    if ex.distributed(size, storage=levels.storage, requests_per_item=1, phase=levels.phase):
+        return True
+    return not ex.fits_driver(levels.held_after(size))
 
 
 @contextmanager

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,14 +30,13 @@ from trinitylake.errors import (
 )
 from trinitylake.jobs.export import plan as export_plan
 from trinitylake.jobs.export import rules as export_rules
-from trinitylake.rowsets import Place, RowSet, task_number
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, ROW_BYTES, Execution, batch_of, chunks, ddl, rows_of
+from trinitylake.rowsets import Equals, OneOf, Place, RowSet, task_number
+from trinitylake.spark.execution import ROW_BYTES, Execution, batch_of, chunks, rows_of
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.local_files import LocalFiles
 from trinitylake.treewalk.frontier import walk_levels
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
     from trinitylake.lakehouse import RootRef
 
@@ -133,25 +131,27 @@ def _expand(source: Storage, spec: export_rules.ExportSpec, pmap: PoolMap, items
     return [t for part in pmap(one, items) for t in part]
 
 
-def _level_batches(source: Storage, spec: export_rules.ExportSpec, io_threads: int, batches: Iterator[pa.RecordBatch]
-                   ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function of one plan level: frontier (target, depth) in, `LEVEL_SCHEMA` out."""
+def _level_batches(source: Storage, spec: export_rules.ExportSpec, io_threads: int, chunk: int,
+                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Per-task function of one plan level (a driver thread or an executor task): frontier
+    (target, depth) in, `LEVEL_SCHEMA` out, `chunk` node files at a time (an executor task's
+    memory; the driver reads its whole level as one chunk, so an object store's reads are all
+    in flight together). Ends with the task's object-store requests, one `ROLE_REQUESTS` row
+    per kind of request (its name in ``kind``, its count in ``size``)."""
     before = requests.snapshot()
     src = LocalFiles.of(source)
     pmap, close = pool_map(io_threads)
     try:
-        for chunk in chunks(rows_of(batches, "target", "depth"), _CHUNK):
-            out = _expand(src, spec, pmap, chunk)
+        for part in chunks(rows_of(batches, "target", "depth"), chunk):
+            out = _expand(src, spec, pmap, part)
             yield batch_of(LEVEL_SCHEMA, [list(c) for c in zip(*out, strict=True)] if out else [[] for _ in LEVEL_SCHEMA])
     finally:
         close()
-    # The task's object-store requests, as one row the driver sums (`ROLE_REQUESTS`).
-    yield batch_of(LEVEL_SCHEMA, [[ROLE_REQUESTS], [""], [""], [0], [""], [-1], [""], [0], [None],
-                                  [json.dumps(requests.since(before))]])
-
-
-def _failure(missing: list[str], errors: list[str], what: str, version: int) -> None:
-    raise_failures(missing, errors, [], what, version)
+    counted = {k: v for k, v in requests.since(before).items() if v}
+    if counted:
+        n = len(counted)
+        yield batch_of(LEVEL_SCHEMA, [[ROLE_REQUESTS] * n, [""] * n, list(counted), [0] * n, [""] * n,
+                                      list(counted.values()), [""] * n, [0] * n, [None] * n, [None] * n])
 
 
 # ---- plan: parts ------------------------------------------------------------------------------
@@ -170,6 +170,21 @@ def dedupe_targets(table: pa.Table) -> pa.Table:
     return ordered.filter(pa.concat_arrays([pa.array([True]), first]))
 
 
+def target_root_of(root: str) -> str:
+    return root if root.endswith("/") else root + "/"
+
+
+def plan_rows(source_root: str, level: pa.Table) -> pa.Table:
+    """Plan rows (`PLAN_SCHEMA`) of a level's node and definition rows: a level's row holds
+    what the plan needs but the source's URI, its root joined to the key (`Storage.uri` of
+    the plain relative keys a tree holds)."""
+    source = pc.binary_join_element_wise(pa.scalar(source_root), level.column("target"), "")
+    cols = {name: level.column(name) for name in export_rules.PLAN_COLUMNS if name != "source"}
+    cols["source"] = source
+    return pa.table([cols[n] for n in export_rules.PLAN_COLUMNS], names=list(export_rules.PLAN_COLUMNS)).cast(
+        export_rules.PLAN_SCHEMA)
+
+
 def table_summary(name: str, table: pa.Table) -> dict[str, Any]:
     """`export_rules.part_summary` of a part held as an Arrow table."""
     size = table.column("size")
@@ -180,15 +195,15 @@ def table_summary(name: str, table: pa.Table) -> dict[str, Any]:
             "external": int(pc.sum(table.column("external").cast(pa.int64())).as_py() or 0)}
 
 
-def _part_batches(target: Storage, plan_dir: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Per-task function writing one plan part (on the driver's threads or in an executor
-    task). The tasks are cut by target, so every planned copy of a file meets its duplicates
-    here and is merged (`dedupe_targets`), not by a shuffle of its own."""
+def _part_batches(source_root: str, target: Storage, plan_dir: str, batches: Iterator[pa.RecordBatch]
+                  ) -> Iterator[pa.RecordBatch]:
+    """Per-task function writing one plan part from the levels' rows (on the driver's threads
+    or in an executor task). The tasks are cut by target, so every planned copy of a file
+    meets its duplicates here and is merged (`dedupe_targets`), not by a shuffle of its own."""
     tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
     if not tables:
         return
-    # The plan's own schema (the executors' rows come back with Spark's nullability).
-    table = dedupe_targets(pa.concat_tables(tables).select(list(export_rules.PLAN_COLUMNS))).cast(export_rules.PLAN_SCHEMA)
+    table = dedupe_targets(plan_rows(target_root_of(source_root), pa.concat_tables(tables)))
     name = export_rules.plan_part_name(task_number())
     before = requests.snapshot()
     LocalFiles.of(target).write(f"{plan_dir}/{name}", export_plan.table_bytes(table))
@@ -217,104 +232,109 @@ def raise_failures(missing: list[str], errors: list[str], conflicts: list[str], 
 
 
 class Planner:
-    """Walks the exported part of the tree level by level (driver or executors per level) and
-    writes the plan parts; returns the plan index (parts, counts)."""
+    """Walks the exported part of the tree level by level (`treewalk.frontier`: driver or
+    executors per level) and writes the plan parts; returns the plan index (parts, counts)."""
+
+    phase = "export.plan_nodes"
 
     def __init__(self, ex: Execution, source: Storage, target: Storage, spec: export_rules.ExportSpec, plan_dir: str,
                  batch: int, io_threads: int, on_level: Callable[[int], None] | None = None):
         self.ex, self.source, self.target, self.spec = ex, source, target, spec
-        # Told, after each driver level, about how many files the plan will hold (the rows so
-        # far plus half a node's worth of entries per node still to read).
+        # Told, after each level, about how many files the plan will hold (the rows so far
+        # plus half a node's worth of entries per node still to read).
         self.on_level = on_level
         self.plan_dir, self.batch, self.io_threads = plan_dir, batch, io_threads
         self.levels: list[dict[str, Any]] = []
-        # Driver-side state.
-        self.nodes: dict[str, export_rules.PlanRow] = {}
-        self.node_bytes = 0  # of the node files held in `nodes` (the copy writes them as read)
-        self.odfs: dict[str, int] = {}
-        self.upper = 0  # rows the distributed plan can hold
+        #: The plan's rows so far (`LEVEL_SCHEMA`: nodes and definition files), per level.
+        self.found: list[RowSet] = []
+        self.upper = 0  # rows the plan holds at most (duplicates merged when its parts are written)
+        self.node_bytes = 0  # of the node files found (their exported bytes ride in the rows)
+        self.kept: list[RowSet] = []
 
     def run(self, ref: RootRef, root_refs: export_rules.NodeRefs) -> dict[str, Any]:
         def_rel = export_rules.key_in_source(self.source, ref.def_path) or ref.def_path
-        self.def_row = export_rules.plan_file(self.source, def_rel, export_rules.KIND_DEF, 0)
-        for p in root_refs.odfs:
-            self.odfs.setdefault(p, 0)
-        return walk_levels(self.ex, self, dict.fromkeys(root_refs.children, 1), 1)
+        first = [(ROLE_NODE, def_rel, export_rules.KIND_DEF, 0, export_rules.ACTION_REWRITE, -1, "", 0, None, None)]
+        first += [(ROLE_ODF, p, export_rules.KIND_ODF, 0, export_rules.ACTION_COPY, -1, "", 0, None, None)
+                  for p in dict.fromkeys(root_refs.odfs)]
+        self.found.append(rowsets.driver(self.ex, _level_table(first)))
+        self.upper = len(first)
+        children = list(dict.fromkeys(root_refs.children))
+        frontier = pa.table({"target": pa.array(children, pa.string()), "depth": pa.array([1] * len(children), pa.int32())})
+        return walk_levels(self.ex, self, rowsets.driver(self.ex, frontier), len(children), 1)
 
     # -- what the frontier walk asks (`treewalk.frontier.Levels`) --
-    phase = "export.plan_nodes"
-
     @property
     def storage(self) -> Storage:
         return self.source
 
-    def held_after(self, frontier: dict[str, int]) -> int:
+    def held_after(self, frontier: int) -> int:
         # What the driver would hold after reading this level: a node references at most
         # `order` entries (children or definition files), each a plan row.
-        held = len(self.nodes) + len(self.odfs) + len(frontier) + self.node_bytes // ROW_BYTES
-        return (held + len(frontier) * max(1, self.spec.order)) * PLAN_ROW_WEIGHT
+        held = self.upper + frontier + self.node_bytes // ROW_BYTES
+        return (held + frontier * max(1, self.spec.order)) * PLAN_ROW_WEIGHT
 
     def on_executors_only(self) -> bool:
         return False
 
-    def driver_result(self) -> dict[str, Any]:
-        # Written from the driver whatever its size: the rows are here already (the bounds above
-        # kept them small enough), and shipping them to the executors costs more than writing
-        # them (a 1.1M-row plan made 5.6 MB tasks and doubled the driver's memory).
-        rows = self._rows()
-        self.nodes, self.odfs, self.node_bytes = {}, {}, 0
-        return self._write(rowsets.driver(self.ex, export_plan.plan_table(rows)), len(rows))
-
-    def executor_levels(self, frontier: dict[str, int], depth: int) -> dict[str, Any]:
-        return self._run_distributed(frontier, depth)
-
-    def _check_depth(self, depth: int) -> None:
+    def read_level(self, step: Place, frontier: RowSet, size: int, depth: int) -> tuple[RowSet, int]:
         if depth > MAX_DEPTH:
             raise CorruptNodeError(f"planning export {self.spec.name!r}: the tree of version {self.spec.version} is "
                                    f"deeper than {MAX_DEPTH} levels (a cycle of node pointers?)")
-
-    def driver_level(self, frontier: dict[str, int], depth: int) -> dict[str, int]:
-        self._check_depth(depth)
         t = time.perf_counter()
-        items = list(frontier.items())
-        with self.ex.phase("export.plan_nodes", LOCAL, len(items),
-                           f"export {self.spec.name}: read {len(items)} nodes at depth {depth}"):
-            pmap, close = pool_map(min(self.io_threads, len(items)))
-            try:
-                out = _expand(LocalFiles.of(self.source), self.spec, pmap, items)
-            finally:
-                close()
-        nxt: dict[str, int] = {}
-        missing, errors = [], []
-        for role, tgt, kind, d, action, size, md5, external, data, err in out:
-            if role == ROLE_NODE:
-                self.nodes[tgt] = export_rules.PlanRow(tgt, self.source.uri(tgt), kind, d, action, size, md5, external, data)
-                self.node_bytes += len(data) if data else 0
-            elif role == ROLE_CHILD:
-                if tgt not in self.nodes and tgt not in frontier:
-                    nxt.setdefault(tgt, d)
-            elif role == ROLE_ODF:
-                if d < self.odfs.get(tgt, d + 1):
-                    self.odfs[tgt] = d
-            elif role == ROLE_MISSING:
-                missing.append(err)
-            else:
-                errors.append(err)
-        if missing or errors:
-            _failure(missing, errors, f"planning export {self.spec.name!r}", self.spec.version)
-        self.levels.append({"depth": depth, "nodes": len(items), "where": LOCAL,
-                            "seconds": round(time.perf_counter() - t, 3)})
+        # The driver reads a level as one task on its thread pool; the executors in tasks of
+        # `batch` node files, `_CHUNK` at a time.
+        tasks = step.partitions(size, self.batch) if step.distributed else 1
+        what = f"export {self.spec.name}: read {size} nodes at depth {depth}"
+        with step.phase(self.phase, size, what + (f" ({tasks} tasks)" if step.distributed else "")):
+            fn = functools.partial(_level_batches, self.source, self.spec, self.io_threads,
+                                   _CHUNK if step.distributed else max(1, size))
+            level = frontier.map_batches(fn, LEVEL_SCHEMA, tasks).keep()
+            self.kept.append(level)
+            # Rows per role and the tasks' requests, in one aggregate (each Spark job costs a
+            # second or more on a cluster).
+            counts = level.count_by(["role", "kind"], "size")
+        roles: dict[str, int] = {}
+        for (role, kind), (rows, total) in counts.items():
+            roles[str(role)] = roles.get(str(role), 0) + rows
+            if role == ROLE_REQUESTS:
+                step.add_task_requests({str(kind): total})
+            elif role == ROLE_NODE:
+                self.node_bytes += total
+        if roles.get(ROLE_MISSING, 0) + roles.get(ROLE_ERROR, 0):
+            sample = level.filter(OneOf("role", ROLE_MISSING, ROLE_ERROR)).head(5, "role", "error")
+            raise_failures([str(e) for r, e in sample if r == ROLE_MISSING], [str(e) for r, e in sample if r == ROLE_ERROR],
+                           [], f"planning export {self.spec.name!r}", self.spec.version)
+        self.found.append(level.filter(OneOf("role", ROLE_NODE, ROLE_ODF)))
+        self.upper += roles.get(ROLE_NODE, 0) + roles.get(ROLE_ODF, 0)
+        # A tree: children of this level were never read before (a cycle ends at MAX_DEPTH).
+        # Merged within the level (the smallest depth); their count before the merge bounds it.
+        nxt = level.filter(Equals("role", ROLE_CHILD)).select("target", "depth").first_by("target", "depth")
+        n_next = roles.get(ROLE_CHILD, 0)
+        record: dict[str, Any] = {"depth": depth, "nodes": size, "where": step.where}
+        if step.distributed:
+            record["tasks"] = tasks
+        record["seconds"] = round(time.perf_counter() - t, 3)
+        self.levels.append(record)
+        if step.distributed:
+            log.info("export %r: depth %d read %d nodes in %d tasks, %d children", self.spec.name, depth, size, tasks,
+                     n_next)
         if self.on_level is not None:
-            self.on_level(len(self.nodes) + len(self.odfs) + len(nxt) * max(1, self.spec.order // 2))
-        return nxt
+            self.on_level(self.upper + n_next * max(1, self.spec.order // 2))
+        return nxt, n_next
 
-    def _rows(self) -> list[export_rules.PlanRow]:
-        rows = {self.def_row.target: self.def_row}
-        for p, d in self.odfs.items():
-            rows.setdefault(p, export_rules.plan_file(self.source, p, export_rules.KIND_ODF, d))
-        for p, r in self.nodes.items():
-            rows[p] = r
-        return list(rows.values())
+    def result(self, step: Place) -> dict[str, Any]:
+        # Where the levels left their rows: the driver's rows are written from the driver
+        # whatever their size (the bounds above kept them small enough; shipping them to the
+        # executors costs more than writing them: a 1.1M-row plan made 5.6 MB tasks and
+        # doubled the driver's memory), else the executors write every row.
+        rows = rowsets.chain(self.found)
+        self.found = []
+        return self._write(rows, self.upper)
+
+    def release(self) -> None:
+        for level in self.kept:
+            level.release()
+        self.kept = []
 
     def _index(self, summaries: list[dict[str, Any]]) -> dict[str, Any]:
         summaries.sort(key=lambda p: p["name"])
@@ -338,12 +358,12 @@ class Planner:
         return parts
 
     def _write(self, rows: RowSet, upper: int) -> dict[str, Any]:
-        """Write the plan's `rows` (at most `upper`, duplicates merged by the parts) as its
-        parts, where the rows are; the plan index."""
+        """Write the plan's `rows` (`LEVEL_SCHEMA` node and definition rows, at most `upper`,
+        duplicates merged by the parts) as its parts, where the rows are; the plan index."""
         step = Place(self.ex, rows.where)
         n_parts = self._part_count(upper, step.distributed)
         with step.phase("export.write_plan", upper, f"export {self.spec.name}: write the plan ({n_parts} parts)") as entry:
-            fn = functools.partial(_part_batches, self.target, self.plan_dir)
+            fn = functools.partial(_part_batches, target_root_of(self.source.root), self.target, self.plan_dir)
             # On an object store each part is one range of target keys: the copy verifies a
             # part's server-side copies by listing its range (`copying.copy_batch`), where a
             # hash partition's keys would span the whole lakehouse.
@@ -357,96 +377,6 @@ class Planner:
                 entry["items"] = int(str(entry["items"])) + sum(int(r["rows"]) for r in summaries) - upper  # the rows written
         return self._index([{k: int(v) if k != "name" else v for k, v in s.items()} for s in summaries])
 
-    # -- executors --
-    def _run_distributed(self, frontier_d: dict[str, int], depth: int) -> dict[str, Any]:
-        ex, spec = self.ex, self.spec
-        spark = ex.spark
-        F = ex.F  # noqa: N806 - the functions of this session's kind (classic or Connect)
-        frontier = ex.to_df(pa.table({"target": pa.array(list(frontier_d), pa.string()),
-                                      "depth": pa.array(list(frontier_d.values()), pa.int32())}))
-        # Hand over the driver's rows (bounded by the thresholds that kept them there).
-        held = self._rows()
-        # Rows the plan can hold at most (its duplicates are merged when the parts are written).
-        self.upper = len(held)
-        plan_parts = [spark.createDataFrame(export_plan.plan_table(held), schema=ddl(export_rules.PLAN_SCHEMA))]
-        del held
-        self.nodes, self.odfs, self.node_bytes = {}, {}, 0
-        odf_parts = []
-        node_parts = []
-        checkpoints = []
 
-        def keep(df: DataFrame) -> DataFrame:
-            # Kept by the first job that reads it (the level's counts below): the level's
-            # nodes are read once, in one job instead of two.
-            df = df.localCheckpoint(eager=False)
-            checkpoints.append(df)
-            return df
-
-        n = len(frontier_d)
-        try:
-            while n > 0:
-                self._check_depth(depth)
-                t = time.perf_counter()
-                parts = ex.partitions(n, self.batch)
-                with ex.phase("export.plan_nodes", DISTRIBUTED, n,
-                              f"export {spec.name}: read {n} nodes at depth {depth} ({parts} tasks)"):
-                    fn = functools.partial(_level_batches, self.source, spec, self.io_threads)
-                    df = frontier.repartition(parts) if parts > 1 else frontier.coalesce(1)
-                    out = keep(df.mapInArrow(fn, ddl(LEVEL_SCHEMA)))
-                    # The level's role counts and the size of the next frontier in one small job
-                    # (each Spark job costs a second or more on a cluster; this was three).
-                    role = F.col("role")
-                    aggs = [F.sum((role == r).cast("long")).alias(r) for r in (ROLE_MISSING, ROLE_ERROR, ROLE_NODE,
-                                                                               ROLE_ODF)]
-                    aggs.append(F.countDistinct(F.when(role == ROLE_CHILD, F.col("target"))).alias("next"))
-                    aggs.append(F.collect_list(F.when(role == ROLE_REQUESTS, F.col("error"))).alias("requests"))
-                    got = out.agg(*aggs).collect()[0].asDict()
-                    for counted in got.pop("requests") or []:
-                        ex.add_executor_requests(counted)
-                    roles = {k: int(v or 0) for k, v in got.items()}
-                    bad = roles.get(ROLE_MISSING, 0) + roles.get(ROLE_ERROR, 0)
-                    if bad:
-                        sample = (out.filter(F.col("role").isin(ROLE_MISSING, ROLE_ERROR)).select("role", "error")
-                                  .limit(5).collect())
-                        _failure([r["error"] for r in sample if r["role"] == ROLE_MISSING],
-                                 [r["error"] for r in sample if r["role"] == ROLE_ERROR],
-                                 f"planning export {spec.name!r}", spec.version)
-                    self.upper += roles.get(ROLE_NODE, 0) + roles.get(ROLE_ODF, 0)
-                    node_parts.append(out.filter(F.col("role") == ROLE_NODE))
-                    odf_parts.append(out.filter(F.col("role") == ROLE_ODF))
-                    # A tree: children of this level were never visited before (a cycle ends
-                    # at MAX_DEPTH); only duplicates within the level are merged.
-                    # Computed from the checkpointed level when the next level reads it.
-                    frontier = out.filter(F.col("role") == ROLE_CHILD).groupBy("target").agg(F.min("depth").alias("depth"))
-                    n_next = roles["next"]
-                self.levels.append({"depth": depth, "nodes": n, "where": DISTRIBUTED, "tasks": parts,
-                                    "seconds": round(time.perf_counter() - t, 3)})
-                log.info("export %r: depth %d read %d nodes in %d tasks, %d children", spec.name, depth, n, parts,
-                         n_next)
-                n = n_next
-                depth += 1
-            return self._write(rowsets.executors(ex, self._executor_rows(plan_parts, node_parts, odf_parts)), self.upper)
-        finally:
-            for c in checkpoints:
-                try:
-                    c.unpersist()
-                except Exception:  # noqa: BLE001 - checkpoints go with the session
-                    pass
-
-    def _executor_rows(self, plan_parts: list, node_parts: list, odf_parts: list) -> DataFrame:
-        """Every plan row the executors' levels found, with the rows the driver handed over."""
-        ex, source = self.ex, self.source
-        F = ex.F  # noqa: N806
-        cols = list(export_rules.PLAN_COLUMNS)
-        root = source.root if source.root.endswith("/") else source.root + "/"
-        uri = F.concat(F.lit(root), F.col("target"))
-        nodes = [df.select("target", uri.alias("source"), "kind", "depth", "action", "size", "md5", "external", "data")
-                 for df in node_parts]
-        nodes += [df.select("target", uri.alias("source"), F.lit(export_rules.KIND_ODF).alias("kind"),
-                            F.col("depth").cast("int").alias("depth"), F.lit(export_rules.ACTION_COPY).alias("action"),
-                            F.lit(-1).cast("bigint").alias("size"), F.lit("").alias("md5"),
-                            F.lit(0).cast("int").alias("external"), F.lit(None).cast("binary").alias("data"))
-                  for df in odf_parts]
-        # Merged by the plan write's one shuffle, cut by target (`_write`): a groupBy before it,
-        # with its checkpoint and count, cost 61 s of a 1.1M-file plan.
-        return reduce(lambda a, b: a.unionByName(b), [p.select(*cols) for p in plan_parts + nodes])
+def _level_table(rows: list[tuple]) -> pa.Table:
+    return pa.Table.from_batches([batch_of(LEVEL_SCHEMA, [list(c) for c in zip(*rows, strict=True)])])

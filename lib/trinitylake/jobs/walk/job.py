@@ -1,19 +1,20 @@
 """The reachable-file walk (on the driver or on the executors, level by level), and the `walk` job.
 
-Every level of the walk decides where it runs (`trinitylake.spark.execution`):
+A walk is the frontier walk of `trinitylake.treewalk.frontier`: each level is one
+`_Walk.read_level`, written once over row sets (`trinitylake.rowsets`), and the frontier walk
+places it:
 
 * **on the driver** while the level's frontier is at most ``local_max_items`` node files and
-  the walk holds at most ``driver_max_rows`` rows: the frontier is read and decoded in batches
-  of many files (`trinitylake.treewalk.node_batch`: Arrow arrays, no Python object per
-  pointer; a thread pool reads object stores), children and definitions are deduplicated per
-  batch with numpy and only the distinct ones meet the driver's dicts (against a set of
-  visited keys);
-* **on the executors** otherwise: the frontier is a DataFrame, each task reads a batch of
-  node files through ``mapInArrow`` (the same batch reader) and emits the node's own row, its
-  children and its definitions as Arrow batches; children are deduplicated per level
-  (``groupBy(path)``, smallest first_version) and against every node visited so far
-  (``left_anti``). Every level's result is checkpointed (``localCheckpoint``), so the query
-  plan stays flat however deep the tree; role counts come back as one small aggregate per level.
+  the walk holds at most ``driver_max_rows`` rows: the rows are Arrow tables, the level's
+  node files are read by one task on the driver's threads;
+* **on the executors** otherwise: the rows are DataFrames, tasks of ``batch_size`` node files
+  run through ``mapInArrow``, and every level's result is checkpointed (``localCheckpoint``),
+  so the query plan stays flat however deep the tree.
+
+Either way a level reads its node files in batches of many files (`trinitylake.treewalk.node_batch`:
+Arrow arrays, no Python object per pointer), emits each node's own row, its children and its
+definitions, counts them by role in one aggregate, and merges the children (smallest
+first_version per key) less every node visited or excluded.
 
 A walk starts on the driver and hands over to the executors (once, for its remaining levels)
 when a level grows past the thresholds, so a small lakehouse never starts Spark and a large one
@@ -35,10 +36,8 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
 import pyarrow as pa
 
 from trinitylake import rowsets
@@ -62,23 +61,22 @@ from trinitylake.jobs.walk.rows import (
     size_batches,
     summarize,
 )
-from trinitylake.rowsets import Place, RowSet, SparkRows
+from trinitylake.rowsets import Equals, OneOf, Place, RowSet
 from trinitylake.runs.folder import run_dir, write_json
 from trinitylake.runs.results import JobResult
 from trinitylake.spark.execution import (
     DISTRIBUTED,
-    LOCAL,
     Execution,
     as_execution,
 )
-from trinitylake.treewalk import node_batch, reach, table_pointers, walk_roots
-from trinitylake.treewalk.background_sizes import BackgroundSizes, sized_in_order
+from trinitylake.treewalk import reach, table_pointers, walk_roots
+from trinitylake.treewalk.background_sizes import BackgroundSizes
 from trinitylake.treewalk.frontier import walk_levels
 
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from trinitylake.config import WalkConfig
     from trinitylake.lakehouse import Lakehouse
@@ -150,7 +148,34 @@ def walk_reachable_with_stats(
     return reached, reached.stats
 
 
+class _Present:
+    """Level rows whose file was read (a node's size is known): a `rowsets.Predicate`."""
+
+    def arrow(self, table: pa.Table) -> pa.ChunkedArray:
+        return walk_rules.present_arrow(table.column("size")).fill_null(False)
+
+    def column(self, functions: ModuleType) -> Column:
+        return walk_rules.present_column(functions.col("size"))
+
+
+def _exclusion(ex: Execution, exclude: Exclusion) -> RowSet | None:
+    """The keys a walk prunes, as rows of one ``path`` column held where they are."""
+    if exclude is None:
+        return None
+    if isinstance(exclude, Reached):
+        return exclude.rows.select("path")
+    if isinstance(exclude, pa.Table):
+        return rowsets.driver(ex, exclude.select(["path"]))
+    if isinstance(exclude, set | frozenset | list | tuple):
+        return rowsets.driver(ex, batch_table(KEYS_SCHEMA, [sorted(set(exclude))])) if exclude else None
+    return rowsets.executors(ex, exclude.select("path"))
+
+
 class _Walk:
+    """One walk: its levels (`read_level`, wherever the frontier walk places them) and what
+    they hold, as row sets: the nodes read (`selfs`), the definitions met (`leaf_parts`), the
+    keys visited and excluded."""
+
     def __init__(self, ex: Execution, lakehouse: Lakehouse, batch_size: int, parallelism: int, exclude: Exclusion,
                  tolerate_missing: bool, io_threads: int, label: str, name: str):
         self.ex = ex
@@ -163,57 +188,42 @@ class _Walk:
         self.label = label
         self.reader = reach.Reader(lakehouse.storage.root, lakehouse.storage.options)
         self.stats = WalkStats()
-        # Exclusions: a driver-side set, or a DataFrame (then the walk runs on the executors).
-        self.excl_keys: set[str] = set()
-        self.excl_df: Any = None
-        if isinstance(exclude, Reached):
-            if isinstance(exclude.rows, SparkRows):  # the executors hold it
-                self.excl_df = exclude.rows.df.select("path")
-            else:
-                self.excl_keys = exclude.keys()
-        elif isinstance(exclude, pa.Table):
-            self.excl_keys = set(exclude.column("path").to_pylist())
-        elif isinstance(exclude, set | frozenset | list | tuple):
-            self.excl_keys = set(exclude)
-        elif exclude is not None:
-            self.excl_df = exclude.select("path")
-        # Driver-side state.
-        self.visited: set[str] = set()
-        self.selfs: list[list[Any]] = [[] for _ in OUTPUT_SCHEMA]
-        self.leaves: dict[str, tuple[int, int, str]] = {}
-        # Executor-side state (after the hand-over).
-        self.checkpoints: list[Any] = []
-        self._threads: ThreadPoolExecutor | None = None
-        # Definition sizes taken by a second process while the levels read nodes (`run`).
+        self.kept: list[RowSet] = []
+        excl = _exclusion(ex, exclude)
+        # Kept on the executors: a level joins it, and its lineage is not recomputed per level.
+        self.excl = self._keep(excl) if excl is not None and excl.where == DISTRIBUTED else excl
+        self.visited: RowSet | None = None
+        self.selfs: list[RowSet] = []
+        self.leaf_parts: list[RowSet] = []
+        self.sizes = True
+        # While the levels run on the driver: how many definition keys they met (what it holds),
+        # and the keys fed to a second process that sizes them meanwhile (see `_met`).
+        self.met = 0
+        self.fed: list[str] = []
+        self.fed_keys: set[object] = set()
         self.sizer: BackgroundSizes | None = None
-
-    # -- driver levels --
-    def _pool(self) -> ThreadPoolExecutor | None:
-        """One thread pool for every driver level (starting threads is slow here), when the
-        storage wants threads (`Limits.io_threads`: object stores, whose latency threads hide;
-        on a local filesystem one thread walked a 21k-file lakehouse in 0.6 s, 16 in 1.5 s)."""
-        threads = self.ex.limits.io_threads(self.lakehouse.storage)
-        if self._threads is None and threads > 1:
-            self._threads = ThreadPoolExecutor(max_workers=threads)
-        return self._threads
 
     def run(self, roots: Sequence[tuple[int, str]], sizes: bool) -> Reached:
         t0 = time.perf_counter()
         loc = self.reader.locator
-        frontier: dict[str, tuple[str, int]] = {}
+        first: dict[str, tuple[str, int]] = {}
         for version, ptr in roots:
             key, base = loc.root_entry(int(version), ptr)
-            if key not in frontier or version < frontier[key][1]:
-                frontier[key] = (base, int(version))
-        self.stats.roots = len(frontier)
-        frontier = {k: v for k, v in frontier.items() if k not in self.excl_keys}
+            if key not in first or version < first[key][1]:
+                first[key] = (base, int(version))
+        self.stats.roots = len(first)
+        self.sizes = sizes
+        frontier: RowSet = rowsets.driver(self.ex, batch_table(FRONTIER_SCHEMA, [
+            list(first), [b for b, _ in first.values()], [fv for _, fv in first.values()]]))
+        size = len(first)
+        if self.excl is not None:
+            frontier = self._keep(frontier.anti_join(self.excl))
+            size = frontier.totals()[0]
         if sizes:
             self.sizer = BackgroundSizes(self.reader.storage)
         try:
-            reached = self._levels(frontier, sizes)
+            reached = walk_levels(self.ex, self, frontier, size, 0)
         finally:
-            if self._threads is not None:
-                self._threads.shutdown()
             if self.sizer is not None:
                 self.sizer.close()
         self.stats.seconds = round(time.perf_counter() - t0, 3)
@@ -221,12 +231,6 @@ class _Walk:
         log.info("%s: %d files reachable from %d roots (%s); %d node reads for %d unique nodes in %.2fs (%s)",
                  self.label, st.total_files, st.roots, st.files, st.node_reads, st.unique_nodes, st.seconds, st.where)
         return reached
-
-    def _levels(self, frontier: dict[str, tuple[str, int]], sizes: bool) -> Reached:
-        """Driver levels while they fit, then (at most once) the executors for the rest
-        (`trinitylake.treewalk.frontier`)."""
-        self.sizes = sizes
-        return walk_levels(self.ex, self, frontier, 0)
 
     # -- what the frontier walk asks (`treewalk.frontier.Levels`) --
     @property
@@ -237,195 +241,122 @@ class _Walk:
     def storage(self) -> Storage:
         return self.reader.storage
 
-    def held_after(self, frontier: dict[str, tuple[str, int]]) -> int:
-        return len(self.visited) + len(self.leaves) + len(frontier)
+    def held_after(self, frontier: int) -> int:
+        return sum(lv["frontier"] for lv in self.stats.levels) + self.met + frontier
 
     def on_executors_only(self) -> bool:
-        return self.excl_df is not None
+        return self.excl is not None and self.excl.where == DISTRIBUTED
 
-    def driver_result(self) -> Reached:
-        selfs, leaves, n = self._driver_leaves()
-        return self._finish(selfs, leaves, n, self.sizes)
-
-    def executor_levels(self, frontier: dict[str, tuple[str, int]], depth: int) -> Reached:
-        if self._threads is not None:
-            self._threads.shutdown()
-            self._threads = None
-        if self.sizer is not None:  # the executors size what the walk reaches
+    def read_level(self, step: Place, frontier: RowSet, size: int, depth: int) -> tuple[RowSet, int]:
+        """One level, wherever it runs: the frontier's node files read in batches (the same
+        `node_batch` reader in a driver thread or an executor task), their rows counted by
+        role in one aggregate, the children merged (smallest first_version, then base) less
+        every node visited or excluded, kept with their count (two Spark jobs a level)."""
+        lt = time.perf_counter()
+        if step.distributed and self.sizer is not None:  # the executors size what the walk reaches
             self.sizer.close()
             self.sizer = None
-        return self._run_distributed(frontier, depth, self.sizes)
+        if step.distributed and self.excl is not None and self.excl.where != DISTRIBUTED:
+            self.excl = self._keep(step.rows(self.excl))  # shipped once, not per level
+        # The driver reads a level as one task (on a thread pool where the storage wants
+        # threads: object stores; on a local filesystem one thread walked a 21k-file lakehouse
+        # in 0.6 s, 16 in 1.5 s); the executors in tasks of `batch_size` node files.
+        tasks = step.partitions(size, self.batch_size, self.parallelism) if step.distributed else 1
+        threads = self.io_threads if step.distributed else self.ex.limits.io_threads(self.reader.storage)
+        what = f"read {size} node files at depth {depth}" + (f" ({tasks} tasks)" if step.distributed else "")
+        with step.phase(self.phase, size, what):
+            fn = functools.partial(expand_batches, self.reader, threads, depth)
+            level = self._keep(frontier.map_batches(fn, LEVEL_SCHEMA, tasks))
+            counts = level.count_by(["role", ("read", _Present())])
+            paths = frontier.select("path")
+            self.visited = paths if self.visited is None else self.visited.union(paths)
+            if step.distributed and depth % 4 == 3:
+                # A union of kept frontiers: flat without a checkpoint of its own, and kept
+                # again every few levels so it stays a handful of scans.
+                self.visited = self._keep(self.visited, eager=True)
+            nxt = (level.filter(Equals("role", reach.ROLE_CHILD)).select(*FRONTIER_SCHEMA.names)
+                   .first_by("path", "first_version", "base").anti_join(self.visited))
+            if self.excl is not None:
+                nxt = nxt.anti_join(self.excl)
+            nxt = self._keep(nxt)
+            n_next = nxt.totals()[0]
 
-    def driver_level(self, frontier: dict[str, tuple[str, int]], depth: int) -> dict[str, tuple[str, int]]:
-        lt = time.perf_counter()
-        rows = [(k, b, fv, depth, depth == 0) for k, (b, fv) in frontier.items()]
-        with self.ex.phase(f"{self.name}.read_nodes", LOCAL, len(rows), f"read {len(rows)} node files at depth {depth}"):
-            nxt: dict[str, tuple[str, int]] = {}
-            failures: list[tuple[str, int, str]] = []
-            read = reads = 0
-            new_leaves: list[str] | None = [] if self.sizer is not None and self.sizer.active else None
-            pool = self._pool() if len(rows) > 1 else None  # shared by every level; run() shuts it down
-            level_leaves = node_batch.LevelLeaves(depth + 1, self.leaves, new_leaves)
-            # Not `exact`: the merges below keep the smallest per key, which per-node deduplication would not change.
-            for batch in node_batch.iter_expand(self.reader, rows, pool, exact=False):
-                reads += batch.reads
-                ok = batch.role == node_batch.SELF
-                read += self._add_selfs(batch, ok, depth)
-                if self.tolerate_missing:
-                    self.stats.missing += int(np.count_nonzero(batch.role == node_batch.MISSING))
-                failures += batch.failures(self.tolerate_missing)
-                node_batch.merge_children(batch, nxt)
-                level_leaves.add(batch)
-            if failures:
-                raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
-                                       + reach.describe_failures(failures[:5], len(failures)))
-            if new_leaves and self.sizer is not None:
-                self.sizer.add(new_leaves)  # in the order `leaves` holds them
-            self.visited.update(frontier)
-            excl = self.excl_keys
-            nxt = {k: v for k, v in nxt.items() if k not in self.visited and k not in excl}
-        self.stats.node_reads += reads
-        self.stats.unique_nodes += read
-        self.stats.levels.append({"depth": depth, "frontier": len(rows), "read": read, "where": LOCAL, "tasks": 0,
-                                  "next": len(nxt), "seconds": round(time.perf_counter() - lt, 3)})
-        return nxt
+        def rows(role: str, read: bool | None = None) -> int:
+            return sum(n for (r, was_read), (n, _) in counts.items() if r == role and read in (None, was_read))
 
-    def _add_selfs(self, batch: node_batch.NodeBatch, ok: np.ndarray, depth: int) -> int:
-        """The rows of the nodes read in `batch` (``ok``), into the driver's columns."""
-        idx = np.flatnonzero(ok)
-        if not idx.size:
-            return 0
-        s_path, s_kind, s_size, s_depth, s_fv = self.selfs
-        s_path.extend(batch.keys if idx.size == len(batch) else [batch.keys[i] for i in idx.tolist()])
-        s_kind.extend(np.where(batch.is_root[idx], reach.KIND_ROOT, reach.KIND_NODE).tolist())
-        s_size.extend(batch.size[idx].tolist())
-        s_depth.extend([depth] * idx.size)
-        s_fv.extend(batch.first_version[idx].tolist())
-        return int(idx.size)
+        read_here = rows(reach.ROLE_SELF)
+        self.stats.node_reads += read_here + rows(reach.ROLE_ERROR, True)
+        bad_roles = [reach.ROLE_ERROR] + ([] if self.tolerate_missing else [reach.ROLE_MISSING])
+        bad = sum(rows(r) for r in bad_roles)
+        if bad:
+            sample = level.filter(OneOf("role", *bad_roles)).head(5, "path", "first_version", "error")
+            raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
+                                   + reach.describe_failures([(str(k), int(str(v)), str(e)) for k, v, e in sample], bad))
+        self.stats.missing += rows(reach.ROLE_MISSING)
+        self.selfs.append(level.filter(Equals("role", reach.ROLE_SELF)).select(*OUTPUT_COLUMNS))
+        leaves = level.filter(Equals("role", reach.ROLE_LEAF)).select(*LEAF_SCHEMA.names)
+        self.leaf_parts.append(leaves)
+        if not step.distributed:
+            self._met(leaves)
+        self.stats.unique_nodes += read_here
+        self.stats.levels.append({"depth": depth, "frontier": size, "read": read_here, "where": step.where,
+                                  "tasks": tasks if step.distributed else 0, "next": n_next,
+                                  "seconds": round(time.perf_counter() - lt, 3)})
+        if step.distributed:
+            log.info("%s: depth %d read %d node files in %d tasks, %d new children", self.label, depth,
+                     read_here, tasks, n_next)
+        return nxt, n_next
 
-    def _driver_leaves(self) -> tuple[RowSet, RowSet, int]:
-        """The driver's rows: its nodes' and its leaves not visited nor excluded (`LEAF_SCHEMA`,
-        in the order met: `sized_in_order` sizes them in that order)."""
-        keys = [k for k in self.leaves if k not in self.visited and k not in self.excl_keys]
-        leaves = batch_table(LEAF_SCHEMA, [keys, [self.leaves[k][2] for k in keys], [self.leaves[k][0] for k in keys],
-                                           [self.leaves[k][1] for k in keys]])
-        selfs = batch_table(OUTPUT_SCHEMA, self.selfs)
-        self.selfs = [[] for _ in OUTPUT_SCHEMA]
-        return rowsets.driver(self.ex, selfs), rowsets.driver(self.ex, leaves), len(keys)
+    def _met(self, leaves: RowSet) -> None:
+        """The definition keys a driver level met: counted as held, and the ones met for the
+        first time handed to the second process that sizes them meanwhile (every key once: a
+        key fed again costs the child a ``stat`` and the walk a wait on its pipe). Without a
+        second process, each level's distinct keys count (a key met again at another depth
+        counts again)."""
+        new = leaves.distinct("path")
+        if self.sizer is None or not self.sizer.active:
+            self.met += new.totals()[0]
+            return
+        fed = self.fed_keys
+        keys = [k for k in new.column_values("path") if k not in fed]
+        fed.update(keys)
+        self.fed.extend(str(k) for k in keys)
+        self.met = len(self.fed)
+        self.sizer.add(self.fed[len(self.fed) - len(keys):])
 
-    # -- executor levels --
-    def _keep(self, df: DataFrame, *, eager: bool = True) -> DataFrame:
-        """Cut `df`'s lineage (flat plans, one computation) and materialize it: now when
-        `eager`, else in the first job that reads it, which then both computes and keeps it.
-        Each Spark job costs scheduling and planning (about 0.2 s of driver CPU each on
-        `local[2]`, more on a cluster), so a level reads its nodes in the job that counts their
-        roles, and keeps its next frontier in the job that counts it: two jobs, not four."""
-        df = df.localCheckpoint(eager=eager)
-        self.checkpoints.append(df)
-        return df
+    def result(self, step: Place) -> Reached:
+        """Every node read and every definition met (smallest depth, then first_version, then
+        kind; none visited nor excluded), sized or not, as one result and its summary."""
+        selfs = (rowsets.chain(self.selfs) if self.selfs
+                 else step.rows(rowsets.driver(self.ex, OUTPUT_SCHEMA.empty_table())))
+        leaves, n = None, 0
+        if self.leaf_parts:
+            leaves = rowsets.chain(self.leaf_parts).first_by("path", "depth", "first_version", "kind")
+            for other in (self.visited, self.excl):
+                if other is not None:
+                    leaves = leaves.anti_join(other)
+            leaves = self._keep(leaves)
+            n = leaves.totals()[0]
+        self.selfs, self.leaf_parts = [], []
+        # The summary still runs without adaptive execution (the frontier walk's executor
+        # levels): with it, this small aggregation is two jobs.
+        return self._finish(selfs, leaves, n, self.sizes)
 
-    def _run_distributed(self, frontier_d: dict[str, tuple[str, int]], depth: int, sizes: bool) -> Reached:
-        ex = self.ex
-        F = ex.F  # noqa: N806
-        # Hand over the driver's state: bounded by the thresholds that kept it on the driver.
-        frontier = ex.to_df(batch_table(FRONTIER_SCHEMA, [list(frontier_d), [b for b, _ in frontier_d.values()],
-                                                          [fv for _, fv in frontier_d.values()]]))
-        visited = ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.visited)])) if self.visited else None
-        self_parts = [ex.to_df(batch_table(OUTPUT_SCHEMA, self.selfs))] if self.selfs[0] else []
-        leaf_keys = list(self.leaves)
-        leaf_parts = [ex.to_df(batch_table(LEAF_SCHEMA, [leaf_keys, [self.leaves[k][2] for k in leaf_keys],
-                                                         [self.leaves[k][0] for k in leaf_keys],
-                                                         [self.leaves[k][1] for k in leaf_keys]]))] if leaf_keys else []
-        if self.excl_keys:
-            self.excl_df = (ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.excl_keys)])) if self.excl_df is None
-                            else self.excl_df.unionByName(ex.to_df(batch_table(KEYS_SCHEMA, [sorted(self.excl_keys)]))))
-        excl = self._keep(self.excl_df.distinct(), eager=False) if self.excl_df is not None else None
-        self.selfs, self.leaves, self.visited = [[] for _ in OUTPUT_SCHEMA], {}, set()
-        n = len(frontier_d)
-        if excl is not None:
-            frontier = self._keep(frontier.join(excl, "path", "left_anti"), eager=False)
-            n = frontier.count()
-        try:
-            while n > 0:
-                lt = time.perf_counter()
-                parts = ex.partitions(n, self.batch_size, self.parallelism)
-                with ex.phase(f"{self.name}.read_nodes", DISTRIBUTED, n,
-                              f"read {n} node files at depth {depth} ({parts} tasks)"):
-                    fn = functools.partial(expand_batches, self.reader, self.io_threads, depth)
-                    # Kept by the roles' job below: the node files are read once, in it.
-                    out = self._keep(ex.map_arrow(frontier, fn, LEVEL_SCHEMA, parts), eager=False)
-                    roles = {r["role"]: (int(r["n"]), int(r["read"] or 0)) for r in
-                             out.groupBy("role").agg(F.count("*").alias("n"),
-                                                     F.sum(walk_rules.present_column(F.col("size")).cast("int")).alias("read")).collect()}
-                    keys = frontier.select("path")
-                    # A union of checkpointed frontiers: flat without a checkpoint of its own, and
-                    # re-checkpointed every few levels so it stays a handful of scans.
-                    visited = keys if visited is None else visited.unionByName(keys)
-                    if depth % 4 == 3:
-                        visited = self._keep(visited)
-                    nxt = (out.filter(F.col("role") == reach.ROLE_CHILD)
-                           .groupBy("path")
-                           .agg(F.min(F.struct("first_version", "base")).alias("m"))
-                           .select("path", F.col("m.base").alias("base"), F.col("m.first_version").alias("first_version"))
-                           .join(visited, "path", "left_anti"))
-                    if excl is not None:
-                        nxt = nxt.join(excl, "path", "left_anti")
-                    nxt = self._keep(nxt, eager=False)
-                    n_next = nxt.count()
-                read_here = roles.get(reach.ROLE_SELF, (0, 0))[0]
-                self.stats.node_reads += read_here + roles.get(reach.ROLE_ERROR, (0, 0))[1]
-                bad = roles.get(reach.ROLE_ERROR, (0, 0))[0] + (0 if self.tolerate_missing
-                                                            else roles.get(reach.ROLE_MISSING, (0, 0))[0])
-                if bad:
-                    bad_roles = [reach.ROLE_ERROR] + ([] if self.tolerate_missing else [reach.ROLE_MISSING])
-                    sample = (out.filter(F.col("role").isin(bad_roles)).select("path", "first_version", "error")
-                              .limit(5).collect())
-                    raise CorruptNodeError(f"cannot read node files at depth {depth} of {self.lakehouse.uri}: "
-                                           + reach.describe_failures([tuple(r) for r in sample], bad))
-                self.stats.missing += roles.get(reach.ROLE_MISSING, (0, 0))[0]
-                self_parts.append(out.filter(F.col("role") == reach.ROLE_SELF).select(*OUTPUT_COLUMNS))
-                leaf_parts.append(out.filter(F.col("role") == reach.ROLE_LEAF).select(*LEAF_SCHEMA.names))
-                frontier = nxt
-                self.stats.unique_nodes += read_here
-                self.stats.levels.append({"depth": depth, "frontier": n, "read": read_here, "where": DISTRIBUTED,
-                                          "tasks": parts, "next": n_next,
-                                          "seconds": round(time.perf_counter() - lt, 3)})
-                log.info("%s: depth %d read %d node files in %d tasks, %d new children", self.label, depth,
-                         read_here, parts, n_next)
-                n = n_next
-                depth += 1
-            empty_self = ex.to_df(OUTPUT_SCHEMA.empty_table())
-            selfs = rowsets.executors(ex, functools.reduce(lambda a, b: a.unionByName(b), self_parts, empty_self))
-            leaves, n_leaves = self._executor_leaves(leaf_parts, visited, excl)
-            # The summary still runs without adaptive execution (`executor_levels`): with it,
-            # this small aggregation is two jobs.
-            reached = self._finish(selfs, leaves, n_leaves, sizes)  # its rows hold their own checkpoint
-        finally:
-            for df in self.checkpoints:
-                try:
-                    df.unpersist()
-                except Exception:  # noqa: BLE001
-                    pass
-        return reached
+    def release(self) -> None:
+        for rows in self.kept:
+            rows.release()
+        self.kept = []
 
-    def _executor_leaves(self, leaf_parts: list[DataFrame], visited: DataFrame | None,
-                         excl: DataFrame | None) -> tuple[RowSet | None, int]:
-        """The executors' leaves of every level, deduplicated (smallest depth, then smallest
-        first_version), less the visited and excluded ones, kept; and how many."""
-        if not leaf_parts:
-            return None, 0
-        F = self.ex.F  # noqa: N806
-        leaves = functools.reduce(lambda a, b: a.unionByName(b), leaf_parts)
-        best = F.min(F.struct("depth", "first_version", "kind")).alias("m")
-        leaves = (leaves.groupBy("path").agg(best)
-                  .select("path", F.col("m.kind").alias("kind"), F.col("m.depth").alias("depth"),
-                          F.col("m.first_version").alias("first_version")))
-        if visited is not None:
-            leaves = leaves.join(visited, "path", "left_anti")
-        if excl is not None:
-            leaves = leaves.join(excl, "path", "left_anti")
-        leaves = self._keep(leaves, eager=False)
-        return rowsets.executors(self.ex, leaves), leaves.count()
+    def _keep(self, rows: RowSet, *, eager: bool = False) -> RowSet:
+        """`rows` materialized once (on the executors a checkpoint: flat plans, one
+        computation), now when `eager`, else in the first job that reads them, which then both
+        computes and keeps them. Each Spark job costs scheduling and planning (about 0.2 s of
+        driver CPU each on `local[2]`, more on a cluster), so a level reads its nodes in the
+        job that counts their roles, and keeps its next frontier in the job that counts it:
+        two jobs, not four. Released when the walk's result is made."""
+        kept = rows.keep(eager=eager)
+        self.kept.append(kept)
+        return kept
 
     def _finish(self, selfs: RowSet, leaves: RowSet | None, n: int, sizes: bool) -> Reached:
         """The walk's last step, wherever its rows are: the nodes' rows (`selfs`) and the `n`
@@ -434,14 +365,24 @@ class _Walk:
         place = Place(self.ex, selfs.where)  # where the levels left the rows
         # No definition met: kept by the summary's job (one job instead of two).
         out = selfs.keep() if leaves is None else self._with_definitions(place, selfs, leaves, n, sizes)
-        self.leaves = {}
         summarize(out, self.stats)
         return Reached(self.stats, out)
+
+    def _sizes(self, keys: list[str]) -> list[int]:
+        """Sizes of `keys` (definitions the driver's levels met): from the second process when
+        it answered for every key met, else sized in this process."""
+        everything = self.sizer.finish(len(self.fed)) if self.sizer is not None else None
+        if everything is None:
+            return reach.sizes_of(self.reader, keys, self.io_threads)
+        by_key = dict(zip(self.fed, everything, strict=True))
+        # -2: the child's stat failed otherwise than "missing": the storage answers (retries,
+        # typed errors).
+        return [self.reader.size(k) if (got := by_key.get(k, -2)) == -2 else got for k in keys]
 
     def _with_definitions(self, place: Place, selfs: RowSet, leaves: RowSet, n: int, sizes: bool) -> RowSet:
         """`selfs` and the `leaves` as `OUTPUT_SCHEMA` rows, sized when `sizes` (else
         `walk_rules.UNKNOWN_SIZE`): on the driver by the sizes taken while the levels ran
-        (`sized_in_order`); on the executors by listings on an object store, else by a stat
+        (`_sizes`); on the executors by listings on an object store, else by a stat
         per file in tasks (materialized inside the phase, so its seconds are the sizing's)."""
         phase = f"{self.name}.size_definitions"
         size_field = OUTPUT_SCHEMA.field("size")
@@ -449,7 +390,7 @@ class _Walk:
             items = n if sizes else 0
             with place.phase(phase, items, f"size {items} definition files"):
                 keys = [str(k) for k in leaves.column_values("path")]
-                lsize = sized_in_order(self.sizer, self.leaves, keys, self.reader, self.io_threads) if sizes else None
+                lsize = self._sizes(keys) if sizes else None
             if lsize is not None:
                 sized_t = leaves.to_table().add_column(2, size_field, pa.array(lsize, pa.int64()))
                 return selfs.union(rowsets.driver(self.ex, sized_t))
