@@ -19,9 +19,8 @@ no Python object per pointer:
 
 The outcome is a `NodeBatch`: per node its role (read, missing, unreadable), size and error
 text, and per reference its node, kind and key (an index into the batch's distinct keys), from
-which the executors build their `LEVEL_SCHEMA` batches directly and the driver's walk merges
-children (`merge_children`) and definitions (`LevelLeaves`) into its dicts, deduplicated with
-numpy first. Errors read exactly as `expand_node` writes them: a missing file is a ``missing``
+which a level's task (a driver thread or an executor task, the same function) builds its
+`LEVEL_SCHEMA` batches directly. Errors read exactly as `expand_node` writes them: a missing file is a ``missing``
 row, an unreadable or corrupt one an ``error`` row with the typed error naming the file, a
 root without ``lakehouse_def`` and a bad pointer too.
 """
