@@ -11,7 +11,7 @@ DIST_ARCHIVE := dist/trinitylake-env.tar.gz
 SPARK_CDS := build/spark-cds.jsa
 DIST_SOURCES := pyproject.toml $(shell find lib -name '*.py' -o -name '*.proto' -o -name '*.properties' 2>/dev/null)
 
-.PHONY: tools jars help setup venv test test-setup test-fast test-dags demo bench bench-large bench-objstore objstore lint fmt dist acceptance clean reliability-full
+.PHONY: tools jars rck help setup venv test test-setup test-fast test-dags demo bench bench-large bench-objstore objstore lint fmt dist acceptance clean reliability-full
 
 help: ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -99,7 +99,7 @@ test: tools ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
 # What the suite and the DAG tests beside it need, built side by side (`make -j`): on a fresh
 # machine the venvs, Delta's JARs (Maven, network-bound) and the packed environment took about
 # 4 minutes one after another.
-test-setup: venv jars spark41 $(DIST_ARCHIVE) $(AIRFLOW_VENV)/bin/airflow
+test-setup: venv jars rck spark41 $(DIST_ARCHIVE) $(AIRFLOW_VENV)/bin/airflow
 
 # The tests' Spark drivers start from a class-data-sharing archive of Spark's classes
 # (tests/jvm_archive.py): one local walk in a JVM that writes it at exit, about 50 s. `make test`
@@ -209,6 +209,17 @@ $(DELTA_JARS): spark-jars/pom.xml | tools
 	@touch $@
 
 jars: $(DELTA_JARS) ## fetch Delta's Spark JARs into spark-jars/lib (Maven)
+
+# Iceberg's REST Compatibility Kit (tests/rest_catalog/rck/pom.xml: the published test jars of
+# Iceberg 1.11.0, what they run on, JUnit's console launcher) from Maven Central, for
+# tests/rest_catalog/test_rck.py, which runs it against `tlake catalog serve`. Nothing is compiled.
+RCK_JARS := tests/rest_catalog/rck/lib/.fetched
+$(RCK_JARS): tests/rest_catalog/rck/pom.xml | tools
+	rm -rf tests/rest_catalog/rck/lib
+	mvn -q -B -f tests/rest_catalog/rck/pom.xml dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime
+	@touch $@
+
+rck: $(RCK_JARS) ## fetch Iceberg's REST Compatibility Kit into tests/rest_catalog/rck/lib (Maven)
 
 reliability-full: venv ## the reliability and oracle suites at full scale; records their figures, re-renders RELIABILITY.md
 	TLAKE_RELIABILITY_SCALE=full $(BIN)/python -m pytest -q tests/reliability tests/oracle

@@ -85,6 +85,7 @@ LONGEST_FILES = (
     "tests/spark/test_modes.py",
     "tests/secrets/test_channels_s3.py",
     "tests/reliability/test_oracle_kills.py",
+    "tests/rest_catalog/test_rck.py", "tests/rest_catalog/test_spark_breadth.py",  # ~4 and ~3 min (issue 53)
     "tests/spark/test_orphans.py",
     "tests/integration/test_cluster_path.py",
     "tests/reliability/test_maintenance_properties.py",
