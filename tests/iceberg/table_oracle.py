@@ -5,8 +5,13 @@ the Avro specification), so a test can check the table jobs' deletions against i
 * `reach(meta, ids)`: the manifest lists, manifests and live data/delete files of snapshots
   `ids`, and their statistics files;
 * `expected_live(...)`: what a table keeps after a job: every snapshot of its current
-  metadata, the metadata file and its log, and for every retained lakehouse version the metadata
-  file it points at, that file's current snapshot and its log.
+  metadata, the metadata file and its log, and for every root that keeps table metadata the
+  metadata file it points at, that file's current snapshot and its log;
+* `retained_metadata(lh_uri)`: which metadata files those roots point at: retained versions,
+  pinned versions, pinned exports' roots and live distributed transactions' running and
+  beginning roots, each table's pointer read by the lakehouse oracle's own reader
+  (`tests.oracle.tables`), not by the library the jobs use;
+* `check_tables(...)`: both together, as the table tests assert them after a job.
 """
 
 from __future__ import annotations
@@ -188,3 +193,40 @@ def reach_existing(meta: dict[str, Any]) -> set[str]:
             if os.path.exists(mp):
                 out |= {local(e["data_file"]["file_path"]) for e in avro_records(mp) if e["status"] != 2}
     return out
+
+
+# ---- the lakehouse side: which metadata files retained roots point at ---------------------------
+def retained_metadata(lh_uri: str) -> dict[str, str]:
+    """Local path of every metadata file a root that keeps table metadata points at -> the
+    first root and table naming it (`tests.oracle.tables.table_roots`: retained and pinned
+    versions, pinned exports, live distributed transactions), read by the lakehouse oracle."""
+    from tests.oracle.tables import pointers_of
+
+    return {local(u): label for u, label in pointers_of(lh_uri).items()}
+
+
+def retained_versions(lh_uri: str) -> list[int]:
+    """The versions that must stay readable (`tests.oracle.tables.retained_versions`)."""
+    from tests.oracle.tables import versions_of
+
+    return versions_of(lh_uri)
+
+
+def live_problems(lh_uri: str, current: list[str], universe: set[str]) -> tuple[list[str], set[str]]:
+    """What is wrong with the table files now, and the live set: live files missing (named with
+    the root that keeps them when a retained pointer is gone), and files of `universe` that
+    nothing live reaches but that still exist."""
+    pointed = retained_metadata(lh_uri)
+    out = [f"metadata file {p} that {label} points at is missing" for p, label in sorted(pointed.items())
+           if not os.path.exists(p)]
+    if out:
+        return out, set()
+    try:
+        live = expected_live(current, sorted(pointed))
+    except FileNotFoundError as e:  # a manifest list or manifest live metadata names is gone
+        return [f"a live table file was deleted: {e.filename}"], set()
+    missing = sorted(p for p in live if not os.path.exists(p))
+    out += [f"live file missing: {p}" for p in missing[:5]]
+    left = sorted(p for p in (universe | ever_reached(set(pointed))) - live if os.path.exists(p))
+    out += [f"kept though nothing live reaches it: {p}" for p in left[:5]]
+    return out, live

@@ -1,7 +1,9 @@
 """`tlake tables expire-snapshots` and `tlake tables remove-orphans` on real PyIceberg tables in
 a real lakehouse, checked against the tests' own oracle (`tests.iceberg.table_oracle`: table
-metadata JSON and Avro manifests read without the library, and the lakehouse's retained
-versions), with time travel to every retained version read back through PyIceberg."""
+metadata JSON and Avro manifests read without the library; the retained versions and the
+metadata files they point at read by the lakehouse oracle's own reader, `tests.oracle.tables`,
+not by the library calls the jobs make), with time travel to every retained version read back
+through PyIceberg."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 from tests.iceberg import table_oracle as O
 from tests.iceberg.conftest import SCHEMA, ids, rows
 from tests.iceberg.tables_setup import DAY_S, expire_lakehouse, open_catalog, plant
+from tests.oracle.expect import latest_version, oracle_for
 from trinitylake.errors import ValidationError
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.runs.results import JobResult
@@ -35,7 +38,7 @@ class History:
         self.metadata_files: set[str] = set()
 
     def record(self, cat) -> None:
-        v = Lakehouse.open(self.uri, audit=False).latest_version()
+        v = latest_version(oracle_for(self.uri))
         self.rows[v] = {}
         for n in NAMES:
             try:
@@ -79,21 +82,13 @@ def build(lh_uri: str) -> tuple[object, History]:
 
 
 def retained(lh_uri: str) -> list[int]:
-    lh = Lakehouse.open(lh_uri, audit=False)
-    floor = lh.definition().oldest_retained_version
-    return [v for v in lh.listed_versions() if v >= floor]
+    """The versions that must stay readable, by the lakehouse oracle's own listing."""
+    return O.retained_versions(lh_uri)
 
 
 def retained_metadata(lh_uri: str) -> list[str]:
-    lh = Lakehouse.open(lh_uri, audit=False)
-    out = []
-    for v in retained(lh_uri):
-        view = lh.view(v)
-        for n in NAMES:
-            ns, t = n.split(".")
-            if view.table_exists(ns, t):
-                out.append(view.load_table(ns, t).format_properties["metadata_location"])
-    return out
+    """The metadata files retained roots point at, read by the lakehouse oracle (not the library)."""
+    return sorted(O.retained_metadata(lh_uri))
 
 
 def check(lh_uri: str, cat, h: History, phase: str) -> set[str]:
@@ -139,15 +134,15 @@ def test_expire_defers_what_retained_versions_reach_then_deletes_it_and_orphans_
     Lakehouse.create(uri, audit=False, txn_ttl_millis=1000)
     cat, h = build(uri)
     before = files_under(uri)
-    latest = Lakehouse.open(uri, audit=False).latest_version()
+    latest = latest_version(oracle_for(uri))
 
     dry = expire(uri, older_than_ms=0, dry_run=True)
     assert files_under(uri) - before == {O.local(dry.plan_location)} and dry.counts["snapshots_expired"] > 0
-    assert Lakehouse.open(uri, audit=False).latest_version() == latest
+    assert latest_version(oracle_for(uri)) == latest
 
     # 1. Every lakehouse version is retained: only what no version's current snapshot reaches goes.
     r1 = expire(uri, older_than_ms=0)
-    assert Lakehouse.open(uri, audit=False).latest_version() == latest + 1  # both tables, one version
+    assert latest_version(oracle_for(uri)) == latest + 1  # both tables, one version
     a, b = cat.load_table("s.a"), cat.load_table("s.b")
     assert len(b.metadata.snapshots) == 2  # the table's own history.expire.min-snapshots-to-keep
     assert {s.snapshot_id for s in a.metadata.snapshots} == {
@@ -195,7 +190,7 @@ def test_a_concurrent_append_during_an_expire_keeps_its_rows(tmp_path, monkeypat
     def commit_after_a_writer(self):
         if not appended:  # between the expiry's plan and its commit, another writer appends
             writer.load_table("s.a").append(rows([999]))
-            appended.append(Lakehouse.open(uri, audit=False).latest_version())
+            appended.append(latest_version(oracle_for(uri)))
             h.record(writer)
         return original(self)
 
@@ -258,7 +253,7 @@ def test_cli_runs_are_audited_under_their_own_command(tmp_path):
         "s", "ghost", metadata_location=str(tmp_path / "no" / "v1.metadata.json")
     )
     runner = CliRunner()
-    res = runner.invoke(cli, ["--lakehouse", uri, "tables", "expire-snapshots", "--older-than", "0s", "--json"])
+    res = runner.invoke(cli, ["--lakehouse", uri, "tables", "expire-snapshots", "--older-than", "0s", "--unsafe-min-age", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["counts"]["snapshots_expired"] == 2 and out["details"]["tables"]["s.a"]["snapshots_expired"] == 2

@@ -10,6 +10,10 @@ Field numbers are the spec's and our documented extension's (../shared/FORMAT.md
 * **TransactionDef**: id 1, isolation_level 2, beginning_root_node_file_path 3,
   running_root_node_file_path 4, began_at_millis 5, expire_at_millis 6; the extension
   state_number 100, state 101 (empty = open), committed_version 102, ttl_millis 106.
+* **TableDef** (what the tables' oracle needs, FORMAT.md §4 schema 2): id 1, table_type 7,
+  table_format 8 (strings, empty = MANAGED / ICEBERG; files written before the strings hold a
+  varint enum there: 0 MANAGED, 1 EXTERNAL, 2 FEDERATED; 0 ICEBERG), format_properties 9
+  (``metadata_location`` for Iceberg), properties 10. The schema and key lists (2-6) are skipped.
 
 proto3 rules: an absent scalar reads as 0 or ""; the last occurrence of a scalar wins; map
 entries accumulate, a later entry for a key replacing an earlier one. Unknown fields are
@@ -60,6 +64,23 @@ class TransactionDef:
     committed_version: int = 0
     ttl_millis: int = 0
 
+
+@dataclass
+class TableDef:
+    id: str = ""
+    table_type: str = ""
+    table_format: str = ""
+    format_properties: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def format_name(self) -> str:
+        """The table format, upper case; empty means ICEBERG (the only format)."""
+        return (self.table_format or "ICEBERG").upper()
+
+
+#: The enum numbers of TableDef fields 7 and 8 in files written before they became strings.
+_LEGACY_TABLE_ENUMS = {7: ("table_type", ("MANAGED", "EXTERNAL", "FEDERATED")), 8: ("table_format", ("ICEBERG",))}
 
 _LH_INTS = {
     2: "major_version",
@@ -130,4 +151,27 @@ def transaction_def(data: bytes, where: str) -> TransactionDef:
                 setattr(d, _TXN_INTS[n], as_int(v, n))
     except WireError as e:
         raise DefinitionError(f"transaction definition {where} does not decode: {e}") from None
+    return d
+
+
+def table_def(data: bytes, where: str) -> TableDef:
+    """The TableDef in `data` (the file at `where`, for the error)."""
+    d = TableDef()
+    try:
+        for n, _, v in fields(data):
+            if n == 1:
+                d.id = as_str(v, n)
+            elif n in _LEGACY_TABLE_ENUMS:
+                name, values = _LEGACY_TABLE_ENUMS[n]
+                if isinstance(v, int):
+                    if v >= len(values):
+                        raise WireError(f"field {n}: legacy {name} enum value {v} is unknown")
+                    setattr(d, name, values[v])
+                else:
+                    setattr(d, name, as_str(v, n))
+            elif n in (9, 10):
+                k, val = map_entry(v, n)
+                (d.format_properties if n == 9 else d.properties)[_s(k, n)] = _s(val, n)
+    except WireError as e:
+        raise DefinitionError(f"table definition {where} does not decode: {e}") from None
     return d

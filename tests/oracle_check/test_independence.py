@@ -1,5 +1,6 @@
-"""The oracle shares nothing with the library: importing it (in a fresh interpreter, so that
-nothing another test imported counts) loads no `trinitylake` module."""
+"""The oracle (and the tables' oracle, `tests.iceberg.table_oracle`) shares nothing with the
+library: importing it (in a fresh interpreter, so that nothing another test imported counts)
+loads no `trinitylake` module."""
 
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ def _loaded_by(*modules: str) -> list[str]:
 def test_importing_the_oracle_loads_no_library_module():
     assert _loaded_by("tests.oracle") == []
     # Every module of the oracle, the expected-value rules included.
-    assert _loaded_by("tests.oracle.reader", "tests.oracle.expect", "tests.oracle.defs", "tests.oracle.wire") == []
+    assert _loaded_by("tests.oracle.reader", "tests.oracle.expect", "tests.oracle.defs", "tests.oracle.wire",
+                      "tests.oracle.tables") == []
+    # The tables' oracle, with the lakehouse side it reads through tests.oracle.tables.
+    assert _loaded_by("tests.iceberg.table_oracle") == []
 
 
 def test_the_probe_sees_a_library_import():
