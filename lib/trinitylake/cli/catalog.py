@@ -44,14 +44,24 @@ def register(cli: click.Group) -> None:
         Time travel: the prefix version-N, as-of-TIME or export-NAME (ask /v1/config with
         warehouse=<prefix>) or ?version=N; it is read-only.
         """
-        # Starlette, uvicorn and PyIceberg's table models: about 1.2 s of imports (-X importtime) every other tlake command
-        # would pay; only this command loads them.
-        from trinitylake.rest_catalog import server
+        try:
+            _serve(ctx, config_file, host, port, token_file, credential_file, read_only, allow_purge, max_body_bytes,
+                   token_lifetime_s, forwarded_allow_ips, properties)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C while starting: a stop like any other (exit 0, no "Aborted!")
 
-        given = server.ServeOptions(host=host, port=port, token_file=token_file, credential_file=credential_file,
-                                    read_only=read_only, allow_purge=allow_purge, max_body_bytes=max_body_bytes,
-                                    token_lifetime_s=token_lifetime_s, forwarded_allow_ips=forwarded_allow_ips,
-                                    properties=_kv(properties, "--property"))
-        opts = server.merge(server.load_file(config_file), given) if config_file else given
-        server.serve(ctx.require_uri(), opts, storage_options=ctx.storage_options, control_uri=ctx.control_uri,
-                     audit=ctx.audit)
+
+def _serve(ctx: Ctx, config_file: str | None, host: str | None, port: int | None, token_file: str | None,
+           credential_file: str | None, read_only: bool | None, allow_purge: bool | None, max_body_bytes: int | None,
+           token_lifetime_s: int | None, forwarded_allow_ips: str | None, properties: tuple[str, ...]) -> None:
+    # Starlette, uvicorn and PyIceberg's table models: about 1.2 s of imports (-X importtime) every other tlake command
+    # would pay; only this command loads them.
+    from trinitylake.rest_catalog import server
+
+    given = server.ServeOptions(host=host, port=port, token_file=token_file, credential_file=credential_file,
+                                read_only=read_only, allow_purge=allow_purge, max_body_bytes=max_body_bytes,
+                                token_lifetime_s=token_lifetime_s, forwarded_allow_ips=forwarded_allow_ips,
+                                properties=_kv(properties, "--property"))
+    opts = server.merge(server.load_file(config_file), given) if config_file else given
+    server.serve(ctx.require_uri(), opts, storage_options=ctx.storage_options, control_uri=ctx.control_uri,
+                 audit=ctx.audit)

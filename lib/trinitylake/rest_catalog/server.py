@@ -3,16 +3,23 @@
 Safe by default: it binds 127.0.0.1, refuses to start without a bearer token
 (``TLAKE_CATALOG_TOKEN`` or a token file) or client credentials (``TLAKE_CATALOG_CREDENTIAL``,
 ``client_id:client_secret``, or a credential file), limits request bodies, and logs requests
-without their headers (uvicorn's access log: client, request line, status) through the
-process's redacting log filter.
+without their headers (uvicorn's access log: client, request line, status), the request line's
+credential-named query values replaced (:func:`trinitylake.redact.redact_request_target`).
+
+It binds its port before it announces itself: a port in use fails in one line. SIGINT (Ctrl-C)
+and SIGTERM end it cleanly with exit code 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import logging
 import os
+import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +27,7 @@ import uvicorn
 import yaml
 
 from trinitylake.errors import ConfigError
+from trinitylake.redact import redact_request_target
 from trinitylake.rest_catalog.app import DEFAULT_MAX_BODY_BYTES, ServerSettings, build_app
 from trinitylake.rest_catalog.auth import (
     DEFAULT_TOKEN_LIFETIME_S,
@@ -35,6 +43,8 @@ CREDENTIAL_ENV = "TLAKE_CATALOG_CREDENTIAL"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8181
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: The shortest static bearer token accepted (``openssl rand -hex 24`` gives 48 characters).
+MIN_TOKEN_CHARS = 16
 
 #: The keys a settings file may hold (conf/catalog_serve.yaml), with their types.
 FILE_KEYS: dict[str, type] = {"host": str, "port": int, "token_file": str, "credential_file": str, "read_only": bool,
@@ -97,9 +107,12 @@ def merge(file: ServeOptions, given: ServeOptions) -> ServeOptions:
 def authenticator(opts: ServeOptions, env: dict[str, str] | None = None) -> Authenticator:
     """The token and client credentials from the environment and files (never printed)."""
     env = dict(os.environ) if env is None else env
-    token = env.get(TOKEN_ENV) or None
+    token, source = env.get(TOKEN_ENV) or None, TOKEN_ENV
     if opts.token_file:
-        token = read_secret_file(opts.token_file, "token")
+        token, source = read_secret_file(opts.token_file, "token"), f"the token file {opts.token_file}"
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"the bearer token from {source} has {len(token)} characters; at least {MIN_TOKEN_CHARS} "
+                          "are required (e.g. `openssl rand -hex 24`)")
     credentials: dict[str, str] = {}
     if env.get(CREDENTIAL_ENV):
         credentials.update(parse_credentials(env[CREDENTIAL_ENV], CREDENTIAL_ENV))
@@ -112,28 +125,95 @@ def authenticator(opts: ServeOptions, env: dict[str, str] | None = None) -> Auth
     return Authenticator(token, credentials, opts.token_lifetime_s or DEFAULT_TOKEN_LIFETIME_S)
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host`:`port` (as uvicorn binds it: SO_REUSEADDR, inheritable),
+    or a ConfigError in one line naming the address (taken, not this machine's, not permitted)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ConfigError(f"cannot bind {host}:{port}: unknown host ({e.strerror})") from None
+    family = infos[0][0] if infos else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(infos[0][4] if infos else (host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        why = {errno.EADDRINUSE: "the port is already in use (another server? choose one with --port)",
+               errno.EADDRNOTAVAIL: "the address is not one of this machine's (--host)",
+               errno.EACCES: "permission denied (ports below 1024 need privileges)"}.get(e.errno or 0, e.strerror)
+        raise ConfigError(f"cannot bind {host}:{port}: {why}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+class _AccessLogFilter(logging.Filter):
+    """uvicorn's access log record (client, method, target, HTTP version, status) with the
+    target's credential-named query values replaced, and nothing else touched: the request line
+    stays whole (the process's general redaction of free text would read ``token= HTTP/1.1`` as
+    a token and its value)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], redact_request_target(args[2]), args[3], args[4])
+            record.msg = record.getMessage()
+            record.args = None
+            record.tlake_redacted = True  # the handlers' RedactingFilter keeps this message as it is
+        return True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which after a graceful shutdown on SIGINT/SIGTERM does not raise the
+    signal again (that gave click's "Aborted!" and exit 1, or a death by SIGTERM)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                captured = getattr(self, "_captured_signals", None)
+                if isinstance(captured, list):
+                    captured.clear()
+
+
 def serve(lakehouse: str, opts: ServeOptions, *, storage_options: dict[str, str] | None = None,
           control_uri: str | None = None, audit: bool = True) -> None:
-    """Serve the lakehouse until interrupted (SIGINT/SIGTERM end it cleanly)."""
+    """Serve the lakehouse until interrupted (SIGINT/SIGTERM end it cleanly: it returns).
+
+    The port is bound before the server announces itself: a port in use is a ConfigError."""
     auth = authenticator(opts)
     settings = ServerSettings(lakehouse=lakehouse, storage_options=dict(storage_options or {}),
                               catalog_properties=dict(opts.properties), control_uri=control_uri, audit=audit,
                               read_only=bool(opts.read_only), allow_purge=bool(opts.allow_purge),
                               max_body_bytes=opts.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
-    app = build_app(settings, auth)
     host, port = opts.host or DEFAULT_HOST, opts.port if opts.port is not None else DEFAULT_PORT
-    for name in ("uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).setLevel(logging.INFO)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if host not in _LOOPBACK:
-        log.warning("binding %s: the server speaks plain HTTP; put it behind a TLS proxy (README)", host)
-    mode = "read-only" if settings.read_only else "read-write"
-    how = " and ".join(x for x in ("a bearer token" if auth.has_static_token else "",
-                                   "OAuth2 client credentials" if auth.issues_tokens else "") if x)
-    print(f"serving the Iceberg REST catalog of {lakehouse} on http://{host}:{port} ({mode}; {how})",
-          file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=True, server_header=False,
-                            proxy_headers=bool(opts.forwarded_allow_ips),
-                            forwarded_allow_ips=opts.forwarded_allow_ips or None, timeout_keep_alive=30)
-    uvicorn.Server(config).run()
+    sock = bind(host, port)
+    try:
+        app = build_app(settings, auth)
+        for name in ("uvicorn.error", "uvicorn.access"):
+            logging.getLogger(name).setLevel(logging.INFO)
+        access = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, _AccessLogFilter) for f in access.filters):
+            access.addFilter(_AccessLogFilter())
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if host not in _LOOPBACK:
+            log.warning("binding %s: the server speaks plain HTTP; put it behind a TLS proxy (README)", host)
+        mode = "read-only" if settings.read_only else "read-write"
+        how = " and ".join(x for x in ("a bearer token" if auth.has_static_token else "",
+                                       "OAuth2 client credentials" if auth.issues_tokens else "") if x)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"serving the Iceberg REST catalog of {lakehouse} on http://{shown}:{bound} ({mode}; {how}; "
+              "Ctrl-C stops it)", file=sys.stderr, flush=True)
+        config = uvicorn.Config(app, host=host, port=bound, log_config=None, access_log=True, server_header=False,
+                                proxy_headers=bool(opts.forwarded_allow_ips),
+                                forwarded_allow_ips=opts.forwarded_allow_ips or None, timeout_keep_alive=30)
+        _Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # Ctrl-C before uvicorn took the signal over: a stop like any other
+    finally:
+        sock.close()
