@@ -213,20 +213,27 @@ def retained_versions(lh_uri: str) -> list[int]:
 
 
 def live_problems(lh_uri: str, current: list[str], universe: set[str]) -> tuple[list[str], set[str]]:
-    """What is wrong with the table files now, and the live set: live files missing (named with
-    the root that keeps them when a retained pointer is gone), and files of `universe` that
-    nothing live reaches but that still exist."""
+    """What is wrong with the table files now, and the live set (`expected_live`): every live
+    file missing, named with what keeps it (a table's current metadata, or the root and table
+    whose pointer keeps it), and the files of `universe` (with everything the retained pointers
+    ever reached) that nothing live reaches but that still exist."""
     pointed = retained_metadata(lh_uri)
-    out = [f"metadata file {p} that {label} points at is missing" for p, label in sorted(pointed.items())
-           if not os.path.exists(p)]
-    if out:
-        return out, set()
-    try:
-        live = expected_live(current, sorted(pointed))
-    except FileNotFoundError as e:  # a manifest list or manifest live metadata names is gone
-        return [f"a live table file was deleted: {e.filename}"], set()
-    missing = sorted(p for p in live if not os.path.exists(p))
-    out += [f"live file missing: {p}" for p in missing[:5]]
+    out: list[str] = []
+    live: set[str] = set()
+    keepers = [(loc, f"current metadata {local(loc)}", None) for loc in current]
+    keepers += [(loc, f"{label} -> {loc}", "current") for loc, label in sorted(pointed.items())]
+    for loc, who, only in keepers:
+        try:
+            m = metadata(loc)
+            cur = m.get("current-snapshot-id")
+            ids = None if only is None else ({cur} if cur not in (None, -1) else set())
+            files = log_of(m) | {local(loc)} | reach(m, ids)
+        except FileNotFoundError as e:  # the metadata file, a manifest list or a manifest is gone
+            out.append(f"{who}: {e.filename} is missing")
+            continue
+        live |= files
+        gone = sorted(p for p in files if not os.path.exists(p))
+        out += [f"{who}: {p} is missing" for p in gone[:3]]
     left = sorted(p for p in (universe | ever_reached(set(pointed))) - live if os.path.exists(p))
     out += [f"kept though nothing live reaches it: {p}" for p in left[:5]]
     return out, live
