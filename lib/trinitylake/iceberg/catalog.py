@@ -57,6 +57,7 @@ from trinitylake.errors import (
     ValidationError,
 )
 from trinitylake.format import definitions
+from trinitylake.iceberg import views
 from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, check_creates, commit_response
 from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
 from trinitylake.lakehouse.context import AuditContext
@@ -287,6 +288,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
         if self._view().table_exists(ns, table):
             raise TableAlreadyExistsError(f"Table {ns}.{table} already exists")
+        self._refuse_view_name(self._view(), ns, table)
         staged = self._create_staged_table((ns, table), schema, location, partition_spec, sort_order, properties)
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
         self._create_def(ns, table, staged.metadata_location, f"create table {ns}.{table}")
@@ -306,6 +308,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
         if view.table_exists(ns, table):
             raise TableAlreadyExistsError(f"Table {ns}.{table} already exists")
+        self._refuse_view_name(view, ns, table)
         return self._create_staged_table((ns, table), schema, location, partition_spec, sort_order, properties)
 
     def table_defaults(self) -> dict[str, str]:
@@ -329,6 +332,12 @@ class TrinityLakeCatalog(MetastoreCatalog):
         props = {**self.table_defaults(), **properties}
         return super()._create_staged_table(identifier, schema, location, partition_spec, sort_order, props)
 
+    @staticmethod
+    def _refuse_view_name(view: LakehouseView, ns: str, table: str) -> None:
+        """A table cannot take a view's name (Iceberg's text: the REST kit checks it)."""
+        if view.view_exists(ns, table):
+            raise TableAlreadyExistsError(f"View with same name already exists: {ns}.{table}")
+
     def _create_def(self, ns: str, table: str, metadata_location: str, what: str) -> None:
         txn = self._begin(what)
         try:
@@ -344,6 +353,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
     def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
         ns, table = self._ident(identifier)
         self._check_writable(f"register table {ns}.{table}")
+        self._refuse_view_name(self._view(), ns, table)
         io = load_file_io(properties=self.properties, location=metadata_location)
         FromInputFile.table_metadata(io.new_input(metadata_location))  # refuse what does not read as Iceberg metadata
         if overwrite and self._view().table_exists(ns, table):
@@ -378,6 +388,8 @@ class TrinityLakeCatalog(MetastoreCatalog):
         txn = self._begin(what)
         try:
             d = txn.load_table(ns, table)
+            if txn.view_exists(to_ns, to_table):
+                raise AlreadyExistsError(f"Cannot rename {ns}.{table} to {to_ns}.{to_table}. View already exists")
             txn.create_table(to_ns, to_table, table_type=definitions.table_type_name(d).lower(),
                              properties=dict(d.properties), format_properties=dict(d.format_properties))
             txn.drop_table(ns, table)
@@ -388,6 +400,8 @@ class TrinityLakeCatalog(MetastoreCatalog):
             raise NoSuchTableError(f"Table does not exist: {ns}.{table}") from e
         except AlreadyExistsError as e:
             self._abandon(txn)
+            if str(e).startswith("Cannot rename"):  # the target is a view
+                raise TableAlreadyExistsError(str(e)) from e
             raise TableAlreadyExistsError(f"Table {to_ns}.{to_table} already exists") from e
         self._commit(txn, what, [])
         return self.load_table((to_ns, to_table))
@@ -526,22 +540,51 @@ class TrinityLakeCatalog(MetastoreCatalog):
         self._commit(txn, f"alter namespace {ns}", [])
         return summary
 
-    # ---- views: not stored through this catalog -----------------------------------------------
+    # ---- views: ViewDefs pointing at Iceberg view metadata (`trinitylake.iceberg.views`) ------
+    def lakehouse_view(self) -> LakehouseView:
+        """The version this catalog reads: its pinned one (time travel), or the latest now."""
+        return self._view()
+
+    def begin_write(self, what: str) -> Transaction:
+        """A lakehouse transaction for a write (ReadOnlyCatalogError under time travel)."""
+        return self._begin(what)
+
+    def _view_ident(self, identifier: str | Identifier) -> tuple[str, str]:
+        parts = self.identifier_to_tuple(identifier)
+        if len(parts) != 2:
+            raise NoSuchViewError(f"View does not exist: {'.'.join(parts)}")
+        return parts[0], parts[1]
+
     def list_views(self, namespace: str | Identifier) -> list[Identifier]:
-        return []
+        ns = self._ns(namespace)
+        return [(ns, v) for v in views.list_views(self, ns)]
 
     def view_exists(self, identifier: str | Identifier) -> bool:
-        return False
+        ns, name = self._view_ident(identifier)
+        return views.view_exists(self, ns, name)
 
     def load_view(self, identifier: str | Identifier) -> View:
-        raise NoSuchViewError(f"View does not exist: {identifier} (this catalog holds no Iceberg views)")
+        from pyiceberg.view import View
+        from pyiceberg.view.metadata import ViewMetadata
+
+        ns, name = self._view_ident(identifier)
+        loaded = views.load_view(self, ns, name)
+        return View((ns, name), ViewMetadata.model_validate(loaded.metadata))
 
     def drop_view(self, identifier: str | Identifier) -> None:
-        raise NoSuchViewError(f"View does not exist: {identifier} (this catalog holds no Iceberg views)")
+        ns, name = self._view_ident(identifier)
+        views.drop_view(self, ns, name)
 
     def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
-        raise NotImplementedError("Iceberg views are not supported by the TrinityLake catalog")
+        ns, name = self._view_ident(identifier)
+        views.register_view(self, ns, name, metadata_location)
+        return self.load_view((ns, name))
 
     def create_view(self, identifier: str | Identifier, schema: Schema | pa.Schema, view_version: ViewVersion,
                     location: str | None = None, properties: Properties = EMPTY_DICT) -> View:
-        raise NotImplementedError("Iceberg views are not supported by the TrinityLake catalog")
+        ns, name = self._view_ident(identifier)
+        iceberg_schema = self._convert_schema_if_needed(schema)
+        views.create_view(self, ns, name, iceberg_schema.model_dump(by_alias=True, mode="json"),
+                          view_version.model_dump(by_alias=True, mode="json", exclude_none=True), location,
+                          dict(properties))
+        return self.load_view((ns, name))

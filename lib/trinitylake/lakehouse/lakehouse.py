@@ -482,6 +482,16 @@ class Lakehouse:
 
         return self._single(Transaction.drop_table, ns, table)
 
+    def create_view(self, ns: str, view: str, *, metadata_location: str, properties: dict[str, str] | None = None
+                    ) -> int | None:
+
+        return self._single(Transaction.create_view, ns, view, metadata_location=metadata_location,
+                            properties=properties)
+
+    def drop_view(self, ns: str, view: str) -> int | None:
+
+        return self._single(Transaction.drop_view, ns, view)
+
     # ---- rollback --------------------------------------------------------------------------
     def rollback(self, to: int) -> int:
         """Roll forward: commit v+1 whose content equals version `to`.

@@ -31,12 +31,12 @@ from trinitylake.errors import (
 )
 from trinitylake.format import definitions, keys, tree
 from trinitylake.format.node import Message, serialize
-from trinitylake.format.paths import namespace_def_path, root_name, table_def_path
+from trinitylake.format.paths import namespace_def_path, root_name, table_def_path, view_def_path
 from trinitylake.lakehouse.changes import ChangeSet
 from trinitylake.lakehouse.changes import now_ms as _now_ms
 from trinitylake.lakehouse.ports import NodeSource
 from trinitylake.lakehouse.roots import RootRef, check_new_pins, root_system_rows
-from trinitylake.lakehouse.view import LakehouseView
+from trinitylake.lakehouse.view import VIEW_METADATA_LOCATION, VIEW_PREVIOUS_METADATA_LOCATION, LakehouseView
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message as ProtoMessage
@@ -192,6 +192,8 @@ class Transaction(LakehouseView):
             raise ObjectNotFoundError(f"namespace {ns!r} does not exist (creating table {ns}.{table})")
         if self.get_key(tkey) is not None:
             raise AlreadyExistsError(f"table {ns}.{table} already exists")
+        if self.view_exists(ns, table):
+            raise AlreadyExistsError(f"View with same name already exists: {ns}.{table}")
         ttype = (table_type or ("external" if metadata_location else "managed")).upper()
         if ttype not in definitions.TABLE_TYPES:
             raise ValidationError(f"table type must be managed, external or federated, got {table_type!r}")
@@ -236,6 +238,78 @@ class Transaction(LakehouseView):
             raise ObjectNotFoundError(f"table {ns}.{table} does not exist")
         self.writes[key] = None
         self.ops.append(f"drop table {ns}.{table}")
+
+    # ---- views: a ViewDef whose properties name the Iceberg view metadata file -------------
+    def create_view(self, ns: str, view: str, *, metadata_location: str, properties: dict[str, str] | None = None) -> None:
+        """Add view `ns.view` pointing at its metadata file (`VIEW_METADATA_LOCATION`).
+
+        Raises:
+            ObjectNotFoundError: the namespace does not exist.
+            AlreadyExistsError: a view or a table of that name exists.
+        """
+        self._check_open()
+        if not metadata_location:
+            raise ValidationError(f"view {ns}.{view} needs a metadata_location")
+        vkey = self._view_key(ns, view)
+        if self.get_key(self._ns_key(ns)) is None:
+            raise ObjectNotFoundError(f"namespace {ns!r} does not exist (creating view {ns}.{view})")
+        if self.get_key(vkey) is not None:
+            raise AlreadyExistsError(f"view {ns}.{view} already exists")
+        if self.table_exists(ns, view):
+            raise AlreadyExistsError(f"Table with same name already exists: {ns}.{view}")
+        props = dict(properties or {})
+        props[VIEW_METADATA_LOCATION] = metadata_location
+        d = definitions.ViewDef(id=str(uuid.uuid4()), properties=props)
+        self.writes[vkey] = self._write_def(view_def_path(ns, view), d)
+        self.ops.append(f"create view {ns}.{view}")
+
+    def alter_view(self, ns: str, view: str, *, metadata_location: str | None = None,
+                   set_properties: dict[str, str] | None = None, remove: list[str] | None = None) -> None:
+        """Repoint view `ns.view` at a new metadata file (the old one becomes
+        `VIEW_PREVIOUS_METADATA_LOCATION`) and/or change its definition's properties."""
+        self._check_open()
+        d = self.load_view(ns, view)
+        for k in remove or []:
+            d.properties.pop(k, None)
+        d.properties.update(set_properties or {})
+        if metadata_location:
+            prev = d.properties.get(VIEW_METADATA_LOCATION)
+            if prev:
+                d.properties[VIEW_PREVIOUS_METADATA_LOCATION] = prev
+            d.properties[VIEW_METADATA_LOCATION] = metadata_location
+        self.writes[self._view_key(ns, view)] = self._write_def(view_def_path(ns, view), d)
+        self.ops.append(f"alter view {ns}.{view}")
+
+    def drop_view(self, ns: str, view: str) -> None:
+        self._check_open()
+        key = self._view_key(ns, view)
+        if self.get_key(key) is None:
+            if self.get_key(self._ns_key(ns)) is None:
+                raise ObjectNotFoundError(f"namespace {ns!r} does not exist (dropping view {ns}.{view})")
+            raise ObjectNotFoundError(f"view {ns}.{view} does not exist")
+        self.writes[key] = None
+        self.ops.append(f"drop view {ns}.{view}")
+
+    def rename_view(self, ns: str, view: str, to_ns: str, to_view: str) -> None:
+        """Move view `ns.view` to `to_ns.to_view` (another namespace too), keeping its
+        definition (its id and metadata file).
+
+        Raises:
+            ObjectNotFoundError: the source view or the target namespace does not exist.
+            AlreadyExistsError: a view or a table of the target name exists.
+        """
+        self._check_open()
+        src = self._view_path(ns, view)
+        if self.get_key(self._ns_key(to_ns)) is None:
+            raise ObjectNotFoundError(f"namespace {to_ns!r} does not exist (renaming view {ns}.{view})")
+        dst = self._view_key(to_ns, to_view)
+        if self.get_key(dst) is not None:
+            raise AlreadyExistsError(f"view {to_ns}.{to_view} already exists")
+        if self.table_exists(to_ns, to_view):
+            raise AlreadyExistsError(f"Table with same name already exists: {to_ns}.{to_view}")
+        self.writes[self._view_key(ns, view)] = None
+        self.writes[dst] = src
+        self.ops.append(f"rename view {ns}.{view} to {to_ns}.{to_view}")
 
     def mutate_definition(self, fn: Callable[[definitions.LakehouseDef], None], description: str) -> None:
         """Change the lakehouse definition at commit. `fn` is re-applied to the latest
@@ -435,6 +509,9 @@ class Transaction(LakehouseView):
         for k in changed:
             if k[:4] in (keys.TABLE_PREFIX, keys.VIEW_PREFIX) and self._ns_name(k) in my_ns:
                 return f"{self.codec.describe(k)} changed inside namespace {self._ns_name(k)!r} that this transaction creates or drops"
+        clash = self._name_clash(changed)
+        if clash:
+            return clash
         if self.isolation == "serializable":
             for k in changed:
                 if k in self.read_keys:
@@ -442,4 +519,25 @@ class Transaction(LakehouseView):
                 for p in self.read_prefixes:
                     if k.startswith(p):
                         return f"scanned a range that now includes a change to {self.codec.describe(k)}"
+        return None
+
+    def _name_clash(self, changed: dict[str, str | None]) -> str | None:
+        """A table and a view of one name created by two transactions at once: both checked
+        that the other kind was absent in their own snapshot."""
+        def created(pairs: dict[str, str | None]) -> dict[tuple[str, tuple[str, ...]], str]:
+            out = {}
+            for k, v in pairs.items():
+                if v is not None and k[:4] in (keys.TABLE_PREFIX, keys.VIEW_PREFIX):
+                    try:
+                        kind, names = self.codec.decode(k)
+                    except ValidationError:
+                        continue
+                    out[(kind, tuple(names))] = k
+            return out
+
+        mine, theirs = created(self.writes), created(changed)
+        for (kind, names), k in mine.items():
+            other = "view" if kind == "table" else "table"
+            if (other, names) in theirs:
+                return f"{self.codec.describe(k)} and {self.codec.describe(theirs[(other, names)])} were created concurrently"
         return None

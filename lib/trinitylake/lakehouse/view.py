@@ -15,6 +15,12 @@ from trinitylake.json_data import JsonObject
 
 _Def = TypeVar("_Def", bound=Message)
 
+#: A ViewDef's property naming its Iceberg view metadata file, as a TableDef's
+#: ``format_properties["metadata_location"]`` names the table's (ViewDef has no format
+#: properties); the one before it is ``previous_metadata_location``.
+VIEW_METADATA_LOCATION = "metadata_location"
+VIEW_PREVIOUS_METADATA_LOCATION = "previous_metadata_location"
+
 if TYPE_CHECKING:
     from trinitylake.lakehouse.ports import NodeSource
     from trinitylake.lakehouse.roots import RootRef
@@ -62,6 +68,9 @@ class LakehouseView:
 
     def _table_key(self, ns: str, table: str) -> str:
         return self._resolve(lambda: self.codec.table_key(ns, table), self.codec.java_table_key(ns, table))
+
+    def _view_key(self, ns: str, view: str) -> str:
+        return self._resolve(lambda: self.codec.view_key(ns, view), self.codec.java_view_key(ns, view))
 
     def _scan_members(self, ns: str, views: bool = False) -> list[tuple[str, str]]:
         """Tables (or views) of `ns`, under the spec's and Java's padding of the namespace."""
@@ -165,6 +174,47 @@ class LakehouseView:
             "table_format": definitions.table_format_name(d).lower(),
             "metadata_location": d.format_properties.get("metadata_location"),
             "format_properties": dict(d.format_properties),
+            "properties": dict(d.properties),
+            "schema": MessageToDict(d.schema) if d.HasField("schema") else None,
+            "definition": path,
+            "version": self.version,
+        }
+
+    # -- views
+    def view_exists(self, ns: str, view: str) -> bool:
+        return self.get_key(self._view_key(ns, view)) is not None
+
+    def list_views(self, ns: str) -> list[str]:
+        """View names of `ns`, sorted.
+
+        Raises:
+            ObjectNotFoundError: the namespace does not exist.
+            UndecodableKeyError: some keys cannot be decoded (``e.listed`` has the others).
+        """
+        self._namespace_path(ns)
+        return self._decoded(self._scan_members(ns, views=True), 1, f"view (namespace {ns!r})")
+
+    def _view_path(self, ns: str, view: str) -> str:
+        path = self.get_key(self._view_key(ns, view))
+        if path is None:
+            if not self.namespace_exists(ns):
+                raise ObjectNotFoundError(f"namespace {ns!r} does not exist (version {self.version})")
+            raise ObjectNotFoundError(f"view {ns}.{view} does not exist (version {self.version})")
+        return path
+
+    def load_view(self, ns: str, view: str) -> definitions.ViewDef:
+        """The view's definition; an Iceberg view's metadata file is its
+        ``properties["metadata_location"]`` (`VIEW_METADATA_LOCATION`)."""
+        return self.read_def(definitions.ViewDef, self._view_path(ns, view))
+
+    def describe_view(self, ns: str, view: str) -> JsonObject:
+        path = self._view_path(ns, view)
+        d = self.read_def(definitions.ViewDef, path)
+        return {
+            "namespace": ns,
+            "name": view,
+            "id": d.id,
+            "metadata_location": d.properties.get(VIEW_METADATA_LOCATION),
             "properties": dict(d.properties),
             "schema": MessageToDict(d.schema) if d.HasField("schema") else None,
             "definition": path,

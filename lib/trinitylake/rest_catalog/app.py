@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 import pydantic
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, NoSuchViewError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
@@ -44,6 +44,7 @@ from starlette.routing import Route
 
 from trinitylake.iceberg import TrinityLakeCatalog
 from trinitylake.rest_catalog import models
+from trinitylake.rest_catalog import views as view_routes
 from trinitylake.rest_catalog.auth import Authenticator, OAuthError, Principal
 from trinitylake.rest_catalog.errors import RestError, bad_request, error_response, exception_response
 
@@ -89,7 +90,7 @@ def _endpoints() -> list[str]:
     return ["GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", f"GET {ns}", f"HEAD {ns}",
             f"DELETE {ns}", f"POST {ns}/properties", f"GET {ns}/tables", f"POST {ns}/tables", f"GET {tb}",
             f"HEAD {tb}", f"POST {tb}", f"DELETE {tb}", f"POST {ns}/register", f"POST {tb}/metrics",
-            "POST /v1/{prefix}/tables/rename", "POST /v1/{prefix}/transactions/commit"]
+            "POST /v1/{prefix}/tables/rename", "POST /v1/{prefix}/transactions/commit", *view_routes.endpoints()]
 
 
 def _namespace(text: str) -> str:
@@ -364,15 +365,6 @@ class CatalogService:
                 mtx.stage_changes(ident, change.requirements, change.updates)
         return None
 
-    # ---- views: none are stored through this catalog ------------------------------------------
-    def list_views(self, call: Call) -> Result:
-        call.catalog.load_namespace_properties(_namespace(call.path["namespace"]))
-        return {"identifiers": []}
-
-    def load_view(self, call: Call) -> Result:
-        raise NoSuchViewError(f"View does not exist: {call.path['namespace']}.{call.path['view']} "
-                              f"(this catalog holds no Iceberg views)")
-
     # ---- OAuth2 ------------------------------------------------------------------------------
     async def oauth_tokens(self, request: Request) -> Response:
         try:
@@ -418,8 +410,15 @@ def build_app(settings: ServerSettings, auth: Authenticator) -> Starlette:
         (f"{tb}/metrics", ["POST"], svc.report_metrics, False, None),
         ("tables/rename", ["POST"], svc.rename_table, True, models.RenameTable),
         ("transactions/commit", ["POST"], svc.commit_transaction, True, models.CommitTransaction),
-        (f"{ns}/views", ["GET"], svc.list_views, False, None),
-        (f"{ns}/views/{{view}}", ["GET", "HEAD"], svc.load_view, False, None),
+        # views: lib/trinitylake/rest_catalog/views.py
+        (f"{ns}/views", ["GET"], view_routes.list_views, False, None),
+        (f"{ns}/views", ["POST"], view_routes.create_view, True, view_routes.CreateView),
+        (f"{ns}/register-view", ["POST"], view_routes.register_view, True, view_routes.RegisterView),
+        (f"{ns}/views/{{view}}", ["HEAD"], view_routes.view_exists, False, None),  # before GET
+        (f"{ns}/views/{{view}}", ["GET"], view_routes.load_view, False, None),
+        (f"{ns}/views/{{view}}", ["POST"], view_routes.replace_view, True, view_routes.CommitView),
+        (f"{ns}/views/{{view}}", ["DELETE"], view_routes.drop_view, True, None),
+        ("views/rename", ["POST"], view_routes.rename_view, True, view_routes.RenameView),
     ]
     for path, methods, handler, write, model in table:
         routes += svc.route(path, methods, handler, write=write, body=model)
