@@ -253,3 +253,43 @@ def test_builder_refuses_dropping_a_dialect_and_unknown_last_added():
     b.set_current_version({**version("select 1", dialect="trino"), "version-id": 9}, SCHEMA)
     m2 = b.build()
     assert m2["current-version-id"] == 1 and not b.changes  # identical: reused, nothing changed
+
+
+# ---- Spark SQL ------------------------------------------------------------------------------------
+@pytest.mark.spark
+def test_spark_create_select_show_replace_drop_view(served):
+    """Spark 4.1 with Iceberg's runtime (`type=rest`): CREATE VIEW, SELECT, SHOW VIEWS, CREATE OR
+    REPLACE VIEW and DROP VIEW through the server; the version before the replace still reads
+    the first definition."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spark_py = root / ".venv-spark41" / "bin" / "python"
+    jar = root / "build" / "iceberg-spark41" / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
+    missing = [str(p) for p in (spark_py, jar) if not p.exists()]
+    assert not missing, f"the Spark 4.1 environment is not built (run `make spark41`): missing {missing}"
+    env = {**os.environ, "TLAKE_CATALOG_TOKEN": served.token}
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([str(spark_py), str(Path(__file__).with_name("spark_views_job.py")), str(jar), served.url,
+                        "sparkviews"], capture_output=True, text=True, timeout=420, env=env)
+    result = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    assert r.returncode == 0 and result, f"the Spark job failed ({r.returncode}): {r.stderr[-4000:]}"
+    out = json.loads(result[-1][len("RESULT "):])
+    assert out["view_rows"] == [[1], [3]]
+    assert out["views"] == ["gone", "only_a"] and out["tables"] == ["base"]
+    assert out["replaced_rows"] == [[2, "b"]]
+    assert out["views_after_drop"] == ["only_a"]
+    assert "already exists" in out["view_on_table_name"]
+
+    # the lakehouse's versions: the view as Spark created it, then replaced
+    lh = Lakehouse.open(served.lakehouse, audit=False)
+    latest = lh.latest_version()
+    sqls = []
+    for v in range(latest + 1):
+        if lh.view(version=v).namespace_exists("sparkviews") and lh.view(version=v).view_exists("sparkviews", "only_a"):
+            m = http(served, "GET", f"/v1/version-{v}/namespaces/sparkviews/views/only_a").json()["metadata"]
+            cur = next(x for x in m["versions"] if x["version-id"] == m["current-version-id"])
+            sqls.append(cur["representations"][0]["sql"])
+    assert len(set(sqls)) == 2 and "kind = 'a'" in sqls[0] and "kind = 'b'" in sqls[-1]
