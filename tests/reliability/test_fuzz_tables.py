@@ -8,14 +8,18 @@ to start with):
 * table commits through PyIceberg on `TrinityLakeCatalog`: append, overwrite, delete of some rows;
 * the lakehouse's own expire, keeping 1-3 versions (its clock set ahead, as `tests.support.jobs`
   does, so no step sleeps);
-* ``tables_expire`` (all tables or one; every snapshot old enough or none; 1-3 kept per branch);
-* ``tables_orphans`` after planting old and young junk files under a table's location.
+* ``tables_expire`` (all tables or one; three times in four every snapshot old enough, else
+  none; 1-3 kept per branch); every history ends with one over all tables, every snapshot old
+  enough and one kept per branch, so that most runs expire snapshots;
+* ``tables_orphans`` after planting old and young junk files under a table's location;
+* a pinned minimal export of a retained version (the real export job), and dropping one.
 
 After every step:
 
 * every file the oracle says is live exists: every snapshot of each table's current metadata
-  and, for every retained lakehouse version, the metadata file it points at, that file's
-  current snapshot and its log;
+  and, for every retained or pinned lakehouse version, pinned export and live distributed
+  transaction, the metadata file it points at, that file's current snapshot and its log (which
+  roots those are, and their pointers, the lakehouse oracle reads itself: `tests.oracle.tables`);
 * what a step deleted, the oracle allowed: a table commit and the lakehouse's expire delete no
   table file; after ``tables_expire`` every table file that nothing live reaches is gone (what a
   retained version reached stays deferred until that version expires) and nothing live went;
@@ -25,6 +29,7 @@ After every step:
   the rows it had when that version was made; the latest reads the rows of the last commit.
 
 Sizes follow the reliability suite's scale (``TLAKE_RELIABILITY_SCALE``, ``ci`` by default).
+The ledger reports how many snapshots the runs expired and how many runs expired any.
 """
 
 from __future__ import annotations
@@ -41,13 +46,15 @@ from hypothesis import strategies as st
 
 from tests.iceberg import table_oracle as oracle
 from tests.iceberg.tables_setup import DAY_S, open_catalog, plant
+from tests.oracle.expect import latest_version, oracle_for
 from tests.support.jobs import TTL_MS, run_local
 from trinitylake.lakehouse import Lakehouse
 
 TABLES = ("s.a", "s.b")
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
-#: (examples, most steps per example) per scale: ci stays under a minute on 2 cores.
-SIZES = {"ci": (6, 8), "full": (40, 16)}
+#: (examples, most drawn steps per example, before the closing expiry) per scale: ci stays
+#: under a minute on 2 cores.
+SIZES = {"ci": (6, 5), "full": (40, 13)}
 
 TABLE = st.sampled_from(TABLES)
 COMMIT = st.one_of(
@@ -60,10 +67,14 @@ STEP = st.one_of(
     COMMIT,  # commits twice as likely as each job: the jobs find history to work on
     st.tuples(st.just("lakehouse_expire"), st.integers(1, 3)),
     st.tuples(
-        st.just("tables_expire"), st.sampled_from(["all", *TABLES]), st.booleans(), st.integers(1, 3)
+        st.just("tables_expire"), st.sampled_from(["all", *TABLES]), st.sampled_from([True, True, True, False]),
+        st.integers(1, 3)
     ),
     st.tuples(st.just("tables_orphans"), TABLE, st.integers(0, 2), st.integers(0, 1)),
+    st.one_of(st.tuples(st.just("pin"), st.integers(0, 3)), st.tuples(st.just("unpin"))),
 )
+#: Every history ends with this: every snapshot old enough, one kept per branch.
+CLOSING = ("tables_expire", "all", True, 1)
 
 
 def _rows(ids: list[int]) -> pa.Table:
@@ -92,6 +103,8 @@ class History:
         self.rows: dict[int, dict[str, list[int]]] = {}
         self.metadata_files: set[str] = set()
         self.next_id = 0
+        self.root = root
+        self.exports: list[str] = []  # pinned minimal exports, oldest first
         self.record()
         for n in TABLES:  # two snapshots each to start with: the random steps have history to expire
             for _ in range(2):
@@ -102,8 +115,8 @@ class History:
         return Lakehouse.open(self.uri, audit=False)
 
     def record(self) -> None:
-        """The rows of each table at the latest version, and its metadata files."""
-        v = self.lakehouse().latest_version()
+        """The rows of each table at the latest version (the oracle's), and its metadata files."""
+        v = latest_version(oracle_for(self.uri))
         self.rows[v] = {n: _ids(self.cat.load_table(n)) for n in TABLES}
         self.see()
 
@@ -118,20 +131,13 @@ class History:
         return list(range(self.next_id - n, self.next_id))
 
     def retained(self) -> list[int]:
-        lh = self.lakehouse()
-        floor = lh.definition().oldest_retained_version
-        return [v for v in lh.listed_versions() if v >= floor]
+        """Retained and pinned versions, by the lakehouse oracle's own listing."""
+        return oracle.retained_versions(self.uri)
 
     def live(self) -> set[str]:
-        """The oracle's live set: the tables' current metadata and every retained version's pointers."""
-        lh = self.lakehouse()
-        pointed = []
-        for v in self.retained():
-            view = lh.view(v)
-            for n in TABLES:
-                ns, t = n.split(".")
-                if view.table_exists(ns, t):
-                    pointed.append(view.load_table(ns, t).format_properties["metadata_location"])
+        """The oracle's live set: the tables' current metadata and the pointers of every root
+        that keeps table metadata (the lakehouse oracle reads which, and where they point)."""
+        pointed = sorted(oracle.retained_metadata(self.uri))
         current = [self.cat.load_table(n).metadata_location for n in TABLES]
         try:
             return oracle.expected_live(current, pointed)
@@ -195,6 +201,19 @@ def _step(h: History, step: tuple, seen: dict[str, int]) -> None:
         assert r.counts.get("deleted", 0) == len(before - after), f"{step}: {r.counts} vs {len(before - after)} gone"
         if r.counts.get("snapshots_expired"):
             seen["snapshots_expired"] = seen.get("snapshots_expired", 0) + r.counts["snapshots_expired"]
+            seen["expired_this_run"] = 1
+    elif kind == "pin":
+        _pin(h, step[1])
+        assert h.table_files() == before, f"{step}: an export touched table files"
+    elif kind == "unpin":
+        if not h.exports:
+            return
+        from trinitylake.jobs.export.target import drop_export
+
+        name = h.exports.pop(0)
+        txn = h.lakehouse().begin()
+        txn.mutate_definition(drop_export(name), f"drop export {name}")
+        txn.commit()
     else:
         _, table, n_old, n_young = step
         data = os.path.join(oracle.local(h.cat.load_table(table).metadata.location), "data")
@@ -212,6 +231,19 @@ def _step(h: History, step: tuple, seen: dict[str, int]) -> None:
         assert gone == want, f"{step}: deleted {sorted(gone)[:3]}, the oracle's orphans {sorted(want)[:3]}"
         seen["orphans_deleted"] = seen.get("orphans_deleted", 0) + len(gone)
     _check_reads(h, step)
+
+
+def _pin(h: History, back: int) -> None:
+    """A minimal export (the real export job) of a retained version `back` below the latest:
+    recorded and pinned, its root full URIs into the source."""
+    o = oracle_for(h.uri)
+    latest, d = o.latest()
+    name = f"e{time.time_ns()}"
+    r = run_local("export", h.uri, name=name, target=os.path.join(h.root, "exports", name),
+                  version=max(d.oldest_retained_version, latest - back), mode="minimal")
+    assert r.status == "succeeded", r.error
+    assert name in oracle_for(h.uri).latest()[1].exported_snapshot_pins, f"export {name} is not pinned"
+    h.exports.append(name)
 
 
 def _check_reads(h: History, step: tuple) -> None:
@@ -243,14 +275,16 @@ def test_random_table_histories_with_both_levels_of_maintenance(ledger, scale) -
     @given(st.lists(STEP, min_size=3, max_size=max_steps))
     def history(steps: list[tuple]) -> None:
         seen["examples"] += 1
+        seen["expired_this_run"] = 0
         root = tempfile.mkdtemp(prefix="tl-fuzz-tables-")
         try:
             h = History(root)
-            for step in steps:
+            for step in [*steps, CLOSING]:
                 seen["steps"] += 1
                 _step(h, step, seen)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+        seen["runs_with_expiry"] = seen.get("runs_with_expiry", 0) + seen.pop("expired_this_run")
 
     t0 = time.perf_counter()
     history()
@@ -262,4 +296,9 @@ def test_random_table_histories_with_both_levels_of_maintenance(ledger, scale) -
         seconds=time.perf_counter() - t0,
         outcomes={k: v for k, v in seen.items() if k not in ("examples", "steps")},
     )
-    assert seen["examples"] >= 1
+    print(f"table histories: {seen['examples']} runs, {seen.get('runs_with_expiry', 0)} expired snapshots "
+          f"({seen.get('snapshots_expired', 0)} in all)")
+    # Each history ends with an expiry of every snapshot but the newest per branch, after two
+    # snapshots per table: a run that expires nothing is possible (an earlier step expired them
+    # all and nothing was committed since), every run expiring nothing is a blind fuzz.
+    assert seen["examples"] >= 1 and seen.get("runs_with_expiry", 0) >= 1, seen
