@@ -2,7 +2,9 @@
 library's generated code: on every lakehouse definition and transaction state file of a real
 lakehouse (exports recorded and pinned, versions expired, a distributed transaction staged, then
 committed and another aborted), on a Java-layout lakehouse's definition, and on messages with
-every field at its edges. Both must read the same values, field by field."""
+every field at its edges; and the table definitions the tables' oracle reads (real Iceberg
+tables' definitions, edge cases, the legacy enum encoding). Both must read the same values,
+field by field."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import random
 
 import pytest
 
+from tests.format.oracle import root_name
 from tests.format.test_java_interop import write_java_lakehouse
 from tests.maintenance.helpers import build_history, write_minimal_export
 from tests.oracle import defs as OD
@@ -168,3 +171,73 @@ def test_truncated_or_corrupt_bytes_are_refused_not_misread():
             pb.LakehouseDef(oldest_retained_version=U64).SerializeToString(), "max"
         ).oldest_retained_version
     )
+
+
+def _agree_table_def(data: bytes, where: str) -> OD.TableDef:
+    """The tables' oracle's TableDef fields against the library's `definitions.loads` (which
+    also upgrades the legacy enum encoding of fields 7 and 8)."""
+    from trinitylake.format import definitions as D
+
+    mine = OD.table_def(data, where)
+    theirs = D.loads(pb.TableDef, data, where)
+    assert (mine.id, mine.table_type, mine.table_format, mine.format_properties, mine.properties) == (
+        theirs.id, theirs.table_type, theirs.table_format, dict(theirs.format_properties), dict(theirs.properties)
+    ), where
+    assert mine.format_name == D.table_format_name(theirs), where
+    return mine
+
+
+def test_every_table_definition_of_iceberg_tables_decodes_as_the_library_decodes_it(tmp_path):
+    from tests.iceberg.conftest import SCHEMA, rows
+    from tests.iceberg.tables_setup import open_catalog
+    from tests.oracle.expect import merged_keys
+
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, audit=False)
+    cat = open_catalog(uri)
+    cat.create_namespace("s")
+    cat.create_table("s.a", schema=SCHEMA).append(rows([1]))
+    cat.create_table("s.b", schema=SCHEMA, properties={"k": "v"})
+    lh = Lakehouse.open(uri, audit=False)
+    o = Oracle(lh.uri)
+    tables = {k: u for k, u in merged_keys(o, f"{o.root}/{root_name(lh.latest_version())}").items()
+              if k.startswith("C===")}
+    assert len(tables) == 2
+    for key, u in tables.items():
+        d = _agree_table_def(o.files.read(u), key)
+        assert d.format_name == "ICEBERG" and d.format_properties["metadata_location"].endswith(".metadata.json")
+    # What the tables' oracle reads is what the catalog loads.
+    from tests.oracle.tables import table_pointers
+
+    got = {n: _path(u) for n, u in table_pointers(o, f"{o.root}/{root_name(lh.latest_version())}").items()}
+    assert got == {n: _path(cat.load_table(n).metadata_location) for n in ("s.a", "s.b")}
+
+
+def _path(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_table_definitions_with_every_field_at_its_edges_decode_alike(seed):
+    rng = random.Random(seed)
+    text = ["", "a", "é€😀", "x" * 300, "s3://b/t/metadata/v1.metadata.json", "\x00\x7f"]
+    d = pb.TableDef(id=rng.choice(text), table_type=rng.choice(["", "MANAGED", "EXTERNAL", "FEDERATED"]),
+                    table_format=rng.choice(["", "ICEBERG", "iceberg"]), distribution_keys=[1, 300],
+                    primary_keys=[rng.randrange(1 << 32)], sort_keys=[], unique_columns=[0, 1])
+    d.schema.columns.add()
+    for i in range(rng.randint(0, 4)):
+        d.format_properties[rng.choice(text) + str(i)] = rng.choice(text)
+        d.properties[str(i) + rng.choice(text)] = rng.choice(text)
+    d.format_properties["metadata_location"] = rng.choice(text)
+    _agree_table_def(d.SerializeToString(), f"table def of seed {seed}")
+
+
+def test_a_legacy_table_definition_with_enum_fields_decodes_as_the_library_decodes_it():
+    """Fields 7 and 8 as varints (this project's encoding before they became strings)."""
+    body = pb.TableDef(id="t", format_properties={"metadata_location": "/w/v1.metadata.json"}).SerializeToString()
+    for table_type, table_format in ((0, 0), (1, 0), (2, 0)):
+        data = body + bytes([7 << 3, table_type, 8 << 3, table_format])
+        d = _agree_table_def(data, f"legacy {table_type}/{table_format}")
+        assert d.table_format == "ICEBERG" and d.table_type == ("MANAGED", "EXTERNAL", "FEDERATED")[table_type]
+    with pytest.raises(OD.DefinitionError):
+        OD.table_def(body + bytes([8 << 3, 5]), "unknown legacy format")
