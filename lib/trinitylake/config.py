@@ -224,6 +224,7 @@ class TablesExpireConfig(JobConfig):
     job: ClassVar[str] = "tables_expire"
 
     older_than: int | None
+    unsafe_min_age: bool
     retain_last: int | None
     tables: str | None
     batch_size: int

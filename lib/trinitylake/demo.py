@@ -269,7 +269,7 @@ def demo(directory: str, tables: int, master: str) -> int:
     # The tables' own maintenance: snapshots expire (what a retained version still reads is
     # deferred), and an old file under a table that nothing references goes.
     table_orphan = plant_orphans(lh_dir / "warehouse" / "shop" / "orders" / "data", young=False)
-    rc |= run_job("tables_expire", [*common, "--older-than", "0s", "--retain-last", "1"])
+    rc |= run_job("tables_expire", [*common, "--older-than", "2s", "--retain-last", "1"])
     rc |= run_job("tables_orphans", common)
     if any(p.exists() for p in table_orphan):
         console.print("[red]the old orphan under shop.orders survived tables_orphans[/red]")

@@ -224,7 +224,10 @@ _JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {
     "tables_expire": (
         _opt("older_than", "duration", None,
              "Snapshots older than this may expire; null means each table's history.expire.max-snapshot-age-ms "
-             "(Iceberg's default 5d).", nullable=True),
+             "(Iceberg's default 5d); below the lakehouse's transaction TTL it needs unsafe_min_age.", nullable=True),
+        _opt("unsafe_min_age", "bool", False,
+             "Allow older_than below the lakehouse's transaction TTL (snapshots of in-flight transactions may "
+             "expire)."),
         _opt("retain_last", "int", None,
              "Keep at least this many snapshots of each branch; null means each table's "
              "history.expire.min-snapshots-to-keep (Iceberg's default 1).", nullable=True, minimum=1),

@@ -47,7 +47,7 @@ def test_an_expire_killed_before_its_commit_then_mid_delete_is_finished_by_a_rer
     expire_lakehouse(uri)
     latest = Lakehouse.open(uri, audit=False).latest_version()
     before = files_under(uri)
-    args = ["expire-snapshots", "--older-than", "0s"]
+    args = ["expire-snapshots", "--older-than", "0s", "--unsafe-min-age"]
     # Killed with its candidates recorded, before its commit: no version, nothing deleted.
     killed(tmp_path / "k1", uri, args, "write", "after", r"tables-state/pending\.json$")
     assert Lakehouse.open(uri, audit=False).latest_version() == latest and not before - files_under(uri)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import threading
 import uuid
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -335,23 +334,3 @@ def test_refuses_to_start_without_a_token(tmp_path):
                          text=True, timeout=120, env=env)
     assert out.returncode == 1
     assert "TLAKE_CATALOG_TOKEN" in out.stderr and "Traceback" not in out.stderr
-
-
-def test_purge_deletes_the_files_only_on_a_server_started_allow_purge(tmp_path):
-    lh = new_lakehouse(tmp_path / "lh")
-    srv = start(lh, tmp_path, "--allow-purge")
-    try:
-        cat = client(srv)
-        cat.create_namespace("s")
-        t = cat.create_table("s.gone", schema=SCHEMA)
-        t.append(rows([1, 2]))
-        data = list(Path(cat.load_table("s.gone").location().removeprefix("file://")).rglob("*.parquet"))
-        assert data
-        cat.purge_table("s.gone")
-        assert not cat.table_exists("s.gone")
-        assert not any(p.exists() for p in data)
-        control = ControlTable(lh.rstrip("/") + "/_control").to_arrow().to_pylist()
-        drop = [r for r in control if r["command"] == "catalog serve drop table s.gone" and r["record_type"] == "committed"]
-        assert drop and json.loads(drop[0]["arguments"])["purge"] == "files deleted"
-    finally:
-        srv.stop()

@@ -12,12 +12,15 @@ get theirs), so they cannot drift from the job's options; the lakehouse, control
 storage options are ``tlake``'s. Each run writes a ``begin`` and a final row in the control table under the job's name
 (`tlake show --job tables_expire` lists the runs), the table commits as rows of their own
 parented to it, and per-table counts in the result. Exit codes: 0 ok, 1 the run failed or
-refused (a typed error on one line), 2 a configuration error.
+refused (a typed error on one line), 2 a configuration error, 3 partial: a damaged table (a
+metadata file, manifest list or manifest that cannot be read) was skipped, none of its files
+deleted, and every other table maintained (`trinitylake.tables_maintenance.damage`).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +30,7 @@ from rich.table import Table
 from trinitylake.cli.common import Ctx, console
 from trinitylake.cli.jobs import JobOptionsCommand, fail_with, load_cli_config
 from trinitylake.errors import TrinityLakeError
-from trinitylake.jobs.runner import JobFailedError, run_job
+from trinitylake.jobs.runner import EXIT_PARTIAL, PARTIAL, JobFailedError, run_job
 from trinitylake.runs.results import JobResult
 
 _Columns = list[tuple[str, Callable[[dict[str, Any]], object]]]
@@ -66,12 +69,17 @@ def _emit(result: JobResult, as_json: bool, columns: _Columns) -> None:
     click.echo("  ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))
     if result.plan_location:
         click.echo(f"plan: {result.plan_location}")
+    for line in result.details.get(PARTIAL) or []:
+        click.echo(f"partial: {line}")
 
 
 def _tables_command(name: str, job: str, columns: _Columns, help_text: str) -> click.Command:
     @click.pass_obj
     def command(ctx: Ctx, as_json: bool, **flags: Any) -> None:
-        _emit(run_tables_job(ctx, job, flags), as_json, columns)
+        result = run_tables_job(ctx, job, flags)
+        _emit(result, as_json, columns)
+        if result.status == PARTIAL:
+            sys.exit(EXIT_PARTIAL)
 
     return JobOptionsCommand(
         name,

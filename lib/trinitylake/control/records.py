@@ -223,6 +223,8 @@ def run_state(record_type: str, metrics: dict[str, float] | None = None, argumen
     metrics, from which this derives (first match wins):
 
     * ``failed``, ``recovered``, ``running``: as recorded;
+    * ``partial``: the run finished but skipped part of its work (status metric; the tables'
+      jobs leaving a damaged table alone, the row's ``changes`` say which);
     * ``dry_run``: the run was a dry run (status metric, or ``dry_run`` in its arguments);
     * ``deleted``: the run removed files (``files_deleted`` or ``files_deleted_roots`` > 0),
       whether or not it also committed a version (an expire does both);
@@ -232,6 +234,8 @@ def run_state(record_type: str, metrics: dict[str, float] | None = None, argumen
     m = metrics or {}
     if record_type in ("failed", "recovered", "running", "begin"):
         return "running" if record_type == "begin" else record_type
+    if m.get("status_partial"):
+        return "partial"
     if m.get("status_dry_run") or (arguments or {}).get("dry_run") is True:
         return "dry_run"
     if (m.get("files_deleted") or 0) > 0 or (m.get("files_deleted_roots") or 0) > 0:

@@ -40,16 +40,19 @@ from pyiceberg.exceptions import (
     NoSuchViewError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io import load_file_io
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile
+from pyiceberg.serializers import Compressor, FromInputFile
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from trinitylake.errors import (
     AlreadyExistsError,
+    NotFoundError,
     ObjectNotFoundError,
     TransactionConflictError,
     TransactionExpiredError,
@@ -59,6 +62,14 @@ from trinitylake.errors import (
 from trinitylake.format import definitions
 from trinitylake.iceberg import views
 from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, check_creates, commit_response
+from trinitylake.iceberg.table_updates import (
+    apply_updates,
+    check_defaults,
+    check_requirements,
+    keep_defaults,
+    metadata_json,
+    with_row_lineage,
+)
 from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
 from trinitylake.lakehouse.context import AuditContext
 from trinitylake.storage import is_absolute
@@ -83,6 +94,11 @@ TABLE_DEFAULTS = {"commit.retry.num-retries": "0"}
 
 class ReadOnlyCatalogError(ValidationError):
     """A write through a catalog pinned to a past version (time travel) or an export."""
+
+
+class MetadataFileNotFoundError(NoSuchTableError, NotFoundError):
+    """A table whose current metadata file is missing: the REST protocol's 404 ``NotFoundException``
+    (what Iceberg's reference catalog answers), and a NoSuchTableError to PyIceberg's callers."""
 
 
 def _flag(value: object, default: bool) -> bool:
@@ -200,7 +216,14 @@ class TrinityLakeCatalog(MetastoreCatalog):
             raise NoSuchTableError(f"table {ns}.{table} has no {METADATA_LOCATION} (no Iceberg metadata yet)")
         location = self._absolute(location)
         io = load_file_io(properties=self.properties, location=location)
-        metadata = FromInputFile.table_metadata(io.new_input(location))
+        try:
+            metadata = FromInputFile.table_metadata(io.new_input(location))
+        except FileNotFoundError:
+            # Iceberg's answer (404 NotFound, the metadata location its clients are served anyway),
+            # not the storage library's error text
+            log.warning("table %s.%s: its metadata file %s is missing", ns, table, location)
+            raise MetadataFileNotFoundError(f"Failed to open input stream for file: {location} "
+                                            f"(table {ns}.{table}: its metadata file is missing)") from None
         return Table(identifier=(ns, table), metadata=metadata, metadata_location=location,
                      io=self._load_file_io(metadata.properties, location), catalog=catalog or self)
 
@@ -287,7 +310,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         if not self._view().namespace_exists(ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
         if self._view().table_exists(ns, table):
-            raise TableAlreadyExistsError(f"Table {ns}.{table} already exists")
+            raise TableAlreadyExistsError(f"Table already exists: {ns}.{table}")
         self._refuse_view_name(self._view(), ns, table)
         staged = self._create_staged_table((ns, table), schema, location, partition_spec, sort_order, properties)
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
@@ -307,7 +330,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         if not view.namespace_exists(ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
         if view.table_exists(ns, table):
-            raise TableAlreadyExistsError(f"Table {ns}.{table} already exists")
+            raise TableAlreadyExistsError(f"Table already exists: {ns}.{table}")
         self._refuse_view_name(view, ns, table)
         return self._create_staged_table((ns, table), schema, location, partition_spec, sort_order, properties)
 
@@ -330,7 +353,39 @@ class TrinityLakeCatalog(MetastoreCatalog):
                              sort_order: SortOrder = UNSORTED_SORT_ORDER,
                              properties: Properties = EMPTY_DICT) -> StagedTable:
         props = {**self.table_defaults(), **properties}
-        return super()._create_staged_table(identifier, schema, location, partition_spec, sort_order, props)
+        staged = super()._create_staged_table(identifier, schema, location, partition_spec, sort_order, props)
+        metadata = staged.metadata
+        if isinstance(schema, Schema):
+            metadata = keep_defaults(schema, metadata)
+        check_defaults(metadata)
+        metadata = with_row_lineage(metadata)
+        if metadata is not staged.metadata:
+            staged = StagedTable(identifier=staged.name(), metadata=metadata, metadata_location=staged.metadata_location,
+                                 io=staged.io, catalog=self)
+        return staged
+
+    def _update_and_stage_table(self, current_table: Table | None, table_identifier: Identifier,
+                                requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+                                ) -> StagedTable:
+        """PyIceberg's, with the Java builder's requirement messages, ids and format v3
+        (`trinitylake.iceberg.table_updates`)."""
+        base = current_table.metadata if current_table else None
+        check_requirements(requirements, base)
+        metadata = apply_updates(base if base is not None else self._empty_table_metadata(), updates,
+                                 enforce_validation=current_table is None,
+                                 metadata_location=current_table.metadata_location if current_table else None)
+        version = self._parse_metadata_version(current_table.metadata_location) + 1 if current_table else 0
+        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        return StagedTable(identifier=table_identifier, metadata=metadata, metadata_location=location,
+                           io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
+
+    @staticmethod
+    def _write_metadata(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
+        """Write a metadata file, v3 included; serialized first, so a refused metadata leaves no
+        file behind."""
+        data = Compressor.get_compressor(metadata_path).bytes_compressor()(metadata_json(metadata).encode("utf-8"))
+        with io.new_output(metadata_path).create(overwrite=False) as out:
+            out.write(data)
 
     @staticmethod
     def _refuse_view_name(view: LakehouseView, ns: str, table: str) -> None:
@@ -344,7 +399,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
             txn.create_table(ns, table, metadata_location=metadata_location, table_type="managed")
         except AlreadyExistsError as e:
             self._abandon(txn)
-            raise TableAlreadyExistsError(f"Table {ns}.{table} already exists") from e
+            raise TableAlreadyExistsError(f"Table already exists: {ns}.{table}") from e
         except ObjectNotFoundError as e:
             self._abandon(txn)
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
@@ -402,7 +457,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
             self._abandon(txn)
             if str(e).startswith("Cannot rename"):  # the target is a view
                 raise TableAlreadyExistsError(str(e)) from e
-            raise TableAlreadyExistsError(f"Table {to_ns}.{to_table} already exists") from e
+            raise TableAlreadyExistsError(f"Table already exists: {to_ns}.{to_table}") from e
         self._commit(txn, what, [])
         return self.load_table((to_ns, to_table))
 
@@ -487,7 +542,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
             txn.create_namespace(ns, dict(properties))
         except AlreadyExistsError as e:
             self._abandon(txn)
-            raise NamespaceAlreadyExistsError(f"Namespace {ns} already exists") from e
+            raise NamespaceAlreadyExistsError(f"Namespace already exists: {ns}") from e
         self._commit(txn, f"create namespace {ns}", [])
 
     def drop_namespace(self, namespace: str | Identifier) -> None:

@@ -136,7 +136,7 @@ class MultiTableTransaction:
         if not self.txn.namespace_exists(key[0]):
             raise NoSuchNamespaceError(f"Namespace does not exist: {key[0]}")
         if self._current(key) is not None:
-            raise TableAlreadyExistsError(f"Table {key[0]}.{key[1]} already exists")
+            raise TableAlreadyExistsError(f"Table already exists: {key[0]}.{key[1]}")
         staged = self.catalog.stage_new_table(key, schema, location, partition_spec, sort_order, properties)
         self._written.append(staged.metadata_location)
         t = Table(identifier=key, metadata=staged.metadata, metadata_location=staged.metadata_location,

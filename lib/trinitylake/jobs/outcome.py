@@ -46,7 +46,9 @@ _FIXED_BY_OPERATOR: tuple[type[BaseException], ...] = (
 def is_permanent(exc: BaseException | None, exit_code: int) -> bool:
     """True when a re-run of the same job cannot succeed without someone changing something."""
     if exc is None:
-        return exit_code == 2  # a configuration error before the job started
+        # A configuration error before the job started; or a partial run (exit 3): a damaged
+        # table is met again by a re-run until someone repairs it.
+        return exit_code in (2, 3)
     if isinstance(exc, _FIXED_BY_OPERATOR):
         return True
     if isinstance(exc, (errors.StorageError, *_TRANSIENT)):

@@ -10,7 +10,9 @@ the final row, logs and prints the result as JSON, and returns the exit code:
 
 * 0: the job succeeded (or completed its dry run);
 * 1: a TrinityLake error (unsafe operation refused, corrupt node, storage failure, ...);
-* 2: a configuration error (unknown option, bad value, missing lakehouse URI).
+* 2: a configuration error (unknown option, bad value, missing lakehouse URI);
+* 3: the job finished but skipped part of its work (status ``partial``: the tables' jobs
+  leave a damaged table alone and maintain the others, `trinitylake.tables_maintenance.damage`).
 
 Every job function has the same signature (its first argument is the job's
 `trinitylake.spark.execution.Execution`, which starts Spark only if a phase needs it); each job's record
@@ -51,6 +53,9 @@ log = logging.getLogger("trinitylake.jobs")
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
+EXIT_PARTIAL = 3
+#: The status of a run that finished but skipped part of its work (exit `EXIT_PARTIAL`).
+PARTIAL = "partial"
 
 
 class JobFailedError(TrinityLakeError):
@@ -230,7 +235,7 @@ def _end(lakehouse: Lakehouse, job: str, cfg: JobConfig, arguments: dict[str, An
     try:
         job_end(lakehouse.auditor, result.txn_seq, job, cfg.run_id, arguments, started, status=result.status,
                 metrics=result.metrics(), version_before=result.version_before, version_after=result.version_after,
-                error=error)
+                error=error, notes=[str(n) for n in result.details.get(PARTIAL) or []])
     except Exception as e:  # noqa: BLE001 - the audit row never hides the job's own outcome
         log.warning("could not write the final control-table row of %s %s: %s", job, cfg.run_id, e)
 
@@ -268,4 +273,4 @@ def main(job: str, argv: Sequence[str] | None = None, *, spark: Session | None =
         remove_progress()
     log.info("%s %s %s: %s", job, result.run_id, result.status, json.dumps(result.counts, sort_keys=True))
     print(json.dumps(result.to_dict(), default=str))
-    return EXIT_OK
+    return EXIT_PARTIAL if result.status == PARTIAL else EXIT_OK

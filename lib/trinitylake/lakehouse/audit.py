@@ -254,9 +254,11 @@ def job_end(
     version_before: int | None,
     version_after: int | None,
     error: BaseException | None = None,
+    notes: list[str] | None = None,
 ) -> None:
     """The run's final row: `completed` (it changed the lakehouse), `read` (it changed nothing:
-    walks, dry runs, orphan cleanups: no version produced, `based_on_version` set) or `failed`."""
+    walks, dry runs, orphan cleanups: no version produced, `based_on_version` set) or `failed`.
+    `notes` (one line each: what a ``partial`` run skipped) go to the row's ``changes``."""
     if seq is None:
         return
     auditor.parent_seq = None
@@ -280,6 +282,7 @@ def job_end(
                 version_after=version_after if record_type == "completed" else None,
                 based_on_version=version_before,
                 metrics={**metrics, "status_" + status: 1.0},
+                changes=list(notes or []),
                 error_class=type(error).__name__ if error else None,
                 error_message=redact_text(str(error))[:2000] if error else None,
             )

@@ -43,10 +43,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from trinitylake.iceberg import TrinityLakeCatalog
+from trinitylake.iceberg.table_updates import metadata_json
 from trinitylake.rest_catalog import models
 from trinitylake.rest_catalog import views as view_routes
 from trinitylake.rest_catalog.auth import Authenticator, OAuthError, Principal
 from trinitylake.rest_catalog.errors import RestError, bad_request, error_response, exception_response
+from trinitylake.rest_catalog.served import served
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +118,10 @@ def _one_level(namespace: list[str]) -> str:
 
 
 def _load_result(metadata: TableMetadata, location: str | None) -> str:
-    """A LoadTableResult (``metadata-location``, ``metadata``, ``config``) as JSON text."""
+    """A LoadTableResult (``metadata-location``, ``metadata``, ``config``) as JSON text: the
+    table as served, its GC disabled at the client (`trinitylake.rest_catalog.served`)."""
     head = f'"metadata-location": {json.dumps(location)}, ' if location else ""
-    return f'{{{head}"metadata": {metadata.model_dump_json()}, "config": {{}}}}'
+    return f'{{{head}"metadata": {metadata_json(served(metadata))}, "config": {{}}}}'
 
 
 def parse_travel(prefix: str | None, query: dict[str, str]) -> tuple[str, str] | None:
@@ -176,6 +179,9 @@ class CatalogService:
         if settings.control_uri:
             props["control-uri"] = settings.control_uri
         self._props = props
+        if settings.allow_purge:
+            log.warning("allow_purge (--allow-purge) is ignored: a purge drops the table from the lakehouse and "
+                        "keeps its files, which retained versions read (tlake tables remove-orphans collects them)")
         self._local = threading.local()
         self.base = self._thread_catalog()  # opened once here: a missing lakehouse fails the start
 
@@ -241,14 +247,21 @@ class CatalogService:
 
     # ---- config ------------------------------------------------------------------------------
     def config(self, call: Call) -> Result:
+        """The client's configuration. The server serves one lakehouse: a ``warehouse`` that is a
+        time-travel prefix (``version-N``, ``as-of-TIME``, ``export-NAME``, ``latest``) becomes the
+        client's prefix, and must exist now (a clear 400 here, not at first use); any other name
+        (the catalog-style names Spark, Trino and Iceberg's kit configure, e.g. ``rck_warehouse``) or
+        a path serves the latest version."""
         overrides: dict[str, str] = {}
-        warehouse = call.query.get("warehouse", "")
+        warehouse = call.query.get("warehouse", "").strip()
         if warehouse and _PREFIX.match(warehouse):
-            parse_travel(warehouse, {})
+            travel = parse_travel(warehouse, {})
+            if travel is not None:
+                try:
+                    self.catalog_for(travel, call.principal)
+                except Exception as e:  # noqa: BLE001 - any failure to open it names the warehouse
+                    raise bad_request(f"unknown warehouse {warehouse!r}: {e}") from None
             overrides["prefix"] = warehouse
-        elif warehouse and "/" not in warehouse:
-            raise bad_request(f"unknown warehouse {warehouse!r}: use latest, version-N, as-of-TIME or export-NAME "
-                              f"(a path or URI is ignored: the server serves one lakehouse)")
         return {"defaults": {}, "overrides": overrides, "endpoints": _endpoints()}
 
     # ---- namespaces --------------------------------------------------------------------------
@@ -328,17 +341,14 @@ class CatalogService:
     def drop_table(self, call: Call) -> Result:
         ident = _table(call)
         purge = call.query.get("purgeRequested", "false").lower() == "true"
-        if purge and self.settings.allow_purge:
-            call.catalog.audit_arguments = {**call.catalog.audit_arguments, "purge": "files deleted"}
-            call.catalog.purge_table(ident)
-        else:
-            if purge:
-                # Earlier lakehouse versions still name the table's files (time travel reads
-                # them): dropping keeps them unless the server was started --allow-purge.
-                log.info("drop of %s.%s asked to purge; its files are kept for time travel (--allow-purge deletes them)",
-                         *ident)
-                call.catalog.audit_arguments = {**call.catalog.audit_arguments, "purge": "files kept"}
-            call.catalog.drop_table(ident)
+        if purge:
+            # Earlier lakehouse versions still read the table's files (time travel, exports): a
+            # purge drops the table from the lakehouse only; `tlake tables remove-orphans` and
+            # `tlake orphans` collect the files once no retained version reaches them.
+            log.info("drop of %s.%s asked to purge; its files are kept for the retained lakehouse versions "
+                     "(tlake tables remove-orphans / tlake orphans collect them)", *ident)
+            call.catalog.audit_arguments = {**call.catalog.audit_arguments, "purge": "files kept"}
+        call.catalog.drop_table(ident)
         return None
 
     def rename_table(self, call: Call) -> Result:

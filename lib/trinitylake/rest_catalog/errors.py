@@ -29,6 +29,7 @@ from trinitylake.errors import (
     ValidationError,
 )
 from trinitylake.iceberg import ReadOnlyCatalogError
+from trinitylake.iceberg.catalog import MetadataFileNotFoundError
 from trinitylake.redact import redact_text
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def _validation_message(e: pydantic.ValidationError) -> str:
 #: The spec's HTTP status and exception type of each error a handler may raise, first match wins
 #: (pydantic's ValidationError is a ValueError: it comes before the plain bad requests).
 _BY_TYPE: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...] = (
+    (MetadataFileNotFoundError, 404, "NotFoundException"),  # as Iceberg's reference catalog answers it
     (NoSuchTableError, 404, "NoSuchTableException"),
     (NoSuchNamespaceError, 404, "NoSuchNamespaceException"),
     (NoSuchViewError, 404, "NoSuchViewException"),
@@ -93,6 +95,8 @@ def classify(e: BaseException) -> tuple[int, str, str]:
         return 406, "UnsupportedOperationException", str(e) or "not supported by this catalog"
     if isinstance(e, TrinityLakeError):
         return 500, type(e).__name__, str(e)
+    if isinstance(e, OSError):  # its text names the server's files: the log has it, the client does not
+        return 500, "InternalServerError", f"{type(e).__name__}: a storage operation failed (see the server's log)"
     return 500, "InternalServerError", f"{type(e).__name__}: {e}"
 
 

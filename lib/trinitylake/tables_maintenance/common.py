@@ -61,14 +61,16 @@ def latest_tables(lakehouse: Lakehouse, pointers: TablePointers, version: int) -
 
 
 def readable(files: TableFiles, tables: list[TableRef]) -> tuple[list[TableRef], list[str]]:
-    """The tables whose current metadata file exists (read now), and the names of the others:
-    a pointer to a missing file (a placeholder, a table broken elsewhere) has nothing to maintain.
+    """The tables whose current metadata file exists and reads (read now), and the names of
+    those whose file is missing: a placeholder has nothing to maintain, a table whose file was
+    lost is damaged (`trinitylake.tables_maintenance.damage` tells them apart).
 
     Raises:
-        TableFileError: a metadata file exists but cannot be read or parsed.
+        TableFileError: a metadata file exists but cannot be read or parsed (unless
+            `TableFiles.tolerant`: then it is in `TableFiles.broken`, and its table left out).
     """
     files.load_metadata([t.metadata for t in tables], missing_ok=True)
-    ok = [t for t in tables if t.metadata not in files.missing]
+    ok = [t for t in tables if t.metadata in files.metadata]
     return ok, [f"{t.name} ({t.metadata})" for t in tables if t.metadata in files.missing]
 
 

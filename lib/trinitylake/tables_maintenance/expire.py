@@ -37,10 +37,10 @@ from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotRefUpdate, Rem
 
 from trinitylake.errors import StorageError, TransactionConflictError
 from trinitylake.runs.folder import now_ms, run_dir, write_json
-from trinitylake.tables_maintenance import common
+from trinitylake.tables_maintenance import common, damage
 from trinitylake.tables_maintenance.catalog import job_catalog
 from trinitylake.tables_maintenance.files import CONTENT_KINDS, METADATA, TableFiles, metadata_log
-from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_live, version_live
+from trinitylake.tables_maintenance.live import TablePointers, TableRef, VersionLive, table_live, version_live
 from trinitylake.tables_maintenance.retention import Retention, plan_retention
 from trinitylake.tables_maintenance.state import Pending
 
@@ -105,17 +105,19 @@ def expire_snapshots(
     started = time.monotonic()
     now = opts.reference_ms if opts.reference_ms is not None else now_ms()
     files = TableFiles(lakehouse.storage, ex=ex)
+    files.tolerant = True  # a table file that cannot be read damages its table, not the run
     pointers = TablePointers(lakehouse, files)
     catalog = job_catalog(lakehouse, opts.catalog_properties)
     latest = lakehouse.latest_version()
     chosen, unreadable = common.readable(files, common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables))
     chosen, no_gc = common.gc_disabled(files, chosen)
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
-    # Every manifest list of the chosen tables, read in a few batches up front: the plans below
-    # then read only what a concurrent writer added, and the manifests of a table only when a
-    # manifest that only expired snapshots name may take data files with it.
-    files.load_metadata([t.metadata for t in chosen])
-    files.prefetch([(files.metadata[t.metadata], None) for t in chosen], missing_ok=True, contents=False)
+    # Every manifest list and manifest of the chosen tables, read in a few batches up front: a
+    # table with a file that cannot be read is damaged and left alone (no commit, none of its
+    # files deleted, `trinitylake.tables_maintenance.damage`); the plans below then read only
+    # what a concurrent writer added.
+    before = damage.scan_tables(files, chosen)
+    chosen = [t for t in chosen if t.name not in before.tables]
     result.details.update(
         {
             "older_than_ms": opts.older_than_ms,
@@ -138,13 +140,32 @@ def expire_snapshots(
 
     t0 = time.monotonic()
     live = _live_after(lakehouse, files, pointers, plans, pending, opts)
+    dmg = damage.assess(lakehouse, files, pointers, live.current, live.vl, live.latest)
+    if dmg:
+        live.tables.update(damage.salvage(files, dmg))  # what a damaged table's readable files share
     result.seconds["live_set"] = round(time.monotonic() - t0, 3)
     candidates = {**pending.all(), **{u: k for p in plans.values() for u, k in p.candidates.items()}}
-    to_delete = {u: k for u, k in candidates.items() if u not in live.tables and u not in live.versions}
-    deferred = {u: k for u, k in candidates.items() if u in live.versions and u not in live.tables}
+    # A damaged table's files, and any file under a location a damaged table has or had, stay
+    # pending: its live set is unknown. A later run deletes them once the table reads again.
+    owner = {u: t for t, fs in pending.tables.items() for u in fs}
+    prefixes = dmg.prefixes()
+    held = {
+        u: k
+        for u, k in candidates.items()
+        if u not in live.tables and (owner.get(u) in dmg.tables or (prefixes and dmg.holds(u, prefixes)))
+    }
+    to_delete = {
+        u: k for u, k in candidates.items() if u not in live.tables and u not in live.versions and u not in held
+    }
+    deferred = {u: k for u, k in candidates.items() if u in live.versions and u not in live.tables and u not in held}
 
     per_table, owned = _per_table(plans, pending, to_delete, deferred)
+    for name, row in per_table.items():
+        row["files_held"] = sum(1 for u in held if (owner.get(u) or "") == name or u in plans.get(name, _NO_PLAN).candidates)
+    for name in dmg.tables:
+        per_table.setdefault(name, {"snapshots_expired": 0, "version": None})["skipped"] = "damaged"
     result.details["tables"] = per_table
+    damage.report(dmg, result)
     result.details["lakehouse_roots"] = len(live.roots)
     result.counts.update(
         {
@@ -154,6 +175,7 @@ def expire_snapshots(
             "refs_removed": sum(len(p.retention.removed_refs) for p in plans.values()),
             "candidates": len(to_delete),
             "deferred": len(deferred),
+            "held": len(held),
             "conflicts_replanned": conflicts,
             "files_read": files.reads,
         }
@@ -169,6 +191,8 @@ def expire_snapshots(
             "tables": per_table,
             "delete": sorted(to_delete),
             "deferred": sorted(deferred),
+            "held": sorted(held),
+            "damaged_tables": dmg.to_dict(),
         },
     )
     if opts.dry_run:
@@ -179,7 +203,7 @@ def expire_snapshots(
     result.seconds["delete"] = round(time.monotonic() - t0, 3)
     gone = set(out.deleted)
     # What stays pending: files a retained lakehouse version still reaches, and those not deleted.
-    pending.keep_only(set(deferred) | (set(to_delete) - gone))
+    pending.keep_only(set(deferred) | set(held) | (set(to_delete) - gone))
     pending.save(lakehouse.storage)
     result.counts["deleted"] = len(gone)
     result.counts.update({f"deleted_{k}": n for k, n in common.kind_counts(out.deleted).items()})
@@ -282,6 +306,9 @@ class _Live:
     tables: set[str]
     versions: set[str]
     roots: list[str]
+    vl: VersionLive
+    current: list[TableRef]
+    latest: int
 
 
 def _live_after(
@@ -324,10 +351,13 @@ def _live_after(
             live_tables.update(table_live(files, plan.metadata, meta, plan.retention.kept, contents=contents))
             continue
         ref: TableRef | None = current.get(name)
-        if ref is None or ref.metadata in files.missing:
-            continue  # dropped: only the retained versions that still name it keep its files
+        if ref is None or ref.metadata not in files.metadata:
+            continue  # dropped (only the retained versions that still name it keep its files), or damaged
         live_tables.update(table_live(files, ref.metadata, files.meta(ref.metadata), contents=contents))
-    return _Live(live_tables, set(vl.files), vl.roots)
+    return _Live(live_tables, set(vl.files), vl.roots, vl, list(current.values()), latest)
+
+
+_NO_PLAN = TablePlan("", "", Retention())
 
 
 def _per_table(

@@ -96,6 +96,11 @@ class TableFiles:
         self._canon: dict[str, str] = {}
         self.metadata: dict[str, dict[str, Any]] = {}
         self.missing: set[str] = set()  # metadata files pointed at that do not exist
+        #: With `tolerant`, a file that cannot be read is recorded here (URI -> why) instead of
+        #: raising: the jobs then report its table as damaged and protect its files
+        #: (`trinitylake.tables_maintenance.damage`); every read of it later finds it here.
+        self.tolerant = False
+        self.broken: dict[str, str] = {}
         self.lists: dict[str, list[str]] = {}  # manifest list -> manifests
         self.manifests: dict[str, dict[str, str]] = {}  # manifest -> live file -> kind
         self.reads = 0
@@ -170,24 +175,45 @@ class TableFiles:
         Raises:
             TableFileError: one of them is missing or unreadable (named with `what`).
         """
-        todo = [u for u in dict.fromkeys(self.canon(x) for x in locations) if u not in self.metadata]
+        wanted = list(dict.fromkeys(self.canon(x) for x in locations))
+        gone_ok = missing_ok or self.tolerant
+        todo = [u for u in wanted if u not in self.metadata and u not in self.broken and not (gone_ok and u in self.missing)]
         for u, data in self.read_many(todo).items():
-            if isinstance(data, FileNotFoundError) and missing_ok:
+            if isinstance(data, FileNotFoundError) and (missing_ok or self.tolerant):
                 self.missing.add(u)
                 continue
             if isinstance(data, BaseException):
-                raise TableFileError(
-                    f"{what} {u} cannot be read ({type(data).__name__}: {data}); "
-                    "the files it reaches cannot be enumerated"
-                ) from data
+                msg = f"{what} {u} cannot be read ({type(data).__name__}: {data})"
+                if self.tolerant:
+                    self.broken[u] = msg
+                    continue
+                raise TableFileError(f"{msg}; the files it reaches cannot be enumerated") from data
             try:
-                self.metadata[u] = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
-            except (ValueError, OSError) as e:
+                doc = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+                if not isinstance(doc, dict):
+                    raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+                self.metadata[u] = doc
+            except (ValueError, OSError, EOFError) as e:
+                if self.tolerant:
+                    self.broken[u] = f"{what} {u} is not valid table metadata JSON: {e}"
+                    continue
                 raise TableFileError(f"{what} {u} is not valid table metadata JSON: {e}") from e
+        if missing_ok or not self.tolerant:
+            return
+        for u in wanted:  # tolerant, but the caller needs them: a missing one is broken too
+            if u in self.missing:
+                self.broken.setdefault(u, f"{what} {u} cannot be read (FileNotFoundError: missing)")
 
     def meta(self, location: str) -> dict[str, Any]:
+        """The metadata JSON at `location` (read now if not yet).
+
+        Raises:
+            TableFileError: it is missing or unreadable (also with `tolerant`).
+        """
         u = self.canon(location)
         self.load_metadata([u])
+        if u not in self.metadata:
+            raise TableFileError(self.broken.get(u) or f"table metadata {u} cannot be read")
         return self.metadata[u]
 
     # ---- snapshots ---------------------------------------------------------------------------
@@ -272,12 +298,12 @@ class TableFiles:
         return out
 
     def _load_lists(self, uris: list[str], missing_ok: bool) -> None:
-        todo = [u for u in dict.fromkeys(uris) if u not in self.lists]
+        todo = [u for u in dict.fromkeys(uris) if u not in self.lists and u not in self.broken]
         for u, entries in self._read_placed(todo, LIST_FILE, missing_ok).items():
             self.lists[u] = list(entries)
 
     def _load_manifests(self, uris: list[str], missing_ok: bool) -> None:
-        todo = [u for u in dict.fromkeys(uris) if u not in self.manifests]
+        todo = [u for u in dict.fromkeys(uris) if u not in self.manifests and u not in self.broken]
         self.manifests.update(self._read_placed(todo, MANIFEST_FILE, missing_ok))
 
     def _read_placed(self, uris: list[str], what: str, missing_ok: bool) -> dict[str, dict[str, str]]:
@@ -316,11 +342,15 @@ class TableFiles:
                     ex.add_executor_requests(err or "")
                 elif kind == MISSING:
                     if not missing_ok:
-                        raise TableFileError(
-                            f"{what} {src} cannot be read (FileNotFoundError: {err}); "
-                            "the files it reaches cannot be enumerated"
-                        )
+                        msg = f"{what} {src} cannot be read (FileNotFoundError: {err})"
+                        if self.tolerant:
+                            self.broken[src] = msg
+                            continue
+                        raise TableFileError(f"{msg}; the files it reaches cannot be enumerated")
                 elif kind == ERROR:
+                    if self.tolerant:
+                        self.broken[src] = err or f"{what} {src} cannot be read"
+                        continue
                     raise TableFileError(err or f"{what} {src} cannot be read")
                 elif kind == EMPTY:
                     out.setdefault(src, {})

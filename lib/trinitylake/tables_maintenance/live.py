@@ -142,6 +142,10 @@ class TablePointers:
                 out.append(TableRef(".".join(names), loc, names))
         return out
 
+    def pointer(self, ref: RootRef, d: definitions.TableDef) -> str | None:
+        """The metadata location (canonical URI) of the Iceberg table `d` of `ref`, if any."""
+        return self._pointer(ref, d)
+
     def _pointer(self, ref: RootRef, d: definitions.TableDef) -> str | None:
         if definitions.table_format_name(d) != "ICEBERG":
             return None
@@ -209,6 +213,9 @@ class VersionLive:
     pointers: dict[str, str] = field(default_factory=dict)  # metadata URI -> first root naming it
     roots: list[str] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)  # pointed-at metadata files that do not exist
+    names: dict[str, str] = field(default_factory=dict)  # metadata URI -> the table name the first root gives it
+    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # table name -> its key
+    refs: list[tuple[str, RootRef]] = field(default_factory=list)  # (label, root) of every retained root
 
 
 def version_live(
@@ -220,14 +227,18 @@ def version_live(
 
     Raises:
         TableFileError: a root, definition, metadata file, manifest list or manifest they need
-            cannot be read.
+            cannot be read (with `TableFiles.tolerant`, only a root or a definition: a table
+            file that cannot be read is recorded, and `damage.assess` names its table).
         UnsafeOperationError: a pinned export whose roots cannot be enumerated.
     """
     out = VersionLive()
     for label, ref in retained_roots(lakehouse, latest):
         out.roots.append(label)
+        out.refs.append((label, ref))
         for t in pointers.union(ref):
             out.pointers.setdefault(t.metadata, f"{label} ({t.name})")
+            out.names.setdefault(t.metadata, t.name)
+            out.keys.setdefault(t.name, t.key)
     todo = [loc for loc in out.pointers if loc not in files.metadata]
     for i in range(0, len(todo), ROOT_BATCH):
         chunk = todo[i : i + ROOT_BATCH]
@@ -240,6 +251,8 @@ def version_live(
         if loc in files.missing:
             out.missing[loc] = out.pointers[loc]
             continue
+        if loc in files.broken:
+            continue  # (tolerant reads) its table is damaged: `damage.assess` names it
         meta = files.metadata[loc]
         out.files[loc] = METADATA
         for m in metadata_log(meta):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from trinitylake.errors import StorageError, UnsafeOperationError, ValidationError
 from trinitylake.runs.folder import now_ms, run_dir, write_json
 from trinitylake.storage import parse_uri
-from trinitylake.tables_maintenance import common
+from trinitylake.tables_maintenance import common, damage
 from trinitylake.tables_maintenance.files import TableFiles
 from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_live, version_live
 
@@ -105,14 +105,12 @@ def remove_orphans(
     cutoff_s = (now - opts.older_than_ms) / 1000.0
     started = time.monotonic()
     files = TableFiles(lakehouse.storage, ex=ex)
+    files.tolerant = True  # a table file that cannot be read damages its table, not the run
     pointers = TablePointers(lakehouse, files)
     latest = lakehouse.latest_version()
-    every, unreadable = common.readable(files, common.latest_tables(lakehouse, pointers, latest))
-    chosen = [
-        t
-        for t in common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables)
-        if t.metadata not in files.missing
-    ]
+    all_tables = common.latest_tables(lakehouse, pointers, latest)
+    every, unreadable = common.readable(files, all_tables)
+    chosen = [t for t in common.select_tables(all_tables, opts.tables) if t.metadata in files.metadata]
     chosen, no_gc = common.gc_disabled(files, chosen)
 
     locations = {
@@ -128,6 +126,14 @@ def remove_orphans(
         live.update(table_live(files, t.metadata, files.metadata[t.metadata]))
     vl = version_live(lakehouse, files, pointers, latest)
     live.update(vl.files)
+    dmg = damage.assess(lakehouse, files, pointers, all_tables, vl, latest)
+    if dmg:
+        live.update(damage.salvage(files, dmg))  # what a damaged table's readable files share
+    held_prefixes = dmg.prefixes()
+    per_table: dict[str, dict[str, Any]] = {}
+    for name in dmg.tables:  # its live set is unknown: nothing under its locations is listed
+        per_table[name] = {"location": locations.get(name), "skipped": "damaged", "files_deleted": 0}
+    chosen = [t for t in chosen if t.name not in dmg.tables]
     result.seconds["live_set"] = round(time.monotonic() - started, 3)
 
     eq = _Equivalence(opts.equal_schemes, opts.equal_authorities)
@@ -137,7 +143,6 @@ def remove_orphans(
         live_paths.setdefault(p, set()).add((s, a))
 
     t0 = time.monotonic()
-    per_table: dict[str, dict[str, Any]] = {}
     orphans: dict[str, str] = {}
     mismatches: list[str] = []
     listed_total = 0
@@ -166,6 +171,7 @@ def remove_orphans(
             "files_hidden": 0,
             "files_nested": 0,
             "files_mismatched": 0,
+            "files_held": 0,
             "orphans": 0,
         }
         for f in st.list(""):
@@ -183,6 +189,9 @@ def remove_orphans(
                 continue
             if not (f.mtime and 0 < f.mtime < cutoff_s):
                 row["files_young"] += 1
+                continue
+            if held_prefixes and dmg.holds(uri, held_prefixes):
+                row["files_held"] += 1  # under a damaged table's (or a placeholder's) location
                 continue
             if live_paths.get(k[2]):
                 row["files_mismatched"] += 1
@@ -214,6 +223,7 @@ def remove_orphans(
             "mismatched_first": mismatches[:20],
         }
     )
+    damage.report(dmg, result)
     result.counts.update(
         {
             "tables": len(chosen),
@@ -233,6 +243,7 @@ def remove_orphans(
             "reference_ms": now,
             "cutoff_s": cutoff_s,
             "tables": per_table,
+            "damaged_tables": dmg.to_dict(),
             "delete": sorted(orphans),
         },
     )

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trinitylake.errors import UnsafeOperationError
+from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
 from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
+from trinitylake.values import format_duration
 
 if TYPE_CHECKING:
     from trinitylake.config import TablesExpireConfig
@@ -21,7 +24,28 @@ def table_names(value: str | None) -> list[str]:
     return [n.strip() for n in (value or "").split(",") if n.strip()]
 
 
+def check_floor(lakehouse: Lakehouse, cfg: TablesExpireConfig, result: JobResult) -> None:
+    """The retention floor: ``older_than`` below the lakehouse's transaction TTL needs
+    ``unsafe_min_age`` (as ``orphans``' age floor does; retained versions protect time travel,
+    but a snapshot younger than the TTL may belong to a transaction still running).
+
+    Raises:
+        UnsafeOperationError: below the floor without ``unsafe_min_age``.
+    """
+    if cfg.older_than is None:
+        return
+    d = lakehouse.load_root(lakehouse.latest_version()).lakehouse_def
+    ttl = int(d.txn_ttl_millis or DEFAULT_TXN_TTL_MILLIS)
+    result.details["txn_ttl_ms"] = ttl
+    if cfg.older_than < ttl and not cfg.unsafe_min_age:
+        raise UnsafeOperationError(
+            f"tables expire-snapshots --older-than {format_duration(cfg.older_than)} is below the lakehouse "
+            f"transaction TTL {format_duration(ttl)}: raise it, or pass --unsafe-min-age if no transaction can be running"
+        )
+
+
 def run_tables_expire(ex: Execution, lakehouse: Lakehouse, cfg: TablesExpireConfig, result: JobResult) -> JobResult:
+    check_floor(lakehouse, cfg, result)
     opts = ExpireOptions(
         older_than_ms=cfg.older_than,
         retain_last=cfg.retain_last,
