@@ -7,6 +7,7 @@ import pytest
 
 from trinitylake.errors import AlreadyExistsError, ObjectNotFoundError, TransactionConflictError
 from trinitylake.format import definitions, keys
+from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse.view import VIEW_METADATA_LOCATION, VIEW_PREVIOUS_METADATA_LOCATION
 
 
@@ -102,3 +103,119 @@ def test_drop_namespace_cascade_drops_views(lh):
         lh.drop_namespace("ns")
     lh.drop_namespace("ns", cascade=True)
     assert not lh.view().namespace_exists("ns")
+
+
+# ---- views through the lakehouse's Iceberg catalog: exports, the walk --------------------------------
+SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+def _version(sql: str) -> dict:
+    return {"version-id": 1, "schema-id": 0, "timestamp-ms": 1, "summary": {}, "default-namespace": ["sales"],
+            "representations": [{"type": "sql", "sql": sql, "dialect": "spark"}]}
+
+
+def _catalog_with_a_view(tmp_path):
+    from tests.iceberg.conftest import SCHEMA, open_catalog, rows
+    from trinitylake.iceberg import views
+
+    lakehouse = Lakehouse.create(str(tmp_path / "src" / "lh"), audit=False)
+    catalog = open_catalog(lakehouse.uri)
+    catalog.create_namespace("sales")
+    catalog.create_table("sales.orders", schema=SCHEMA).append(rows([1, 2]))
+    first = views.create_view(catalog, "sales", "big", SCHEMA_JSON, _version("select * from sales.orders"))
+    uid = first.metadata["view-uuid"]
+    views.replace_view(catalog, "sales", "big", [{"type": "assert-view-uuid", "uuid": uid}], [
+        {"action": "add-view-version", "view-version": {**_version("select * from sales.orders where id > 1"),
+                                                        "version-id": 2}},
+        {"action": "set-current-view-version", "view-version-id": -1}])
+    return lakehouse, catalog, first
+
+
+def test_export_with_tables_carries_the_views(tmp_path):
+    import os
+    import shutil
+
+    from tests.iceberg.conftest import open_catalog
+    from tests.iceberg.test_export_tables import export
+    from trinitylake.iceberg import views
+
+    lakehouse, catalog, first = _catalog_with_a_view(tmp_path)
+    want = views.load_view(catalog, "sales", "big").metadata
+    target = str(tmp_path / "dr")
+    res = export(lakehouse, target, "dr1")
+    assert (res.details["tables"]["views"], res.details["tables"]["copied_views"]) == (1, 1)
+    src_dir = str(tmp_path / "src")
+    shutil.move(src_dir, str(tmp_path / "gone"))
+    named = [os.path.join(d, f) for d, _, fs in os.walk(target) for f in fs
+             if src_dir.encode() in open(os.path.join(d, f), "rb").read()]
+    assert named == []  # neither the ViewDef nor the view metadata names the source
+
+    dr = open_catalog(target)
+    got = views.load_view(dr, "sales", "big")
+    assert got.metadata_location.startswith("file://" + target + "/")
+    assert got.metadata["location"].startswith("file://" + target + "/")
+    assert got.metadata["versions"] == want["versions"] and got.metadata["view-uuid"] == want["view-uuid"]
+    d = dr.lakehouse_view().load_view("sales", "big")
+    assert d.properties[VIEW_PREVIOUS_METADATA_LOCATION].startswith("file://" + target + "/")
+    assert os.path.exists(d.properties[VIEW_PREVIOUS_METADATA_LOCATION][len("file://"):])
+    assert dr.load_view(("sales", "big")).metadata.current_version_id == 2  # PyIceberg reads it too
+
+
+def test_pinned_catalog_reads_views_as_of_its_version(tmp_path):
+    from trinitylake.iceberg import views
+
+    lakehouse, catalog, first = _catalog_with_a_view(tmp_path)
+    before = lakehouse.latest_version() - 1  # the version the view was created in
+    old = views.load_view(catalog.at_version(before), "sales", "big")
+    assert old.metadata_location == first.metadata_location and old.metadata["current-version-id"] == 1
+    views.drop_view(catalog, "sales", "big")
+    assert views.load_view(catalog.at_version(before), "sales", "big").metadata["current-version-id"] == 1
+    with pytest.raises(Exception, match="read-only"):
+        views.drop_view(catalog.at_version(before), "sales", "big")
+
+
+def test_walk_counts_view_pointers(tmp_path):
+    from trinitylake.config import load_job_config
+    from trinitylake.jobs.runner import run_job
+
+    lakehouse, _catalog, _first = _catalog_with_a_view(tmp_path)
+    cfg = load_job_config("walk", overrides={"lakehouse": lakehouse.uri, "execution": "local"}, env={})
+    res = run_job("walk", cfg, audit=False)
+    assert res.status == "succeeded"
+    assert (res.counts["view_pointers"], res.counts["view_pointers_outside"]) == (1, 0)
+    assert res.counts["table_pointers_iceberg"] == 1 and res.details["table_pointers"]["views"] == 1
+
+
+def test_orphans_keep_every_retained_versions_view_metadata(tmp_path):
+    """A view whose files live inside a table's location: the metadata files that retained
+    versions point at are live, a stray file beside them is an orphan."""
+    import json
+    import os
+    import time as _time
+
+    from tests.iceberg.conftest import SCHEMA, open_catalog, rows
+    from trinitylake.iceberg import views
+    from trinitylake.runs.results import JobResult
+    from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans
+
+    lakehouse = Lakehouse.create(str(tmp_path / "lh"), audit=False)
+    catalog = open_catalog(lakehouse.uri)
+    catalog.create_namespace("sales")
+    table = catalog.create_table("sales.orders", schema=SCHEMA)
+    table.append(rows([1]))
+    inside = table.metadata.location.rstrip("/") + "/views/big"
+    first = views.create_view(catalog, "sales", "big", SCHEMA_JSON, _version("select 1"), location=inside)
+    second = views.replace_view(catalog, "sales", "big", [{"type": "assert-view-uuid", "uuid": first.metadata["view-uuid"]}], [
+        {"action": "add-view-version", "view-version": {**_version("select 2"), "version-id": 2}},
+        {"action": "set-current-view-version", "view-version-id": -1}])
+    stray = os.path.join(inside[len("file://"):], "metadata", "stray.metadata.json")
+    with open(stray, "w") as f:
+        f.write("{}")
+    now = int(_time.time() * 1000) + 10 * 86400_000  # every file older than the age floor
+    res = remove_orphans(lakehouse, OrphanOptions(dry_run=True, reference_ms=now),
+                         JobResult("tables remove-orphans", "o1", lakehouse.uri))
+    plan = json.loads(lakehouse.storage.read(lakehouse.storage.relative(res.plan_location) or res.plan_location))
+    deleted = {u[len("file://"):] if u.startswith("file://") else u for u in plan["delete"]}
+    assert stray in deleted
+    for loaded in (first, second):
+        assert loaded.metadata_location[len("file://"):] not in deleted

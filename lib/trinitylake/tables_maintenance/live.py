@@ -34,7 +34,7 @@ from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.storage import is_absolute
 from trinitylake.tables_maintenance.files import METADATA, TableFileError, TableFiles, current_snapshot, metadata_log
 from trinitylake.treewalk import walk_roots
-from trinitylake.treewalk.table_pointers import read_table_definitions
+from trinitylake.treewalk.table_pointers import read_table_definitions, view_metadata_files
 
 if TYPE_CHECKING:
     from trinitylake.format.tree import NodeStore
@@ -232,9 +232,12 @@ def version_live(
         UnsafeOperationError: a pinned export whose roots cannot be enumerated.
     """
     out = VersionLive()
+    view_defs: dict[str, tuple[str, ...]] = {}
     for label, ref in retained_roots(lakehouse, latest):
         out.roots.append(label)
         out.refs.append((label, ref))
+        for loc in view_metadata_files(LakehouseView(lakehouse, ref), view_defs):  # views' metadata files
+            out.files.setdefault(files.canon(loc), METADATA)
         for t in pointers.union(ref):
             out.pointers.setdefault(t.metadata, f"{label} ({t.name})")
             out.names.setdefault(t.metadata, t.name)

@@ -1,5 +1,6 @@
 """Table pointers by kind: the tables of one version and the ``metadata_location`` pointers of
-their definitions, counted from the definitions alone (no table metadata is read).
+their definitions, counted from the definitions alone (no table metadata is read); the views'
+pointers at their Iceberg view metadata beside them (``view_pointers``).
 
 The walk job (`trinitylake.jobs.walk.job`) reports these counts next to its reachability counts;
 `trinitylake.report` reads the table definitions with :func:`read_table_definitions`.
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import TrinityLakeError
 from trinitylake.format import definitions as format_definitions
+from trinitylake.format import tree
+from trinitylake.format.keys import VIEW_PREFIX
 from trinitylake.storage.uri import is_absolute
 
 if TYPE_CHECKING:
@@ -25,18 +28,38 @@ if TYPE_CHECKING:
 TABLE_POINTER_DEF_LIMIT = 20_000
 
 
-def table_entries(view: Any) -> list[tuple[str, str]]:
-    """``(namespace.table, definition path)`` of every table of `view`'s version, in key order
-    (one pass over its tree; no definition is read)."""
+def table_entries(view: Any, kind_wanted: str = "table") -> list[tuple[str, str]]:
+    """``(namespace.table, definition path)`` of every table (or, with ``kind_wanted="view"``,
+    every view) of `view`'s version, in key order (one pass over its tree; no definition is read)."""
     out: list[tuple[str, str]] = []
     for key, path in view.all_items():
         try:
             kind, names = view.codec.decode(key)
         except Exception:  # noqa: BLE001 - a key of another kind is no table
             continue
-        if kind == "table":
+        if kind == kind_wanted:
             out.append((".".join(names), path))
     return out
+
+
+def view_metadata_locations(view: Any, io_threads: int = 8) -> list[tuple[str, str | None, Exception | None]]:
+    """``(namespace.view, metadata location, None)`` of every view of `view`'s version: the
+    Iceberg view metadata file its ViewDef points at (``properties["metadata_location"]``), as a
+    table's TableDef points at the table's; ``(name, None, error)`` for a definition that cannot
+    be read."""
+    entries = table_entries(view, "view")
+
+    def one(item: tuple[str, str]) -> tuple[str, str | None, Exception | None]:
+        name, path = item
+        try:
+            return name, view.read_def(format_definitions.ViewDef, path).properties.get("metadata_location"), None
+        except Exception as e:  # noqa: BLE001 - reported per view, never fatal
+            return name, None, e
+
+    if len(entries) < 2 or io_threads <= 1:
+        return [one(v) for v in entries]
+    with ThreadPoolExecutor(max_workers=min(io_threads, len(entries))) as pool:
+        return list(pool.map(one, entries))
 
 
 def read_table_definitions(view: Any, entries: Sequence[tuple[str, str]], io_threads: int = 8
@@ -55,6 +78,29 @@ def read_table_definitions(view: Any, entries: Sequence[tuple[str, str]], io_thr
         return [one(t) for t in entries]
     with ThreadPoolExecutor(max_workers=min(io_threads, len(entries))) as pool:
         return list(pool.map(one, entries))
+
+
+def view_metadata_files(view: Any, cache: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """The Iceberg view metadata files the views of `view`'s version point at (current and
+    previous, as URIs: a relative location resolves against the root's storage), for the
+    tables' live set (a retained version's view metadata is never an orphan). Only the view
+    keys' range of the tree is read; `cache` (definition URI -> files) reads each ViewDef once
+    across versions sharing it.
+
+    Raises:
+        TrinityLakeError: a view's definition cannot be read (its pointers are then unknown).
+    """
+    cache = {} if cache is None else cache
+    base = view.root.base
+    out: list[str] = []
+    for _key, path in tree.scan_prefix(view.store, view.root.node, VIEW_PREFIX):
+        uri = base.uri(path)
+        if uri not in cache:
+            d = view.read_def(format_definitions.ViewDef, path)
+            locs = (d.properties.get("metadata_location"), d.properties.get("previous_metadata_location"))
+            cache[uri] = tuple(loc if is_absolute(loc) else base.uri(loc) for loc in locs if loc)
+        out.extend(cache[uri])
+    return out
 
 
 def table_definitions(lakehouse: Lakehouse, version: int, io_threads: int = 8
@@ -94,14 +140,27 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int | None, reached_defi
         if version is None:  # not before the skips above: the hint GET and HEAD of an unneeded count
             version = details["version"] = lakehouse.latest_version()
         defs = table_definitions(lakehouse, version, io_threads)
+        view_defs = view_metadata_locations(lakehouse.view(version), io_threads)
     except Exception as e:  # noqa: BLE001 - a side count never fails the walk
         details["skipped"] = f"the tables of v{version} cannot be listed: {type(e).__name__}: {e}"
         return {}, details
     counts = {"table_pointers_iceberg": 0, "table_pointers_other": 0, "table_pointers_none": 0,
               "table_pointers_outside": 0}
-    formats: dict[str, int] = {}
-    unreadable: list[str] = []
     root = lakehouse.storage
+    if view_defs:
+        # Views point at their Iceberg view metadata as tables at theirs: counted apart.
+        counts.update({"view_pointers": 0, "view_pointers_outside": 0})
+        for _name, loc, err in view_defs:
+            if err is not None or not loc:
+                continue
+            counts["view_pointers"] += 1
+            try:
+                counts["view_pointers_outside"] += int(is_absolute(loc) and root.relative(loc) is None)
+            except TrinityLakeError:
+                counts["view_pointers_outside"] += 1
+        details["views"] = len(view_defs)
+    formats: dict[str, int] = {}
+    unreadable: list[str] = [f"view {name}: {type(err).__name__}: {err}" for name, _, err in view_defs if err is not None]
     for name, d, err in defs:
         if d is None:
             unreadable.append(f"{name}: {type(err).__name__}: {err}")

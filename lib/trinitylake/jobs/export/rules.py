@@ -346,10 +346,10 @@ def exported_table_def_bytes(data: bytes, where: str, spec: ExportSpec, source: 
     parse without them, are not a table's."""
     try:
         d = format_definitions.loads(format_definitions.TableDef, data, where)
-    except CorruptDefinitionError:
-        return data
+    except CorruptDefinitionError:  # a ViewDef's properties (field 6) need not parse as a TableDef's field 6
+        return exported_view_def_bytes(data, where, spec, source)
     if not d.format_properties:
-        return data
+        return exported_view_def_bytes(data, where, spec, source)
     changed = False
     for key in ("metadata_location", "previous_metadata_location"):
         loc = d.format_properties.get(key)
@@ -358,6 +358,29 @@ def exported_table_def_bytes(data: bytes, where: str, spec: ExportSpec, source: 
         rel = key_in_source(source, loc)
         if rel:
             d.format_properties[key] = join_uri(parse_uri(spec.target_uri).uri, rel)
+            changed = True
+    return format_definitions.dumps(d) if changed else data
+
+
+def exported_view_def_bytes(data: bytes, where: str, spec: ExportSpec, source: Storage) -> bytes:
+    """A ViewDef as an export with tables stores it: its ``metadata_location`` and
+    ``previous_metadata_location`` properties under the source root point at the same paths
+    under the target root (`trinitylake.jobs.export.tables` copies the view metadata there).
+    Bytes that do not parse as a ViewDef naming a metadata file come back as they were."""
+    try:
+        d = format_definitions.loads(format_definitions.ViewDef, data, where)
+    except CorruptDefinitionError:
+        return data
+    if not d.properties.get("metadata_location"):
+        return data
+    changed = False
+    for key in ("metadata_location", "previous_metadata_location"):
+        loc = d.properties.get(key)
+        if not loc or not is_absolute(loc):
+            continue
+        rel = key_in_source(source, loc)
+        if rel:
+            d.properties[key] = join_uri(parse_uri(spec.target_uri).uri, rel)
             changed = True
     return format_definitions.dumps(d) if changed else data
 

@@ -37,7 +37,11 @@ The table phase runs after the export's own copy and before its root, in three s
 
 Every file keeps its path relative to the root. The export's TableDefs are rewritten by the copy
 itself (`trinitylake.jobs.export.rules.exported_table_def_bytes`, the same prefix rule), so
-the exported lakehouse points at the copied metadata. Everything is written with exclusive
+the exported lakehouse points at the copied metadata.
+
+Views go with the tables: each Iceberg view's metadata file (and the one before it, when it still
+exists) is rewritten by the same path rule and written with the tables' metadata files, and its
+ViewDef is rewritten by the copy (`trinitylake.jobs.export.rules.exported_view_def_bytes`). Everything is written with exclusive
 creates before the exported root, so a crashed export stays invisible; a re-run keeps a rewritten
 file that is already there with exactly the computed bytes (rewriting is deterministic) and
 refuses one with other bytes. Tables whose metadata lives outside the lakehouse's storage are
@@ -139,6 +143,8 @@ class TablesResult:
     verified: int = 0
     where: str = "driver"
     resumed: bool = False
+    views: int = 0
+    copied_views: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"tables": self.tables, "copied_tables": self.copied_tables, "snapshots": self.snapshots,
@@ -146,7 +152,8 @@ class TablesResult:
                 "bytes_copied": self.bytes_copied, "bytes_skipped": self.bytes_skipped,
                 "left_as_pointers": list(self.pointers), "external_files": self.external_files,
                 "data_files": self.data_files, "data_bytes": self.data_bytes, "data_parts": self.data_parts,
-                "verified": self.verified, "where": self.where, "resumed": self.resumed}
+                "verified": self.verified, "where": self.where, "resumed": self.resumed,
+                "views": self.views, "copied_views": self.copied_views}
 
     def add_copy(self, st: CopyStats) -> None:
         """Count what the copy phase did with the data files."""
@@ -289,6 +296,32 @@ def plan_table(name: str, metadata_location: str, source: Storage, target: Stora
     plan.last.append((meta_rel, rewrite_metadata_json(raw, paths, keep)))
 
 
+def plan_view(name: str, d: Any, source: Storage, target: Storage, result: TablesResult, plan: TablePlan) -> None:
+    """Plan one Iceberg view (a ViewDef naming its metadata file): its current metadata file
+    and, when it still exists, the one before it (``previous_metadata_location``), rewritten
+    by the tables' path rule and written with the tables' metadata, last. A view's metadata
+    names no other file."""
+    paths = PathMap(source, target)
+    for key, required in (("previous_metadata_location", False), ("metadata_location", True)):
+        loc = d.properties.get(key)
+        if not loc:
+            continue
+        rel = paths.relative(loc if is_absolute(loc) else source.uri(loc))
+        if rel is None:
+            if required:
+                result.pointers.append(f"view {name}: metadata outside the lakehouse's storage ({loc}); left as a pointer")
+            continue
+        if required:
+            raw = _read(source, rel, f"view {name}: metadata file")
+        else:
+            try:
+                raw = source.read(rel)
+            except FileNotFoundError:
+                continue
+        plan.last.append((rel, rewrite_metadata_json(raw, paths)))
+    result.copied_views += 1
+
+
 def plan_tables(lakehouse: Lakehouse, ref: RootRef, source: Storage, target: Storage, snapshots: str,
                 result: TablesResult, writer: _Writer, pmap: PoolMap) -> TablePlan:
     """Plan every Iceberg table of version `ref` whose metadata is under the source root.
@@ -322,6 +355,9 @@ def plan_tables(lakehouse: Lakehouse, ref: RootRef, source: Storage, target: Sto
                 continue
             plan_table(name, loc, source, target, snapshots, result, writer, pmap, plan)
             result.copied_tables += 1
+        for v in view.list_views(ns):
+            result.views += 1
+            plan_view(f"{ns}.{v}", view.load_view(ns, v), source, target, result, plan)
     return plan
 
 
@@ -434,6 +470,7 @@ def export_tables_phase(lakehouse: Lakehouse, ref: RootRef, source: Storage, tar
     for line in r.pointers:
         log.info("export with tables: %s", line)
     result.details["tables"] = {**r.to_dict(), "snapshots_mode": snapshots}
+    result.counts.update({"views": r.views, "views_copied": r.copied_views})
     result.counts.update({"tables": r.tables, "tables_copied": r.copied_tables, "table_files": r.files,
                           "table_files_copied": r.copied, "table_files_skipped": r.skipped,
                           "table_data_files": r.data_files})
