@@ -12,7 +12,9 @@ Precedence, lowest first::
 Every unknown key and every bad value raises :class:`~trinitylake.errors.ConfigError` naming
 the file, variable or flag and the key, before any work starts.
 
-Values are normalized once, here: durations become integer milliseconds, timestamps integer
+Values are normalized once, here: durations become integer milliseconds (a file, a variable or a
+flag writes them with a unit, ``36h``: a bare number is refused; a Python caller's int is
+milliseconds), timestamps integer
 epoch milliseconds (UTC), URIs their canonical spelling (``s3a://`` = ``s3://``, local paths
 ``file:///abs``). Null defaults that have an obvious resolution are resolved at load time so
 that the config a job logs is the config it ran with: ``run_id`` is generated,
@@ -424,7 +426,9 @@ def _merge(job: str, layers: Sequence[_Layer]) -> tuple[JsonObject, dict[str, st
             if key not in opts:
                 raise ConfigError(f"{layer.label(key)}: unknown {job} option {key!r}; known: {', '.join(opts)}")
             opt = opts[key]
-            value = _parse_or_raise(job, opt, raw, layer.label)
+            # A Python caller's int duration is milliseconds; a file's, a variable's or a flag's
+            # bare number is refused (a duration is written with its unit).
+            value = _parse_or_raise(job, opt, raw, layer.label, bare_ms=layer.source == "overrides")
             if opt.is_map:
                 merged[key] = {**merged[key], **value}
             else:
@@ -433,9 +437,9 @@ def _merge(job: str, layers: Sequence[_Layer]) -> tuple[JsonObject, dict[str, st
     return merged, sources
 
 
-def _parse_or_raise(job: str, opt: Option, raw: object, label: Callable[[str], str]) -> Any:
+def _parse_or_raise(job: str, opt: Option, raw: object, label: Callable[[str], str], *, bare_ms: bool = False) -> Any:
     try:
-        return opt.parse(raw)
+        return opt.parse(raw, bare_ms=bare_ms)
     except ValueError as e:
         raise ConfigError(redact_text(f"{label(opt.name)}: bad value for {job} option {opt.name!r}: {e}")) from None
 

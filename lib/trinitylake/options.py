@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from trinitylake.values import NULL_WORDS, PARSERS, parse_text
+from trinitylake.values import NULL_WORDS, PARSERS, parse_duration, parse_text
 
 ENV_PREFIX = "TLAKE"
 
@@ -55,11 +55,12 @@ class Option:
     def is_map(self) -> bool:
         return self.kind in ("storage_options", "spark_conf")
 
-    def parse(self, value: object) -> Any:
+    def parse(self, value: object, *, bare_ms: bool = False) -> Any:
         """Validate and normalize one value; raises ValueError with the reason.
 
         The strings ``null``/``none``/``~`` mean null for a nullable option (so that a flag or
-        an environment variable can reset one).
+        an environment variable can reset one). A duration needs a unit (``90s``, ``36h``); with
+        `bare_ms` (values a Python caller passes, not text a user wrote) an int is milliseconds.
         """
         if isinstance(value, str) and value.strip().lower() in NULL_WORDS and (self.nullable or self.required):
             return None
@@ -73,6 +74,8 @@ class Option:
                 if text.lower() == choice.lower():
                     return choice
             raise ValueError(f"expected one of {', '.join(self.choices)}, got {value!r}")
+        if self.kind == "duration":
+            return parse_duration(value, bare_ms=bare_ms)
         parsed = PARSERS[self.kind](value)
         if self.kind == "int":
             if self.minimum is not None and parsed < self.minimum:

@@ -57,7 +57,7 @@ _SAFE_LAST = frozenset({
     "provider", "providers", "type", "class", "classes", "impl", "binding", "algorithm", "file", "path", "dir",
     "location", "endpoint", "url", "uri", "region", "enabled", "enable", "expiry", "expiration", "ttl",
     "timeout", "interval", "size", "bits", "length", "name", "scope", "renewal", "version", "mode", "format",
-    "count", "retries", "header", "headers",
+    "count", "retries", "header", "headers", "lifetime",
 })
 _DATABRICKS_REF = re.compile(r"^\{\{\s*secrets/[^}]+\}\}$")
 _MIN_REMEMBERED = 8  # shorter values are too likely to occur by chance in paths and names

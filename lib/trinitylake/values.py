@@ -3,8 +3,9 @@
 Python caller) and returns the normalized value, or raises ValueError with a one-line reason
 (`trinitylake.config` adds where the value came from and which key it was).
 
-Durations are integer milliseconds (``36h``, ``1d12h``, ``500ms``); timestamps integer epoch
-milliseconds, UTC (ISO 8601, a date, epoch seconds or milliseconds, or ``now-<duration>``).
+Durations are integer milliseconds, written with a unit (``36h``, ``1d12h``, ``500ms``; a bare
+number is refused); timestamps integer epoch milliseconds, UTC (ISO 8601, a date, or epoch
+milliseconds).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import yaml
 from trinitylake.errors import InvalidURIError
 from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_value
+from trinitylake.storage.options import check_storage_options
 from trinitylake.storage.uri import normalize_uri
 
 NULL_WORDS = frozenset({"null", "none", "~"})
@@ -39,35 +41,54 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # value came from and which key it was.
 
 
-def parse_duration(value: object) -> int:
+def parse_duration(value: object, *, bare_ms: bool = False) -> int:
     """Parse a duration into integer milliseconds.
 
     Accepts ``"7d"``, ``"36h"``, ``"10m"``, ``"90s"``, ``"500ms"``, ``"1w"``, compounds such as
-    ``"1d12h"``, decimals such as ``"1.5h"``, or an int (or digit string) of milliseconds.
+    ``"1d12h"`` and decimals such as ``"1.5h"``. A duration needs its unit: a bare number
+    (``5``, ``"5"``) is refused, because ``--older-than 5`` meant 5 ms to the machine and 5 days
+    to its user. Zero is the one number without a unit (it is zero in every unit). With
+    `bare_ms` (a Python caller's int, e.g. ``JobConfig.to_dict()`` passed back), an int is
+    milliseconds; text never is.
 
     Raises:
-        ValueError: not a duration, or negative.
+        ValueError: not a duration, a number without a unit, or negative.
 
     Example:
-        >>> parse_duration("10m"), parse_duration("1d12h"), parse_duration(250), parse_duration("500ms")
-        (600000, 129600000, 250, 500)
+        >>> parse_duration("10m"), parse_duration("1d12h"), parse_duration("500ms"), parse_duration(0)
+        (600000, 129600000, 500, 0)
+        >>> parse_duration(250, bare_ms=True)
+        250
+        >>> parse_duration("5")
+        Traceback (most recent call last):
+        ...
+        ValueError: duration '5' has no unit: write 5s, 5m, 5h or 5d (or 5ms); a bare number is refused
     """
     if isinstance(value, bool) or value is None:
-        raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s, 500ms or milliseconds, got {value!r}")
+        raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s or 500ms, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"duration must not be negative, got {value}")
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
+        if value == 0 or bare_ms:
+            return value
+        raise ValueError(_no_unit(str(value)))
     if isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
-        if text.isdigit():
-            return int(text)
+        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+            if float(text) == 0:
+                return 0
+            raise ValueError(_no_unit(text))
         if _DURATION_FULL.fullmatch(text):
             total = sum(float(n) * _DURATION_UNITS_MS[u] for n, u in _DURATION_TOKEN.findall(text))
             return int(round(total))
-    raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s, 500ms or milliseconds, got {value!r}")
+    raise ValueError(f"expected a duration such as 7d, 36h, 10m, 90s or 500ms, got {value!r}")
+
+
+def _no_unit(number: str) -> str:
+    return (f"duration {number!r} has no unit: write {number}s, {number}m, {number}h or {number}d (or {number}ms); "
+            "a bare number is refused")
 
 
 def format_duration(ms: int) -> str:
@@ -203,7 +224,10 @@ class _TextValue(str):
 
 def _parse_storage_options(value: object) -> JsonObject:
     """fsspec options. Text values are typed (``true`` -> True, ``8`` -> 8); a dotted key
-    from text (``client_kwargs.endpoint_url=...``) becomes a nested mapping."""
+    from text (``client_kwargs.endpoint_url=...``) becomes a nested mapping. The keys and
+    values are checked by the one checker of storage options
+    (`trinitylake.storage.options.check_storage_options`: an unknown key is refused, naming the
+    known ones; ``region`` goes where each client takes it)."""
     out: dict[str, Any] = {}
     for key, val in _split_pairs(value):
         if isinstance(val, _TextValue):
@@ -218,7 +242,7 @@ def _parse_storage_options(value: object) -> JsonObject:
                 raise ValueError(f"storage option {part!r} is both a value and a mapping")
             target = nested
         target[parts[-1]] = _json_safe_value(val, key)
-    return out
+    return check_storage_options(out, "storage option")
 
 
 def _type_text(text: str) -> Any:

@@ -280,7 +280,9 @@ def test_layers_of_the_target_options(tmp_path):
     cfg = parse_job_args("export", ["--conf", str(conf), "--lakehouse", "s3://a/lh", "--name", "n", "--target",
                                     "s3://b/x", "--target-storage-option", "client_kwargs.region_name=us-east-2",
                                     "--target-storage-option", "anon=true"], env=env)
-    assert dict(cfg.target_storage_options) == {"endpoint_url": "http://from-env:9000", "region_name": "eu-west-1",
+    # The file's region_name goes where s3fs takes it (client_kwargs, storage.options.check_storage_options);
+    # the flag's client_kwargs.region_name wins over it.
+    assert dict(cfg.target_storage_options) == {"endpoint_url": "http://from-env:9000",
                                                 "use_ssl": False, "client_kwargs": {"region_name": "us-east-2"},
                                                 "anon": True}
     assert cfg.storage_options == {}  # the lakehouse's own options are another option
@@ -343,7 +345,7 @@ def test_orchestrators_pass_the_options_as_the_export_jobs_environment(monkeypat
     base = {"lakehouse": "s3://a/lh", "name": "n", "target": "s3://b/x"}
     for value, want in (('{"endpoint_url": "https://dr:9000"}', {"endpoint_url": "https://dr:9000"}),
                         ("endpoint_url=https://dr:9000,region_name=eu-west-1",
-                         {"endpoint_url": "https://dr:9000", "region_name": "eu-west-1"}), ("", {})):
+                         {"endpoint_url": "https://dr:9000", "client_kwargs": {"region_name": "eu-west-1"}}), ("", {})):
         cfg = load_job_config("export", overrides=base, env={tl.TARGET_OPTIONS_ENV: value})
         assert dict(cfg.target_storage_options) == want
 

@@ -231,3 +231,38 @@ def test_expire_snapshots_refuses_a_retention_below_the_transaction_ttl(tmp_path
     assert rc == 0, output
     assert json.loads(output)["counts"]["snapshots_expired"] == 1
     assert ids(cat.load_table("s.a")) == [1, 2]
+
+
+@pytest.mark.parametrize("kind", ["metadata-missing", "metadata-truncated"])
+def test_a_damaged_table_nested_in_another_tables_location_keeps_its_files(tmp_path, kind):
+    """s.child lies inside s.parent's location; with its metadata lost its location is known
+    only from where its metadata files lie. Listing s.parent meets s.child's files, all made
+    old: none of them is an orphan, while s.parent's own old orphan goes."""
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, txn_ttl_millis=1000)
+    cat = open_catalog(uri, audit="true")
+    cat.create_namespace("s")
+    parent = cat.create_table("s.parent", schema=SCHEMA)
+    parent.append(rows([1]))
+    loc = O.local(cat.load_table("s.parent").metadata.location)
+    child = cat.create_table("s.child", schema=SCHEMA, location="file://" + os.path.join(loc, "child"))
+    child.append(rows([2]))
+    child.append(rows([3]))
+    child = cat.load_table("s.child")
+    expire_lakehouse(uri)
+    damage(child, kind)
+    child_files = files_under(os.path.join(loc, "child"))
+    old = time.time() - 40 * 86400
+    for p in child_files:
+        os.utime(p, (old, old))
+    orphan = plant(os.path.join(loc, "data"), "orphan-old.parquet", 40)
+    rc, output = tlake(uri, "tables", "remove-orphans", "--json")
+    assert rc == 3, output
+    out = json.loads(output)
+    assert out["status"] == "partial" and list(out["details"]["damaged_tables"]) == ["s.child"], out["details"]
+    # What the child's older metadata files still reach is live; the rest is held.
+    assert out["details"]["tables"]["s.parent"]["files_held"] >= 1, out["details"]["tables"]
+    assert not os.path.exists(orphan), "the healthy table's old orphan stayed"
+    gone = sorted(child_files - files_under(os.path.join(loc, "child")))
+    assert not gone, f"files of the damaged nested table were deleted: {gone[:3]}"
+    assert ids(cat.load_table("s.parent")) == [1]

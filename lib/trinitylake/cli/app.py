@@ -15,6 +15,8 @@ import click
 import trinitylake
 from trinitylake.cli.common import (
     _ARGV_KEY,
+    DURATION,
+    TIMESTAMP,
     Ctx,
     _kv,
     _print_kv,
@@ -22,7 +24,7 @@ from trinitylake.cli.common import (
     emit,
     handle_errors,
     mark_process_start,
-    parse_time,
+    one_line_usage,
 )
 from trinitylake.cli.show import render_versions
 from trinitylake.cli.txn import distributed_view, stage_into
@@ -35,9 +37,11 @@ from trinitylake.redact import (
     remember_environment,
     warn_command_line_secrets,
 )
-from trinitylake.util import parse_duration_ms, refuse_pandas_for_pyarrow
+from trinitylake.util import refuse_pandas_for_pyarrow
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from trinitylake.lakehouse.transaction import Transaction
     from trinitylake.lakehouse.view import LakehouseView
 
@@ -52,17 +56,19 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def time_travel(fn: _F) -> _F:
     """--version / --as-of / --snapshot on every read command."""
     fn = click.option("--snapshot", "snapshot", default=None, help="read an exported snapshot by name")(fn)
-    fn = click.option("--as-of", "as_of", default=None, help="read the newest version created at or before TIMESTAMP")(fn)
+    fn = click.option("--as-of", "as_of", type=TIMESTAMP, default=None,
+                      help="read the newest version created at or before TIMESTAMP (ISO-8601, epoch ms, or 1h: an "
+                           "hour ago)")(fn)
     fn = click.option("--version", "version", type=int, default=None, help="read version N (FOR SYSTEM_VERSION AS OF N)")(fn)
     return fn
 
 
-def _view(ctx: Ctx, version: int | None, as_of: str | None, snapshot: str | None) -> LakehouseView:
+def _view(ctx: Ctx, version: int | None, as_of: datetime | None, snapshot: str | None) -> LakehouseView:
     if ctx.txn is not None:
         return ctx.txn
     if ctx.dtxn_id is not None:
         return distributed_view(ctx)
-    return ctx.lakehouse().view(version=version, as_of=parse_time(as_of) if as_of else None, snapshot=snapshot)
+    return ctx.lakehouse().view(version=version, as_of=as_of, snapshot=snapshot)
 
 
 def split_name(full: str) -> tuple[str, str]:
@@ -124,6 +130,22 @@ class _Group(click.Group):
         ctx.meta.setdefault(_ARGV_KEY, list(args))
         return super().parse_args(ctx, args)
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        """A usage error of the group's own flags in one line (`one_line_usage`), exit 2."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            raise one_line_usage(e) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """A usage error of any command below, in one line, exit 2."""
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise one_line_usage(e) from None
+
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._loaded: set[str] = set()  # the modules whose commands are registered
@@ -146,12 +168,16 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--lakehouse", "lakehouse_uri", envvar="TLAKE_LAKEHOUSE", help="lakehouse root URI (or TLAKE_LAKEHOUSE)")
-@click.option("--storage-option", "storage_options", multiple=True, help="fsspec storage option key=value (e.g. endpoint_url=...)")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="storage option, repeatable: endpoint_url, region, profile, anon, client_kwargs (JSON), ... "
+                   "(README: Storage options); credentials belong in the environment")
 @click.option("--control-uri", envvar="TLAKE_CONTROL_URI", default=None, help="control table location (default <lakehouse>/_control)")
 @click.option("--control-table", envvar="TLAKE_CONTROL_TABLE", default=None,
               help="control table rows as a catalog name (catalog.schema.table; Spark's Delta) or a path")
 @click.option("--no-audit", is_flag=True, help="do not write the control table (tests, offline copies)")
-@click.option("--log-level", default=os.environ.get("TLAKE_LOG_LEVEL", "WARNING"), show_default=True)
+@click.option("--log-level", default=os.environ.get("TLAKE_LOG_LEVEL", "WARNING"), show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+              help="Python log level of tlake's own messages (or TLAKE_LOG_LEVEL)")
 @click.option("--txn", "txn_id", default=None, help="stage namespace/table writes into distributed transaction ID (tlake txn begin --distributed)")
 @click.pass_context
 def cli(click_ctx: click.Context, lakehouse_uri: str | None, storage_options: tuple[str, ...], control_uri: str | None,
@@ -165,6 +191,7 @@ def cli(click_ctx: click.Context, lakehouse_uri: str | None, storage_options: tu
     argv = click_ctx.meta.get(_ARGV_KEY, ())
     warn_command_line_secrets(argv)
     options = _kv(storage_options, "--storage-option")
+    _check_group_values(lakehouse_uri, control_uri, options)
     # Arms the scrubbing of these credentials from any later message (see trinitylake.redact).
     redact_argv(argv, learn=True)
     redact_value(options, learn=True)
@@ -175,23 +202,43 @@ def cli(click_ctx: click.Context, lakehouse_uri: str | None, storage_options: tu
     click_ctx.obj.dtxn_id = txn_id
 
 
+def _check_group_values(lakehouse_uri: str | None, control_uri: str | None, options: dict[str, str]) -> None:
+    """The group's values, checked before any command runs: a bad one is a usage error."""
+    from trinitylake.errors import InvalidURIError
+    from trinitylake.storage.options import check_storage_options
+    from trinitylake.storage.uri import parse_uri
+
+    for flag, uri in (("--lakehouse", lakehouse_uri), ("--control-uri", control_uri)):
+        if uri:
+            try:
+                parse_uri(uri)
+            except InvalidURIError as e:
+                raise click.BadParameter(str(e), param_hint=flag) from None
+    try:
+        check_storage_options(options, "--storage-option")
+    except ValidationError as e:
+        raise click.UsageError(str(e)) from None
+
+
 @cli.command()
 @click.option("--order", type=int, default=128, show_default=True, help="tree order N (children per node)")
 @click.option("--node-max-bytes", type=int, default=1 << 20, show_default=True, help="node file size limit")
 @click.option("--name-max-bytes", type=int, default=100, show_default=True, help="max UTF-8 bytes of names")
-@click.option("--txn-ttl", default="3d", show_default=True, help="transaction TTL (e.g. 3d, 12h, 30m)")
-@click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default="snapshot", show_default=True)
-@click.option("--property", "properties", multiple=True, help="lakehouse property key=value")
+@click.option("--txn-ttl", type=DURATION, default="3d", show_default=True,
+              help="transaction TTL, with its unit (e.g. 3d, 12h, 30m)")
+@click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default="snapshot", show_default=True,
+              help="isolation level of transactions")
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE", help="lakehouse property, repeatable")
 @click.pass_obj
 @handle_errors
-def init(ctx: Ctx, order: int, node_max_bytes: int, name_max_bytes: int, txn_ttl: str, isolation: str,
+def init(ctx: Ctx, order: int, node_max_bytes: int, name_max_bytes: int, txn_ttl: int, isolation: str,
          properties: tuple[str, ...]) -> None:
     """Create a new lakehouse."""
 
     lh = Lakehouse.create(
         ctx.require_uri(), storage_options=ctx.storage_options or None, control_uri=ctx.control_uri, audit=ctx.audit,
         order=order, node_max_bytes=node_max_bytes, namespace_max=name_max_bytes, table_max=name_max_bytes,
-        view_max=name_max_bytes, txn_ttl_millis=parse_duration_ms(txn_ttl), isolation=isolation,
+        view_max=name_max_bytes, txn_ttl_millis=txn_ttl, isolation=isolation,
         properties=_kv(properties, "--property"),
     )
     click.echo(f"created lakehouse {lh.uri} (version 0, order {order}, node max {node_max_bytes} bytes)")
@@ -205,10 +252,15 @@ def namespace() -> None:
 
 @namespace.command("create")
 @click.argument("name")
-@click.option("--property", "properties", multiple=True, help="key=value")
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE", help="namespace property, repeatable")
 @click.pass_obj
 @handle_errors
 def namespace_create(ctx: Ctx, name: str, properties: tuple[str, ...]) -> None:
+    """Create a namespace (a name without dots: tables are named NAMESPACE.TABLE)."""
+    if "." in name:
+        # The format allows it, but `table create a.b.t` could never name a table under it.
+        raise click.BadParameter(f"{name!r} has a dot: no table under it could be named NAMESPACE.TABLE on this "
+                                 f"command line; choose a name without dots", param_hint="NAME")
     props = _kv(properties, "--property")
     _write(ctx, lambda t: t.create_namespace(name, props), f"created namespace {name}")
 
@@ -219,26 +271,29 @@ def namespace_create(ctx: Ctx, name: str, properties: tuple[str, ...]) -> None:
 @click.pass_obj
 @handle_errors
 def namespace_drop(ctx: Ctx, name: str, cascade: bool) -> None:
+    """Drop a namespace (--cascade: with its tables and views)."""
     _write(ctx, lambda t: t.drop_namespace(name, cascade=cascade), f"dropped namespace {name}")
 
 
 @namespace.command("alter")
 @click.argument("name")
-@click.option("--set", "set_", multiple=True, help="key=value")
-@click.option("--unset", multiple=True, help="key")
+@click.option("--set", "set_", multiple=True, metavar="KEY=VALUE", help="property to set, repeatable")
+@click.option("--unset", multiple=True, metavar="KEY", help="property to remove, repeatable")
 @click.pass_obj
 @handle_errors
 def namespace_alter(ctx: Ctx, name: str, set_: tuple[str, ...], unset: tuple[str, ...]) -> None:
+    """Set or remove properties of a namespace."""
     props = _kv(set_, "--set")
     _write(ctx, lambda t: t.alter_namespace(name, props, list(unset)), f"altered namespace {name}")
 
 
 @namespace.command("list")
 @time_travel
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.pass_obj
 @handle_errors
-def namespace_list(ctx: Ctx, version: int | None, as_of: str | None, snapshot: str | None, as_json: bool) -> None:
+def namespace_list(ctx: Ctx, version: int | None, as_of: datetime | None, snapshot: str | None, as_json: bool) -> None:
+    """List the namespaces (of the latest version, or the one asked for)."""
     v = _view(ctx, version, as_of, snapshot)
     try:
         names = v.list_namespaces()
@@ -251,11 +306,12 @@ def namespace_list(ctx: Ctx, version: int | None, as_of: str | None, snapshot: s
 @namespace.command("describe")
 @click.argument("name")
 @time_travel
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.pass_obj
 @handle_errors
-def namespace_describe(ctx: Ctx, name: str, version: int | None, as_of: str | None, snapshot: str | None,
+def namespace_describe(ctx: Ctx, name: str, version: int | None, as_of: datetime | None, snapshot: str | None,
                        as_json: bool) -> None:
+    """Show a namespace's properties."""
     d = _view(ctx, version, as_of, snapshot).describe_namespace(name)
     emit(d, as_json, _print_kv)
 
@@ -269,12 +325,14 @@ def table() -> None:
 @table.command("create")
 @click.argument("full_name")
 @click.option("--metadata-location", default=None, help="Iceberg metadata.json location (external tables)")
-@click.option("--type", "table_type", type=click.Choice(["managed", "external", "federated"]), default=None)
-@click.option("--property", "properties", multiple=True, help="key=value")
+@click.option("--type", "table_type", type=click.Choice(["managed", "external", "federated"]), default=None,
+              help="table type (default: external with --metadata-location, else managed)")
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE", help="table property, repeatable")
 @click.pass_obj
 @handle_errors
 def table_create(ctx: Ctx, full_name: str, metadata_location: str | None, table_type: str | None,
                  properties: tuple[str, ...]) -> None:
+    """Create a table NAMESPACE.TABLE."""
     ns, t = split_name(full_name)
     props = _kv(properties, "--property")
     _write(ctx, lambda x: x.create_table(ns, t, metadata_location=metadata_location, table_type=table_type, properties=props),
@@ -286,18 +344,20 @@ def table_create(ctx: Ctx, full_name: str, metadata_location: str | None, table_
 @click.pass_obj
 @handle_errors
 def table_drop(ctx: Ctx, full_name: str) -> None:
+    """Drop a table NAMESPACE.TABLE (its files stay for time travel)."""
     ns, t = split_name(full_name)
     _write(ctx, lambda x: x.drop_table(ns, t), f"dropped table {full_name}")
 
 
 @table.command("alter")
 @click.argument("full_name")
-@click.option("--set", "set_", multiple=True, help="key=value")
-@click.option("--unset", multiple=True)
-@click.option("--metadata-location", default=None)
+@click.option("--set", "set_", multiple=True, metavar="KEY=VALUE", help="property to set, repeatable")
+@click.option("--unset", multiple=True, metavar="KEY", help="property to remove, repeatable")
+@click.option("--metadata-location", default=None, help="new Iceberg metadata.json location")
 @click.pass_obj
 @handle_errors
 def table_alter(ctx: Ctx, full_name: str, set_: tuple[str, ...], unset: tuple[str, ...], metadata_location: str | None) -> None:
+    """Set or remove properties of a table, or point it at new metadata."""
     ns, t = split_name(full_name)
     props = _kv(set_, "--set")
     _write(ctx, lambda x: x.alter_table(ns, t, set_properties=props, remove=list(unset), metadata_location=metadata_location),
@@ -307,11 +367,12 @@ def table_alter(ctx: Ctx, full_name: str, set_: tuple[str, ...], unset: tuple[st
 @table.command("list")
 @click.argument("namespace_name")
 @time_travel
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.pass_obj
 @handle_errors
-def table_list(ctx: Ctx, namespace_name: str, version: int | None, as_of: str | None, snapshot: str | None,
+def table_list(ctx: Ctx, namespace_name: str, version: int | None, as_of: datetime | None, snapshot: str | None,
                as_json: bool) -> None:
+    """List the tables of a namespace."""
     v = _view(ctx, version, as_of, snapshot)
     try:
         names = v.list_tables(namespace_name)
@@ -327,18 +388,19 @@ def table_list(ctx: Ctx, namespace_name: str, version: int | None, as_of: str | 
 @table.command("describe")
 @click.argument("full_name")
 @time_travel
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.pass_obj
 @handle_errors
-def table_describe(ctx: Ctx, full_name: str, version: int | None, as_of: str | None, snapshot: str | None,
+def table_describe(ctx: Ctx, full_name: str, version: int | None, as_of: datetime | None, snapshot: str | None,
                    as_json: bool) -> None:
+    """Show a table's metadata location, type and properties."""
     ns, t = split_name(full_name)
     emit(_view(ctx, version, as_of, snapshot).describe_table(ns, t), as_json, _print_kv)
 
 
 # ---- versions, txn, rollback ------------------------------------------------------------
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.pass_obj
 @handle_errors
 def versions(ctx: Ctx, as_json: bool) -> None:

@@ -1,14 +1,17 @@
 """Plumbing shared by the `tlake` command modules: the command context (`Ctx`), error
-handling (typed library errors become one line and exit 1), output helpers. Every module of
+handling (every error one line; exit 1 for a failed operation, 2 for a usage or configuration
+error), the duration and timestamp flag types, output helpers. Every module of
 this package imports from here; nothing here imports them back."""
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
+import re
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
@@ -16,9 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trinitylake.errors import TrinityLakeError, ValidationError
+from trinitylake.errors import ConfigError, TrinityLakeError, ValidationError
 from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_argv, redact_text
+from trinitylake.values import parse_duration
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
@@ -72,24 +76,218 @@ def _kv(values: tuple[str, ...], what: str) -> dict[str, str]:
     return out
 
 
+#: Exit codes of every `tlake` command (README "Exit codes"): 0 done; 1 the operation failed
+#: (a typed error line); 2 a usage or configuration error found before any work (a bad flag,
+#: value, option key or config file, contradictory flags). The tables' maintenance adds 3 for a
+#: partial run.
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def error_text(error: BaseException) -> str:
+    """One line naming the error: its message, redacted, without terminal colour codes (delta-rs
+    puts ANSI sequences in its errors) or line breaks."""
+    text = _ANSI.sub("", redact_text(str(error)))
+    return " ".join(part.strip() for part in text.splitlines() if part.strip()) or type(error).__name__
+
+
+def print_error(error: BaseException, kind: str | None = None) -> None:
+    """``error (Type): message`` on stderr, one line."""
+    err_console.print(f"[red]error[/red] ({kind or type(error).__name__}): {escape(error_text(error))}",
+                      highlight=False, markup=True, soft_wrap=True)
+
+
+def explain(error: BaseException, places: list[tuple[str, str, dict[str, Any] | None]] | None = None) -> BaseException:
+    """The cause of a failed command, when the error itself does not name it: a bucket that
+    does not exist, a folder that is a file, S3 without credentials. `places` are ``(what, uri,
+    storage options)`` the command used (default: the lakehouse of the running command); each
+    is checked only now that something failed (one request).
+
+    Returns:
+        a `TrinityLakeError` naming the cause, or `error` itself when none is found.
+    """
+    from trinitylake.errors import ControlTableError, NotFoundError, StorageError
+
+    if isinstance(error, ConfigError | click.ClickException) or (
+            isinstance(error, TrinityLakeError) and not isinstance(error, NotFoundError | StorageError | ControlTableError)):
+        return error  # says its cause itself
+    if places is None:
+        click_ctx = click.get_current_context(silent=True)
+        obj = click_ctx.find_root().obj if click_ctx is not None else None
+        places = [("lakehouse", obj.lakehouse_uri, obj.storage_options)] if isinstance(obj, Ctx) and obj.lakehouse_uri else []
+    for what, uri, options in places:
+        try:
+            cause = _cause_at(what, uri, options or {}, error)
+        except Exception:  # noqa: BLE001 - the check is a courtesy: the original error stands
+            logging.getLogger("trinitylake.cli").debug("checking %s failed", uri, exc_info=True)
+            cause = None
+        if cause is not None:
+            return cause
+    return error
+
+
+def _cause_at(what: str, uri: str, options: dict[str, Any], error: BaseException) -> BaseException | None:
+    import os
+
+    from trinitylake.errors import NotFoundError, StoragePermissionError
+    from trinitylake.storage.uri import parse_uri
+
+    parsed = parse_uri(uri)
+    if parsed.scheme == "file":
+        path = parsed.path if parsed.path.startswith("/") else "/" + parsed.path
+        while path and not os.path.exists(path):
+            path = os.path.dirname(path)
+        if path and os.path.isfile(path):
+            return ValidationError(f"the {what} {uri} cannot be created or read: {path} is a file, not a folder")
+        return None
+    if parsed.scheme != "s3":
+        return None
+    chain = " ".join(str(e) for e in _chain(error))
+    if "169.254.169.254" in chain or "credential" in chain.lower() and isinstance(error, PermissionError):
+        return StoragePermissionError(
+            f"cannot reach the {what} {uri}: no S3 credentials are configured (none in the storage options, no "
+            f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE, and no instance role answered)"
+            + ("" if _endpoint(options) else "; nor an endpoint: TLAKE_S3_ENDPOINT_URL or --storage-option "
+               "endpoint_url=... (AWS S3 itself otherwise)"))
+    if _bucket_missing(uri, options):
+        where = _endpoint(options) or "AWS S3"
+        return NotFoundError(f"the {what} {uri} cannot exist: bucket {parsed.authority!r} does not exist at {where}")
+    return None
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    e: BaseException | None = error
+    while e is not None and e not in seen and len(seen) < 8:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _endpoint(options: dict[str, Any]) -> str | None:
+    import os
+
+    ck = options.get("client_kwargs")
+    return (options.get("endpoint_url") or (ck.get("endpoint_url") if isinstance(ck, dict) else None)
+            or os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None)
+
+
+def _bucket_missing(uri: str, options: dict[str, Any]) -> bool:
+    """True when S3 answers that the bucket of `uri` does not exist (HEAD bucket: 404)."""
+    from trinitylake.storage.storage import Storage
+    from trinitylake.storage.uri import parse_uri
+
+    bucket = parse_uri(uri).authority
+    fs = Storage(f"s3://{bucket}", options).fs
+    try:
+        fs.call_s3("head_bucket", Bucket=bucket)
+    except FileNotFoundError:
+        return True
+    except Exception:  # noqa: BLE001 - any other answer: not a missing bucket
+        return False
+    return False
+
+
+def exit_code_of(error: BaseException) -> int:
+    """2 for a usage or configuration error, else 1 (see `EXIT_USAGE`)."""
+    return EXIT_USAGE if isinstance(error, ConfigError | click.UsageError) else EXIT_ERROR
+
+
 def handle_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Typed library errors become one clear line on stderr and exit code 1 (no traceback)."""
+    """Errors become one clear line on stderr and an exit code (`exit_code_of`), never a
+    traceback: typed library errors, OS errors, and anything unexpected (its traceback is
+    logged at DEBUG: ``tlake --log-level DEBUG`` shows it)."""
 
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return fn(*args, **kwargs)
-        except TrinityLakeError as e:
+        except click.ClickException:
+            raise  # usage errors: click's, told in one line by the group (`one_line_usage`)
+        except Exception as e:  # noqa: BLE001 - the one place an error becomes the user's line
             if _replaying():
                 raise  # `tlake txn` replays this line: it prints the error once, naming the line
-            err_console.print(f"[red]error[/red] ({type(e).__name__}): {escape(redact_text(str(e)))}", highlight=False,
-                              markup=True)
-            sys.exit(1)
-        except FileNotFoundError as e:
-            err_console.print(f"[red]error[/red] (FileNotFoundError): {escape(redact_text(str(e)))}", highlight=False)
-            sys.exit(1)
+            if not isinstance(e, TrinityLakeError | OSError):
+                logging.getLogger("trinitylake.cli").debug("unexpected error", exc_info=True)
+            e = explain(e)
+            print_error(e)
+            sys.exit(exit_code_of(e))
 
     return wrapper
+
+
+class OneLineUsageError(click.UsageError):
+    """A click usage error told in one line (click's own is the usage, a hint and the error on
+    four lines): ``error (UsageError): tlake namespace create: Missing argument 'NAME'. (see
+    tlake namespace create --help)``; exit 2."""
+
+    def __init__(self, error: click.UsageError) -> None:
+        super().__init__(error.format_message(), error.ctx)
+        self.exit_code = EXIT_USAGE
+
+    def show(self, file: Any = None) -> None:
+        path = _command_path(self.ctx)
+        err_console.print(f"[red]error[/red] (UsageError): {escape(path + ': ' if path else '')}"
+                          f"{escape(error_text(self))}" + (f" (see {escape(path)} --help)" if path else ""),
+                          highlight=False, markup=True, soft_wrap=True)
+
+
+def one_line_usage(error: click.UsageError) -> OneLineUsageError:
+    return error if isinstance(error, OneLineUsageError) else OneLineUsageError(error)
+
+
+def _command_path(ctx: click.Context | None) -> str:
+    """``tlake namespace create`` (the root's name is the test runner's under CliRunner)."""
+    if ctx is None:
+        return "tlake"
+    names = []
+    while ctx is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    names[-1] = "tlake"
+    return " ".join(reversed([n for n in names if n]))
+
+
+class DurationType(click.ParamType):
+    """A duration flag: ``90s``, ``36h``, ``7d``, ``500ms`` (a bare number is refused); the value
+    is integer milliseconds."""
+
+    name = "duration"
+
+    def get_metavar(self, param: click.Parameter, *args: Any) -> str:
+        return "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value  # a default already converted
+        try:
+            return parse_duration(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class TimeType(click.ParamType):
+    """An instant: ISO-8601 (naive = UTC), epoch milliseconds, or a duration back from now
+    (``1h``, ``now-1h``); the value is an aware `datetime`."""
+
+    name = "timestamp"
+
+    def get_metavar(self, param: click.Parameter, *args: Any) -> str:
+        return "TIMESTAMP"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return parse_time(value)
+        except ValidationError as e:
+            self.fail(str(e), param, ctx)
+
+
+DURATION = DurationType()
+TIMESTAMP = TimeType()
 
 
 def _replaying() -> bool:
@@ -99,14 +297,22 @@ def _replaying() -> bool:
 
 
 def parse_time(value: str) -> datetime:
-    """ISO-8601 (naive = UTC) or epoch milliseconds."""
+    """ISO-8601 (naive = UTC), epoch milliseconds, or a duration back from now (``1h``,
+    ``now-1h``: the last hour)."""
     v = value.strip()
     if v.isdigit():
         return datetime.fromtimestamp(int(v) / 1000, UTC)
+    ago = v[4:] if v.lower().startswith("now-") else v
+    if ago and ago[-1:].isalpha() and ago[:1].isdigit():
+        try:
+            return datetime.now(UTC) - timedelta(milliseconds=parse_duration(ago))
+        except ValueError:
+            pass
     try:
         dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
-        raise ValidationError(f"cannot parse timestamp {value!r}; use ISO-8601 or epoch milliseconds") from None
+        raise ValidationError(f"cannot parse timestamp {value!r}; use ISO-8601 (2026-11-22T03:00:00Z), epoch "
+                              f"milliseconds, or a duration back from now (1h, 7d)") from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 

@@ -26,7 +26,7 @@ def register(cli: click.Group) -> None:
 
     @group.command("redact")
     @click.option("--dry-run", is_flag=True, help="count the rows holding credentials; change nothing")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
     @click.pass_obj
     @handle_errors
     def redact(ctx: Ctx, dry_run: bool, as_json: bool) -> None:

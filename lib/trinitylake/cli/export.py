@@ -2,11 +2,15 @@
 
     tlake --lakehouse SRC export --name N --target URI [--version V | --as-of T]
                                  [--full | --partial --depth D | --minimal]
-                                 [--target-storage-option KEY=VALUE ...] [--json]
+                                 [--target-storage-option KEY=VALUE ...] [--json] [any export option]
     tlake --lakehouse SRC export list [--json]
     tlake --lakehouse SRC export drop NAME
 
-The export itself is the job of `trinitylake.jobs.export.job`, run through the shared job runner
+Its flags are the export job's own, from the option table (`trinitylake.job_flags`, as every
+job command's: defaults shown, ``--reference-time``, ``--run-id``, ``--remote``, ``--keep-runs``,
+...), plus the shortcuts ``--full``/``--partial``/``--minimal`` (``--mode``) and ``--no-verify``;
+contradictory flags are a usage error (exit 2). The export itself is the job of
+`trinitylake.jobs.export.job`, run through the shared job runner
 (audit rows; ``--execution auto`` keeps a small export on the driver's threads without starting
 Spark, ``distributed`` sends every phase to a Spark session: ``--master``, ``--spark-conf``,
 e.g. ``spark.api.mode=connect``). The target's storage options: its own when any is given
@@ -20,13 +24,14 @@ Registered by `trinitylake.cli` when this module exists.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 
-from trinitylake.cli.common import Ctx, _kv, console, emit, handle_errors
-from trinitylake.cli.jobs import progress_display
-from trinitylake.config import load_job_config
-from trinitylake.errors import TrinityLakeError
+from trinitylake.cli.common import Ctx, console, emit, handle_errors
+from trinitylake.cli.jobs import JobOptionsGroup, fail_with, load_cli_config, progress_display
+from trinitylake.job_flags import given_flags
 from trinitylake.jobs.export.target import drop_export, list_exports
 from trinitylake.jobs.runner import JobFailedError, run_job
 from trinitylake.json_data import JsonObject
@@ -68,83 +73,48 @@ def _summary(r: JsonObject) -> str:
     return "\n".join(lines)
 
 
+def _check_flags(given: dict[str, Any], *, full: bool, partial: bool, minimal: bool, no_verify: bool) -> None:
+    """Contradictory flags are refused (a usage error) and the shortcuts become the job's
+    options: ``--full``/``--partial``/``--minimal`` its ``mode`` (one of them; ``--depth``
+    alone means ``--partial``), ``--no-verify`` its ``verify_checksum``."""
+    modes = [m for m, on in (("full", full), ("partial", partial), ("minimal", minimal)) if on]
+    said = [f"--{m}" for m in modes]
+    if given.get("mode") is not None:
+        modes.append(str(given["mode"]).lower())
+        said.append(f"--mode {given['mode']}")
+    if len(set(modes)) > 1:
+        raise click.UsageError(f"{' and '.join(said)} contradict each other: give one of --full, --partial "
+                               f"(with --depth D) or --minimal")
+    mode = modes[0] if modes else ("partial" if given.get("depth") is not None else None)
+    if given.get("depth") is not None and mode != "partial":
+        raise click.UsageError(f"--depth goes with --partial, not with --{mode}")
+    if mode is not None:
+        given["mode"] = mode
+    if no_verify:
+        if given.get("verify_checksum"):
+            raise click.UsageError("--no-verify and --verify-checksum contradict each other: give one")
+        given["verify_checksum"] = False
+    if given.get("with_tables") and mode in ("partial", "minimal"):
+        raise click.UsageError(f"--with-tables copies the tables of a full export; it contradicts --{mode}")
+    if given.get("version") is not None and given.get("as_of") is not None:
+        raise click.UsageError("--version and --as-of contradict each other: give one")
+
+
 def register(cli: click.Group) -> None:
     """Add the `export` command group to the `tlake` CLI."""
 
-    @cli.group("export", invoke_without_command=True)
-    @click.option("--name", default=None, help="name to record the export under (unique per lakehouse)")
-    @click.option("--target", default=None, help="root URI to export to (outside the lakehouse)")
-    @click.option("--target-storage-option", "target_storage_options", multiple=True, metavar="KEY=VALUE",
-                  help="fsspec option of the target's storage (e.g. endpoint_url=..., key=..., secret=...), "
-                       "repeatable: a target on another endpoint or account. When any is given (or a TLAKE_TARGET_* "
-                       "variable is set) the target uses only these, never --storage-option; credentials are "
-                       "better given as TLAKE_TARGET_AWS_ACCESS_KEY_ID / TLAKE_TARGET_AWS_SECRET_ACCESS_KEY")
-    @click.option("--version", "version", type=int, default=None, help="version to export (default: the latest)")
-    @click.option("--as-of", "as_of", default=None, help="export the version current at TIMESTAMP (ISO-8601 or epoch ms)")
-    @click.option("--full", "mode", flag_value="full", help="copy every reachable file (the default)")
-    @click.option("--partial", "mode", flag_value="partial", help="copy the nodes down to --depth (and their definitions)")
-    @click.option("--minimal", "mode", flag_value="minimal", help="copy the root node only")
-    @click.option("--depth", type=int, default=None, help="deepest node level copied by --partial (root = 0); implies --partial")
-    @click.option("--batch-size", type=int, default=None, help="files per plan part (and Spark task)")
-    @click.option("--execution", type=click.Choice(["auto", "local", "distributed"]), default=None,
-                  help="where phases run: auto (by size; small exports never start Spark), local (driver threads), "
-                       "distributed (Spark executors)")
-    @click.option("--threads", type=int, default=None, help="driver threads, and I/O threads per Spark task")
-    @click.option("--local-threads", type=int, default=None,
-                  help="--threads for local files (default 1: more only contend for the interpreter lock)")
-    @click.option("--no-verify", is_flag=True, help="check sizes only, not checksums")
-    @click.option("--with-tables", "with_tables", is_flag=True, default=None,
-                  help="also copy the Iceberg tables under the lakehouse (metadata, manifests, data), paths rewritten")
-    @click.option("--table-snapshots", type=click.Choice(["all", "current"]), default=None,
-                  help="with --with-tables: every retained snapshot (default) or the current one only")
-    @click.option("--master", default=None, help="Spark master (default local[*])")
-    @click.option("--conf", "conf_path", default=None, help="YAML job configuration (e.g. conf/export.yaml)")
-    @click.option("--spark-conf", multiple=True, help="Spark property key=value")
-    @click.option("--json", "as_json", is_flag=True, help="print the job result as JSON")
     @click.pass_context
-    @handle_errors
-    def export(click_ctx: click.Context, name: str | None, target: str | None, target_storage_options: tuple[str, ...],
-               version: int | None, as_of: str | None,
-               mode: str | None, depth: int | None, batch_size: int | None, execution: str | None, threads: int | None,
-               local_threads: int | None,
-               no_verify: bool, with_tables: bool | None, table_snapshots: str | None, master: str | None,
-               conf_path: str | None, spark_conf: tuple[str, ...],
-               as_json: bool) -> None:
+    def export(click_ctx: click.Context, as_json: bool, full: bool, partial: bool, minimal: bool, no_verify: bool,
+               **flags: Any) -> None:
         """Export a version to its own root URI (full, partial or minimal), or manage exports."""
         if click_ctx.invoked_subcommand is not None:
             return
         ctx: Ctx = click_ctx.obj
-        if not name or not target:
+        given = given_flags(flags)
+        if not given:
             raise click.UsageError("give --name and --target (or a subcommand: list, drop)")
-        if mode is None and depth is not None:
-            mode = "partial"
-        if depth is not None and mode != "partial":
-            raise click.UsageError("--depth goes with --partial")
-
-        overrides = {
-            "lakehouse": ctx.require_uri(),
-            "storage_options": ctx.storage_options or None,
-            "control_uri": ctx.control_uri,
-            "name": name,
-            "target": target,
-            # Parsed as the job's own flag (values typed, dotted keys nested); None: not given.
-            "target_storage_options": list(target_storage_options) or None,
-            "version": version,
-            "as_of": as_of,
-            "mode": mode,
-            "depth": depth,
-            "batch_size": batch_size,
-            "execution": execution,
-            "threads": threads,
-            "local_threads": local_threads,
-            "verify_checksum": False if no_verify else None,
-            "with_tables": True if with_tables else None,
-            "table_snapshots": table_snapshots,
-            "master": master,
-            "spark_conf": _kv(spark_conf, "--spark-conf") or None,
-        }
-        cfg = load_job_config("export", conf_path, overrides=overrides)
-
+        _check_flags(given, full=full, partial=partial, minimal=minimal, no_verify=no_verify)
+        cfg = load_cli_config("export", ctx, given)
         try:
             with progress_display(f"tlake export {cfg.run_id}") as status:
                 remove = add_progress_listener(status)
@@ -152,16 +122,32 @@ def register(cli: click.Group) -> None:
                     result = run_job("export", cfg, audit=ctx.audit)
                 finally:
                     remove()
-        except JobFailedError as e:
+        except Exception as e:  # noqa: BLE001 - one line, never a traceback
             # The typed error of the export (name clash, expired version, bad target, ...)
-            # is what the user needs to read; the runner has recorded the failed run.
-            if isinstance(e.__cause__, TrinityLakeError):
-                raise e.__cause__ from None
-            raise
+            # is what the user needs to read (the runner has recorded the failed run), or its
+            # cause: a missing bucket, a target that is a file.
+            places = [("export target", cfg.target, dict(cfg.target_storage_options or cfg.storage_options)),
+                      ("lakehouse", cfg.lakehouse, dict(cfg.storage_options))]
+            fail_with(e.__cause__ or e if isinstance(e, JobFailedError) else e, places)
         emit(result.to_dict(), as_json, lambda r: click.echo(_summary(r)))
 
+    export = JobOptionsGroup(
+        "export", "export", "tlake export", callback=export, invoke_without_command=True,
+        params=[
+            click.Option(["--full"], is_flag=True, help="copy every reachable file: --mode full (the default)"),
+            click.Option(["--partial"], is_flag=True, help="copy the nodes down to --depth: --mode partial"),
+            click.Option(["--minimal"], is_flag=True, help="copy the root node only: --mode minimal"),
+            click.Option(["--no-verify"], is_flag=True, help="check sizes only, not checksums: --no-verify-checksum"),
+            click.Option(["--json", "as_json"], is_flag=True, help="print the job result as JSON"),
+        ],
+        help="Export a version to its own root URI (full, partial or minimal), or manage exports (list, drop). "
+             "Every option of the export job below can be given; the lakehouse and control table are tlake's own: "
+             "tlake --lakehouse URI export --name N --target URI ...",
+    )
+    cli.add_command(export)
+
     @export.command("list")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="print JSON")
     @click.pass_obj
     @handle_errors
     def export_list(ctx: Ctx, as_json: bool) -> None:

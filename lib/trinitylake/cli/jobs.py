@@ -31,9 +31,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from trinitylake import progress
-from trinitylake.cli.common import Ctx
+from trinitylake.cli.common import EXIT_USAGE, Ctx, exit_code_of, explain, print_error
 from trinitylake.config import JobConfig, load_from_flags
-from trinitylake.errors import ConfigError, TrinityLakeError
+from trinitylake.errors import ConfigError
 from trinitylake.job_flags import given_flags, job_command
 from trinitylake.jobs.registry import JOBS, JobSpec
 from trinitylake.jobs.runner import JobFailedError, run_job
@@ -59,20 +59,18 @@ def register(cli: click.Group) -> None:
 _SET_BY_TLAKE = frozenset({"--lakehouse", "--control-uri"})
 
 
-class JobOptionsCommand(click.Command):
-    """A `tlake` command that runs job `job`: the job's own flags (`trinitylake.job_flags.job_command`,
-    derived from the option table) are this command's parameters, parsed once by click; the
-    group's lakehouse, control URI and storage options join them as values, never as
-    re-rendered argv. `path` names the command in a bad flag's error line (click's command path
-    is the test runner's name under CliRunner).
+class _JobParams(click.Command):
+    """The job's own flags (`trinitylake.job_flags.job_command`, derived from the option table)
+    as a command's parameters, parsed once by click; a bad one is a configuration error told in
+    one line, exit 2. Set `job` and `path` (the command as typed, named in the error line:
+    click's command path is the test runner's name under CliRunner).
 
     The job's parameters are built when the command runs or shows its help: building them for
     every job on every `tlake` start cost ~0.4 s."""
 
-    def __init__(self, name: str, job: str, path: str, **kwargs: Any) -> None:
-        super().__init__(name, **kwargs)
-        self.job, self.path = job, path
-        self._job_params: list[click.Parameter] | None = None
+    job: str
+    path: str
+    _job_params: list[click.Parameter] | None = None
 
     def job_params(self) -> list[click.Parameter]:
         if self._job_params is None:
@@ -92,9 +90,28 @@ class JobOptionsCommand(click.Command):
             config_error(ConfigError(f"{self.path}: {e.format_message()} (see {self.path} --help)"))
 
 
+class JobOptionsCommand(_JobParams):
+    """A `tlake` command that runs job `job` with the job's own flags (`_JobParams`); the
+    group's lakehouse, control URI and storage options join them as values, never as
+    re-rendered argv."""
+
+    def __init__(self, name: str, job: str, path: str, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.job, self.path = job, path
+
+
+class JobOptionsGroup(_JobParams, click.Group):
+    """A command group that runs job `job` when no subcommand is named (``tlake export --name
+    N ...`` vs ``tlake export list``), with the job's own flags (`_JobParams`)."""
+
+    def __init__(self, name: str, job: str, path: str, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.job, self.path = job, path
+
+
 def config_error(error: ConfigError) -> NoReturn:
-    err_console.print(f"[red]error[/red] (ConfigError): {escape(redact_text(str(error)))}", highlight=False)
-    sys.exit(2)
+    print_error(error)
+    sys.exit(EXIT_USAGE)
 
 
 def _job_command(spec: JobSpec) -> click.Command:
@@ -140,10 +157,12 @@ def load_cli_config(job: str, ctx: Ctx, flags: JsonObject) -> JobConfig:
         config_error(e)
 
 
-def fail_with(error: BaseException) -> NoReturn:
-    """The typed error line of a failed run; exit 2 for a configuration error, else 1."""
-    err_console.print(f"[red]error[/red] ({type(error).__name__}): {escape(redact_text(str(error)))}", highlight=False)
-    sys.exit(2 if isinstance(error, ConfigError) else 1)
+def fail_with(error: BaseException, places: list[tuple[str, str, dict[str, Any] | None]] | None = None) -> NoReturn:
+    """The typed error line of a failed run (its cause, `trinitylake.cli.common.explain`, at
+    the lakehouse or `places`); exit 2 for a configuration error, else 1."""
+    error = explain(error, places)
+    print_error(error)
+    sys.exit(exit_code_of(error))
 
 
 def run_cli_job(job: str, click_ctx: click.Context, flags: JsonObject, as_json: bool) -> None:
@@ -157,7 +176,7 @@ def run_cli_job(job: str, click_ctx: click.Context, flags: JsonObject, as_json: 
             result = run_job(job, cfg, audit=ctx.audit)
         except JobFailedError as e:
             result, error = e.result, e.__cause__ or e
-        except TrinityLakeError as e:
+        except Exception as e:  # noqa: BLE001 - one typed line (`fail_with`), never a traceback
             error = e
         finally:
             remove()
@@ -204,7 +223,10 @@ def outcome_lines(result: JobResult) -> list[str]:
     c, d = result.counts, result.details
     lines: list[str] = []
     if result.job == "expire":
-        n = int(c.get("versions_expired", 0)) + int(c.get("versions_leftover", 0))
+        # What this run expired (its own `versions_expired` counter), apart from the versions an
+        # earlier or concurrent run expired whose files it finished deleting (`versions_leftover`):
+        # a second concurrent run once claimed the first one's 36 versions as its own.
+        n, left = int(c.get("versions_expired", 0)), int(c.get("versions_leftover", 0))
         reason = d.get("stop_reason")
         if n == 0:
             lines.append("nothing expired" + (f": {reason}" if reason else ""))
@@ -212,6 +234,9 @@ def outcome_lines(result: JobResult) -> list[str]:
             verb = "would expire" if result.dry_run else "expired"
             lines.append(f"{verb} {n:,} versions (oldest retained now {d.get('oldest_retained_after')})"
                          + (f"; stopped because {reason}" if reason else ""))
+        if left:
+            verb = "would delete" if result.dry_run else "deleted"
+            lines.append(f"{verb} the remaining files of {left:,} versions an earlier or concurrent run expired")
     if result.job in ("expire", "orphans") and result.status in ("succeeded", "dry_run"):
         cands = int(c.get("candidates", 0))
         if result.dry_run:

@@ -11,13 +11,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trinitylake.cli.common import Ctx, handle_errors, parse_time
+from trinitylake.cli.common import TIMESTAMP, Ctx, handle_errors
 from trinitylake.control import build_history, reconcile
 from trinitylake.json_data import JsonObject
 from trinitylake.report.data import KEY_METRICS
 from trinitylake.report.svg import fmt_metric
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from trinitylake.control import HistoryEntry
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -111,16 +113,17 @@ def register(cli: click.Group) -> None:
     @cli.command()
     @click.option("--all", "include_reads", is_flag=True,
                   help="include runs that changed nothing (walks, dry runs); --job lists them anyway")
-    @click.option("--since", default=None, help="only entries at or after TIMESTAMP")
+    @click.option("--since", type=TIMESTAMP, default=None,
+                  help="only entries at or after TIMESTAMP (ISO-8601, epoch ms), or this long ago (1h, 7d)")
     @click.option("--namespace", default=None, help="only entries that changed this namespace or its tables")
     @click.option("--table", "table_name", default=None, help="only entries that changed NS.TABLE (or TABLE)")
     @click.option("--job", default=None, help="every run of this job/command (dry runs included) and the commits they made")
-    @click.option("--limit", type=int, default=None)
+    @click.option("--limit", type=click.IntRange(min=1), default=None, help="show at most N entries (the newest)")
     @click.option("--version", "version", type=int, default=None, help="explain one version")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="print JSON")
     @click.pass_obj
     @handle_errors
-    def show(ctx: Ctx, include_reads: bool, since: str | None, namespace: str | None, table_name: str | None,
+    def show(ctx: Ctx, include_reads: bool, since: datetime | None, namespace: str | None, table_name: str | None,
              job: str | None, limit: int | None, version: int | None, as_json: bool) -> None:
         """History of transactions and job runs, newest first, mapped to versions by txn_seq.
 
@@ -138,7 +141,7 @@ def register(cli: click.Group) -> None:
             records = lh.auditor.control.records()
         if version is not None:
             records = [r for r in records if r.version_after == version or (infos[0].txn_seq is not None and r.txn_seq == infos[0].txn_seq)]
-        since_t = parse_time(since) if since else None
+        since_t = since
 
         def history(reads: bool, lim: int | None) -> list[HistoryEntry]:
             return build_history(records, infos, include_reads=reads, since=since_t, namespace=namespace,

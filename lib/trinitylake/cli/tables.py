@@ -42,7 +42,10 @@ def register(cli: click.Group) -> None:
 @click.group("tables")
 def tables() -> None:
     """Maintain the lakehouse's Iceberg tables: snapshot expiry and orphan removal, consistent with
-    the lakehouse's time travel (a table file any retained lakehouse version reaches stays)."""
+    the lakehouse's time travel (a table file any retained lakehouse version reaches stays).
+
+    A table whose metadata, manifest list or manifest cannot be read is skipped (none of its
+    files deleted) and named; the others are maintained, and the command exits 3 (partial)."""
 
 
 def run_tables_job(ctx: Ctx, job: str, flags: dict[str, Any]) -> JobResult:

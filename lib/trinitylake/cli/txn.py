@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 from rich.table import Table
 
-from trinitylake.cli.common import Ctx, _print_kv, console, emit, handle_errors
+from trinitylake.cli.common import DURATION, Ctx, _print_kv, console, emit, handle_errors
 from trinitylake.errors import TrinityLakeError, ValidationError
 from trinitylake.json_data import JsonObject
 from trinitylake.lakehouse.distributed import DistributedTransaction, list_transactions
-from trinitylake.util import parse_duration_ms
 from trinitylake.values import format_timestamp
 
 if TYPE_CHECKING:
@@ -71,11 +70,12 @@ def register(cli: click.Group) -> None:
     @txn.command("begin")
     @click.option("--distributed", is_flag=True, help="a transaction other processes can stage into (required)")
     @click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None)
-    @click.option("--ttl", default=None, help="time to live (e.g. 30m; at most the lakehouse's txn TTL)")
+    @click.option("--ttl", type=DURATION, default=None,
+                  help="time to live, with its unit (e.g. 30m; at most the lakehouse's txn TTL)")
     @click.option("--id", "txn_id", default=None, help="transaction id (default: a new UUID)")
     @click.pass_obj
     @handle_errors
-    def txn_begin(ctx: Ctx, distributed: bool, isolation: str | None, ttl: str | None, txn_id: str | None) -> None:
+    def txn_begin(ctx: Ctx, distributed: bool, isolation: str | None, ttl: int | None, txn_id: str | None) -> None:
         """Begin a distributed transaction; prints its id as the last line."""
 
         if not distributed:
@@ -83,7 +83,7 @@ def register(cli: click.Group) -> None:
                                    "(a local transaction is `tlake txn` with operations on stdin)")
 
         dt = DistributedTransaction.begin(ctx.lakehouse(), isolation=isolation, txn_id=txn_id,
-                                          ttl_millis=parse_duration_ms(ttl) if ttl else None)
+                                          ttl_millis=ttl)
         click.echo(f"began distributed transaction; stage with: tlake --txn {dt.id} ..., "
                    f"then tlake txn commit {dt.id} (tlake txn show {dt.id} for its state)")
         click.echo(dt.id)

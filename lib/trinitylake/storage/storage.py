@@ -32,7 +32,7 @@ from trinitylake.storage import (  # noqa: F401 - importing a backend registers 
 from trinitylake.storage.backend import FileInfo, StorageBackend
 from trinitylake.storage.filesystem import HeadInfo, as_bytes
 from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO, sorted_keys_range
-from trinitylake.storage.options import StorageOptions, s3_options_from_env
+from trinitylake.storage.options import StorageOptions, check_storage_options, s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
     RETRY_ATTEMPTS,
     is_conditional_conflict,
@@ -77,7 +77,10 @@ class Storage:
         self.scheme: str = self._parsed.scheme
         self.options: StorageOptions = dict(options or {})
         if self.scheme == "s3":
-            self.options = s3_options_from_env(self.options)
+            # Checked once here, whoever gave them (a flag, YAML, the environment, an export's
+            # target, the catalog's properties, a Python caller): an unknown key or a value of
+            # the wrong type is one ConfigError line, never a traceback from the client.
+            self.options = s3_options_from_env(check_storage_options(self.options))
         self._backend = StorageBackend.for_root(self._parsed, self.options)
 
     def __repr__(self) -> str:

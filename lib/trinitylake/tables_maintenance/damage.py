@@ -11,9 +11,9 @@ says which files cannot be read and which lakehouse versions need them (`Damaged
 A damaged table's live set is unknown, so **none of its files is deleted** by either job:
 
 * it is not expired (no commit) and its location is not listed for orphans;
-* every file under a location it has or had (its metadata's ``location``, and the folder its
-  metadata files lie in) is kept: the other tables' pending and orphan files there too
-  (`Damage.holds`);
+* every file under a location it has or had (the ``location`` and data paths of each of its
+  metadata files that reads, and the folder its metadata files lie in) is kept, the other
+  tables' pending and orphan files there too (`Damage.holds`);
 * what its readable files reach counts as live for every other table (a file it shares).
 
 A file that only an unreadable file names, outside those locations, cannot be known: Iceberg's
@@ -237,24 +237,35 @@ def salvage(files: TableFiles, dmg: Damage) -> dict[str, str]:
     those files, for damaged tables only."""
     from trinitylake.tables_maintenance.live import table_live  # live imports files; damage is above both
 
-    folders = {posixpath.dirname(m) for t in dmg.tables.values() for m in t.metadata}
-    found: list[str] = []
-    for folder in sorted(folders):
+    folders = {posixpath.dirname(m): t for t in dmg.tables.values() for m in t.metadata}
+    found: dict[str, DamagedTable] = {m: t for t in dmg.tables.values() for m in t.metadata}
+    for folder, t in sorted(folders.items()):
         st, rel = files.store(folder + "/_")
         sub = posixpath.dirname(rel)
         if not sub:
             continue  # a store's top level: not a table's folder
         for f in st.list(sub, recursive=False):
             if f.path.endswith(_METADATA_SUFFIXES):
-                found.append(st.uri(f.path))
-    files.load_metadata(found, missing_ok=True)
-    metas = sorted({m for m in found if m in files.metadata}
-                   | {m for t in dmg.tables.values() for m in t.metadata if m in files.metadata})
+                found.setdefault(st.uri(f.path), t)
+    files.load_metadata(list(found), missing_ok=True)
+    metas = sorted(m for m in found if m in files.metadata)
     files.prefetch([(files.metadata[m], None) for m in metas])
     out: dict[str, str] = {}
     for m in metas:
         out.update(table_live(files, m, files.metadata[m]))
+        found[m].locations.update(_folders_of(files, files.metadata[m]))
     return out
+
+
+#: Table properties that place data files outside ``<location>/data`` (Iceberg's).
+_DATA_PATHS = ("write.data.path", "write.object-storage.path", "write.folder-storage.path")
+
+
+def _folders_of(files: TableFiles, meta: dict[str, Any]) -> set[str]:
+    """The folders a table's metadata says its files lie in: its ``location`` and data paths."""
+    props = meta.get("properties") or {}
+    raw = [meta.get("location"), *(props.get(k) for k in _DATA_PATHS)]
+    return {files.canon(str(p)).rstrip("/") for p in raw if isinstance(p, str) and p}
 
 
 def _missing(files: TableFiles, name: str, loc: str, out: Damage) -> None:
@@ -286,8 +297,8 @@ def _locations(files: TableFiles, current: list[TableRef], vl: VersionLive, out:
         for m in metas.get(name, set()) | d.metadata:
             d.locations.add(table_folder(m))
             meta = files.metadata.get(m)
-            if meta is not None and isinstance(meta.get("location"), str) and meta["location"]:
-                d.locations.add(files.canon(meta["location"]).rstrip("/"))
+            if meta is not None:
+                d.locations.update(_folders_of(files, meta))
 
 
 def _versions(

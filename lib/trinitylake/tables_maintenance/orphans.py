@@ -150,10 +150,11 @@ def remove_orphans(
         loc = locations.get(t.name)
         if loc is None:
             continue
-        lost = [m for m in vl.missing if m.startswith(loc.rstrip("/") + "/")]
+        # A retained version points at a metadata file under this location that is gone: what
+        # it reached is held under its table's folder (a damaged table's or a placeholder's);
+        # one no folder holds leaves nothing here listed as an orphan.
+        lost = [m for m in vl.missing if m.startswith(loc.rstrip("/") + "/") and not dmg.holds(m, held_prefixes)]
         if lost:
-            # A retained version points at a metadata file under this location that is gone:
-            # what it reached cannot be known, so nothing here is listed as an orphan.
             per_table[t.name] = {
                 "location": loc,
                 "skipped": f"{len(lost)} pointed-at metadata files missing, e.g. {lost[0]} ({vl.missing[lost[0]]})",
