@@ -60,6 +60,11 @@ environment (spark-submit's driver inherits it) or, on Databricks, in the cluste
 Idempotency: every job gets ``--reference-time`` = the run's logical date (for a run triggered
 without one, its ``run_after``), never "now", and the export is named ``weekly-<YYYYMMDD>`` of
 that date and exports the version current at it. Clearing a run re-runs the same cutoffs.
+A second run on export day at another time (a manual trigger, a run triggered without a logical
+date) finds that day's export already recorded, holding an earlier version: the task passes
+``--if-exists keep``, so it counts that export as done and succeeds, copying and overwriting
+nothing (its result says ``already_exported`` and the version kept). An export is never
+overwritten; for a later version the same day, run ``tlake export`` under another name.
 
 Settings: per-run values are DAG params (editable in the trigger form). A param left empty
 takes the Airflow Variable of the same setting, read when the task runs through the Variable

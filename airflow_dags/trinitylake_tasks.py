@@ -184,7 +184,10 @@ def job_arguments(
     if task.job == "orphans" and max_candidates is not None:
         args += ["--max-candidates", max_candidates]
     if task.job == "export":
-        args += ["--name", export_name, "--target", f"{export_root}/{export_name}", "--as-of", reference_time]
+        # keep: a second run on export day (a manual trigger, a run of a later time that day) finds
+        # that day's export done and keeps it; a re-run of the same run resumes or verifies it.
+        args += ["--name", export_name, "--target", f"{export_root}/{export_name}", "--as-of", reference_time,
+                 "--if-exists", "keep"]
     return args
 
 

@@ -217,6 +217,7 @@ class ExportConfig(JobConfig):
     verify_checksum: bool
     with_tables: bool
     table_snapshots: str
+    if_exists: str
 
 
 @dataclass(frozen=True, kw_only=True)

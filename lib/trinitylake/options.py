@@ -223,6 +223,11 @@ _JOB_SPECIFIC: dict[str, tuple[Option, ...]] = {
         _opt("table_snapshots", "choice", "all",
              "With with_tables: 'all' copies every retained snapshot of each table, 'current' only the current one.",
              choices=("all", "current")),
+        _opt("if_exists", "choice", "fail",
+             "When the lakehouse already records a finished export of this name at this target holding another "
+             "version: 'fail' refuses, 'keep' counts it as done (nothing is copied or overwritten; the result names "
+             "the version it holds). For scheduled exports named by day, e.g. a manual re-run on export day.",
+             choices=("fail", "keep")),
     ),
     "tables_expire": (
         _opt("older_than", "duration", None,

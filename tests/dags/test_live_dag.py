@@ -11,6 +11,8 @@ virtualenv's pyspark (``SPARK_HOME``), the repository as ``make dist`` leaves it
   expire, orphans and export rows;
 * a second run of the same logical date succeeds too and changes nothing (same version, same
   export);
+* a third run later the same day (a manual trigger, after a new version) keeps that day's export
+  (``--if-exists keep``): it succeeds, and the export's files are unchanged;
 * a permanent error (no lakehouse there) fails ``expire`` on its first try, without the 5-minute
   retries, and the run fails at once; the task's and the run's alerts name the lakehouse of the
   Variable and reach the failure hook.
@@ -26,6 +28,7 @@ pytest.importorskip("airflow")
 
 import json  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import sqlite3  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -131,7 +134,20 @@ def live(tmp_path_factory) -> LiveAirflow:
     af.now = datetime.now(UTC).replace(microsecond=0)
     af.conf = {"export_weekday": af.now.isoweekday()}
     af.export_name = f"weekly-{af.now:%Y%m%d}"
+    # The recipe exports only when it runs on a Sunday (the default export_weekday), and then
+    # under this very name: the tests start from the same state on every day of the week, with
+    # no export of today (its record dropped, its folder removed).
+    exported_by_recipe = af.export_name in af.tlake("export", "list")
+    assert exported_by_recipe == (datetime.fromisoformat(recipe_run_date(af)).isoweekday() == 7)
+    if exported_by_recipe:
+        af.tlake("export", "drop", af.export_name)
+        shutil.rmtree(af.exports / af.export_name)
     return af
+
+
+def recipe_run_date(af: LiveAirflow) -> str:
+    """The logical date of the recipe's run (the only run before the tests')."""
+    return af.query("SELECT logical_date FROM dag_run WHERE dag_id = ? ORDER BY id LIMIT 1", DAG_ID)[0][0]
 
 
 def _audit(af: LiveAirflow) -> list[dict]:
@@ -189,7 +205,25 @@ def test_dags_test_runs_every_task_and_a_second_run_is_idempotent(live):
     assert len(again) > len(first)
     exports = [r for r in again if "export" in str(r.get("command") or "")]
     assert len(exports) == 2 and exports[0]["metrics"].get("files_copied") == 0, exports[0]  # newest first
-    print(f"dags test: first run {seconds:.0f} s, second run {seconds2:.0f} s")
+
+    # A run later the same day (a manual trigger), after a new version: the run of an export day
+    # that the recipe met on Sundays. That day's export is kept, never overwritten or failed.
+    live.tlake("namespace", "create", "later")
+    later = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    time.sleep(max(0.0, (later - datetime.now(UTC)).total_seconds()))
+    proc, seconds3 = live.dags_test(later.isoformat(), {"export_weekday": later.isoweekday()})
+    run_id3, state3 = live.last_run()
+    assert proc.returncode == 0 and state3 == "success", f"{state3} after {seconds3:.0f} s:\n{proc.stdout[-6000:]}"
+    assert live.tasks(run_id3)["export_weekly"][0] == "success"
+    export_xcom = live.query("SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = 'export_weekly' "
+                             "AND key = 'return_value'", DAG_ID, run_id3)[0][0]
+    export_xcom = export_xcom.decode() if isinstance(export_xcom, bytes) else str(export_xcom)
+    if later.date() == live.now.date():
+        assert "already_exported" in export_xcom, export_xcom[-2000:]
+        assert _export_files(live) == exported
+    else:  # the clock crossed midnight between the runs: the new day's export, under its own name
+        assert (live.exports / f"weekly-{later:%Y%m%d}").is_dir()
+    print(f"dags test: first run {seconds:.0f} s, second run {seconds2:.0f} s, later the same day {seconds3:.0f} s")
 
 
 def test_a_permanent_error_fails_the_run_at_once_without_retries(live, tmp_path):

@@ -124,6 +124,7 @@ def test_spark_submit_templates_follow_the_logical_date(dagbag):
         "--name", "weekly-20261122",
         "--target", "s3://CHANGE-ME/trinitylake-exports/weekly-20261122",
         "--as-of", "2026-11-22T03:00:00+00:00",
+        "--if-exists", "keep",
     ]  # fmt: skip
 
 
@@ -179,6 +180,7 @@ def test_databricks_templates_follow_the_logical_date(dagbag):
             "--name", "weekly-20261122",
             "--target", "s3://CHANGE-ME/trinitylake-exports/weekly-20261122",
             "--as-of", "2026-11-22T03:00:00+00:00",
+            "--if-exists", "keep",
         ],
         "source": "WORKSPACE",
     }  # fmt: skip
@@ -220,3 +222,24 @@ def test_rendered_arguments_parse_as_job_configs(dagbag, dag_id, monkeypatch):
             assert cfg.dry_run is True
         if job == "export":
             assert (cfg.name, cfg.as_of) == ("weekly-20261122", 1795316400000)
+
+
+@pytest.mark.parametrize("day", range(7))
+def test_every_weekday_a_scheduled_run_and_a_later_manual_run_the_same_day(dagbag, day):
+    """Each day of a week (2026-11-23 is a Monday), with export_weekday set to that day and to the
+    default: the gate opens only on export day; the scheduled run (03:00) and a manual run later
+    that day (14:27) export under the same day's name, with the logical time as the version, and
+    ``--if-exists keep`` (the later run keeps the day's export instead of failing on the name)."""
+    dag = dagbag.dags["trinitylake_maintenance"]
+    gate = dag.get_task("is_export_day")
+    params = dag.params.dump()
+    scheduled = MONDAY.add(days=day)
+    manual = scheduled.add(hours=11, minutes=27)
+    for when in (scheduled, manual):
+        run = types.SimpleNamespace(logical_date=when, run_after=when)
+        assert gate.python_callable(dag_run=run, params=params) is (when.isoweekday() == 7)
+        assert gate.python_callable(dag_run=run, params={**params, "export_weekday": when.isoweekday()}) is True
+        args = list(_render(dag, "export_weekly", when).application_args)
+        assert args[args.index("--name") + 1] == f"weekly-{when:%Y%m%d}"
+        assert args[args.index("--as-of") + 1] == when.isoformat()
+        assert args[args.index("--if-exists") + 1] == "keep"

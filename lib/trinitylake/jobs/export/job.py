@@ -63,6 +63,7 @@ from trinitylake.errors import (
     VersionNotFoundError,
 )
 from trinitylake.format.node import deserialize, serialize
+from trinitylake.format.paths import root_version
 from trinitylake.jobs.export import copying as export_copying
 from trinitylake.jobs.export import plan as export_plan
 from trinitylake.jobs.export import rules as export_rules
@@ -125,6 +126,14 @@ class _Root:
         return self._row
 
 
+class _AlreadyExported(Exception):  # noqa: N818 - a signal within this module, never raised out of it
+    """`if_exists: keep` met a finished export of the name, holding another version (its root URI)."""
+
+    def __init__(self, root_uri: str):
+        super().__init__(root_uri)
+        self.root_uri = root_uri
+
+
 @dataclass
 class _Export:
     """One export run as validated: what every later phase reads."""
@@ -182,8 +191,11 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
     ex = as_execution(spark_or_ex)
     result.details.setdefault("execution", ex.record)
     t_start = time.perf_counter()
-    with timed(result.seconds, "validate"), ex.phase("export.validate", LOCAL, 1, "validating the export"):
-        x = _validate(ex, lakehouse, cfg, result, target_storage_options)
+    try:
+        with timed(result.seconds, "validate"), ex.phase("export.validate", LOCAL, 1, "validating the export"):
+            x = _validate(ex, lakehouse, cfg, result, target_storage_options)
+    except _AlreadyExported as done:
+        return _kept(cfg, result, done.root_uri, t_start)
     _open_target(x)
     # Copy workers (local files, big plans) start during planning; closed whatever happens.
     copier = Copier(ex, x.source, x.target, x.spec, x.result, checksum=cfg.verify_checksum)
@@ -215,6 +227,20 @@ def run_export(spark_or_ex: Execution | Session, lakehouse: Lakehouse, cfg: Expo
                            "recorded": x.needs_record, "recorded_in_version": version_after})
     result.status = "succeeded"
     log.info("export %r complete: %s", x.name, {**result.counts, **{f"bytes_{k}": v for k, v in result.bytes.items()}})
+    return result
+
+
+def _kept(cfg: ExportConfig, result: JobResult, root_uri: str, t_start: float) -> JobResult:
+    """The result of a run that found its export already done (``if_exists: keep``)."""
+    version = root_version(root_uri)
+    result.counts.update({"copied": 0, "skipped": 0, "verified": 0, "rewritten": 0, "source_reads": 0})
+    result.seconds["total"] = round(time.perf_counter() - t_start, 3)
+    result.details.update({"name": cfg.name, "version": version, "root": root_uri, "already_exported": True,
+                           "recorded": False})
+    result.output_location = root_uri
+    result.status = "succeeded"
+    log.info("export %r already holds version %s (%s): kept, nothing copied (if_exists: keep)", cfg.name, version,
+             root_uri)
     return result
 
 
@@ -255,7 +281,15 @@ def _validate(ex: Execution, lakehouse: Lakehouse, cfg: ExportConfig, result: Jo
     spec = export_rules.ExportSpec.make(name=name, version=ref.version, mode=mode, depth=depth, source_uri=source.root,
                              target_uri=target.root, source_id=current_def.id, order=ref.lakehouse_def.order,
                              with_tables=cfg.with_tables)
-    needs_record = export_target.check_name_free(current_def, name, spec.root_uri)
+    try:
+        needs_record = export_target.check_name_free(current_def, name, spec.root_uri)
+    except AlreadyExistsError:
+        existing = current_def.exported_snapshots[name]
+        if getattr(cfg, "if_exists", "fail") != "keep" or not existing.startswith(target.root.rstrip("/") + "/"):
+            raise
+        # A finished export of this name at this target, of another version (a second run on a
+        # scheduled export's day): it counts as done. Nothing is copied, nothing overwritten.
+        raise _AlreadyExported(existing) from None
     if recorded is not None and not spec.same_export(recorded):
         raise ValidationError(
             f"the target already holds an export named {name!r} of version {recorded.get('version')} "
