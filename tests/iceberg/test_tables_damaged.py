@@ -266,3 +266,28 @@ def test_a_damaged_table_nested_in_another_tables_location_keeps_its_files(tmp_p
     gone = sorted(child_files - files_under(os.path.join(loc, "child")))
     assert not gone, f"files of the damaged nested table were deleted: {gone[:3]}"
     assert ids(cat.load_table("s.parent")) == [1]
+
+
+@pytest.mark.parametrize("kind", ["list-missing", "manifest-truncated"])
+def test_damage_read_on_the_executors_is_judged_as_on_the_driver(tmp_path, spark, kind):
+    """The manifest lists and manifests read in Spark tasks: a missing or unreadable one comes
+    back as a row, and the driver judges it as it judges its own reads."""
+    from trinitylake.runs.results import JobResult
+    from trinitylake.spark.execution import DISTRIBUTED, Execution
+    from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
+    from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans
+
+    w = build(tmp_path, kind)
+    lh = Lakehouse.open(w["uri"], audit=False)
+    ex = Execution(DISTRIBUTED, spark=spark)
+    r = expire_snapshots(lh, ExpireOptions(older_than_ms=1000, retain_last=1), JobResult("tables_expire", "e1", lh.uri), ex)
+    assert ex.record["tables.manifests"]["where"] == DISTRIBUTED
+    check_report(r.to_dict(), w)
+    assert r.details["tables"]["s.good"]["snapshots_expired"] == 4 and r.counts["held"] >= 1
+    assert not any(os.path.exists(p) for p in w["only_good"])
+    check_bad_untouched(w)
+    o = remove_orphans(Lakehouse.open(w["uri"], audit=False), OrphanOptions(), JobResult("tables_orphans", "o1", lh.uri),
+                       Execution(DISTRIBUTED, spark=spark))
+    check_report(o.to_dict(), w)
+    assert not os.path.exists(w["orphan_good"])
+    check_bad_untouched(w)
