@@ -10,7 +10,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -99,7 +99,11 @@ def print_error(error: BaseException, kind: str | None = None) -> None:
                       highlight=False, markup=True, soft_wrap=True)
 
 
-def explain(error: BaseException, places: list[tuple[str, str, dict[str, Any] | None]] | None = None) -> BaseException:
+#: Where a command worked: ``(what, uri, storage options)``, e.g. ``("export target", uri, {})``.
+Places = Sequence[tuple[str, str, Mapping[str, Any] | None]]
+
+
+def explain(error: BaseException, places: Places | None = None) -> BaseException:
     """The cause of a failed command, when the error itself does not name it: a bucket that
     does not exist, a folder that is a file, S3 without credentials. `places` are ``(what, uri,
     storage options)`` the command used (default: the lakehouse of the running command); each
@@ -110,9 +114,9 @@ def explain(error: BaseException, places: list[tuple[str, str, dict[str, Any] | 
     """
     from trinitylake.errors import ControlTableError, NotFoundError, StorageError
 
-    if isinstance(error, ConfigError | click.ClickException) or (
+    if isinstance(error, ConfigError | click.ClickException | NotADirectoryError) or (
             isinstance(error, TrinityLakeError) and not isinstance(error, NotFoundError | StorageError | ControlTableError)):
-        return error  # says its cause itself
+        return error  # says its cause itself (a file where a folder should be: the storage says so)
     if places is None:
         click_ctx = click.get_current_context(silent=True)
         obj = click_ctx.find_root().obj if click_ctx is not None else None
@@ -128,7 +132,7 @@ def explain(error: BaseException, places: list[tuple[str, str, dict[str, Any] | 
     return error
 
 
-def _cause_at(what: str, uri: str, options: dict[str, Any], error: BaseException) -> BaseException | None:
+def _cause_at(what: str, uri: str, options: Mapping[str, Any], error: BaseException) -> BaseException | None:
     import os
 
     from trinitylake.errors import NotFoundError, StoragePermissionError
@@ -166,7 +170,7 @@ def _chain(error: BaseException) -> list[BaseException]:
     return seen
 
 
-def _endpoint(options: dict[str, Any]) -> str | None:
+def _endpoint(options: Mapping[str, Any]) -> str | None:
     import os
 
     ck = options.get("client_kwargs")
@@ -174,13 +178,13 @@ def _endpoint(options: dict[str, Any]) -> str | None:
             or os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None)
 
 
-def _bucket_missing(uri: str, options: dict[str, Any]) -> bool:
+def _bucket_missing(uri: str, options: Mapping[str, Any]) -> bool:
     """True when S3 answers that the bucket of `uri` does not exist (HEAD bucket: 404)."""
     from trinitylake.storage.storage import Storage
     from trinitylake.storage.uri import parse_uri
 
     bucket = parse_uri(uri).authority
-    fs = Storage(f"s3://{bucket}", options).fs
+    fs = Storage(f"s3://{bucket}", dict(options)).fs
     try:
         fs.call_s3("head_bucket", Bucket=bucket)
     except FileNotFoundError:
@@ -211,9 +215,9 @@ def handle_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
                 raise  # `tlake txn` replays this line: it prints the error once, naming the line
             if not isinstance(e, TrinityLakeError | OSError):
                 logging.getLogger("trinitylake.cli").debug("unexpected error", exc_info=True)
-            e = explain(e)
-            print_error(e)
-            sys.exit(exit_code_of(e))
+            told = explain(e)
+            print_error(told)
+            sys.exit(exit_code_of(told))
 
     return wrapper
 
@@ -224,8 +228,7 @@ class OneLineUsageError(click.UsageError):
     tlake namespace create --help)``; exit 2."""
 
     def __init__(self, error: click.UsageError) -> None:
-        super().__init__(error.format_message(), error.ctx)
-        self.exit_code = EXIT_USAGE
+        super().__init__(error.format_message(), error.ctx)  # exit code 2: click's usage error's
 
     def show(self, file: Any = None) -> None:
         path = _command_path(self.ctx)

@@ -126,8 +126,8 @@ def register(cli: click.Group) -> None:
             # The typed error of the export (name clash, expired version, bad target, ...)
             # is what the user needs to read (the runner has recorded the failed run), or its
             # cause: a missing bucket, a target that is a file.
-            places = [("export target", cfg.target, dict(cfg.target_storage_options or cfg.storage_options)),
-                      ("lakehouse", cfg.lakehouse, dict(cfg.storage_options))]
+            places = [("export target", cfg["target"], cfg["target_storage_options"] or cfg.storage_options),
+                      ("lakehouse", cfg.lakehouse, cfg.storage_options)]
             fail_with(e.__cause__ or e if isinstance(e, JobFailedError) else e, places)
         emit(result.to_dict(), as_json, lambda r: click.echo(_summary(r)))
 

@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trinitylake import progress
-from trinitylake.cli.common import EXIT_USAGE, Ctx, exit_code_of, explain, print_error
+from trinitylake.cli.common import EXIT_USAGE, Ctx, Places, exit_code_of, explain, print_error
 from trinitylake.config import JobConfig, load_from_flags
 from trinitylake.errors import ConfigError
 from trinitylake.job_flags import given_flags, job_command
@@ -157,7 +157,7 @@ def load_cli_config(job: str, ctx: Ctx, flags: JsonObject) -> JobConfig:
         config_error(e)
 
 
-def fail_with(error: BaseException, places: list[tuple[str, str, dict[str, Any] | None]] | None = None) -> NoReturn:
+def fail_with(error: BaseException, places: Places | None = None) -> NoReturn:
     """The typed error line of a failed run (its cause, `trinitylake.cli.common.explain`, at
     the lakehouse or `places`); exit 2 for a configuration error, else 1."""
     error = explain(error, places)
