@@ -190,6 +190,7 @@ def test_the_spark_submit_entry_exits_3_and_its_outcome_file_says_partial(tmp_pa
         assert p.returncode == 3, p.stderr[-2000:]
         doc = json.loads(outcome.read_text())
         assert doc["exit_code"] == 3 and doc["status"] == "partial" and doc["permanent"] is True, doc
+        assert doc["error_type"] == "PartialRun" and doc["error"].startswith("partial: table s.bad skipped:"), doc
         check_report(doc["result"], w)
     assert not os.path.exists(w["orphan_good"]) and not any(os.path.exists(p) for p in w["only_good"])
     check_bad_untouched(w)

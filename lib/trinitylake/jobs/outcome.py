@@ -64,6 +64,19 @@ def _cause(exc: BaseException | None) -> BaseException | None:
     return exc
 
 
+#: The error type an outcome names without an exception: a configuration error (exit 2), a
+#: partial run (exit 3: the job finished, skipping what ``result.details["partial"]`` says).
+_NO_CAUSE = {2: "ConfigError", 3: "PartialRun"}
+
+
+def _partial_text(result: Any, exit_code: int) -> str | None:
+    notes = (getattr(result, "details", None) or {}).get("partial") or []
+    if exit_code != 3 or not notes:
+        return None
+    more = f" (+{len(notes) - 1} more)" if len(notes) > 1 else ""
+    return redact_text(f"partial: {notes[0]}{more}")
+
+
 def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseException | None) -> None:
     """Write the outcome object to `path` (atomically: a reader never sees half of it)."""
     cause = _cause(exc)
@@ -73,8 +86,8 @@ def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseExc
         "job": job,
         "exit_code": exit_code,
         "status": getattr(result, "status", None) or ("failed" if exit_code else "succeeded"),
-        "error_type": type(cause).__name__ if cause is not None else ("ConfigError" if exit_code == 2 else None),
-        "error": redact_text(str(cause)) if cause is not None else None,
+        "error_type": type(cause).__name__ if cause is not None else _NO_CAUSE.get(exit_code),
+        "error": redact_text(str(cause)) if cause is not None else _partial_text(result, exit_code),
         "permanent": bool(exit_code) and is_permanent(cause, exit_code),
         "result": result.to_dict() if hasattr(result, "to_dict") else None,
     }
