@@ -194,6 +194,40 @@ def test_names_shared_with_tables_and_renames(served):
     assert (status, kind) == (409, "NamespaceNotEmptyException")
 
 
+def test_concurrent_replaces_both_commit_and_leave_no_stray_file(served):
+    """Two clients replace one view at once from the same base: the commit that loses the
+    lakehouse race is retried on the new view (requirements checked again), so both land, and
+    the loser's unreferenced metadata file is deleted."""
+    import os
+    import threading
+
+    ns = fresh_ns(served)
+    base = create(served, ns, "v", "select 0")
+    uid = base["metadata"]["view-uuid"]
+    answers: list[requests.Response] = []
+    go = threading.Barrier(4)
+
+    def replace(i: int) -> None:
+        go.wait()
+        answers.append(http(served, "POST", f"/v1/namespaces/{ns}/views/v", {
+            "requirements": [{"type": "assert-view-uuid", "uuid": uid}],
+            "updates": [{"action": "add-view-version", "view-version": {**version(f"select {i}"), "version-id": 2}},
+                        {"action": "set-current-view-version", "view-version-id": -1}]}))
+
+    threads = [threading.Thread(target=replace, args=(i,)) for i in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
+    final = http(served, "GET", f"/v1/namespaces/{ns}/views/v").json()
+    sqls = sorted(v["representations"][0]["sql"] for v in final["metadata"]["versions"])
+    assert sqls == ["select 0", "select 1", "select 2", "select 3", "select 4"]
+    assert sorted(v["version-id"] for v in final["metadata"]["versions"]) == [1, 2, 3, 4, 5]
+    folder = final["metadata-location"][len("file://"):].rsplit("/", 1)[0]
+    assert len(os.listdir(folder)) == 5  # one metadata file per committed change, none left over
+
+
 def test_views_travel_in_time_by_prefix(served):
     lh = Lakehouse.open(served.lakehouse, audit=False)
     ns = fresh_ns(served)

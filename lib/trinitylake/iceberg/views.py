@@ -40,7 +40,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.io import load_file_io
 from pyiceberg.schema import Schema
 
-from trinitylake.errors import AlreadyExistsError, ObjectNotFoundError
+from trinitylake.errors import AlreadyExistsError, ObjectNotFoundError, TrinityLakeError
 from trinitylake.lakehouse.view import VIEW_METADATA_LOCATION
 
 if TYPE_CHECKING:
@@ -57,6 +57,8 @@ VERSION_HISTORY_SIZE_DEFAULT = 10
 REPLACE_DROP_DIALECT_ALLOWED = "replace.drop-dialect.allowed"
 WRITE_METADATA_LOCATION = "write.metadata.path"
 METADATA_SUFFIX = ".metadata.json"
+#: Attempts of a view commit that loses to concurrent commits on the same view.
+COMMIT_ATTEMPTS = 4
 
 
 class ViewArgumentError(ValueError):
@@ -69,6 +71,10 @@ class ViewStateError(ValueError):
 
 class ViewValidationError(ValueError):
     """Java's ValidationException of the view builder (a REST 400 ``ValidationException``)."""
+
+
+class CorruptViewMetadataError(TrinityLakeError):
+    """A view's metadata file that does not read as Iceberg view metadata (named by its file name)."""
 
 
 class ViewAlreadyExistsError(AlreadyExistsError):
@@ -422,11 +428,12 @@ def read_metadata(catalog: TrinityLakeCatalog, location: str) -> Json:
             raw = f.read()
     except FileNotFoundError:
         raise NoSuchViewError(f"the view's metadata file {location.rsplit('/', 1)[-1]} is missing") from None
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    obj = json.loads(raw)
+    try:
+        obj = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, ValueError) as e:
+        raise CorruptViewMetadataError(f"the view's metadata file {location.rsplit('/', 1)[-1]} is not JSON: {e}") from None
     if not isinstance(obj, dict) or "view-uuid" not in obj or "versions" not in obj:
-        raise ViewArgumentError(f"{location.rsplit('/', 1)[-1]} is not Iceberg view metadata")
+        raise CorruptViewMetadataError(f"the view's metadata file {location.rsplit('/', 1)[-1]} is not Iceberg view metadata")
     return obj
 
 
@@ -576,50 +583,50 @@ def replace_view(catalog: TrinityLakeCatalog, ns: str, name: str, requirements: 
     checked against the view as the transaction reads it, the updates applied by
     `ViewMetadataBuilder`, the new metadata file written and the ViewDef repointed in one
     lakehouse version. Nothing changes (and nothing is written) when the updates change nothing.
+    A commit that lost to a concurrent one on the same view is retried on the new view
+    (`COMMIT_ATTEMPTS` in all), its requirements checked again, as Iceberg's server retries.
 
     Raises:
         NoSuchViewError: the view does not exist.
-        CommitFailedException: a requirement does not hold, or a concurrent commit changed the view.
+        CommitFailedException: a requirement does not hold, or concurrent commits kept changing the view.
     """
     what = f"replace view {_name(ns, name)}"
-    written: list[str] = []
-    result: list[LoadedView] = []
-
-    def stage(txn: Any) -> None:
-        current = view_in(catalog, txn, ns, name)
-        if current is None:
-            raise NoSuchViewError(f"View does not exist: {_name(ns, name)}")
-        check_requirements(requirements, current.metadata)
-        builder = ViewMetadataBuilder(current.metadata)
-        for u in updates:
-            builder.apply(u)
-        metadata = builder.build()
-        if not builder.changes:
-            txn.rollback()
-            result.append(current)
-            return
-        loc = new_metadata_location(metadata, current.metadata_location)
-        write_metadata(catalog, metadata, loc)
-        written.append(loc)
-        txn.alter_view(ns, name, metadata_location=loc)
-        result.append(LoadedView(metadata, loc))
-
-    txn = catalog.begin_write(what)
-    try:
-        stage(txn)
-    except BaseException:
-        if not txn.closed:
-            txn.rollback()
-        catalog.delete_unreferenced(written)
-        raise
-    if not txn.closed:
-        catalog.commit_transaction(txn, what, written)
-    return result[0]
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        written: list[str] = []
+        txn = catalog.begin_write(what)
+        try:
+            current = view_in(catalog, txn, ns, name)
+            if current is None:
+                raise NoSuchViewError(f"View does not exist: {_name(ns, name)}")
+            check_requirements(requirements, current.metadata)
+            builder = ViewMetadataBuilder(current.metadata)
+            for u in updates:
+                builder.apply(u)
+            metadata = builder.build()
+            if not builder.changes:
+                txn.rollback()
+                return current
+            loc = new_metadata_location(metadata, current.metadata_location)
+            write_metadata(catalog, metadata, loc)
+            written.append(loc)
+            txn.alter_view(ns, name, metadata_location=loc)
+        except BaseException:
+            if not txn.closed:
+                txn.rollback()
+            catalog.delete_unreferenced(written)
+            raise
+        try:
+            catalog.commit_transaction(txn, what, written)  # a conflict deletes `written`
+        except CommitFailedException:
+            if attempt == COMMIT_ATTEMPTS:
+                raise
+            continue
+        return LoadedView(metadata, loc)
+    raise AssertionError("unreachable")
 
 
 def drop_view(catalog: TrinityLakeCatalog, ns: str, name: str) -> None:
-    """Drop view `ns.name`; its metadata files stay (retained versions still read them: the
-    lakehouse's own maintenance removes them once no retained version points at them)."""
+    """Drop view `ns.name`; its metadata files stay (retained versions still read them)."""
     what = f"drop view {_name(ns, name)}"
 
     def stage(txn: Any) -> None:
