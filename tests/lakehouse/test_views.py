@@ -219,3 +219,30 @@ def test_orphans_keep_every_retained_versions_view_metadata(tmp_path):
     assert stray in deleted
     for loaded in (first, second):
         assert loaded.metadata_location[len("file://"):] not in deleted
+
+
+def test_the_lakehouse_catalog_is_a_pyiceberg_view_catalog(tmp_path):
+    from pyiceberg.exceptions import NoSuchViewError, TableAlreadyExistsError
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+    from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
+
+    from tests.iceberg.conftest import SCHEMA, open_catalog
+
+    lakehouse = Lakehouse.create(str(tmp_path / "lh"), audit=False)
+    cat = open_catalog(lakehouse.uri)
+    cat.create_namespace("s")
+    vv = ViewVersion(version_id=1, schema_id=0, default_namespace=("s",), representations=[
+        ViewRepresentation(SQLViewRepresentation(type="sql", sql="select 1 as id", dialect="spark"))])
+    v = cat.create_view(("s", "v"), Schema(NestedField(1, "id", LongType(), required=False)), vv)
+    assert v.metadata.current_version_id == 1 and v.metadata.location.endswith("/s.db/v")
+    assert cat.list_views("s") == [("s", "v")] and cat.view_exists("s.v") and not cat.table_exists("s.v")
+    assert cat.load_view("s.v").metadata.view_uuid == v.metadata.view_uuid
+    with pytest.raises(TableAlreadyExistsError, match=r"^View with same name already exists: s\.v$"):
+        cat.create_table("s.v", schema=SCHEMA)
+    before = lakehouse.latest_version()
+    cat.drop_view("s.v")
+    assert not cat.view_exists("s.v")
+    with pytest.raises(NoSuchViewError, match=r"^View does not exist: s\.v$"):
+        cat.load_view("s.v")
+    assert cat.at_version(before).load_view("s.v").metadata.view_uuid == v.metadata.view_uuid
