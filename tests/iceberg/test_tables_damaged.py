@@ -292,3 +292,42 @@ def test_damage_read_on_the_executors_is_judged_as_on_the_driver(tmp_path, spark
     check_report(o.to_dict(), w)
     assert not os.path.exists(w["orphan_good"])
     check_bad_untouched(w)
+
+
+def test_damage_only_a_retained_version_points_at_names_that_version(tmp_path):
+    """s.bad's current metadata reads; the older metadata file a retained lakehouse version
+    points at is truncated. The report names that version (not the latest), and neither job
+    deletes any file of s.bad; s.good is maintained."""
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, txn_ttl_millis=1000)
+    cat = open_catalog(uri, audit="true")
+    cat.create_namespace("s")
+    cat.create_table("s.good", schema=SCHEMA).append(rows([1]))
+    cat.load_table("s.good").append(rows([2]))
+    bad = cat.create_table("s.bad", schema=SCHEMA)
+    bad.append(rows([1]))
+    old_metadata = cat.load_table("s.bad").metadata_location
+    v_old = Lakehouse.open(uri, audit=False).latest_version()
+    cat.load_table("s.bad").append(rows([2]))
+    data = Path(O.local(old_metadata)).read_bytes()
+    Path(O.local(old_metadata)).write_bytes(data[: len(data) // 2])  # the metadata file version v_old points at
+    bad_loc = O.local(cat.load_table("s.bad").metadata.location)
+    orphan_good = plant(os.path.join(O.local(cat.load_table("s.good").metadata.location), "data"), "o.parquet", 40)
+    orphan_bad = plant(os.path.join(bad_loc, "data"), "o.parquet", 40)
+    bad_files = files_under(bad_loc)
+    time.sleep(1.2)
+    for args in (["expire-snapshots", "--older-than", "1s", "--retain-last", "1"], ["remove-orphans"]):
+        rc, output = tlake(uri, "tables", *args, "--json")
+        assert rc == 3, output
+        out = json.loads(output)
+        d = out["details"]["damaged_tables"]["s.bad"]
+        assert [f"version {v_old}"] == [v for v in d["versions"] if v == f"version {v_old}"], d
+        assert not any(v.endswith("(latest)") for v in d["versions"]), d
+        assert [os.path.basename(f) for f in d["files"]] == [os.path.basename(old_metadata)], d
+        assert not bad_files - files_under(bad_loc), f"{args[0]} deleted files of the damaged table"
+        if args[0] == "expire-snapshots":  # found after its commit (the live set's read): its files held
+            assert out["details"]["tables"]["s.bad"]["damaged"].startswith("found after its expiry committed")
+            assert out["details"]["tables"]["s.bad"]["files_to_delete"] == 0  # salvage and held: nothing of it goes
+            assert out["details"]["tables"]["s.good"]["snapshots_expired"] == 1
+    assert not os.path.exists(orphan_good) and os.path.exists(orphan_bad)
+    assert ids(cat.load_table("s.good")) == [1, 2] and ids(cat.load_table("s.bad")) == [1, 2]

@@ -163,7 +163,13 @@ def expire_snapshots(
     for name, row in per_table.items():
         row["files_held"] = sum(1 for u in held if (owner.get(u) or "") == name or u in plans.get(name, _NO_PLAN).candidates)
     for name in dmg.tables:
-        per_table.setdefault(name, {"snapshots_expired": 0, "version": None})["skipped"] = "damaged"
+        row = per_table.setdefault(name, {"snapshots_expired": 0, "version": None})
+        if name in plans and plans[name].new_metadata:
+            # Damaged only in what a retained version points at (found after the commits, by the
+            # live set's read): its expiry committed, but none of its files is deleted.
+            row["damaged"] = "found after its expiry committed: its files are held"
+        else:
+            row["skipped"] = "damaged"
     result.details["tables"] = per_table
     damage.report(dmg, result)
     result.details["lakehouse_roots"] = len(live.roots)
