@@ -52,20 +52,24 @@ pytestmark = pytest.mark.spark
 
 
 # ---- the oracle's reading of every retained version -----------------------------------------------
-def metadata_location(data: bytes) -> str | None:
-    """``format_properties["metadata_location"]`` of a TableDef (FORMAT.md §4: field 9, a map)."""
+def metadata_location(data: bytes, number: int = 9) -> str | None:
+    """``metadata_location`` of a TableDef's ``format_properties`` (FORMAT.md §4: field 9, a
+    map), or of a ViewDef's ``properties`` (`number` 6: where views keep their pointer)."""
     for n, _, v in fields(data):
-        if n == 9:
+        if n == number:
             k, val = map_entry(v, n)
             if k is not None and as_str(k, n) == "metadata_location" and val is not None:
                 return as_str(val, n)
     return None
 
 
+VIEW_PREFIX = "D==="  # FORMAT.md §3: schema 3, a view key is the prefix + padded namespace + padded name
+
+
 @in_one_call
 def retained_tables(o: Oracle) -> dict[int, dict[str, str]]:
-    """version -> ``ns.table`` -> metadata URI, for every listed version from the latest
-    definition's ``oldest_retained_version`` to the latest."""
+    """version -> ``ns.table`` (or ``view ns.name``) -> metadata URI, for every listed version
+    from the latest definition's ``oldest_retained_version`` to the latest."""
     latest, d = o.latest()
     out: dict[int, dict[str, str]] = {}
     cache: dict = {}
@@ -76,15 +80,28 @@ def retained_tables(o: Oracle) -> dict[int, dict[str, str]]:
         lh_def = o.definition(o.resolve(system_rows(o._read(uri, "root node file"), uri)["lakehouse_def"],
                                         root_base(uri)))
         ns_max, t_max = lh_def.namespace_name_max_size_bytes or 100, lh_def.table_name_max_size_bytes or 100
+        v_max = lh_def.view_name_max_size_bytes or 100
         out[v] = {}
         for key, def_uri in merged_keys(o, uri, cache).items():
-            names = decode(key, ns_max, t_max)
-            if names is None or names[1] is None:
-                continue
-            loc = metadata_location(o._read(def_uri, f"definition of {names[0]}.{names[1]} at version {v}"))
+            if key.startswith(VIEW_PREFIX):
+                b = key.encode()
+                name = f"view {b[4:4 + ns_max].rstrip(b' ').decode()}.{b[4 + ns_max:4 + ns_max + v_max].rstrip(b' ').decode()}"
+                number = 6
+            else:
+                names = decode(key, ns_max, t_max)
+                if names is None or names[1] is None:
+                    continue
+                name, number = f"{names[0]}.{names[1]}", 9
+            loc = metadata_location(o._read(def_uri, f"definition of {name} at version {v}"), number)
             if loc is not None:
-                out[v][f"{names[0]}.{names[1]}"] = o.resolve(loc, root_base(uri))
+                out[v][name] = o.resolve(loc, root_base(uri))
     return out
+
+
+def view_sql(meta: dict[str, Any]) -> list[str]:
+    """The SQL texts of a view metadata file's current version."""
+    cur = next(x for x in meta["versions"] if x["version-id"] == meta["current-version-id"])
+    return sorted(r["sql"] for r in cur.get("representations") or [] if r.get("type") == "sql")
 
 
 def local(uri: str) -> str:
@@ -156,10 +173,10 @@ class Retained:
 
     def __init__(self, lakehouse: str):
         self.lakehouse = lakehouse
-        self.rows: dict[int, dict[str, list[int] | None]] = {}
+        self.rows: dict[int, dict[str, list[Any] | None]] = {}
         self.versions: list[int] = []  # retained at the last check
 
-    def check(self, phase: str) -> dict[str, list[int] | None]:
+    def check(self, phase: str) -> dict[str, list[Any] | None]:
         """Every retained version of every table: its files exist (the current snapshot; every
         snapshot of the latest version's metadata) and it reads what it read before. Returns the
         rows of the latest version."""
@@ -169,13 +186,16 @@ class Retained:
         latest = max(tables)
         self.versions = sorted(tables)
         for v, pointers in sorted(tables.items()):
-            now: dict[str, list[int] | None] = {}
+            now: dict[str, list[Any] | None] = {}
             for name, loc in sorted(pointers.items()):
                 why = f"version {v}, table {name}"
                 if not exists(local(loc), missing, f"{why}: metadata file"):
                     now[name] = None
                     continue
                 meta = O.metadata(local(loc))
+                if name.startswith("view "):
+                    now[name] = view_sql(meta)
+                    continue
                 cur = meta.get("current-snapshot-id")
                 now[name] = [] if cur in (None, -1) else snapshot_rows(meta, cur, missing, why)
                 if v == latest:  # the table as it is now: every snapshot of its metadata reads
@@ -271,6 +291,12 @@ def test_spark_views_branches_procedures_writers_and_clean_up_keep_every_retaine
         assert out["replaced"] == [[3]]
         assert out["after_drop"] == ["kept"]
         assert out["kept"] == [[1]]
+        # the views as the lakehouse keeps them: the dropped one still read by earlier versions,
+        # as created and as replaced, each in its own version
+        latest = retained.check("views")
+        assert f"view {NS}.kept" in latest and f"view {NS}.big_a" not in latest
+        sqls = {tuple(r[f"view {NS}.big_a"] or ()) for r in retained.rows.values() if f"view {NS}.big_a" in r}
+        assert len(sqls) == 2 and all(len(q) == 1 for q in sqls), sqls
 
     def branches_and_tags(out):
         assert out["main"] == [1, 2, 3, 5]
@@ -332,6 +358,8 @@ def read_through_time_travel(served, retained: Retained) -> None:
             continue
         cat = RestCatalog(f"v{v}", uri=served.url, token=served.token, warehouse=f"version-{v}")
         for name, want in sorted(tables.items()):
+            if name.startswith("view "):
+                continue
             try:
                 got = cat.load_table(name).scan(selected_fields=("id",)).to_arrow()
                 ids = sorted(pc.cast(got["id"], "int64").to_pylist())
