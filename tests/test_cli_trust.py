@@ -140,7 +140,7 @@ def test_every_option_has_help_and_every_command_a_description() -> None:
                 missing += walk(sub, f"{path} {name}")
         return missing
 
-    missing = [m for m in walk(cli, "tlake") if not m.startswith("tlake catalog") and not m.startswith("tlake txn")]
+    missing = [m for m in walk(cli, "tlake") if not m.startswith("tlake catalog")]  # the server's: tests/rest_catalog
     assert missing == []
 
 
@@ -192,3 +192,8 @@ def test_an_expire_headline_counts_only_what_this_run_expired() -> None:
     lines = outcome_lines(r)
     assert lines[0] == "expired 1 versions (oldest retained now 40)"
     assert lines[1] == "deleted the remaining files of 35 versions an earlier or concurrent run expired"
+
+
+def test_contradictory_time_travel_flags_are_refused(lh: str) -> None:
+    r = tl("--lakehouse", lh, "namespace", "list", "--version", "0", "--as-of", "2026-01-01")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--version and --as-of contradict" in r.stderr

@@ -64,6 +64,9 @@ def time_travel(fn: _F) -> _F:
 
 
 def _view(ctx: Ctx, version: int | None, as_of: datetime | None, snapshot: str | None) -> LakehouseView:
+    given = [f for f, v in (("--version", version), ("--as-of", as_of), ("--snapshot", snapshot)) if v is not None]
+    if len(given) > 1:
+        raise click.UsageError(f"{' and '.join(given)} contradict each other: give one")
     if ctx.txn is not None:
         return ctx.txn
     if ctx.dtxn_id is not None:

@@ -49,7 +49,8 @@ def distributed_view(ctx: Ctx) -> Transaction:
 
 def register(cli: click.Group) -> None:
     @cli.group(invoke_without_command=True)
-    @click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None)
+    @click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None,
+                  help="isolation level (default: the lakehouse's)")
     @click.option("--file", "ops_file", type=click.File("r"), default="-", help="operations, one per line (default stdin)")
     @click.pass_context
     @handle_errors
@@ -69,7 +70,8 @@ def register(cli: click.Group) -> None:
 
     @txn.command("begin")
     @click.option("--distributed", is_flag=True, help="a transaction other processes can stage into (required)")
-    @click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None)
+    @click.option("--isolation", type=click.Choice(["snapshot", "serializable"]), default=None,
+                  help="isolation level (default: the lakehouse's)")
     @click.option("--ttl", type=DURATION, default=None,
                   help="time to live, with its unit (e.g. 30m; at most the lakehouse's txn TTL)")
     @click.option("--id", "txn_id", default=None, help="transaction id (default: a new UUID)")
@@ -111,7 +113,7 @@ def register(cli: click.Group) -> None:
 
     @txn.command("list")
     @click.option("--all", "include_closed", is_flag=True, help="also committed, aborted and expired ones")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="print JSON")
     @click.pass_obj
     @handle_errors
     def txn_list(ctx: Ctx, include_closed: bool, as_json: bool) -> None:
@@ -130,7 +132,7 @@ def register(cli: click.Group) -> None:
 
     @txn.command("show")
     @click.argument("txn_id")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="print JSON")
     @click.pass_obj
     @handle_errors
     def txn_show(ctx: Ctx, txn_id: str, as_json: bool) -> None:

@@ -5,9 +5,10 @@
   MANAGED and the table's current metadata file in ``format_properties["metadata_location"]``
   (the previous one in ``previous_metadata_location``), as the Java reference stores them.
 * ``commit_table`` is one lakehouse transaction: it reads the table's current metadata location
-  in the transaction, checks the commit's requirements against that metadata, writes the new
-  metadata file with PyIceberg's own helpers (`MetastoreCatalog._update_and_stage_table`,
-  `_write_metadata`) and repoints the table. Commits of other objects that landed meanwhile are
+  in the transaction, checks the commit's requirements against that metadata, applies its
+  updates as Iceberg's Java ``TableMetadata`` builder does (ids, format v3, messages:
+  `trinitylake.iceberg.table_updates`, over PyIceberg's per-update code), writes the new
+  metadata file and repoints the table. Commits of other objects that landed meanwhile are
   rebased over by the lakehouse's conflict rules; a commit to the same table (its metadata
   location changed) is a conflict, raised as PyIceberg's ``CommitFailedException``.
 * `TrinityLakeCatalog.multi_table_transaction` commits changes to several tables in one
