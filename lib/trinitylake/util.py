@@ -6,13 +6,15 @@ import re
 import sys
 from typing import TYPE_CHECKING, TypeAlias
 
-import pyarrow as pa
-
+from trinitylake import lazy
 from trinitylake.errors import ValidationError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession as ClassicSession
     from pyspark.sql.connect.session import SparkSession as ConnectSession
+else:  # `tlake --help` imports this module, and no pyarrow
+    pa = lazy.module("pyarrow", globals(), "pa")
 
 #: A job's Spark session: classic (py4j) or a Spark Connect client; the two classes share no
 #: base, so code that works on both is typed against their union.

@@ -15,15 +15,19 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from trinitylake import lazy
 from trinitylake.errors import InvalidURIError
 from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_value
 from trinitylake.storage.options import check_storage_options
 from trinitylake.storage.uri import normalize_uri
+
+if TYPE_CHECKING:
+    import yaml
+else:  # only a value given as text needs it, not `tlake --help`
+    yaml = lazy.module("yaml", globals(), "yaml")
 
 NULL_WORDS = frozenset({"null", "none", "~"})
 _TRUE_WORDS = frozenset({"true", "yes", "on", "1"})

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import click
 
 import trinitylake
+from trinitylake import lazy
 from trinitylake.cli.common import (
     _ARGV_KEY,
     DURATION,
@@ -26,10 +27,7 @@ from trinitylake.cli.common import (
     mark_process_start,
     one_line_usage,
 )
-from trinitylake.cli.show import render_versions
-from trinitylake.cli.txn import distributed_view, stage_into
 from trinitylake.errors import UndecodableKeyError, ValidationError
-from trinitylake.lakehouse import Lakehouse
 from trinitylake.redact import (
     install_log_redaction,
     redact_argv,
@@ -42,8 +40,16 @@ from trinitylake.util import refuse_pandas_for_pyarrow
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from trinitylake.cli.show import render_versions
+    from trinitylake.cli.txn import distributed_view, stage_into
+    from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.transaction import Transaction
     from trinitylake.lakehouse.view import LakehouseView
+else:  # loaded by the commands that use them: `tlake --help` imports neither the lakehouse nor pyarrow
+    render_versions = lazy.attr("trinitylake.cli.show", "render_versions", globals())
+    distributed_view = lazy.attr("trinitylake.cli.txn", "distributed_view", globals())
+    stage_into = lazy.attr("trinitylake.cli.txn", "stage_into", globals())
+    Lakehouse = lazy.attr("trinitylake.lakehouse", "Lakehouse", globals())
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -122,6 +128,31 @@ _COMMAND_MODULES = {
     "catalog": "trinitylake.cli.catalog",
 }
 _JOB_COMMANDS_MODULE = "trinitylake.cli.jobs"
+#: The first paragraph of the help of each command of those modules, which `tlake --help` lists
+#: without importing them (0.3-0.8 s of pyarrow, Delta, rich and the job runner, against 0.1 s for
+#: the group itself). tests/test_startup.py checks it against the commands, and prints the table
+#: to paste here when a command's help changes.
+_SUMMARIES = {
+    "catalog": "Serve the lakehouse's Iceberg tables to Spark and other Iceberg REST clients.",
+    "control": "Maintain the control table (the Delta audit log).",
+    "expire": "Expire old versions (commit first), then delete the files only they reached. Every job option below can be "
+              "given after the command; the lakehouse and control table are tlake's own: tlake --lakehouse URI expire ...",
+    "export": "Export a version to its own root URI (full, partial or minimal), or manage exports (list, drop). Every "
+              "option of the export job below can be given; the lakehouse and control table are tlake's own: tlake "
+              "--lakehouse URI export --name N --target URI ...",
+    "orphans": "Delete old format-owned files that no retained version, export or pin references. Every job option below "
+               "can be given after the command; the lakehouse and control table are tlake's own: tlake --lakehouse URI "
+               "orphans ...",
+    "report": "Write an HTML report: versions over time, job runs, files and bytes per version, Iceberg tables.",
+    "show": "History of transactions and job runs, newest first, mapped to versions by txn_seq.",
+    "tables": "Maintain the lakehouse's Iceberg tables: snapshot expiry and orphan removal, consistent with the "
+              "lakehouse's time travel (a table file any retained lakehouse version reaches stays).",
+    "txn": "Run several operations (one per line, same verbs as the CLI) as ONE transaction; or manage distributed "
+           "transactions (begin, commit, abort, list, show).",
+    "walk": "List every file reachable from the retained versions, pinned exports and pinned versions (read-only; a full "
+            "export is self-contained and not walked). Every job option below can be given after the command; the "
+            "lakehouse and control table are tlake's own: tlake --lakehouse URI walk ...",
+}
 
 
 class _Group(click.Group):
@@ -148,7 +179,6 @@ class _Group(click.Group):
         except click.UsageError as e:
             raise one_line_usage(e) from None
 
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._loaded: set[str] = set()  # the modules whose commands are registered
@@ -167,6 +197,19 @@ class _Group(click.Group):
         for module in (*_COMMAND_MODULES.values(), _JOB_COMMANDS_MODULE):
             self._load(module)
         return super().list_commands(ctx)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's command list, with the commands not loaded yet listed by `_SUMMARIES`
+        (`tlake --help` imports no command module)."""
+        names = sorted({*self.commands, *(n for n in _SUMMARIES if n not in self.commands)})
+        shown = [n for n in names if n not in self.commands or not self.commands[n].hidden]
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in shown)
+        rows = [(n, (self.commands.get(n) or click.Command(n, help=_SUMMARIES[n])).get_short_help_str(limit))
+                for n in shown]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

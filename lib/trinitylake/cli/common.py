@@ -15,24 +15,33 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from trinitylake import lazy
 from trinitylake.errors import ConfigError, TrinityLakeError, ValidationError
 from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_argv, redact_text
-from trinitylake.values import parse_duration
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.transaction import Transaction
+    from trinitylake.values import parse_duration
+else:  # rich loads when a command first prints (`tlake --help` is click's text alone)
+    parse_duration = lazy.attr("trinitylake.values", "parse_duration", globals())
+    Console = lazy.attr("rich.console", "Console", globals())
+    escape = lazy.attr("rich.markup", "escape", globals())
+    Table = lazy.attr("rich.table", "Table", globals())
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, soft_wrap=True)
+console: Console = lazy.value(lambda: Console(width=None if sys.stdout.isatty() else 160), globals(), "console",
+                              "rich.console.Console")
+err_console: Console = lazy.value(lambda: Console(stderr=True, soft_wrap=True), globals(), "err_console",
+                                  "rich.console.Console")
 
 
 class Ctx:

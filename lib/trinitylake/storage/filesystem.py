@@ -17,9 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-import fsspec
-from botocore.config import Config as BotocoreConfig
-
+from trinitylake import lazy
 from trinitylake.storage import requests, retry
 from trinitylake.storage.options import StorageOptions
 from trinitylake.storage.retry import is_conditional_conflict, is_precondition_failed
@@ -46,7 +44,12 @@ _S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
 _S3_CONFLICT_RETRIES = 6
 
 if TYPE_CHECKING:
+    import fsspec
+    from botocore.config import Config as BotocoreConfig
     from s3fs import S3FileSystem
+else:  # the storage clients load when a storage first needs them, not with every `tlake` command
+    fsspec = lazy.module("fsspec", globals(), "fsspec")
+    BotocoreConfig = lazy.attr("botocore.config", "Config", globals(), "BotocoreConfig")
 
 
 #: One entry of an fsspec listing or ``info``: name, size, type and the store's own fields.

@@ -28,7 +28,6 @@ Every request is counted by kind (`trinitylake.storage.requests`).
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures
 import errno
@@ -45,16 +44,23 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import obstore
-from obstore import exceptions as obstore_errors
-from obstore.store import S3Store
-
+from trinitylake import lazy
 from trinitylake.storage import requests
 from trinitylake.storage.options import StorageOptions
 from trinitylake.storage.retry import RETRY_ATTEMPTS, backoff_seconds, is_transient
 
 if TYPE_CHECKING:
+    import asyncio
+
+    import obstore
     from obstore import ListResult, ListStream, ObjectMeta, PutResult
+    from obstore import exceptions as obstore_errors
+    from obstore.store import S3Store
+else:  # the object-store client loads when a storage first sends a request, not with every `tlake` command
+    asyncio = lazy.module("asyncio", globals(), "asyncio")  # 40 ms of a local command's start-up, for S3 only
+    obstore = lazy.module("obstore", globals(), "obstore")
+    obstore_errors = lazy.module("obstore.exceptions", globals(), "obstore_errors")
+    S3Store = lazy.attr("obstore.store", "S3Store", globals(), "S3Store")
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
