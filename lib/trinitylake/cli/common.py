@@ -158,7 +158,10 @@ def _cause_at(what: str, uri: str, options: Mapping[str, Any], error: BaseExcept
     if parsed.scheme != "s3":
         return None
     chain = " ".join(str(e) for e in _chain(error))
-    if "169.254.169.254" in chain or "credential" in chain.lower() and isinstance(error, PermissionError):
+    # No credentials anywhere: obstore then asks the instance metadata service (and is refused),
+    # botocore says "Unable to locate credentials"; both reach the user as "permission denied".
+    if "169.254.169.254" in chain or "unable to locate credentials" in chain.lower() or (
+            "credential" in chain.lower() and isinstance(error, PermissionError)):
         return StoragePermissionError(
             f"cannot reach the {what} {uri}: no S3 credentials are configured (none in the storage options, no "
             f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE, and no instance role answered)"
