@@ -229,3 +229,32 @@ def served(tmp_path_factory) -> Server:
     srv = start(new_lakehouse(base / "lh", audit=False), base, audit=False)
     yield srv
     srv.stop()
+
+
+def test_a_create_refused_by_a_concurrent_create_leaves_no_metadata_file(tmp_path, monkeypatch):
+    """A writer that creates the same table between this create's checks and its commit (injected at
+    the view-name check): the refused create deletes the metadata file it wrote, which nothing references."""
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    from trinitylake.iceberg import TrinityLakeCatalog
+
+    lh = Lakehouse.create(str(tmp_path / "lh"), audit=False)
+    props = {"py-catalog-impl": "trinitylake.iceberg.TrinityLakeCatalog", "lakehouse": lh.uri, "audit": "false"}
+    mine, other = load_catalog("mine", **props), load_catalog("other", **props)
+    mine.create_namespace("s")
+    schema = pa.schema([pa.field("id", pa.int64())])
+    checks, injected = TrinityLakeCatalog._refuse_view_name, []
+
+    def concurrent_create(view, ns, table):
+        checks(view, ns, table)
+        if not injected:
+            injected.append(True)
+            other.create_table((ns, table), schema=schema, location=str(tmp_path / "other"))
+
+    monkeypatch.setattr(TrinityLakeCatalog, "_refuse_view_name", staticmethod(concurrent_create))
+    with pytest.raises(TableAlreadyExistsError, match=r"^Table already exists: s\.t$"):
+        mine.create_table("s.t", schema=schema, location=str(tmp_path / "mine"))
+    assert _files(str(tmp_path / "mine")) == []
+    assert len(_files(str(tmp_path / "other"))) == 1

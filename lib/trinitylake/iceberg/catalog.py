@@ -315,7 +315,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         self._refuse_view_name(self._view(), ns, table)
         staged = self._create_staged_table((ns, table), schema, location, partition_spec, sort_order, properties)
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
-        self._create_def(ns, table, staged.metadata_location, f"create table {ns}.{table}")
+        self._create_def(ns, table, staged.metadata_location, f"create table {ns}.{table}", [staged.metadata_location])
         return self.load_table((ns, table))
 
     def stage_create_table(self, identifier: str | Identifier, schema: Schema | pa.Schema, location: str | None = None,
@@ -394,17 +394,22 @@ class TrinityLakeCatalog(MetastoreCatalog):
         if view.view_exists(ns, table):
             raise TableAlreadyExistsError(f"View with same name already exists: {ns}.{table}")
 
-    def _create_def(self, ns: str, table: str, metadata_location: str, what: str) -> None:
+    def _create_def(self, ns: str, table: str, metadata_location: str, what: str, written: list[str] | None = None
+                    ) -> None:
+        """Commit the table's definition; the metadata files in `written` (this create wrote them)
+        are deleted when the create is refused, as nothing can reference them then."""
         txn = self._begin(what)
         try:
             txn.create_table(ns, table, metadata_location=metadata_location, table_type="managed")
         except AlreadyExistsError as e:
             self._abandon(txn)
+            self._delete_quietly(written or [])
             raise TableAlreadyExistsError(f"Table already exists: {ns}.{table}") from e
         except ObjectNotFoundError as e:
             self._abandon(txn)
+            self._delete_quietly(written or [])
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
-        self._commit(txn, what, [])
+        self._commit(txn, what, written or [])
 
     def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
         ns, table = self._ident(identifier)
