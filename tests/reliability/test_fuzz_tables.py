@@ -9,8 +9,9 @@ to start with):
 * the lakehouse's own expire, keeping 1-3 versions (its clock set ahead, as `tests.support.jobs`
   does, so no step sleeps);
 * ``tables_expire`` (all tables or one; three times in four every snapshot old enough, else
-  none; 1-3 kept per branch); every history ends with one over all tables, every snapshot old
-  enough and one kept per branch, so that most runs expire snapshots;
+  none; 1-3 kept per branch); every history ends with the lakehouse's expire keeping three
+  versions and then one over all tables, every snapshot old enough and one kept per branch, so
+  that most runs expire snapshots, some of them deferred for the oldest retained version;
 * ``tables_orphans`` after planting old and young junk files under a table's location;
 * a pinned minimal export of a retained version (the real export job), and dropping one.
 
@@ -52,9 +53,9 @@ from trinitylake.lakehouse import Lakehouse
 
 TABLES = ("s.a", "s.b")
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
-#: (examples, most drawn steps per example, before the closing expiry) per scale: ci stays
+#: (examples, most drawn steps per example, before the two closing ones) per scale: ci stays
 #: under a minute on 2 cores.
-SIZES = {"ci": (6, 5), "full": (40, 13)}
+SIZES = {"ci": (6, 4), "full": (40, 12)}
 
 TABLE = st.sampled_from(TABLES)
 COMMIT = st.one_of(
@@ -73,8 +74,11 @@ STEP = st.one_of(
     st.tuples(st.just("tables_orphans"), TABLE, st.integers(0, 2), st.integers(0, 1)),
     st.one_of(st.tuples(st.just("pin"), st.integers(0, 3)), st.tuples(st.just("unpin"))),
 )
-#: Every history ends with this: every snapshot old enough, one kept per branch.
-CLOSING = ("tables_expire", "all", True, 1)
+#: Every history ends with these: the lakehouse keeps its last three versions (the expiry's own
+#: commit, the last state and the one before it: a retained version that points at older table
+#: metadata, when the last step committed), then every snapshot old enough expires, one kept
+#: per branch.
+CLOSING = [("lakehouse_expire", 3), ("tables_expire", "all", True, 1)]
 
 
 def _rows(ids: list[int]) -> pa.Table:
@@ -279,7 +283,7 @@ def test_random_table_histories_with_both_levels_of_maintenance(ledger, scale) -
         root = tempfile.mkdtemp(prefix="tl-fuzz-tables-")
         try:
             h = History(root)
-            for step in [*steps, CLOSING]:
+            for step in [*steps, *CLOSING]:
                 seen["steps"] += 1
                 _step(h, step, seen)
         finally:
