@@ -14,7 +14,7 @@ DIST_SOURCES := pyproject.toml $(shell find lib -name '*.py' -o -name '*.proto' 
 .PHONY: tools jars rck help setup venv test test-setup test-fast test-dags demo bench bench-large bench-objstore objstore lint fmt dist acceptance clean reliability-full
 
 help: ## show this help
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-22s %s\n", $$1, $$2}'
 
 # Packages are installed with uv, pip's interface with parallel downloads and installs: the main
 # venv took 149 s (115 CPU-s) with pip and its cache warm, 67 s (90 CPU-s, bytecode included)
@@ -51,7 +51,7 @@ $(BIN)/tlake: pyproject.toml | $(UV)
 # Bytecode of our own modules, written even where PYTHONDONTWRITEBYTECODE is set (as on our
 # sandboxes): Python still reads it, and compiling them at every start cost each tlake command
 # and each export copy worker 0.2-0.4 s. Only changed files are recompiled.
-venv: $(BIN)/tlake
+venv: $(BIN)/tlake ## create .venv (the project and its dev tools), once
 	@$(BIN)/python -m compileall -q lib jobs >/dev/null
 
 setup: venv ## create the virtualenv and install the project with its dev tools
@@ -130,7 +130,7 @@ test-dags: $(AIRFLOW_VENV)/bin/airflow venv $(DIST_ARCHIVE) ## the Airflow DAGs 
 SPARK41_VENV ?= .venv-spark41
 ICEBERG_SPARK41 := org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0
 ICEBERG_SPARK41_JAR := build/iceberg-spark41/iceberg-spark-runtime-4.1_2.13-1.12.0.jar
-.PHONY: spark41 demo-catalog
+.PHONY: spark41 spark41-venv demo-catalog
 $(SPARK41_VENV)/bin/pyspark: | $(UV)
 	$(PY) -m venv --without-pip $(SPARK41_VENV)
 	$(call uv_install,-p $(SPARK41_VENV)/bin/python 'pyspark>=4.1$(comma)<4.2')
@@ -138,12 +138,15 @@ $(SPARK41_VENV)/bin/pyspark: | $(UV)
 $(ICEBERG_SPARK41_JAR): | tools
 	mvn -q -B dependency:copy -Dartifact=$(ICEBERG_SPARK41) -DoutputDirectory=$(dir $@)
 	@touch $@
-spark41: $(SPARK41_VENV)/bin/pyspark $(ICEBERG_SPARK41_JAR) ## Spark 4.1 with Iceberg's runtime (.venv-spark41), for Spark SQL through the catalog server
+spark41: spark41-venv $(ICEBERG_SPARK41_JAR) ## Spark 4.1 with Iceberg's runtime JAR (.venv-spark41 + Maven), for the tests' Spark SQL through the catalog server
+spark41-venv: $(SPARK41_VENV)/bin/pyspark ## pyspark 4.1 in .venv-spark41 (pip only); the demos' Spark fetches Iceberg's runtime itself (Ivy)
 
-demo-catalog: venv spark41 ## serve a demo lakehouse over the Iceberg REST protocol and query it with Spark SQL
-	$(BIN)/python -m trinitylake.demo --dir demo-catalog --catalog-only
+# The demos need neither Maven nor apt-get: their Spark resolves Iceberg's runtime through Ivy
+# (spark.jars.packages, cached in build/ivy; trinitylake.rest_catalog.demo).
+demo-catalog: venv spark41-venv ## serve a demo lakehouse (in build/demo-catalog) over the Iceberg REST protocol and query it with Spark SQL
+	$(BIN)/python -m trinitylake.demo --dir build/demo-catalog --catalog-only
 
-demo: venv spark41 ## build a demo lakehouse, run every maintenance job on it, and query its tables with Spark SQL over the catalog server
+demo: venv spark41-venv ## build a demo lakehouse (demo-lakehouse/), run every maintenance job on it, and query its tables with Spark SQL over the catalog server
 	$(BIN)/python -m trinitylake.demo $(DEMO_ARGS)
 
 bench: venv ## run the small default benchmarks (a few minutes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -27,6 +28,7 @@ import click
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trinitylake.cli import cli
@@ -164,16 +166,52 @@ def plant_orphans(root: Path, young: bool) -> list[Path]:
     return out
 
 
-def a_master(args: list[str]) -> str:
-    return args[args.index("--master") + 1] if "--master" in args else "local[*]"
+#: The `tlake` words of a job whose command is not its name.
+_CLI_WORDS = {"tables_expire": ["tables", "expire-snapshots"], "tables_orphans": ["tables", "remove-orphans"]}
+
+
+def command_line(job: str, args: list[str]) -> str:
+    """The `tlake` command that runs `job` with `args` as the demo runs it in process (what the
+    demo prints before each job, so that a reader can run it again; tests run each of them)."""
+    rest = list(args)
+    group: list[str] = []
+    if "--lakehouse" in rest:  # the lakehouse is the `tlake` group's own option
+        i = rest.index("--lakehouse")
+        group = rest[i:i + 2]
+        del rest[i:i + 2]
+    return shlex.join(["tlake", *group, *_CLI_WORDS.get(job, [job]), *rest])
+
+
+def demo_jobs(lh_dir: str, export_dir: str, master: str) -> list[tuple[str, list[str]]]:
+    """The jobs of `make demo` in their order, with their arguments."""
+    common = ["--lakehouse", lh_dir, "--master", master]
+    return [
+        ("walk", common),
+        # The same walk forced onto Spark executors: the answer must not depend on where it ran.
+        ("walk", [*common, "--execution", "distributed"]),
+        ("expire", [*common, "--dry-run", "--clock-skew-margin", "1s"]),
+        ("expire", [*common, "--clock-skew-margin", "1s"]),
+        ("orphans", common),
+        # The tables' own maintenance: snapshots expire (what a retained version still reads is
+        # deferred), and an old file under a table that nothing references goes.
+        ("tables_expire", [*common, "--older-than", "2s", "--retain-last", "1"]),
+        ("tables_orphans", common),
+        ("export", [*common, "--name", "demo-full", "--target", export_dir, "--with-tables"]),
+    ]
+
+
+def follow_ups(lh_dir: str, export_dir: str) -> list[str]:
+    """The `tlake` commands the demo suggests at its end (tests run them)."""
+    return [shlex.join(["tlake", "--lakehouse", lh_dir, "versions"]),
+            shlex.join(["tlake", "--lakehouse", export_dir, "namespace", "list"])]
 
 
 def run_job(job: str, args: list[str]) -> int:
-    """Run one job in this process (the Spark session is shared) and print its summary."""
-
-
-    shown = " ".join(a for a in args if not a.startswith("/") and a not in ("--lakehouse", "--master", a_master(args)))
-    console.rule(f"[bold]tlake {job} {shown}")
+    """Run one job in this process (the Spark session is shared) and print its summary, headed
+    by the `tlake` command that does the same (`command_line`)."""
+    line = command_line(job, args)
+    console.rule(f"[bold]{escape(' '.join(['tlake', *_CLI_WORDS.get(job, [job])]))}")
+    console.print(f"$ {escape(line)}", soft_wrap=True, highlight=False)  # whole, never cut: it can be run as printed
     t0 = time.time()
     try:
         result = run(job, parse_job_args(job, [*args, "--log-level", "WARNING"]))
@@ -256,25 +294,19 @@ def demo(directory: str, tables: int, master: str) -> int:
     planted = plant_orphans(lh_dir, young=False)
     console.print(f"planted {len(planted)} orphan files 40 days old; waiting for the demo TTL to pass")
     time.sleep(max(0.0, (DEMO_TTL_MS + 3000) / 1000 - (time.time() - t0)) + 1.0)
-    common = ["--lakehouse", str(lh_dir), "--master", a.master]
-    rc |= run_job("walk", common)
-    # The same walk forced onto Spark executors: the answer must not depend on where it ran.
-    rc |= run_job("walk", [*common, "--execution", "distributed"])
-    rc |= run_job("expire", [*common, "--dry-run", "--clock-skew-margin", "1s"])
-    rc |= run_job("expire", [*common, "--clock-skew-margin", "1s"])
-    young = plant_orphans(lh_dir, young=True)
-    console.print("planted 1 new orphan file just now: younger than the floor, it must survive")
-    planted += young
-    rc |= run_job("orphans", common)
-    # The tables' own maintenance: snapshots expire (what a retained version still reads is
-    # deferred), and an old file under a table that nothing references goes.
-    table_orphan = plant_orphans(lh_dir / "warehouse" / "shop" / "orders" / "data", young=False)
-    rc |= run_job("tables_expire", [*common, "--older-than", "2s", "--retain-last", "1"])
-    rc |= run_job("tables_orphans", common)
-    if any(p.exists() for p in table_orphan):
-        console.print("[red]the old orphan under shop.orders survived tables_orphans[/red]")
-        rc |= 1
-    rc |= run_job("export", [*common, "--name", "demo-full", "--target", str(export_dir), "--with-tables"])
+    table_orphan: list[Path] = []
+    young: list[Path] = []
+    for job, args in demo_jobs(str(lh_dir), str(export_dir), a.master):
+        if job == "orphans":
+            young = plant_orphans(lh_dir, young=True)
+            console.print("planted 1 new orphan file just now: younger than the floor, it must survive")
+            planted += young
+        if job == "tables_expire":
+            table_orphan = plant_orphans(lh_dir / "warehouse" / "shop" / "orders" / "data", young=False)
+        rc |= run_job(job, args)
+        if job == "tables_orphans" and any(p.exists() for p in table_orphan):
+            console.print("[red]the old orphan under shop.orders survived tables_orphans[/red]")
+            rc |= 1
     # Maintenance left the tables' files alone; the export carried them: the exported tables'
     # metadata lies under the export (its path is shown relative to the export's root).
     rc |= show_iceberg_tables(str(lh_dir), rows, "the Iceberg tables after expire and orphan cleanup")
@@ -292,13 +324,20 @@ def demo(directory: str, tables: int, master: str) -> int:
     generate_report(Lakehouse.open(str(lh_dir)), str(out))
     console.print(f"HTML report: {out}")
     still = [p.name for p in planted if p.exists()]
-    console.print(f"planted orphans still present after cleanup: {still} (only the new one should remain)")
     if still != [p.name for p in young]:
-        console.print("[red]orphan cleanup did not behave as expected[/red]")
+        console.print(f"[red]orphan cleanup did not behave as expected: planted files still present: {still} "
+                      f"(only {[p.name for p in young]} should be)[/red]")
         rc |= 1
-    console.print(f"demo finished in {time.time() - t0:.0f} s; lakehouse at {lh_dir}, export at {export_dir}", soft_wrap=True)
-    console.print(f"try: .venv/bin/tlake --lakehouse {lh_dir} versions | tail; "
-                  f".venv/bin/tlake --lakehouse {export_dir} namespace list", soft_wrap=True)
+    else:
+        console.print(f"orphan cleanup as expected: the {len(planted) - len(young)} old planted files are gone, "
+                      "the one planted just now (younger than the floor) is kept")
+    if rc:
+        console.print(f"[red]demo FAILED after {time.time() - t0:.0f} s: a step above did not hold[/red]")
+    else:
+        console.print(f"[green]demo finished OK in {time.time() - t0:.0f} s: every step held; lakehouse at {lh_dir}, "
+                      f"export at {export_dir}[/green]", soft_wrap=True)
+    for line in follow_ups(str(lh_dir), str(export_dir)):
+        console.print(f"try: .venv/bin/{escape(line)}", soft_wrap=True, highlight=False)
     return 1 if rc else 0
 
 

@@ -1,5 +1,9 @@
 """The catalog server's demo: serve a lakehouse with `tlake catalog serve`, query its Iceberg
-tables with Spark SQL (Spark 4.1 and Iceberg's runtime, `make spark41`), stop the server.
+tables with Spark SQL (pyspark 4.1 in ``.venv-spark41``), stop the server.
+
+Spark fetches Iceberg's runtime itself, as Spark users do: ``spark.jars.packages`` resolves
+:data:`ICEBERG_PACKAGE` from Maven Central through Ivy into :data:`IVY_DIR` (git-ignored; about
+30 s the first time, then from that cache). Neither Maven nor apt-get is needed.
 
 `serve_and_query(lakehouse)` does it for an existing lakehouse holding the demo's ``shop``
 tables (`trinitylake.demo.add_iceberg_tables`): the last step of `make demo`, and all of
@@ -22,15 +26,19 @@ from rich.console import Console
 console = Console()
 
 SPARK_PYTHON = ".venv-spark41/bin/python"
-ICEBERG_JAR = "build/iceberg-spark41/iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
+#: Iceberg's Spark runtime for Spark 4.1, as Spark's ``--packages`` names it.
+ICEBERG_PACKAGE = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+#: Ivy's cache and resolved JARs (``spark.jars.ivy``), under the git-ignored build/.
+IVY_DIR = "build/ivy"
 
 #: What Spark runs against the server (its own process, in the Spark 4.1 environment).
 SPARK_SQL = '''
 import os, sys
 from pyspark.sql import SparkSession
-jar, url = sys.argv[1], sys.argv[2]
+package, ivy, url = sys.argv[1], sys.argv[2], sys.argv[3]
 spark = (SparkSession.builder.master("local[2]").appName("tlake-catalog-demo")
-         .config("spark.jars", jar).config("spark.ui.enabled", "false")
+         .config("spark.jars.packages", package).config("spark.jars.ivy", ivy)
+         .config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
          .config("spark.sql.catalog.tl", "org.apache.iceberg.spark.SparkCatalog")
@@ -54,14 +62,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve_and_query(lakehouse: str, spark_python: str = SPARK_PYTHON, jar: str = ICEBERG_JAR,
-                    timeout_s: float = 600) -> int:
+def serve_and_query(lakehouse: str, spark_python: str = SPARK_PYTHON, package: str = ICEBERG_PACKAGE,
+                    ivy_dir: str = IVY_DIR, timeout_s: float = 600) -> int:
     """Start `tlake catalog serve` on the lakehouse (a fresh token, a free port of 127.0.0.1),
-    run the demo's Spark SQL against it, stop it; 0 when Spark's queries all ran."""
-    missing = [p for p in (spark_python, jar) if not Path(p).exists()]
-    if missing:
-        console.print(f"[red]the Spark 4.1 environment is missing ({', '.join(missing)}): run `make spark41`[/red]")
+    run the demo's Spark SQL against it (Iceberg's runtime `package` fetched by Spark through
+    Ivy into `ivy_dir`), stop it; 0 when Spark's queries all ran."""
+    if not Path(spark_python).exists():
+        console.print(f"[red]the Spark 4.1 environment is missing ({spark_python}): run `make spark41-venv`[/red]")
         return 1
+    ivy = str(Path(ivy_dir).resolve())
+    if not Path(ivy, "jars").is_dir():
+        console.print(f"Spark fetches {package} through Ivy into {ivy} (about 30 s, once)")
     token, port = secrets.token_urlsafe(24), _free_port()
     env = {**os.environ, "TLAKE_CATALOG_TOKEN": token}
     tlake = str(Path(sys.executable).with_name("tlake"))
@@ -81,7 +92,8 @@ def serve_and_query(lakehouse: str, spark_python: str = SPARK_PYTHON, jar: str =
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write(SPARK_SQL)
         try:
-            done = subprocess.run([spark_python, f.name, jar, f"http://127.0.0.1:{port}"], env=env, timeout=timeout_s)
+            done = subprocess.run([spark_python, f.name, package, ivy, f"http://127.0.0.1:{port}"], env=env,
+                                  timeout=timeout_s)
         finally:
             os.unlink(f.name)
         return 0 if done.returncode == 0 else 1
