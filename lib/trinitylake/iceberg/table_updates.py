@@ -281,6 +281,10 @@ class _Builder:
                                         f"{snap.first_row_id} < {next_row_id}")
         if snap.added_rows is None:
             raise ValueError("Cannot add a snapshot: added-rows is null")
+        last = getattr(self.md, "last_sequence_number", 0) or 0
+        if snap.parent_snapshot_id is not None and snap.sequence_number is not None and snap.sequence_number <= last:
+            raise CommitFailedException(f"Cannot add snapshot with sequence number {snap.sequence_number} older than "
+                                        f"last sequence number {last}")  # PyIceberg checks it for v2 only
         self.md = self.md.model_copy(update={"next_row_id": next_row_id})
         self._apply(u)  # PyIceberg's own: next-row-id grows by added-rows
 
