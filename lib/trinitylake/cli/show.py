@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 _STATE_STYLE = {"deleted": "magenta", "dry_run": "cyan", "failed": "red", "recovered": "yellow", "running": "blue",
-                "read": "dim"}
+                "read": "dim", "partial": "yellow"}
 _NAME_MAX = 28  # a metric name longer than this is cut, with an ellipsis saying so
 _METRICS_MAX = 8  # metrics shown per row; the rest are counted (all of them in --json)
 

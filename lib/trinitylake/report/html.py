@@ -25,7 +25,7 @@ from trinitylake.report.svg import (
 from trinitylake.report.timeline import COLORS, timeline_svg
 
 STATE_CLASS = {"completed": "ok", "committed": "ok", "deleted": "del", "dry_run": "dry", "recovered": "warn",
-               "failed": "bad", "running": "run", "read": "dim"}
+               "failed": "bad", "running": "run", "read": "dim", "partial": "warn"}
 MAX_BAR_ROWS = 15  # runs in the per-run bar charts (the newest)
 VERSION_ROWS_SHOWN = 15  # newest versions shown open; older ones in collapsed pages of JOB_PAGE
 MAX_TABLE_VERSIONS = 200

@@ -25,6 +25,7 @@ STATE_COLORS = {
     "failed": "#dc2626",
     "recovered": "#d97706",
     "running": "#1d4ed8",
+    "partial": "#ea580c",
 }
 STATE_LABELS = {
     "committed": "committed a version",
@@ -34,6 +35,7 @@ STATE_LABELS = {
     "failed": "failed",
     "recovered": "recovered",
     "running": "running / unfinished",
+    "partial": "partial (skipped a damaged table)",
 }
 JOB_SHAPES = {"expire": "triangle-down", "export": "triangle", "orphans": "diamond", "walk": "square"}
 LANE_H = 22
