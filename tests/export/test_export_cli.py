@@ -97,7 +97,7 @@ def test_cli_local_threads_reaches_the_job(make_lakehouse, tmp_path):
     populate(lh, namespaces=1, tables=3, drops=0)
     code, out = _tlake(lh, "--log-level", "ERROR", "export", "--name", "t0", "--target", str(tmp_path / "t0"),
                        "--local-threads", "0")
-    assert code == 1 and "ConfigError" in out and "local_threads" in out
+    assert code == 2 and "ConfigError" in out and "local_threads" in out
     assert not (tmp_path / "t0").exists()
     code, out = _tlake(lh, "export", "--name", "t2", "--target", str(tmp_path / "t2"), "--local-threads", "2", "--json")
     assert code == 0, out
