@@ -112,11 +112,20 @@ def expire_snapshots(
     chosen, unreadable = common.readable(files, common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables))
     chosen, no_gc = common.gc_disabled(files, chosen)
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
-    # Every manifest list and manifest of the chosen tables, read in a few batches up front: a
-    # table with a file that cannot be read is damaged and left alone (no commit, none of its
-    # files deleted, `trinitylake.tables_maintenance.damage`); the plans below then read only
-    # what a concurrent writer added.
-    before = damage.scan_tables(files, chosen)
+    # Every manifest list of the chosen tables, and every manifest of those that may lose files
+    # (a snapshot to expire, or files pending), read in a few batches up front: a table with a
+    # file that cannot be read is damaged and left alone (no commit, none of its files deleted,
+    # `trinitylake.tables_maintenance.damage`); the plans below then read only what a
+    # concurrent writer added.
+    before = damage.scan_tables(files, chosen, contents=False)
+    busy = [
+        t
+        for t in chosen
+        if t.name not in before.tables
+        and (t.name in pending.tables or plan_retention(files.metadata[t.metadata], now, opts.older_than_ms,
+                                                         opts.retain_last).changes)
+    ]
+    before.tables.update(damage.scan_tables(files, busy).tables)
     chosen = [t for t in chosen if t.name not in before.tables]
     result.details.update(
         {
