@@ -18,6 +18,11 @@ the executors (``mapInArrow``, Connect-safe) for thousands. Both call the same p
 function, `TableFiles.expand` (a batch of ``(uri, what)`` rows in, a batch of
 `EXPAND_SCHEMA` rows out: each file's entries, or one row saying it is empty, missing or
 unreadable); the executors' wrapper is `expand_task`.
+
+**Unreadable files.** By default a file the live set needs that is missing or cannot be read
+raises `TableFileError` (nothing may be deleted). The two table jobs read with `tolerant` on:
+such a file is recorded in `TableFiles.broken` and the job names its table as damaged
+(`trinitylake.tables_maintenance.damage`).
 """
 
 from __future__ import annotations
@@ -170,7 +175,9 @@ class TableFiles:
         """Read the metadata JSON files of `locations` not read yet (gzip or plain).
 
         With `missing_ok`, a file that does not exist is recorded in `missing` (it reaches
-        nothing anyone can read) instead of raising.
+        nothing anyone can read) instead of raising. With `tolerant`, nothing raises: a file
+        that is missing is in `missing` (and, without `missing_ok`, in `broken`), one that
+        cannot be read or parsed in `broken`.
 
         Raises:
             TableFileError: one of them is missing or unreadable (named with `what`).
