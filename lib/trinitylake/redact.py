@@ -249,9 +249,14 @@ def redact_text(text: object) -> Any:
     return out
 
 
+#: Query parameters named "token" that are no credential: the REST protocols' pagination cursors.
+_PAGE_TOKENS = (["page", "token"], ["next", "page", "token"], ["continuation", "token"])
+
+
 def redact_request_target(target: str) -> str:
     """An HTTP request target (``/path?query``) with the values of credential-named query
-    parameters replaced (empty ones too: ``token=`` names where a token goes) and the rest
+    parameters replaced (empty ones too: ``token=`` names where a token goes; a pagination
+    cursor such as Iceberg REST's ``pageToken`` is kept) and the rest
     through :func:`redact_text` piece by piece, so that nothing outside a value is taken: an
     access log keeps its whole request line.
 
@@ -268,7 +273,7 @@ def redact_request_target(target: str) -> str:
     pairs = []
     for pair in query.split("&"):
         key, eq, val = pair.partition("=")
-        if eq and is_secret_key(unquote_plus(key)):
+        if eq and is_secret_key(unquote_plus(key)) and _words(unquote_plus(key)) not in _PAGE_TOKENS:
             pairs.append(f"{key}={REDACTED}")
         else:
             pairs.append(f"{key}{eq}{redact_text(val)}" if eq else redact_text(pair))

@@ -97,3 +97,6 @@ def test_redact_request_target_touches_only_credential_values():
     assert redact_request_target("/v1/x?client_secret=s&x=y%3Dz") == "/v1/x?client_secret=<redacted>&x=y%3Dz"
     assert redact_request_target("/v1/x?acc%65ss_token=s") == "/v1/x?acc%65ss_token=<redacted>"
     assert redact_request_target("/v1/x?password=p'q&sig=") == "/v1/x?password=<redacted>&sig=<redacted>"
+    # Iceberg REST's pagination cursor is no credential (Spark sends ?pageToken= when listing)
+    assert redact_request_target("/v1/namespaces/shop/tables?pageToken=&pageSize=10") == \
+        "/v1/namespaces/shop/tables?pageToken=&pageSize=10"
