@@ -7,6 +7,10 @@ This file imports nothing but ``trinitylake`` (from the environment of ``make di
 deploy mode it is all of the project the driver's container gets. The defaults of
 ``conf/tables_orphans.yaml`` are built into the package; a YAML shipped with ``--files`` is found by
 its base name in the working directory.
+
+Exit status: 0 done, 1 failed or refused, 2 a configuration error, 3 partial (a table whose
+metadata, manifest list or manifest cannot be read was skipped, none of its files deleted, and
+the others maintained; with ``TLAKE_RESULT_FILE`` the outcome file says ``"status": "partial"``).
 """
 
 import sys
