@@ -146,7 +146,8 @@ class History:
         try:
             return oracle.expected_live(current, pointed)
         except FileNotFoundError as e:  # a manifest list or manifest live metadata names is gone
-            raise AssertionError(f"a live table file was deleted: {e.filename}") from e
+            named = [p for p in oracle.live_problems(self.uri, current, set())[0] if "missing" in p]
+            raise AssertionError(f"a live table file was deleted: {e.filename} ({named[:2]})") from e
 
     def locations(self) -> list[str]:
         return [oracle.local(self.cat.load_table(n).metadata.location) for n in TABLES]
