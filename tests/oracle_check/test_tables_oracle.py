@@ -2,7 +2,8 @@
 planted in the library's tables' maintenance, including the two that the oracle missed while
 it took its retained versions and table pointers from the library itself (issue 55):
 
-* the tables' live set ignores pinned versions (and pinned exports' roots);
+* the tables' live set ignores pinned versions (and pinned exports' roots), in expire-snapshots
+  and in remove-orphans;
 * the version listing that both the job and the old checks used hides the oldest retained
   version;
 * table expire deletes files a retained lakehouse version reaches (its live set empty).
@@ -12,6 +13,8 @@ Each scenario runs twice, as it is and with the bug planted: clean, the oracle f
 
 from __future__ import annotations
 
+import os
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -69,6 +72,31 @@ def test_a_live_set_that_ignores_pinned_versions_is_caught(tmp_path, monkeypatch
     if planted:
         ignore_pins(monkeypatch)
     tables_cli(h, "expire-snapshots", "--older-than", "0s", "--unsafe-min-age")
+    monkeypatch.undo()
+    found = problems(h)
+    if not planted:
+        assert found == []
+    else:
+        assert found and "missing" in found[0] and f"pin hold (version {pinned})" in found[0], found
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["clean", "planted"])
+def test_orphans_that_ignore_pinned_versions_are_caught(tmp_path, monkeypatch, planted):
+    """What the pin deferred (expire-snapshots ran clean) is old enough for remove-orphans: only
+    the pinned version's pointer keeps it."""
+    h = Hist(str(tmp_path / "lh"))
+    pinned = h.version_of[ROWS]
+    raise_floor_past_a_pin(h, pinned)
+    tables_cli(h, "expire-snapshots", "--older-than", "0s", "--unsafe-min-age")
+    assert problems(h) == []
+    location = O.local(h.cat.load_table(TABLE).metadata.location)
+    old = time.time() - 10 * 86_400
+    for d, _, names in os.walk(location):
+        for n in names:
+            os.utime(os.path.join(d, n), (old, old))
+    if planted:
+        ignore_pins(monkeypatch)
+    tables_cli(h, "remove-orphans")
     monkeypatch.undo()
     found = problems(h)
     if not planted:
