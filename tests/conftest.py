@@ -94,6 +94,7 @@ LONGEST_FILES = (
     "tests/secrets/test_channels.py",
     "tests/control/test_spark_connect_control.py",
     "tests/rest_catalog/test_spark_sql.py",
+    "tests/rest_catalog/test_views.py", "tests/rest_catalog/test_spark_v3.py",  # Spark 4.1 sessions (issue 53)
     "tests/export/test_export_execution.py",
 )
 

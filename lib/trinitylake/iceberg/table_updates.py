@@ -43,7 +43,9 @@ from pyiceberg.table.update import (
     AssertLastAssignedPartitionId,
     AssertRefSnapshotId,
     AssertTableUUID,
+    RemovePartitionStatisticsUpdate,
     RemovePropertiesUpdate,
+    RemoveStatisticsUpdate,
     SetCurrentSchemaUpdate,
     SetDefaultSortOrderUpdate,
     SetDefaultSpecUpdate,
@@ -189,6 +191,13 @@ class _Builder:
             present = [k for k in u.removals if k in self.md.properties]
             if present:
                 self._apply(RemovePropertiesUpdate(removals=present))
+        elif isinstance(u, RemoveStatisticsUpdate | RemovePartitionStatisticsUpdate):
+            # Java's builder ignores a removal of statistics that are not there; its expiry sends
+            # remove-snapshots, then remove-statistics of those snapshots, which the first update
+            # already dropped (PyIceberg raises "does not exist": a 400 for Spark's expiry).
+            held = self.md.statistics if isinstance(u, RemoveStatisticsUpdate) else self.md.partition_statistics
+            if any(f.snapshot_id == u.snapshot_id for f in held):
+                self._apply(u)
         else:
             self._apply(u)
 
