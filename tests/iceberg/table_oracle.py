@@ -11,7 +11,10 @@ the Avro specification), so a test can check the table jobs' deletions against i
   pinned versions, pinned exports' roots and live distributed transactions' running and
   beginning roots, each table's pointer read by the lakehouse oracle's own reader
   (`tests.oracle.tables`), not by the library the jobs use;
-* `check_tables(...)`: both together, as the table tests assert them after a job.
+* `current_metadata(lh_uri)`: each table's current metadata file, by the latest listed
+  version's pointers (the same reader);
+* `live_problems(...)`: what is missing or kept against all of it, as the table tests assert
+  it after a job.
 """
 
 from __future__ import annotations
@@ -237,3 +240,14 @@ def live_problems(lh_uri: str, current: list[str], universe: set[str]) -> tuple[
     left = sorted(p for p in (universe | ever_reached(set(pointed))) - live if os.path.exists(p))
     out += [f"kept though nothing live reaches it: {p}" for p in left[:5]]
     return out, live
+
+
+def current_metadata(lh_uri: str) -> dict[str, str]:
+    """``namespace.table`` -> local path of the metadata file each table of the latest listed
+    version points at (its current metadata), read by the lakehouse oracle."""
+    from tests.format.oracle import root_name
+    from tests.oracle.expect import latest_version, oracle_for
+    from tests.oracle.tables import table_pointers
+
+    o = oracle_for(lh_uri)
+    return {n: local(u) for n, u in table_pointers(o, f"{o.root}/{root_name(latest_version(o))}").items()}

@@ -95,7 +95,8 @@ def check(lh_uri: str, cat, h: History, phase: str) -> set[str]:
     """The oracle: every file a table's current metadata or a retained version keeps exists;
     every other file any metadata ever reached is gone. Time travel to every retained version
     reads the rows recorded for it. Returns the live set."""
-    current = [cat.load_table(n).metadata_location for n in NAMES]
+    current = sorted(O.current_metadata(lh_uri).values())
+    assert current == sorted(O.local(cat.load_table(n).metadata_location) for n in NAMES), phase
     for loc in current:
         h.see(loc)
     live = O.expected_live(current, retained_metadata(lh_uri))

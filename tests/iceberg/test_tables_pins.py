@@ -61,8 +61,9 @@ class Hist:
 def check(h: Hist, phase: str) -> set[str]:
     """The oracle's live set exists, nothing else any metadata ever reached does, and every
     retained pointer's current snapshot reads the rows it was written with. Returns the live set."""
-    current = [h.cat.load_table(TABLE).metadata_location]
-    h.metadata_files.add(O.local(current[0]))
+    current = [O.current_metadata(h.uri)[TABLE]]
+    assert current == [O.local(h.cat.load_table(TABLE).metadata_location)], phase
+    h.metadata_files.add(current[0])
     problems, live = O.live_problems(h.uri, current, O.ever_reached(h.metadata_files))
     assert not problems, f"{phase}: {problems}"
     from pyiceberg.table import StaticTable

@@ -29,8 +29,8 @@ ROWS = (1, 2)  # the overwrite whose version the scenarios keep (pinned, or the 
 
 
 def problems(h: Hist) -> list[str]:
-    current = [h.cat.load_table(TABLE).metadata_location]
-    h.metadata_files.add(O.local(current[0]))
+    current = [O.current_metadata(h.uri)[TABLE]]
+    h.metadata_files.add(current[0])
     return O.live_problems(h.uri, current, O.ever_reached(h.metadata_files))[0]
 
 

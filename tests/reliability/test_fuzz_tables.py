@@ -125,9 +125,8 @@ class History:
         self.see()
 
     def see(self) -> None:
-        for n in TABLES:
-            loc = self.cat.load_table(n).metadata_location
-            self.metadata_files.add(oracle.local(loc))
+        for loc in oracle.current_metadata(self.uri).values():
+            self.metadata_files.add(loc)
             self.metadata_files |= oracle.log_of(oracle.metadata(loc))
 
     def fresh(self, n: int) -> list[int]:
@@ -142,7 +141,7 @@ class History:
         """The oracle's live set: the tables' current metadata and the pointers of every root
         that keeps table metadata (the lakehouse oracle reads which, and where they point)."""
         pointed = sorted(oracle.retained_metadata(self.uri))
-        current = [self.cat.load_table(n).metadata_location for n in TABLES]
+        current = sorted(oracle.current_metadata(self.uri).values())
         try:
             return oracle.expected_live(current, pointed)
         except FileNotFoundError as e:  # a manifest list or manifest live metadata names is gone
