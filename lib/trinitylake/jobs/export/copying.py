@@ -67,16 +67,14 @@ def verify_written(storage: Storage, path: str, size: int, md5: str, checksum: b
     """Verification right after this process created `path` from bytes whose MD5 it computed.
 
     S3: a HEAD request: the size, and (with `checksum`) the ETag of the single-part PUT, which is
-    the MD5 of what the store received. Elsewhere: a stat for the size; the checksum is the MD5
-    of the very bytes handed to the exclusive create (computed while copying), since re-reading a
-    file just written locally only reads our own page cache back (see the job's module doc).
+    the MD5 of what the store received. Elsewhere, with `checksum`: the file is read back and its
+    size and MD5 compared (`verify_file`). The read mostly comes from the page cache, so it does
+    not prove the platters hold the bytes, but it does catch what the write path stored other
+    than it was handed (a faulty filesystem, FUSE mount or storage layer, a truncated write, a
+    file replaced behind us); a stat alone passes any corruption that keeps the size. Without
+    `checksum` (``verify_checksum: false``): a stat for the size.
     """
-    if storage.head_gives_md5:
-        return verify_file(storage, path, size, md5, checksum)
-    try:
-        return OK if storage.info(path).size == size else MISMATCH
-    except FileNotFoundError:
-        return MISSING
+    return verify_file(storage, path, size, md5, checksum)
 
 
 @dataclass

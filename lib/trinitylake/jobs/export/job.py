@@ -30,11 +30,12 @@ Phases (each timed into ``JobResult.seconds``; placement recorded in ``details["
    and resume) after this one, between their metadata rewrites (`trinitylake.jobs.export.tables`).
 4. **verify**: time spent verifying, summed over the files (it happens inline, per file).
    *What is verified*: on S3 a HEAD request after each PUT compares the size and the ETag (the
-   MD5 of what the store received) with the MD5 computed while copying. On local storage a stat
-   compares the size, and the checksum is that of the bytes handed to the exclusive create:
-   re-reading a file just written would only read our own page cache back, at the price of a
-   second read of every file. Files found already present (re-runs, incremental exports) are
-   read back and compared in full (or by ETag).
+   MD5 of what the store received) with the MD5 computed while copying. On local storage each
+   written file is read back and its size and MD5 compared: mostly from the page cache, so it
+   catches what the write path stored other than it was handed (a same-size corruption passes
+   a stat), not a later disk fault; about 45 us a small file more than a stat, and a second
+   read and hash of a large one (``verify_checksum: false``: a stat only). Files found already
+   present (re-runs, incremental exports) are read back and compared in full (or by ETag).
 5. **commit**: the exported root ``root_name(V)`` is created last (exclusive), the target's
    ``_latest_hint.txt`` raised to V, and the export recorded in the source's definition by a
    normal commit: ``exported_snapshots[name]`` = full URI of the exported root, plus

@@ -29,7 +29,7 @@ Choices (see also ``docs`` in the job module):
   stays: it names the transaction that produced V, in any lakehouse.
 - **Checksums.** MD5 of the bytes as written at the target, computed while copying from the
   one read of the source (S3 returns it as the ETag of a single-part PUT, so a target on S3 is
-  verified with a HEAD request; a local target by its size, see `verify_written`).
+  verified with a HEAD request; a local target by reading each file back, see `verify_written`).
 - **Plan.** ``<target>/_export/<name>/`` holds ``export.json`` (what is being exported, from
   which lakehouse; written before anything else), ``plan/part-NNNNN.parquet`` (one row per file:
   target path, source URI, kind, depth, action; node files also carry their exported bytes, size

@@ -168,7 +168,7 @@ class TablesResult:
 # ---- writing the rewritten files ----------------------------------------------------------------
 class _Writer:
     """Exclusive creates at the target, each verified as the export's copy verifies (the PUT's
-    ETag or a HEAD on S3, the size locally); an existing file is kept when it holds exactly
+    ETag or a HEAD on S3, read back locally); an existing file is kept when it holds exactly
     these bytes (a re-run: rewriting is deterministic), refused otherwise."""
 
     def __init__(self, target: Storage, result: TablesResult):
