@@ -197,3 +197,16 @@ def test_an_expire_headline_counts_only_what_this_run_expired() -> None:
 def test_contradictory_time_travel_flags_are_refused(lh: str) -> None:
     r = tl("--lakehouse", lh, "namespace", "list", "--version", "0", "--as-of", "2026-01-01")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--version and --as-of contradict" in r.stderr
+
+
+def test_another_stores_options_pass_as_they_are(tmp_path: Any) -> None:
+    """S3's keys are known; an fsspec store of another scheme (Azure, GCS) takes its own."""
+    env = {"TLAKE_STORAGE_OPTIONS": '{"account_name": "acct", "sas_token": "x"}'}
+    cfg = load_job_config("walk", overrides={"lakehouse": "abfs://c/lh"}, env=env)
+    assert dict(cfg.storage_options) == {"account_name": "acct", "sas_token": "x"}
+    with pytest.raises(ConfigError, match="environment variable TLAKE_STORAGE_OPTIONS: .*unknown key 'account_name'"):
+        load_job_config("walk", overrides={"lakehouse": "s3://b/lh"}, env=env)
+    layered = load_job_config("export", overrides={"lakehouse": "/lh", "name": "n", "target": "s3://b/x",
+                                                   "target_storage_options": ["region=eu-west-1"]},
+                              env={"TLAKE_EXPORT_TARGET_STORAGE_OPTIONS": '{"client_kwargs": {"verify": false}}'})
+    assert dict(layered.target_storage_options) == {"client_kwargs": {"verify": False, "region_name": "eu-west-1"}}

@@ -52,6 +52,8 @@ from trinitylake.errors import ConfigError, UnsafeOperationError
 from trinitylake.json_data import FrozenDict, JsonObject
 from trinitylake.options import COMMON_OPTIONS, ENV_PREFIX, JOB_OPTIONS, Option, env_var_names
 from trinitylake.redact import redact_text
+from trinitylake.storage.options import check_storage_options
+from trinitylake.storage.uri import parse_uri
 from trinitylake.values import (
     EPOCH,
     format_duration,
@@ -419,6 +421,7 @@ def _merge(job: str, layers: Sequence[_Layer]) -> tuple[JsonObject, dict[str, st
     opts = _job_options(job)
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    given_options: dict[str, list[tuple[str, Any]]] = {}  # storage options as each layer gave them
     for key, opt in opts.items():
         merged[key] = _parse_or_raise(job, opt, opt.default, lambda k: f"default of '{k}'")
         sources[key] = "default"
@@ -430,12 +433,37 @@ def _merge(job: str, layers: Sequence[_Layer]) -> tuple[JsonObject, dict[str, st
             # A Python caller's int duration is milliseconds; a file's, a variable's or a flag's
             # bare number is refused (a duration is written with its unit).
             value = _parse_or_raise(job, opt, raw, layer.label, bare_ms=layer.source == "overrides")
+            if opt.kind == "storage_options":
+                given_options.setdefault(key, []).append((layer.label(key), value))
             if opt.is_map:
                 merged[key] = {**merged[key], **value}
             else:
                 merged[key] = value
             sources[key] = layer.source
+    for key, given in given_options.items():
+        merged[key] = _checked_storage_options(job, key, given, merged)
     return merged, sources
+
+
+def _checked_storage_options(job: str, key: str, given: list[tuple[str, Any]], merged: JsonObject) -> JsonObject:
+    """A storage options option checked layer by layer (an error names the file, variable or
+    flag) against the store it is for: the lakehouse's, or an export's target's (an S3 store
+    knows its keys, `trinitylake.storage.options.check_storage_options`; an unknown store is
+    taken as S3), then merged in the form every client is mapped from."""
+    where = merged.get("target") if key == "target_storage_options" else merged.get("lakehouse")
+    try:
+        scheme = parse_uri(str(where)).scheme if where else "s3"
+    except ValueError:
+        scheme = "s3"  # the URI's own error is told where it is checked
+    out: dict[str, Any] = {}
+    for label, value in given:
+        try:
+            checked = check_storage_options(value, f"{label}: bad value for {job} option {key!r}", scheme=scheme)
+        except ConfigError as e:
+            raise ConfigError(redact_text(str(e))) from None
+        kwargs = {**(out.get("client_kwargs") or {}), **(checked.get("client_kwargs") or {})}
+        out = {**out, **checked, **({"client_kwargs": kwargs} if kwargs else {})}
+    return out
 
 
 def _parse_or_raise(job: str, opt: Option, raw: object, label: Callable[[str], str], *, bare_ms: bool = False) -> Any:

@@ -21,7 +21,6 @@ from trinitylake import lazy
 from trinitylake.errors import InvalidURIError
 from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_value
-from trinitylake.storage.options import check_storage_options
 from trinitylake.storage.uri import normalize_uri
 
 if TYPE_CHECKING:
@@ -229,9 +228,10 @@ class _TextValue(str):
 def _parse_storage_options(value: object) -> JsonObject:
     """fsspec options. Text values are typed (``true`` -> True, ``8`` -> 8); a dotted key
     from text (``client_kwargs.endpoint_url=...``) becomes a nested mapping. The keys and
-    values are checked by the one checker of storage options
-    (`trinitylake.storage.options.check_storage_options`: an unknown key is refused, naming the
-    known ones; ``region`` goes where each client takes it)."""
+    values are checked once the store is known, by the one checker of storage options
+    (`trinitylake.config` calls `trinitylake.storage.options.check_storage_options` for an S3
+    lakehouse or target: an unknown key is refused, naming the known ones; ``region`` goes where
+    each client takes it)."""
     out: dict[str, Any] = {}
     for key, val in _split_pairs(value):
         if isinstance(val, _TextValue):
@@ -246,7 +246,7 @@ def _parse_storage_options(value: object) -> JsonObject:
                 raise ValueError(f"storage option {part!r} is both a value and a mapping")
             target = nested
         target[parts[-1]] = _json_safe_value(val, key)
-    return check_storage_options(out, "storage option")
+    return out
 
 
 def _type_text(text: str) -> Any:

@@ -261,7 +261,8 @@ def _check_group_values(lakehouse_uri: str | None, control_uri: str | None, opti
             except InvalidURIError as e:
                 raise click.BadParameter(str(e), param_hint=flag) from None
     try:
-        check_storage_options(options, "--storage-option")
+        scheme = parse_uri(lakehouse_uri).scheme if lakehouse_uri else "s3"
+        check_storage_options(options, "--storage-option", scheme=scheme)
     except ValidationError as e:
         raise click.UsageError(str(e)) from None
 

@@ -102,7 +102,8 @@ KNOWN_CLIENT_KWARGS = frozenset({"region_name", "endpoint_url", "verify", "use_s
 _TRUE, _FALSE = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0"})
 
 
-def check_storage_options(options: Mapping[str, Any] | None, where: str = "storage option") -> StorageOptions:
+def check_storage_options(options: Mapping[str, Any] | None, where: str = "storage option", *,
+                          scheme: str = "s3") -> StorageOptions:
     """Storage options checked and put in the one form every client is mapped from (s3fs's).
 
     ``region`` and ``region_name`` become ``client_kwargs["region_name"]`` (s3fs passes only
@@ -113,6 +114,8 @@ def check_storage_options(options: Mapping[str, Any] | None, where: str = "stora
     Args:
         options: the options as given (None: none).
         where: how the user gave them, named in an error (``--storage-option``, a file's key).
+        scheme: the store's scheme: the known keys are S3's (s3fs, the engine, FileIO); another
+            fsspec filesystem (``gs://``, ``abfs://``) takes its own keys, passed as they are.
 
     Raises:
         ConfigError: an unknown key (the message lists the known ones) or a value of the wrong
@@ -129,6 +132,8 @@ region_name, profile, key, secret, token, anon, client_kwargs, config_kwargs, s3
 requester_pays, version_aware, cache_regions, use_listings_cache, listings_expiry_time, skip_instance_cache, \
 default_block_size, default_fill_cache, default_cache_type, max_concurrency, fixed_upload_size
     """
+    if scheme != "s3":
+        return dict(options or {})
     out: dict[str, Any] = {}
     region: Any = None
     for key, value in (options or {}).items():
