@@ -62,6 +62,7 @@ from trinitylake.errors import (
 )
 from trinitylake.format import definitions
 from trinitylake.iceberg import views
+from trinitylake.iceberg.metadata_cache import read_table_metadata
 from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, check_creates, commit_response
 from trinitylake.iceberg.table_updates import (
     apply_updates,
@@ -218,7 +219,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         location = self._absolute(location)
         io = load_file_io(properties=self.properties, location=location)
         try:
-            metadata = FromInputFile.table_metadata(io.new_input(location))
+            metadata = read_table_metadata(io, location)  # parsed once per location (metadata_cache.py)
         except FileNotFoundError:
             # Iceberg's answer (404 NotFound, the metadata location its clients are served anyway),
             # not the storage library's error text

@@ -48,6 +48,8 @@ from trinitylake.rest_catalog import models
 from trinitylake.rest_catalog import views as view_routes
 from trinitylake.rest_catalog.auth import Authenticator, OAuthError, Principal
 from trinitylake.rest_catalog.errors import RestError, bad_request, error_response, exception_response
+from trinitylake.rest_catalog.group_commit import GroupCommitter
+from trinitylake.rest_catalog.load_cache import LoadCache
 from trinitylake.rest_catalog.served import served
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,7 @@ _PREFIX = re.compile(r"^(?:(latest)|version-(\d+)|as-of-(.+)|export-(.+))$")
 _TRAVEL_PARAMS = ("version", "as-of", "export")
 
 Json = dict[str, object]
-Result = Json | str | None  # a JSON object, JSON text, or nothing (204)
+Result = Json | str | Response | None  # a JSON object, JSON text, a whole response, or nothing (204)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class Call:
     principal: Principal
     body: pydantic.BaseModel | None
     catalog: TrinityLakeCatalog
+    if_none_match: str | None = None  # the request's If-None-Match header (load-table's ETag)
 
 
 def _endpoints() -> list[str]:
@@ -183,6 +186,8 @@ class CatalogService:
             log.warning("allow_purge (--allow-purge) is ignored: a purge drops the table from the lakehouse and "
                         "keeps its files, which retained versions read (tlake tables remove-orphans collects them)")
         self._local = threading.local()
+        self.loads = LoadCache(_load_result)  # load-table answers by metadata location, ETag (load_cache.py)
+        self.group = GroupCommitter()  # table commits: one lakehouse version per group (group_commit.py)
         self.base = self._thread_catalog()  # opened once here: a missing lakehouse fails the start
 
     def _thread_catalog(self) -> TrinityLakeCatalog:
@@ -229,9 +234,12 @@ class CatalogService:
                     raise RestError(403, "ForbiddenException",
                                     f"time travel ({travel[0]} {travel[1]}) is read-only: writes go to the latest version")
                 parsed = _parse(body, await _read_body(request, self.settings.max_body_bytes)) if body else None
-                result = await run_in_threadpool(self._run, handler, params, query, principal, parsed, travel)
+                result = await run_in_threadpool(self._run, handler, params, query, principal, parsed, travel,
+                                                 request.headers.get("if-none-match"))
             except Exception as e:  # noqa: BLE001 - every failure answers the error model
                 return exception_response(e)
+            if isinstance(result, Response):
+                return result
             if result is None:
                 return Response(status_code=204)
             if isinstance(result, str):
@@ -242,8 +250,9 @@ class CatalogService:
                 Route(f"/v1/{{prefix}}/{path}", endpoint, methods=methods)]
 
     def _run(self, handler: Callable[[Call], Result], params: dict[str, str], query: dict[str, str],
-             principal: Principal, body: pydantic.BaseModel | None, travel: tuple[str, str] | None) -> Result:
-        return handler(Call(params, query, principal, body, self.catalog_for(travel, principal)))
+             principal: Principal, body: pydantic.BaseModel | None, travel: tuple[str, str] | None,
+             if_none_match: str | None = None) -> Result:
+        return handler(Call(params, query, principal, body, self.catalog_for(travel, principal), if_none_match))
 
     # ---- config ------------------------------------------------------------------------------
     def config(self, call: Call) -> Result:
@@ -322,7 +331,7 @@ class CatalogService:
 
     def load_table(self, call: Call) -> Result:
         t = call.catalog.load_table(_table(call))
-        return _load_result(t.metadata, t.metadata_location)
+        return self.loads.answer(t.metadata, t.metadata_location, call.if_none_match)
 
     def table_exists(self, call: Call) -> Result:
         self.load_table(call)
@@ -335,7 +344,7 @@ class CatalogService:
         if body.identifier is not None and (body.identifier.namespace, body.identifier.name) != ([ident[0]], ident[1]):
             raise bad_request(f"the body names table {'.'.join(body.identifier.namespace)}.{body.identifier.name}, "
                               f"the path {ident[0]}.{ident[1]}")
-        resp = call.catalog.commit_changes(ident, body.requirements, body.updates)
+        resp = self.group.commit(call.catalog, ident, tuple(body.requirements), tuple(body.updates))
         return _load_result(resp.metadata, resp.metadata_location)
 
     def drop_table(self, call: Call) -> Result:

@@ -1,0 +1,258 @@
+"""Group commit: the table commits that arrive while a lakehouse version is being written go
+together into the next one.
+
+The lakehouse's root is the one point every writer of every table passes through; a database
+meets the same one-log bottleneck with group commit, and so does the server
+(`GroupCommitter.commit`, used by ``POST .../tables/{table}``):
+
+* A commit joins the queue. When no group is being written, the first waiting commit's thread
+  leads: it takes every queued commit, in arrival order, into one lakehouse transaction. The
+  others wait, and the commits arriving meanwhile form the next group.
+* Each commit's requirements are checked in order against the state it will be applied to:
+  the table as the transaction reads it, plus the group's earlier commits to the same table.
+  A commit whose requirements fail (or whose updates are refused) is answered alone with its
+  own error (409 ``CommitFailedException``) and the group goes on without it.
+* Nothing is answered before its version exists: every answer waits for the group's root.
+* The audit keeps one row per client commit: the transaction's own ``committed`` row names the
+  group's first commit; every other commit gets a ``committed`` row of its own (its own
+  txn_seq, the same transaction id) naming the version it landed in.
+* Several servers on one lakehouse: a root race lost to another process is rebased by the
+  lakehouse transaction (other tables' commits are no conflict); when the other process
+  changed a table of this group, the group is rebuilt from scratch over the new latest version
+  and tried again, so each commit is checked against what it now applies to, and a client
+  never sees another group's conflict as its own unless its own requirements fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.table import CommitTableResponse, Table
+
+from trinitylake.errors import TransactionConflictError, TransactionExpiredError, UnknownOutcomeError
+from trinitylake.iceberg.multi_table import check_creates, commit_response
+
+if TYPE_CHECKING:
+    from pyiceberg.table.update import TableRequirement, TableUpdate
+
+    from trinitylake.control import AuditRecord
+    from trinitylake.iceberg import TrinityLakeCatalog
+    from trinitylake.lakehouse.audit import Auditor
+
+log = logging.getLogger(__name__)
+
+#: How many times a group is rebuilt after losing to another process's commit of its tables.
+MAX_REGROUPS = 8
+#: The most commits one group takes (the rest wait for the next).
+MAX_GROUP = 256
+
+
+@dataclass
+class _Commit:
+    catalog: TrinityLakeCatalog
+    key: tuple[str, str]
+    requirements: tuple[TableRequirement, ...]
+    updates: tuple[TableUpdate, ...]
+    done: bool = False
+    response: CommitTableResponse | None = None
+    error: BaseException | None = None
+    version: int | None = None
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def what(self) -> str:
+        return f"commit table {self.key[0]}.{self.key[1]}"
+
+
+class GroupCommitter:
+    """One per server process: see the module doc."""
+
+    def __init__(self, max_group: int = MAX_GROUP):
+        self._cond = threading.Condition()
+        self._queue: list[_Commit] = []
+        self._leading = False
+        self.max_group = max_group
+        #: Groups written and commits in them (for tests and the benchmark).
+        self.groups = 0
+        self.commits = 0
+
+    def commit(self, catalog: TrinityLakeCatalog, key: tuple[str, str], requirements: tuple[TableRequirement, ...],
+               updates: tuple[TableUpdate, ...]) -> CommitTableResponse:
+        """Commit `updates` to table `key` as `TrinityLakeCatalog.commit_changes` does, in the next
+        group; returns once the version holding it exists (or raises this commit's own error)."""
+        mine = _Commit(catalog, key, tuple(requirements), tuple(updates))
+        with self._cond:
+            self._queue.append(mine)
+            while not mine.done and self._leading:
+                self._cond.wait()
+            if not mine.done:
+                self._leading = True
+                group, self._queue = self._queue[:self.max_group], self._queue[self.max_group:]
+        if not mine.done:
+            try:
+                self._write(mine.catalog, group)
+            except BaseException as e:  # noqa: BLE001 - every commit of the group gets an answer
+                for c in group:
+                    if not c.done:
+                        c.error, c.done = e, True
+                raise
+            finally:
+                with self._cond:
+                    self._leading = False
+                    self.groups += 1
+                    self.commits += len(group)
+                    self._cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.response is not None
+        return mine.response
+
+    # ---- one group ---------------------------------------------------------------------------
+    def _write(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> None:
+        """Write `group` as one version (rebuilt after a lost race), answering every commit."""
+        for attempt in range(1, MAX_REGROUPS + 1):
+            try:
+                self._attempt(catalog, group)
+                return
+            except (TransactionConflictError, TransactionExpiredError) as e:
+                if attempt == MAX_REGROUPS:
+                    for c in group:
+                        if not c.done:
+                            c.error = CommitFailedException(f"{c.what}: {e}")
+                            c.done = True
+                    return
+                log.info("group of %d commits lost to a concurrent commit (%s); rebuilding it", len(group), e)
+
+    def _attempt(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> None:
+        txn = catalog.begin_write("group commit")
+        tables: dict[tuple[str, str], Table | None] = {}
+        pending: dict[tuple[str, str], str] = {}
+        actions: dict[tuple[str, str], str] = {}  # alter or create, as `tlake show` names the change
+        written: list[str] = []
+        landed: list[tuple[_Commit, CommitTableResponse]] = []
+        refused: list[tuple[_Commit, BaseException]] = []
+        try:
+            for c in group:
+                if c.done:
+                    continue
+                try:
+                    if c.key not in tables:
+                        tables[c.key] = catalog.table_in(txn, c.key[0], c.key[1])
+                    current = tables[c.key]
+                    if current is None:
+                        check_creates(txn, c.key[0], c.key[1], c.requirements)
+                    staged = catalog.stage_table_update(current, c.key, c.requirements, c.updates)
+                    if current is not None and staged.metadata == current.metadata:
+                        landed.append((c, commit_response(current.metadata, current.metadata_location)))
+                        continue
+                    catalog.write_staged(staged)
+                except Exception as e:  # noqa: BLE001 - this commit's own error, answered alone
+                    refused.append((c, e))
+                    continue
+                written.append(staged.metadata_location)
+                tables[c.key] = Table(identifier=c.key, metadata=staged.metadata,
+                                      metadata_location=staged.metadata_location, io=staged.io, catalog=catalog)
+                pending[c.key] = staged.metadata_location
+                landed.append((c, commit_response(staged.metadata, staged.metadata_location)))
+            for (ns, t), location in pending.items():
+                if txn.table_exists(ns, t):
+                    txn.alter_table(ns, t, metadata_location=location)
+                    actions[(ns, t)] = "alter"
+                else:
+                    actions[(ns, t)] = "create"
+                    txn.create_table(ns, t, metadata_location=location, table_type="managed")
+        except BaseException:
+            if not txn.closed:
+                txn.rollback()
+            catalog.delete_unreferenced(written)
+            raise
+        version: int | None = None
+        if pending:
+            first = next(c for c, r in landed if c.key in pending)
+            others = [c for c, _ in landed if c is not first and c.key in pending]
+            lh = catalog.lakehouse
+            real = lh.auditor
+            lh.auditor = _GroupAuditor(real, self, others, len(landed), actions)  # type: ignore[assignment]
+            try:
+                version = txn.commit(command=f"{first.catalog.audit_command} {first.what}",
+                                     arguments=self._arguments(first, len(landed)))
+            except (TransactionConflictError, TransactionExpiredError):
+                catalog.delete_unreferenced(written)
+                raise
+            except UnknownOutcomeError as e:
+                for c, _ in landed:
+                    c.error, c.done = CommitStateUnknownException(f"{c.what}: {e}"), True
+                for c, err in refused:
+                    c.error, c.done = err, True
+                return
+            finally:
+                lh.auditor = real
+        else:
+            txn.rollback()
+        for c, resp in landed:
+            c.response, c.version, c.done = resp, version, True
+        for c, err in refused:
+            c.error, c.done = err, True
+
+    @staticmethod
+    def _arguments(c: _Commit, size: int) -> dict[str, str]:
+        return {"catalog": c.catalog.name, "operation": c.what, **c.catalog.audit_arguments,
+                "group_commits": str(size)}
+
+    def audit_rows(self, auditor: Auditor, txn_id: str, version: int, others: list[_Commit], size: int,
+                   actions: dict[tuple[str, str], str], isolation: str | None, attempts: int | None
+                   ) -> list[AuditRecord]:
+        """One ``committed`` row for each commit of the group but the first (whose row the
+        transaction makes), each at a txn_seq of its own, naming the version it landed in."""
+        rows = []
+        for c in others:
+            seq = auditor.allocate_seq(txn_id)
+            if seq is None:
+                break
+            rows.append(auditor.record(
+                txn_seq=seq, record_type="committed", txn_id=txn_id,
+                command=f"{c.catalog.audit_command} {c.what}", arguments=self._arguments(c, size),
+                started_at=c.started, ended_at=datetime.now(UTC), version_before=version - 1,
+                version_after=version, changes=[f"{actions.get(c.key, 'alter')} table {c.key[0]}.{c.key[1]}"],
+                isolation=isolation, attempts=attempts))
+        return rows
+
+
+class _GroupAuditor:
+    """The lakehouse's auditor while a group's transaction commits: the transaction's own
+    ``committed`` row and the group's other rows go to the control table in one append (one
+    Delta commit per version, not one per client commit). Everything else is the real one's."""
+
+    def __init__(self, real: Auditor, committer: GroupCommitter, others: list[_Commit], size: int,
+                 actions: dict[tuple[str, str], str]):
+        self._real, self._committer, self._others, self._size, self._actions = real, committer, others, size, actions
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def committed(self, seq: int | None, txn_id: str, command: str, arguments: dict, started: datetime,
+                  version_before: int | None, version_after: int, changes: list[str], *,
+                  isolation: str | None = None, attempts: int | None = None,
+                  metrics: dict[str, float] | None = None) -> None:
+        real = self._real
+        if seq is None:
+            return
+        try:
+            rows = [real.record(txn_seq=seq, record_type="committed", txn_id=txn_id, command=command,
+                                arguments=arguments, started_at=started, ended_at=datetime.now(UTC),
+                                version_before=version_before, version_after=version_after, changes=changes,
+                                isolation=isolation, attempts=attempts, metrics=metrics or {})]
+            rows += self._committer.audit_rows(real, txn_id, version_after, self._others, self._size, self._actions,
+                                               isolation, attempts)
+        except Exception as e:  # noqa: BLE001 - never fail a committed version over its audit rows
+            log.warning("audit rows of group commit version %s not made: %s", version_after, e)
+            return
+        if real.append(rows):
+            real._mark_audited(version_after)  # noqa: SLF001 - as Auditor.committed does after its row
+            if version_before is not None:
+                real.reconcile_before(version_after)

@@ -1,0 +1,196 @@
+"""Group commit in the catalog server (issue 57; lib/trinitylake/rest_catalog/group_commit.py).
+
+Over real lakehouses and real servers: concurrent PyIceberg RestCatalog writers on many tables
+through two server processes on one lakehouse; every acknowledged commit is in its table's
+history exactly once, with one audit row naming the version it landed in, and every refused
+commit is absent. The histories are read with the independent oracle (tests/oracle) and the
+metadata files with plain json; the audit rows with deltalake directly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid as uuid_mod
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.update import AssertTableUUID, SetPropertiesUpdate
+
+from tests.oracle.expect import oracle_for
+from tests.oracle.tables import root_name, table_pointers
+from tests.rest_catalog.server import new_lakehouse, start
+from trinitylake.iceberg import TrinityLakeCatalog
+from trinitylake.rest_catalog.group_commit import GroupCommitter, _Commit
+
+SCHEMA = pa.schema([pa.field("id", pa.int64())])
+KEEP_LOG = {"write.metadata.previous-versions-max": "10000"}
+
+
+def _local(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+def _history(metadata_uri: str) -> list[dict]:
+    """Every metadata file of a table's chain, oldest first (its metadata-log, then itself), as plain JSON."""
+    cur = json.loads(Path(_local(metadata_uri)).read_text())
+    chain = [json.loads(Path(_local(e["metadata-file"])).read_text()) for e in cur.get("metadata-log", [])]
+    return [*chain, cur]
+
+
+def _values(metadata_uri: str, key: str) -> list[str]:
+    """The successive values of property `key` along the table's history (one per commit that set it)."""
+    out, last = [], None
+    for m in _history(metadata_uri):
+        v = m.get("properties", {}).get(key)
+        if v is not None and v != last:
+            out.append(v)
+        last = v
+    return out
+
+
+def _audit_rows(lakehouse: str) -> list[dict]:
+    return DeltaTable(_local(lakehouse).rstrip("/") + "/_control").to_pyarrow_table().to_pylist()
+
+
+def _commit_rows(lakehouse: str, table: str) -> list[dict]:
+    return [r for r in _audit_rows(lakehouse)
+            if r["record_type"] == "committed" and r["command"] == f"catalog serve commit table {table}"]
+
+
+def _pointer_versions(lakehouse: str, table: str) -> dict[int, str]:
+    """version -> the table's metadata location in it (independent oracle)."""
+    o = oracle_for(lakehouse)
+    out = {}
+    for v in o.listed_versions():
+        loc = table_pointers(o, f"{o.root}/{root_name(v)}").get(table)
+        if loc is not None:
+            out[v] = loc
+    return out
+
+
+def test_a_failing_requirement_is_refused_alone_amid_a_group(tmp_path: Path) -> None:
+    """One group of 5 commits on 4 tables (two on one table), the third with a requirement that
+    fails: it alone is refused; the other four land in one version, two on the shared table in
+    order, with one audit row each naming that version."""
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("rest", lakehouse=lh)
+    cat.create_namespace("n")
+    uuids = {}
+    for i in range(3):
+        uuids[i] = cat.create_table(f"n.t{i}", schema=SCHEMA, properties=KEEP_LOG).metadata.table_uuid
+    before = cat.lakehouse.latest_version()
+    cat.audit_command = "catalog serve"
+
+    def c(i: int, value: str, uuid=None) -> _Commit:
+        return _Commit(cat, ("n", f"t{i}"), (AssertTableUUID(uuid=uuid or uuids[i]),),
+                       (SetPropertiesUpdate(updates={"c": value}),))
+
+    group = [c(0, "a"), c(1, "b"), c(2, "bad", uuid_mod.uuid4()), c(0, "a2"), c(2, "c")]
+    GroupCommitter()._write(cat, group)
+    assert [x.error is None for x in group] == [True, True, False, True, True]
+    assert isinstance(group[2].error, CommitFailedException) and "UUID" in str(group[2].error).upper()
+    assert {x.version for x in group if x.error is None} == {before + 1}
+    assert cat.lakehouse.latest_version() == before + 1
+    t0 = cat.load_table("n.t0")
+    assert _values(t0.metadata_location, "c") == ["a", "a2"]
+    assert _values(cat.load_table("n.t2").metadata_location, "c") == ["c"]
+    rows = [r for r in _audit_rows(lh) if r["record_type"] == "committed" and r["version_after"] == before + 1]
+    assert sorted(r["command"] for r in rows) == sorted(
+        f"catalog serve commit table n.t{i}" for i in (0, 1, 0, 2))
+    assert len({r["txn_seq"] for r in rows}) == 4
+
+
+def _writer(cat: RestCatalog, table: str, key: str, n: int, acked: list[str], refused: list[str]) -> None:
+    t = cat.load_table(table)
+    for k in range(n):
+        value = f"{key}-{k}"
+        try:
+            with t.transaction() as tx:
+                tx.set_properties(**{key: value})
+            acked.append(value)
+        except CommitFailedException:
+            refused.append(value)
+            t = cat.load_table(table)
+
+
+@pytest.mark.timeout(600)
+def test_many_writers_through_two_servers_each_commit_exactly_once(tmp_path: Path) -> None:
+    """32 writers on 32 tables plus 3 on one shared table (whose stale commits are refused),
+    through two server processes on one lakehouse."""
+    lh = new_lakehouse(tmp_path / "lh")
+    servers = [start(lh, tmp_path), start(lh, tmp_path)]
+    try:
+        cats = [RestCatalog(f"r{i}", uri=s.url, token=s.token) for i, s in enumerate(servers)]
+        cats[0].create_namespace("n")
+        for i in range(32):
+            cats[i % 2].create_table(f"n.t{i}", schema=SCHEMA, properties=KEEP_LOG)
+        cats[1].create_table("n.shared", schema=SCHEMA, properties=KEEP_LOG)
+        acked: dict[str, list[str]] = {}
+        refused: dict[str, list[str]] = {}
+        threads = []
+        for i in range(32):
+            acked[f"t{i}"], refused[f"t{i}"] = [], []
+            threads.append(threading.Thread(target=_writer, args=(
+                RestCatalog(f"w{i}", uri=servers[i % 2].url, token=servers[i % 2].token), f"n.t{i}", "c", 6,
+                acked[f"t{i}"], refused[f"t{i}"])))
+        for j in range(3):
+            acked[f"s{j}"], refused[f"s{j}"] = [], []
+            threads.append(threading.Thread(target=_snapshot_writer, args=(
+                RestCatalog(f"s{j}", uri=servers[j % 2].url, token=servers[j % 2].token), "n.shared", f"s{j}", 6,
+                acked[f"s{j}"], refused[f"s{j}"])))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for s in servers:
+            s.stop()
+
+    for i in range(32):
+        # each writer alone on its table: nothing refused, every commit once, in order
+        assert refused[f"t{i}"] == []
+        table = f"n.t{i}"
+        pointers = _pointer_versions(lh, table)
+        latest = pointers[max(pointers)]
+        assert _values(latest, "c") == acked[f"t{i}"]
+        rows = _commit_rows(lh, table)
+        assert len(rows) == len(acked[f"t{i}"]) == 6
+        # each row names the version its commit landed in: the table's pointer changed there
+        for r in rows:
+            v = r["version_after"]
+            assert pointers[v] != pointers.get(v - 1), (table, v)
+        assert len({r["version_after"] for r in rows}) == 6
+    shared = _pointer_versions(lh, "n.shared")
+    history = _history(shared[max(shared)])
+    snap_values = Counter(m["properties"].get("w") for m in history)
+    ok = [v for j in range(3) for v in acked[f"s{j}"]]
+    bad = [v for j in range(3) for v in refused[f"s{j}"]]
+    assert ok and len(ok) + len(bad) == 18
+    for v in ok:
+        assert snap_values[v] == 1, v
+    for v in bad:
+        assert snap_values[v] == 0, v
+    assert len(history[-1]["snapshots"]) == len(ok)  # each acknowledged append once, no refused one
+    assert len(_commit_rows(lh, "n.shared")) == len(ok)
+
+
+def _snapshot_writer(cat: RestCatalog, table: str, key: str, n: int, acked: list[str], refused: list[str]) -> None:
+    """Appends with a property naming the commit: appends to one table from several writers
+    assert the table's current snapshot, so a stale one is refused (409)."""
+    t = cat.load_table(table)
+    for k in range(n):
+        value = f"{key}-{k}"
+        try:
+            with t.transaction() as tx:
+                tx.append(pa.table({"id": [k]}, schema=SCHEMA))
+                tx.set_properties(w=value)
+            acked.append(value)
+        except CommitFailedException:
+            refused.append(value)
+        t = cat.load_table(table)
