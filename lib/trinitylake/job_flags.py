@@ -37,6 +37,8 @@ def _default_text(opt: Option) -> str:
 def option_param(opt: Option) -> click.Option:
     """The click flag of one job option."""
     help_text = f"{opt.help} [default: {_default_text(opt)}]"
+    if opt.kind == "duration":
+        help_text += " With its unit: 500ms, 90s, 10m, 36h, 7d (a bare number is refused)."
     if opt.kind == "bool":
         return click.Option([f"{opt.cli_flag}/--no-{opt.cli_flag[2:]}", opt.name], default=None, help=help_text)
     if opt.is_map:
