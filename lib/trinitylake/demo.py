@@ -200,6 +200,11 @@ def demo_jobs(lh_dir: str, export_dir: str, master: str) -> list[tuple[str, list
     ]
 
 
+def show_args(lh_dir: str) -> list[str]:
+    """The `tlake` arguments of the history the demo prints near its end."""
+    return ["--lakehouse", lh_dir, "show", "--limit", "12"]
+
+
 def follow_ups(lh_dir: str, export_dir: str) -> list[str]:
     """The `tlake` commands the demo suggests at its end (tests run them)."""
     return [shlex.join(["tlake", "--lakehouse", lh_dir, "versions"]),
@@ -314,10 +319,12 @@ def demo(directory: str, tables: int, master: str) -> int:
     # Last: Spark SQL through the catalog server inserts a row into shop.orders, which the
     # checks above count.
     rc |= serve_and_query(str(lh_dir))
-    console.rule("[bold]tlake show --limit 12")
+    show = show_args(str(lh_dir))
+    console.rule("[bold]tlake show")
+    console.print(f"$ {escape(shlex.join(['tlake', *show]))}", soft_wrap=True, highlight=False)
 
     try:
-        cli.main(args=["--lakehouse", str(lh_dir), "show", "--limit", "12"], prog_name="tlake", standalone_mode=False)
+        cli.main(args=show, prog_name="tlake", standalone_mode=False)
     except SystemExit as e:
         rc |= int(e.code or 0)
     out = base / "report.html"

@@ -25,7 +25,8 @@ def test_every_command_the_demo_prints_runs(tmp_path):
     # `make demo` runs its jobs in process and heads each with the `tlake` command that does the
     # same (issue 54: it printed `tlake tables_expire`, which does not exist, and `--target
     # --with-tables` without the target). Each printed command runs here as printed, in the
-    # demo's order, on a small demo lakehouse; then the commands it suggests at its end.
+    # demo's order, on a small demo lakehouse; then its `tlake show` and the commands it
+    # suggests at its end.
     import shlex
     import subprocess
     import sys
@@ -41,7 +42,8 @@ def test_every_command_the_demo_prints_runs(tmp_path):
     printed = [demo.command_line(job, args) for job, args in demo.demo_jobs(lh_dir, export_dir, "local[2]")]
     assert [p.split()[3:5] for p in printed][5:7] == [["tables", "expire-snapshots"], ["tables", "remove-orphans"]]
     assert shlex.split(printed[-1])[-3:] == ["--target", export_dir, "--with-tables"]
-    for line in [*printed, *demo.follow_ups(lh_dir, export_dir)]:
+    shown = shlex.join(["tlake", *demo.show_args(lh_dir)])
+    for line in [*printed, shown, *demo.follow_ups(lh_dir, export_dir)]:
         argv = shlex.split(line)
         assert argv[0] == "tlake", line
         p = subprocess.run([tlake, *argv[1:]], capture_output=True, text=True, timeout=600)
