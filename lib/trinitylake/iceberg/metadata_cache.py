@@ -45,6 +45,16 @@ def read_table_metadata(io: FileIO, location: str) -> TableMetadata:
     return metadata
 
 
+def remember(location: str, metadata: TableMetadata) -> None:
+    """Keep `metadata`, just written to `location` by this process, as that location's (so the
+    next commit or load of the table does not read it back)."""
+    with _lock:
+        _cache[location] = metadata
+        _cache.move_to_end(location)
+        while len(_cache) > MAX_ENTRIES:
+            _cache.popitem(last=False)
+
+
 def forget(location: str) -> None:
     """Drop `location` from the cache (its file was deleted)."""
     with _lock:

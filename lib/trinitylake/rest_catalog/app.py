@@ -345,7 +345,7 @@ class CatalogService:
             raise bad_request(f"the body names table {'.'.join(body.identifier.namespace)}.{body.identifier.name}, "
                               f"the path {ident[0]}.{ident[1]}")
         resp = self.group.commit(call.catalog, ident, tuple(body.requirements), tuple(body.updates))
-        return _load_result(resp.metadata, resp.metadata_location)
+        return self.loads.answer(resp.metadata, resp.metadata_location)  # kept for the next load, with its ETag
 
     def drop_table(self, call: Call) -> Result:
         ident = _table(call)

@@ -35,6 +35,7 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.table import CommitTableResponse, Table
 
 from trinitylake.errors import TransactionConflictError, TransactionExpiredError, UnknownOutcomeError
+from trinitylake.iceberg.metadata_cache import remember
 from trinitylake.iceberg.multi_table import check_creates, commit_response
 
 if TYPE_CHECKING:
@@ -151,6 +152,7 @@ class GroupCommitter:
                         landed.append((c, commit_response(current.metadata, current.metadata_location)))
                         continue
                     catalog.write_staged(staged)
+                    remember(staged.metadata_location, staged.metadata)
                 except Exception as e:  # noqa: BLE001 - this commit's own error, answered alone
                     refused.append((c, e))
                     continue

@@ -1,0 +1,75 @@
+"""Loads without re-reading what has not changed (issue 57; rest_catalog/load_cache.py,
+iceberg/metadata_cache.py): load-table answers ``ETag``, ``If-None-Match`` with the current one
+is ``304 Not Modified``, and what one server keeps never hides another process's commit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import requests
+from pyiceberg.catalog.rest import RestCatalog
+
+from tests.rest_catalog.server import new_lakehouse, start
+
+SCHEMA = pa.schema([pa.field("id", pa.int64())])
+
+
+def _get(srv, path: str, etag: str | None = None) -> requests.Response:
+    headers = {"Authorization": f"Bearer {srv.token}"}
+    if etag is not None:
+        headers["If-None-Match"] = etag
+    return requests.get(f"{srv.url}/v1/{path}", headers=headers, timeout=30)
+
+
+def test_etag_304_and_another_servers_commit_is_seen_at_the_next_load(tmp_path: Path) -> None:
+    lh = new_lakehouse(tmp_path / "lh")
+    a, b = start(lh, tmp_path), start(lh, tmp_path)
+    try:
+        ca = RestCatalog("a", uri=a.url, token=a.token)
+        cb = RestCatalog("b", uri=b.url, token=b.token)
+        ca.create_namespace("n")
+        ca.create_table("n.t", schema=SCHEMA)
+        path = "namespaces/n/tables/t"
+
+        first = _get(a, path)
+        assert first.status_code == 200
+        etag = first.headers["ETag"]
+        assert etag.startswith('"') and etag.endswith('"')
+        again = _get(a, path, etag)
+        assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == etag
+        assert _get(a, path, f"W/{etag}").status_code == 304  # weak comparison, as RFC 9110 asks
+        assert _get(a, path, '"something-else"').status_code == 200
+        # the other server answers the same ETag for the same metadata
+        assert _get(b, path).headers["ETag"] == etag
+
+        # another process commits: the next load through `a` sees it, with a new ETag
+        t = cb.load_table("n.t")
+        with t.transaction() as tx:
+            tx.set_properties(k="from-b")
+        after = _get(a, path, etag)
+        assert after.status_code == 200
+        assert after.json()["metadata"]["properties"]["k"] == "from-b"
+        assert after.json()["metadata-location"] == cb.load_table("n.t").metadata_location
+        assert after.headers["ETag"] != etag
+        assert _get(a, path, after.headers["ETag"]).status_code == 304
+
+        # a commit's answer carries the ETag its next load answers
+        t = ca.load_table("n.t")
+        with t.transaction() as tx:
+            tx.set_properties(k="from-a")
+        now = _get(b, path)
+        assert now.json()["metadata"]["properties"]["k"] == "from-a"
+        assert _get(a, path).headers["ETag"] == now.headers["ETag"]
+
+        # a metadata file deleted behind the servers' backs is reported missing, kept or not
+        loc = now.json()["metadata-location"]
+        os.remove(loc.removeprefix("file://"))
+        for srv in (a, b):
+            gone = _get(srv, path)
+            assert gone.status_code == 404, gone.text
+            assert "metadata file is missing" in gone.json()["error"]["message"]
+    finally:
+        a.stop()
+        b.stop()
