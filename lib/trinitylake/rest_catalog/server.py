@@ -133,7 +133,9 @@ def bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as e:
         raise ConfigError(f"cannot bind {host}:{port}: unknown host ({e.strerror})") from None
     family = infos[0][0] if infos else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; with proto 0 every
+    # answer sent in two writes (headers, body) waited for the client's delayed ACK (~40 ms a request)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(infos[0][4] if infos else (host, port))
