@@ -29,7 +29,6 @@ from rich.table import Table
 
 from trinitylake.cli.common import Ctx, console
 from trinitylake.cli.jobs import JobOptionsCommand, fail_with, load_cli_config
-from trinitylake.errors import TrinityLakeError
 from trinitylake.jobs.runner import EXIT_PARTIAL, PARTIAL, JobFailedError, run_job
 from trinitylake.runs.results import JobResult
 
@@ -57,7 +56,7 @@ def run_tables_job(ctx: Ctx, job: str, flags: dict[str, Any]) -> JobResult:
         return run_job(job, cfg, audit=ctx.audit)
     except JobFailedError as e:
         fail_with(e.__cause__ or e)
-    except TrinityLakeError as e:
+    except Exception as e:  # noqa: BLE001 - one typed line, never a traceback
         fail_with(e)
 
 
