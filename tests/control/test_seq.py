@@ -109,3 +109,15 @@ def test_concurrent_processes_s3(s3_bucket, s3_storage_options):
     _check_concurrent(results)
     alloc = SeqAllocator(Storage(root, dict(s3_storage_options)))
     assert alloc.last() == max(s for per in results for s, _, _ in per)
+
+
+def test_allocate_many_takes_increasing_free_numbers_and_writes_the_hint_once(alloc):
+    """`SeqAllocator.allocate_many` (the catalog server's group commit): numbers another
+    allocator took in between are skipped, each taken one holds the txn id, the hint ends at the last."""
+    assert alloc.allocate("a") == 1
+    alloc.storage.create_exclusive(alloc.marker_path(4), b"other")  # another allocator, racing ahead
+    got = alloc.allocate_many("g", 4)
+    assert got == [2, 3, 5, 6]
+    assert [alloc.owner(n) for n in got] == ["g"] * 4 and alloc.owner(4) == "other"
+    assert alloc._read_hint() == 6 and alloc.allocate("b") == 7
+    assert alloc.allocate_many("g", 0) == []

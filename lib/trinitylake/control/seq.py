@@ -78,6 +78,30 @@ class SeqAllocator:
             self._write_hint(n)
             return n
 
+    def allocate_many(self, txn_id: str, count: int) -> list[int]:
+        """`count` sequence numbers for `txn_id`, increasing: the first as `allocate` takes one,
+        each next one the first free number after the previous (another allocator may take
+        some in between), the hint written once at the end. For the audit rows of a group of
+        commits (the catalog server's group commit): one marker file each, no probing or
+        hint write between them.
+        """
+        if count <= 0:
+            return []
+        out = [self.allocate(txn_id)]
+        data = txn_id.encode("utf-8")
+        n = out[0] + 1
+        while len(out) < count:
+            try:
+                self.storage.create_exclusive(self.marker_path(n), data)
+            except (FileExistsError, UnknownOutcomeError):
+                n += 1  # taken by another allocator (its predecessor exists: ours or theirs)
+                continue
+            out.append(n)
+            n += 1
+        if count > 1:
+            self._write_hint(out[-1])
+        return out
+
     def last(self) -> int:
         """The newest allocated sequence number, 0 when none was ever allocated."""
         return self._probe_free(self._start()) - 1

@@ -211,11 +211,11 @@ class GroupCommitter:
                    ) -> list[AuditRecord]:
         """One ``committed`` row for each commit of the group but the first (whose row the
         transaction makes), each at a txn_seq of its own, naming the version it landed in."""
+        if not others or not auditor.enabled:
+            return []
+        auditor.ensure()
         rows = []
-        for c in others:
-            seq = auditor.allocate_seq(txn_id)
-            if seq is None:
-                break
+        for c, seq in zip(others, auditor.control.seq.allocate_many(txn_id, len(others)), strict=True):
             rows.append(auditor.record(
                 txn_seq=seq, record_type="committed", txn_id=txn_id,
                 command=f"{c.catalog.audit_command} {c.what}", arguments=self._arguments(c, size),
