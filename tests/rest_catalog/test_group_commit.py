@@ -92,7 +92,7 @@ def test_a_failing_requirement_is_refused_alone_amid_a_group(tmp_path: Path) -> 
                        (SetPropertiesUpdate(updates={"c": value}),))
 
     group = [c(0, "a"), c(1, "b"), c(2, "bad", uuid_mod.uuid4()), c(0, "a2"), c(2, "c")]
-    GroupCommitter()._write(cat, group)
+    GroupCommitter()._lead(cat, group)
     assert [x.error is None for x in group] == [True, True, False, True, True]
     assert isinstance(group[2].error, CommitFailedException) and "UUID" in str(group[2].error).upper()
     assert {x.version for x in group if x.error is None} == {before + 1}
@@ -194,3 +194,37 @@ def _snapshot_writer(cat: RestCatalog, table: str, key: str, n: int, acked: list
         except CommitFailedException:
             refused.append(value)
         t = cat.load_table(table)
+
+
+@pytest.mark.timeout(600)
+def test_workers_share_one_port_and_each_commit_lands_once(tmp_path: Path) -> None:
+    """`catalog serve --workers 2`: two processes on one port, each grouping its own commits and
+    racing the other for roots; 8 writers on 8 tables, every commit once, one audit row each."""
+    lh = new_lakehouse(tmp_path / "lh")
+    srv = start(lh, tmp_path, "--workers", "2")
+    try:
+        cat = RestCatalog("r", uri=srv.url, token=srv.token)
+        cat.create_namespace("n")
+        for i in range(8):
+            cat.create_table(f"n.t{i}", schema=SCHEMA, properties=KEEP_LOG)
+        acked: dict[int, list[str]] = {i: [] for i in range(8)}
+        refused: dict[int, list[str]] = {i: [] for i in range(8)}
+        threads = [threading.Thread(target=_writer, args=(RestCatalog(f"w{i}", uri=srv.url, token=srv.token),
+                                                          f"n.t{i}", "c", 5, acked[i], refused[i])) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        srv.stop()
+    assert srv.proc.returncode == 0
+    assert "2 worker processes" in srv.output()
+    pids = {line.split("[")[-1].rstrip("]") for line in srv.output().splitlines() if "Started server process" in line}
+    assert len(pids) == 2, srv.output()[-2000:]
+    for i in range(8):
+        assert refused[i] == [] and len(acked[i]) == 5
+        pointers = _pointer_versions(lh, f"n.t{i}")
+        assert _values(pointers[max(pointers)], "c") == acked[i]
+        rows = _commit_rows(lh, f"n.t{i}")
+        assert len(rows) == 5 and all(pointers[r["version_after"]] != pointers.get(r["version_after"] - 1)
+                                      for r in rows)

@@ -29,6 +29,8 @@ def register(cli: click.Group) -> None:
                   help="seconds an issued OAuth2 token is valid (default 3600)")
     @click.option("--forwarded-allow-ips", default=None,
                   help="proxies whose X-Forwarded-* headers are trusted (behind a TLS proxy)")
+    @click.option("--workers", type=int, default=1, show_default=True,
+                  help="server processes on the one port (each groups its commits; they race for roots)")
     @click.option("--property", "properties", multiple=True,
                   help="catalog property key=value (PyIceberg FileIO settings of the tables' files, table-default.*)")
     @click.pass_obj
@@ -36,7 +38,7 @@ def register(cli: click.Group) -> None:
     def serve(ctx: Ctx, config_file: str | None, host: str | None, port: int | None, token_file: str | None,
               credential_file: str | None, read_only: bool | None, allow_purge: bool | None,
               max_body_bytes: int | None, token_lifetime_s: int | None, forwarded_allow_ips: str | None,
-              properties: tuple[str, ...]) -> None:
+              properties: tuple[str, ...], workers: int) -> None:
         """Serve the Iceberg REST catalog protocol over the lakehouse (until Ctrl-C / SIGTERM).
 
         Every request needs `Authorization: Bearer <token>`: the token in TLAKE_CATALOG_TOKEN or
@@ -46,14 +48,15 @@ def register(cli: click.Group) -> None:
         """
         try:
             _serve(ctx, config_file, host, port, token_file, credential_file, read_only, allow_purge, max_body_bytes,
-                   token_lifetime_s, forwarded_allow_ips, properties)
+                   token_lifetime_s, forwarded_allow_ips, properties, workers)
         except KeyboardInterrupt:
             pass  # Ctrl-C while starting: a stop like any other (exit 0, no "Aborted!")
 
 
 def _serve(ctx: Ctx, config_file: str | None, host: str | None, port: int | None, token_file: str | None,
            credential_file: str | None, read_only: bool | None, allow_purge: bool | None, max_body_bytes: int | None,
-           token_lifetime_s: int | None, forwarded_allow_ips: str | None, properties: tuple[str, ...]) -> None:
+           token_lifetime_s: int | None, forwarded_allow_ips: str | None, properties: tuple[str, ...],
+           workers: int = 1) -> None:
     # Starlette, uvicorn and PyIceberg's table models: about 1.2 s of imports (-X importtime) every other tlake command
     # would pay; only this command loads them.
     from trinitylake.rest_catalog import server
@@ -64,4 +67,4 @@ def _serve(ctx: Ctx, config_file: str | None, host: str | None, port: int | None
                                 properties=_kv(properties, "--property"))
     opts = server.merge(server.load_file(config_file), given) if config_file else given
     server.serve(ctx.require_uri(), opts, storage_options=ctx.storage_options, control_uri=ctx.control_uri,
-                 audit=ctx.audit)
+                 audit=ctx.audit, workers=workers)

@@ -12,7 +12,9 @@ meets the same one-log bottleneck with group commit, and so does the server
   the table as the transaction reads it, plus the group's earlier commits to the same table.
   A commit whose requirements fail (or whose updates are refused) is answered alone with its
   own error (409 ``CommitFailedException``) and the group goes on without it.
-* Nothing is answered before its version exists: every answer waits for the group's root.
+* Nothing is answered before its version exists: every answer waits for the group's root, and
+  for the group's audit rows. The lead passes on as soon as the root exists, so the next
+  group's root is written while this group's rows are appended.
 * The audit keeps one row per client commit: the transaction's own ``committed`` row names the
   group's first commit; every other commit gets a ``committed`` row of its own (its own
   txn_seq, the same transaction id) naming the version it landed in.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -59,7 +62,9 @@ class _Commit:
     key: tuple[str, str]
     requirements: tuple[TableRequirement, ...]
     updates: tuple[TableUpdate, ...]
-    done: bool = False
+    done: bool = False  # answered: its version exists and its audit row is appended
+    settled: bool = False  # its outcome known (response or error)
+    taken: bool = False  # in a group being written
     response: CommitTableResponse | None = None
     error: BaseException | None = None
     version: int | None = None
@@ -89,47 +94,63 @@ class GroupCommitter:
         mine = _Commit(catalog, key, tuple(requirements), tuple(updates))
         with self._cond:
             self._queue.append(mine)
-            while not mine.done and self._leading:
+            while not mine.done and (self._leading or mine.taken):
                 self._cond.wait()
             if not mine.done:
                 self._leading = True
                 group, self._queue = self._queue[:self.max_group], self._queue[self.max_group:]
-        if not mine.done:
-            try:
-                self._write(mine.catalog, group)
-            except BaseException as e:  # noqa: BLE001 - every commit of the group gets an answer
                 for c in group:
-                    if not c.done:
-                        c.error, c.done = e, True
-                raise
-            finally:
-                with self._cond:
-                    self._leading = False
-                    self.groups += 1
-                    self.commits += len(group)
-                    self._cond.notify_all()
+                    c.taken = True
+        if not mine.done:
+            self._lead(mine.catalog, group)
         if mine.error is not None:
             raise mine.error
         assert mine.response is not None
         return mine.response
 
+    def _lead(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> None:
+        """Write `group`, hand the lead on as soon as its root exists (the next group's root is
+        written while this group's audit rows are appended), then answer the group."""
+        append: Callable[[], None] | None = None
+        try:
+            append = self._write(catalog, group)
+        except BaseException as e:  # noqa: BLE001 - every commit of the group gets an answer
+            for c in group:
+                if not c.settled:
+                    c.error, c.settled = e, True
+        finally:
+            with self._cond:
+                self._leading = False
+                self.groups += 1
+                self.commits += len(group)
+                self._cond.notify_all()
+        try:
+            if append is not None:
+                append()
+        finally:
+            with self._cond:
+                for c in group:
+                    c.done = True
+                self._cond.notify_all()
+
     # ---- one group ---------------------------------------------------------------------------
-    def _write(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> None:
-        """Write `group` as one version (rebuilt after a lost race), answering every commit."""
+    def _write(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> Callable[[], None] | None:
+        """Write `group` as one version (rebuilt after a lost race), settling every commit;
+        returns what appends the group's audit rows (None: nothing to append)."""
         for attempt in range(1, MAX_REGROUPS + 1):
             try:
-                self._attempt(catalog, group)
-                return
+                return self._attempt(catalog, group)
             except (TransactionConflictError, TransactionExpiredError) as e:
                 if attempt == MAX_REGROUPS:
                     for c in group:
-                        if not c.done:
+                        if not c.settled:
                             c.error = CommitFailedException(f"{c.what}: {e}")
-                            c.done = True
-                    return
+                            c.settled = True
+                    return None
                 log.info("group of %d commits lost to a concurrent commit (%s); rebuilding it", len(group), e)
+        return None  # not reached: the last attempt returns
 
-    def _attempt(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> None:
+    def _attempt(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> Callable[[], None] | None:
         txn = catalog.begin_write("group commit")
         tables: dict[tuple[str, str], Table | None] = {}
         pending: dict[tuple[str, str], str] = {}
@@ -139,7 +160,7 @@ class GroupCommitter:
         refused: list[tuple[_Commit, BaseException]] = []
         try:
             for c in group:
-                if c.done:
+                if c.settled:
                     continue
                 try:
                     if c.key not in tables:
@@ -174,12 +195,14 @@ class GroupCommitter:
             catalog.delete_unreferenced(written)
             raise
         version: int | None = None
+        append: Callable[[], None] | None = None
         if pending:
             first = next(c for c, r in landed if c.key in pending)
             others = [c for c, _ in landed if c is not first and c.key in pending]
             lh = catalog.lakehouse
             real = lh.auditor
-            lh.auditor = _GroupAuditor(real, self, others, len(landed), actions)  # type: ignore[assignment]
+            group_auditor = _GroupAuditor(real, self, others, len(landed), actions)
+            lh.auditor = group_auditor  # type: ignore[assignment]
             try:
                 version = txn.commit(command=f"{first.catalog.audit_command} {first.what}",
                                      arguments=self._arguments(first, len(landed)))
@@ -188,18 +211,20 @@ class GroupCommitter:
                 raise
             except UnknownOutcomeError as e:
                 for c, _ in landed:
-                    c.error, c.done = CommitStateUnknownException(f"{c.what}: {e}"), True
+                    c.error, c.settled = CommitStateUnknownException(f"{c.what}: {e}"), True
                 for c, err in refused:
-                    c.error, c.done = err, True
-                return
+                    c.error, c.settled = err, True
+                return None
             finally:
                 lh.auditor = real
+            append = group_auditor.append
         else:
             txn.rollback()
         for c, resp in landed:
-            c.response, c.version, c.done = resp, version, True
+            c.response, c.version, c.settled = resp, version, True
         for c, err in refused:
-            c.error, c.done = err, True
+            c.error, c.settled = err, True
+        return append
 
     @staticmethod
     def _arguments(c: _Commit, size: int) -> dict[str, str]:
@@ -233,6 +258,9 @@ class _GroupAuditor:
     def __init__(self, real: Auditor, committer: GroupCommitter, others: list[_Commit], size: int,
                  actions: dict[tuple[str, str], str]):
         self._real, self._committer, self._others, self._size, self._actions = real, committer, others, size, actions
+        self._rows: list[AuditRecord] = []
+        self._version: int | None = None
+        self._version_before: int | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -254,7 +282,15 @@ class _GroupAuditor:
         except Exception as e:  # noqa: BLE001 - never fail a committed version over its audit rows
             log.warning("audit rows of group commit version %s not made: %s", version_after, e)
             return
-        if real.append(rows):
-            real._mark_audited(version_after)  # noqa: SLF001 - as Auditor.committed does after its row
-            if version_before is not None:
-                real.reconcile_before(version_after)
+        # their txn_seqs taken now, in version order; appended by `append` once the lead is handed on
+        self._rows, self._version, self._version_before = rows, version_after, version_before
+
+    def append(self) -> None:
+        """Append the group's rows in one control-table write, as Auditor.committed does its one."""
+        real, version = self._real, self._version
+        if not self._rows or version is None:
+            return
+        if real.append(self._rows):
+            real._mark_audited(version)  # noqa: SLF001 - as Auditor.committed does after its row
+            if self._version_before is not None:
+                real.reconcile_before(version)

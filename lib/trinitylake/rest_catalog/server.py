@@ -17,9 +17,10 @@ import dataclasses
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,11 +182,51 @@ class _Server(uvicorn.Server):
                     captured.clear()
 
 
+def run_workers(count: int, run_one: Callable[[], None]) -> None:
+    """`count` forked processes each running `run_one` (a uvicorn server on the listening socket
+    they share: the kernel spreads the connections); SIGINT/SIGTERM are passed on to them, and
+    when one ends the others are stopped. Returns once all have ended."""
+    pids: list[int] = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 0
+            try:
+                run_one()
+            except BaseException:  # noqa: BLE001 - a worker's failure is logged, its exit status 1
+                log.exception("catalog server worker %d failed", os.getpid())
+                code = 1
+            finally:
+                os._exit(code)
+        pids.append(pid)
+
+    def stop(signum: int, frame: object) -> None:
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        live = set(pids)
+        while live:
+            pid, _ = os.wait()
+            live.discard(pid)
+            if live:
+                stop(signal.SIGTERM, None)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(lakehouse: str, opts: ServeOptions, *, storage_options: dict[str, str] | None = None,
-          control_uri: str | None = None, audit: bool = True) -> None:
+          control_uri: str | None = None, audit: bool = True, workers: int = 1) -> None:
     """Serve the lakehouse until interrupted (SIGINT/SIGTERM end it cleanly: it returns).
 
-    The port is bound before the server announces itself: a port in use is a ConfigError."""
+    The port is bound before the server announces itself: a port in use is a ConfigError.
+    `workers` > 1: that many server processes on the one socket, each with its own group commit
+    (rest_catalog/group_commit.py); they race for the lakehouse's roots as any writers do."""
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
     auth = authenticator(opts)
     settings = ServerSettings(lakehouse=lakehouse, storage_options=dict(storage_options or {}),
                               catalog_properties=dict(opts.properties), control_uri=control_uri, audit=audit,
@@ -209,12 +250,21 @@ def serve(lakehouse: str, opts: ServeOptions, *, storage_options: dict[str, str]
                                        "OAuth2 client credentials" if auth.issues_tokens else "") if x)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        print(f"serving the Iceberg REST catalog of {lakehouse} on http://{shown}:{bound} ({mode}; {how}; "
+        procs = f"; {workers} worker processes" if workers > 1 else ""
+        print(f"serving the Iceberg REST catalog of {lakehouse} on http://{shown}:{bound} ({mode}; {how}{procs}; "
               "Ctrl-C stops it)", file=sys.stderr, flush=True)
-        config = uvicorn.Config(app, host=host, port=bound, log_config=None, access_log=True, server_header=False,
-                                proxy_headers=bool(opts.forwarded_allow_ips),
-                                forwarded_allow_ips=opts.forwarded_allow_ips or None, timeout_keep_alive=30)
-        _Server(config).run(sockets=[sock])
+
+        def run_one(app: object) -> None:
+            config = uvicorn.Config(app, host=host, port=bound, log_config=None, access_log=True,  # type: ignore[arg-type]
+                                    server_header=False, proxy_headers=bool(opts.forwarded_allow_ips),
+                                    forwarded_allow_ips=opts.forwarded_allow_ips or None, timeout_keep_alive=30)
+            _Server(config).run(sockets=[sock])
+
+        if workers == 1:
+            run_one(app)
+        else:
+            # each worker builds its own application (its own lakehouse handles and group commit)
+            run_workers(workers, lambda: run_one(build_app(settings, auth)))
     except KeyboardInterrupt:
         pass  # Ctrl-C before uvicorn took the signal over: a stop like any other
     finally:
