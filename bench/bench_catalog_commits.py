@@ -1,0 +1,261 @@
+"""Catalog commits per second with 1, 8 and 32 writers on as many tables, and load_table latency:
+`tlake catalog serve` (group commit) against PyIceberg's SqlCatalog on SQLite and on PostgreSQL.
+
+Local disk, one run. Each writer is a thread with a catalog client of its own, committing to a
+table of its own for a fixed time: property commits (``tx.set_properties``: the catalog's own
+commit path), then appends of 10 rows (the client writes a Parquet file, a manifest and a
+manifest list either way). A refused commit (CommitFailedException) reloads the table and
+counts nothing, as does SQLite's "database is locked" (counted apart). load_table: ``catalog.load_table`` of a table with 5 snapshots, sequentially.
+
+- ``tlake catalog serve``: one server process (uvicorn), audit rows on (the default), PyIceberg
+  ``RestCatalog`` clients over HTTP on 127.0.0.1;
+- ``SqlCatalog`` on SQLite: in the client's process (no HTTP hop);
+- ``SqlCatalog`` on PostgreSQL 15: a server started here (``initdb``, ``pg_ctl``; as the
+  ``postgres`` user when run as root) on a unix socket, and stopped after; ``psycopg`` 3 is not a
+  dependency of the project: give a folder holding it (``--psycopg-path``, e.g. made with
+  ``pip install --target DIR 'psycopg[binary]'``), else PostgreSQL is skipped.
+
+Every client runs in this one Python process (threads): on a small machine the clients' own CPU
+bounds every catalog's figure with many writers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from bench.common import parse_args, ratio, scratch_dir, summarize, write_result
+
+WRITERS = (1, 8, 32)
+N = {"small": {"seconds": 6.0, "loads": 60}, "large": {"seconds": 20.0, "loads": 300}}
+SCHEMA = pa.schema([pa.field("id", pa.int64())])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def tlake_server(d: Path) -> Iterator[Callable[[], Any]]:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from trinitylake.lakehouse import Lakehouse
+
+    lh = Lakehouse.create(str(d / "lh")).uri
+    token, port = uuid.uuid4().hex, _free_port()
+    tlake = str(Path(sys.executable).with_name("tlake"))
+    log = open(d / "server.log", "wb")  # noqa: SIM115 - the server writes it until stopped
+    proc = subprocess.Popen([tlake, "--lakehouse", lh, "catalog", "serve", "--port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "TLAKE_CATALOG_TOKEN": token})
+    try:
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the server exited: {(d / 'server.log').read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield lambda: RestCatalog("tl", uri=f"http://127.0.0.1:{port}", token=token)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+@contextmanager
+def sqlite_catalog(d: Path) -> Iterator[Callable[[], Any]]:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (d / "wh").mkdir(parents=True)
+    yield lambda: SqlCatalog("sq", uri=f"sqlite:///{d / 'cat.db'}", warehouse=f"file://{d / 'wh'}")
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@contextmanager
+def postgres_catalog(d: Path, psycopg_path: str) -> Iterator[Callable[[], Any]]:
+    """PostgreSQL started in `d` (unix socket only), stopped after."""
+    if psycopg_path not in sys.path:
+        sys.path.append(psycopg_path)  # last: the project's own packages win
+    import psycopg  # noqa: F401 - fails here, clearly, when the folder does not hold it
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (d / "wh").mkdir(parents=True)
+    # the server's own files in a folder of /tmp: the postgres user may not reach the checkout's
+    pg = Path(tempfile.mkdtemp(prefix="tlake-bench-pg-"))
+    data, sock = pg / "data", pg / "sock"
+    sock.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(pg, "postgres")
+        shutil.chown(sock, "postgres")
+    port = _free_port()
+    subprocess.run(_as_postgres(["initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]),
+                   check=True, capture_output=True)
+    subprocess.run(_as_postgres(["pg_ctl", "-D", str(data), "-l", str(pg / "pg.log"), "-w", "-o",
+                                 f"-p {port} -k {sock} -c listen_addresses='' -c max_connections=200", "start"]),
+                   check=True, capture_output=True)
+    try:
+        uri = f"postgresql+psycopg://postgres@/postgres?host={sock}&port={port}"
+        yield lambda: SqlCatalog("pg", uri=uri, warehouse=f"file://{d / 'wh'}")
+    finally:
+        subprocess.run(_as_postgres(["pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True)
+        shutil.rmtree(pg, ignore_errors=True)
+
+
+def hammer(make: Callable[[], Any], ns: str, writers: int, seconds: float, kind: str) -> dict[str, Any]:
+    """`writers` threads, each committing to table ``ns.t<i>`` for `seconds`; commits per second."""
+    done, refused, locked, errors = [0] * writers, [0] * writers, [0] * writers, []
+    gate = threading.Barrier(writers + 1)
+    stop = [0.0]
+
+    def work(i: int) -> None:
+        try:
+            c = make()
+            t = c.load_table(f"{ns}.t{i}")
+            gate.wait()
+            k = 0
+            while time.perf_counter() < stop[0]:
+                try:
+                    if kind == "property":
+                        with t.transaction() as tx:
+                            tx.set_properties(k=str(k))
+                    else:
+                        t.append(pa.table({"id": list(range(k * 10, k * 10 + 10))}, schema=SCHEMA))
+                    done[i] += 1
+                except Exception as e:  # noqa: BLE001 - CommitFailedException: reload, count nothing
+                    if type(e).__name__ == "OperationalError" and "locked" in str(e):
+                        locked[i] += 1  # SQLite's one writer: "database is locked" after its busy timeout
+                    elif type(e).__name__ != "CommitFailedException":
+                        raise
+                    else:
+                        refused[i] += 1
+                    t = c.load_table(f"{ns}.t{i}")
+                k += 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+            if not gate.broken:
+                gate.abort()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(writers)]
+    for th in threads:
+        th.start()
+    stop[0] = time.perf_counter() + 3600
+    try:
+        gate.wait()
+    except threading.BrokenBarrierError:
+        pass
+    t0 = time.perf_counter()
+    stop[0] = t0 + seconds
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return {"commits_per_s": round(sum(done) / wall, 1), "refused": sum(refused), "locked": sum(locked),
+            "commits": sum(done)}
+
+
+def measure(label: str, make: Callable[[], Any], n: dict[str, float]) -> dict[str, Any]:
+    cat = make()
+    row: dict[str, Any] = {"catalog": label}
+    for w in WRITERS:
+        for kind in ("property", "append"):
+            ns = f"{kind[0]}{w}"
+            cat.create_namespace(ns)
+            for i in range(w):
+                cat.create_table(f"{ns}.t{i}", schema=SCHEMA)
+            r = hammer(make, ns, w, n["seconds"], kind)
+            row[f"{kind}_w{w}_per_s"] = r["commits_per_s"]
+            row[f"{kind}_w{w}_refused"] = r["refused"]
+            row[f"{kind}_w{w}_locked"] = r["locked"]
+            print(f"  {label}: {kind} commits, {w} writers: {r}", flush=True)
+    cat.create_namespace("load")
+    t = cat.create_table("load.t", schema=SCHEMA)
+    for i in range(5):
+        t.append(pa.table({"id": [i]}, schema=SCHEMA))
+    for _ in range(5):
+        cat.load_table("load.t")
+    loads = []
+    for _ in range(int(n["loads"])):
+        t0 = time.perf_counter()
+        cat.load_table("load.t")
+        loads.append(time.perf_counter() - t0)
+    s = summarize(loads)
+    row["load_ms_p50"], row["load_ms_p95"] = round(s["median"] * 1000, 2), round(s["p95"] * 1000, 2)
+    print(f"  {label}: load_table p50 {row['load_ms_p50']} ms, p95 {row['load_ms_p95']} ms", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args("catalog_commits", argv, lambda p: p.add_argument(
+        "--psycopg-path", default=os.environ.get("TLAKE_BENCH_PSYCOPG"),
+        help="a folder holding psycopg 3 (pip install --target DIR 'psycopg[binary]'); without it PostgreSQL is skipped"))
+    n = N[args.scale]
+    t_all = time.perf_counter()
+    rows = []
+    with scratch_dir("catalog_commits", keep=args.keep) as d:
+        with tlake_server(d / "tlake") as make:
+            rows.append(measure("tlake catalog serve", make, n))
+        with sqlite_catalog(d / "sqlite") as make:
+            rows.append(measure("SqlCatalog (SQLite, in-process)", make, n))
+        if args.psycopg_path:
+            with postgres_catalog(d / "pg", args.psycopg_path) as make:
+                rows.append(measure("SqlCatalog (PostgreSQL 15)", make, n))
+    ours, sq = rows[0], rows[1]
+    pg = rows[2] if len(rows) > 2 else None
+    ratios: dict[str, float | None] = {
+        "ours, 8 writers / 1 writer (property commits)": ratio(ours["property_w8_per_s"], ours["property_w1_per_s"]),
+        "ours, 32 writers / 1 writer (property commits)": ratio(ours["property_w32_per_s"], ours["property_w1_per_s"]),
+        "8 writers, property commits: ours / SqlCatalog-SQLite": ratio(ours["property_w8_per_s"],
+                                                                        sq["property_w8_per_s"]),
+        "8 writers, appends: ours / SqlCatalog-SQLite": ratio(ours["append_w8_per_s"], sq["append_w8_per_s"]),
+        "load_table p50: ours / SqlCatalog-SQLite": ratio(ours["load_ms_p50"], sq["load_ms_p50"]),
+    }
+    if pg is not None:
+        ratios.update({
+            "8 writers, property commits: ours / SqlCatalog-PostgreSQL": ratio(ours["property_w8_per_s"],
+                                                                               pg["property_w8_per_s"]),
+            "32 writers, property commits: ours / SqlCatalog-PostgreSQL": ratio(ours["property_w32_per_s"],
+                                                                                pg["property_w32_per_s"]),
+            "8 writers, appends: ours / SqlCatalog-PostgreSQL": ratio(ours["append_w8_per_s"], pg["append_w8_per_s"]),
+            "load_table p50: ours / SqlCatalog-PostgreSQL": ratio(ours["load_ms_p50"], pg["load_ms_p50"]),
+        })
+    write_result(
+        "catalog_commits",
+        "Catalog commits per second with 1, 8 and 32 writers on as many tables, and load_table, vs SqlCatalog",
+        rows,
+        ratios,
+        scale=args.scale,
+        description=__doc__.split("\n\n")[1].strip(),
+        params={**n, "writers": list(WRITERS), "backend": "local disk"},
+        notes=[
+            "The server writes one lakehouse version per group of the commits that arrived while the previous "
+            "version was written (rest_catalog/group_commit.py), with one audit row per commit.",
+            "All clients are threads of the benchmark's one process; the machine is shared (noisy): ratios of one run.",
+        ],
+        seconds=time.perf_counter() - t_all,
+        module="catalog_commits",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
