@@ -83,6 +83,7 @@ class GroupCommitter:
         self._queue: list[_Commit] = []
         self._leading = False
         self.max_group = max_group
+        self.audit = _AuditBatch()
         #: Groups written and commits in them (for tests and the benchmark).
         self.groups = 0
         self.commits = 0
@@ -286,11 +287,49 @@ class _GroupAuditor:
         self._rows, self._version, self._version_before = rows, version_after, version_before
 
     def append(self) -> None:
-        """Append the group's rows in one control-table write, as Auditor.committed does its one."""
-        real, version = self._real, self._version
-        if not self._rows or version is None:
-            return
-        if real.append(self._rows):
-            real._mark_audited(version)  # noqa: SLF001 - as Auditor.committed does after its row
-            if self._version_before is not None:
-                real.reconcile_before(version)
+        """Append the group's rows (with those of the other groups waiting then: one control-table
+        write), as Auditor.committed does its one."""
+        if self._rows and self._version is not None:
+            self._committer.audit.append(self._real, self._rows, self._version, self._version_before)
+
+
+@dataclass
+class _Rows:
+    rows: list[AuditRecord]
+    version: int
+    version_before: int | None
+    done: bool = False
+
+
+class _AuditBatch:
+    """The audit rows of the groups whose roots exist, appended together: while one append is
+    being written, the rows of the groups that finish meanwhile wait and go into the next one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: list[_Rows] = []
+        self._writing = False
+
+    def append(self, auditor: Auditor, rows: list[AuditRecord], version: int, version_before: int | None) -> None:
+        mine = _Rows(rows, version, version_before)
+        with self._cond:
+            self._queue.append(mine)
+            while not mine.done and self._writing:
+                self._cond.wait()
+            if mine.done:
+                return
+            self._writing = True
+            batch, self._queue = self._queue, []
+        try:
+            if auditor.append([r for b in batch for r in b.rows]):
+                for b in batch:
+                    auditor._mark_audited(b.version)  # noqa: SLF001 - as Auditor.committed does after its row
+                for b in batch:
+                    if b.version_before is not None:
+                        auditor.reconcile_before(b.version)
+        finally:
+            with self._cond:
+                for b in batch:
+                    b.done = True
+                self._writing = False
+                self._cond.notify_all()
