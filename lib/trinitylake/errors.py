@@ -114,6 +114,12 @@ class ControlTableError(TrinityLakeError):
     """The control (audit) table is missing, not a Delta table, or has an incompatible schema."""
 
 
+# ---- the catalog server ------------------------------------------------------------------
+class AddressUnavailableError(TrinityLakeError, OSError):
+    """The catalog server cannot listen on its address (taken, not this machine's, not
+    permitted): the machine's state, not a bad setting, so the CLI exits 1, not 2."""
+
+
 class StorageError(TrinityLakeError, OSError):
     """A storage operation failed permanently (or transiently more often than its retries allow).
 

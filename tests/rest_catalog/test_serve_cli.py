@@ -45,13 +45,13 @@ def test_a_static_token_shorter_than_16_characters_is_refused_without_showing_it
     for token in ("abc", "fifteen-chars!!"):
         p = _serve(lh, free_port(), token)
         out = p.stdout + p.stderr
-        assert p.returncode == 1, out
+        assert p.returncode == 2, out  # a setting refused: the CLI's usage/configuration code
         assert len(_lines(out)) == 1, out
         assert "at least 16" in out and "TLAKE_CATALOG_TOKEN" in out and f"{len(token)} characters" in out
         assert token not in out and "serving" not in out
     (tmp_path / "tok").write_text("short-token\n")
     p = _serve(lh, free_port(), "", "--token-file", str(tmp_path / "tok"))
-    assert p.returncode == 1 and str(tmp_path / "tok") in p.stderr and "short-token" not in p.stderr, p.stderr
+    assert p.returncode == 2 and str(tmp_path / "tok") in p.stderr and "short-token" not in p.stderr, p.stderr
 
 
 def test_sigint_and_sigterm_stop_the_server_with_exit_0_quietly(tmp_path):

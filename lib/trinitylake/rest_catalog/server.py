@@ -27,7 +27,7 @@ from pathlib import Path
 import uvicorn
 import yaml
 
-from trinitylake.errors import ConfigError
+from trinitylake.errors import AddressUnavailableError, ConfigError
 from trinitylake.redact import redact_request_target
 from trinitylake.rest_catalog.app import DEFAULT_MAX_BODY_BYTES, ServerSettings, build_app
 from trinitylake.rest_catalog.auth import (
@@ -128,11 +128,12 @@ def authenticator(opts: ServeOptions, env: dict[str, str] | None = None) -> Auth
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on `host`:`port` (as uvicorn binds it: SO_REUSEADDR, inheritable),
-    or a ConfigError in one line naming the address (taken, not this machine's, not permitted)."""
+    or an AddressUnavailableError in one line naming the address (taken, not this machine's, not
+    permitted)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise ConfigError(f"cannot bind {host}:{port}: unknown host ({e.strerror})") from None
+        raise AddressUnavailableError(f"cannot bind {host}:{port}: unknown host ({e.strerror})") from None
     family = infos[0][0] if infos else socket.AF_INET
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; with proto 0 every
     # answer sent in two writes (headers, body) waited for the client's delayed ACK (~40 ms a request)
@@ -146,7 +147,7 @@ def bind(host: str, port: int) -> socket.socket:
         why = {errno.EADDRINUSE: "the port is already in use (another server? choose one with --port)",
                errno.EADDRNOTAVAIL: "the address is not one of this machine's (--host)",
                errno.EACCES: "permission denied (ports below 1024 need privileges)"}.get(e.errno or 0, e.strerror)
-        raise ConfigError(f"cannot bind {host}:{port}: {why}") from None
+        raise AddressUnavailableError(f"cannot bind {host}:{port}: {why}") from None
     sock.set_inheritable(True)
     return sock
 
