@@ -7,26 +7,12 @@ Prints one JSON line of what Spark read, prefixed ``RESULT ``.
 """
 
 import json
-import os
 import sys
 
-from pyspark.sql import SparkSession
+from spark_catalog_session import catalog_session
 
 jar, url, ns, from_pyiceberg = sys.argv[1:5]
-spark = (
-    SparkSession.builder.master("local[2]")
-    .appName("tlake-rest-catalog-test")
-    .config("spark.jars", jar)
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2")
-    .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-    .config("spark.sql.catalog.tl", "org.apache.iceberg.spark.SparkCatalog")
-    .config("spark.sql.catalog.tl.type", "rest")
-    .config("spark.sql.catalog.tl.uri", url)
-    .config("spark.sql.catalog.tl.token", os.environ["TLAKE_CATALOG_TOKEN"])
-    .getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
+spark = catalog_session(jar, url, "tlake-rest-catalog-test")
 
 
 def rows(sql):

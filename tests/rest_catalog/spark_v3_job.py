@@ -10,26 +10,12 @@ Prints one JSON line prefixed ``RESULT ``.
 """
 
 import json
-import os
 import sys
 
-from pyspark.sql import SparkSession
+from spark_catalog_session import catalog_session
 
 jar, url, ns, step = sys.argv[1:5]
-spark = (
-    SparkSession.builder.master("local[1]")
-    .appName("tlake-rest-catalog-v3")
-    .config("spark.jars", jar)
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "1")
-    .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-    .config("spark.sql.catalog.tl", "org.apache.iceberg.spark.SparkCatalog")
-    .config("spark.sql.catalog.tl.type", "rest")
-    .config("spark.sql.catalog.tl.uri", url)
-    .config("spark.sql.catalog.tl.token", os.environ["TLAKE_CATALOG_TOKEN"])
-    .getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
+spark = catalog_session(jar, url, "tlake-rest-catalog-v3", master="local[1]", partitions=1)
 
 
 def rows(sql):
