@@ -13,12 +13,15 @@ in-process (no HTTP hop, no lakehouse version per commit). Same table shape, sam
   and a manifest list either way);
 - 4 writers: four threads committing property changes to one table, each refused commit (409 /
   CommitFailedException) reloaded and retried; commits per second of all four together.
+Both servers run side by side with SqlCatalog, and the measures are taken in interleaved rounds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -28,10 +31,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from bench.common import parse_args, ratio, scratch_dir, summarize, write_result
+from bench.common import parse_args, ratio, scratch_dir, summarize, time_calls, write_result
 
-N = {"small": {"loads": 40, "commits": 30, "appends": 15, "per_writer": 8},
-     "large": {"loads": 200, "commits": 150, "appends": 60, "per_writer": 30}}
+N = {"small": {"rounds": 5, "loads": 40, "commits": 12, "appends": 5, "per_writer": 8},
+     "large": {"rounds": 9, "loads": 100, "commits": 40, "appends": 15, "per_writer": 30}}
 WRITERS = 4
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
 
@@ -64,79 +67,100 @@ def _start_server(lh: str, token: str, audit: bool, log: Path) -> tuple[subproce
     raise RuntimeError("the server did not start")
 
 
-def measure(cat, label: str, n: dict[str, int]) -> dict:
-    """The four measures on catalog `cat` (namespace ``bench`` created here)."""
-    cat.create_namespace("bench")
-    t = cat.create_table("bench.t", schema=SCHEMA)
-    for i in range(3):
-        t.append(_rows(i * 10))
-    for _ in range(3):
-        cat.load_table("bench.t")  # warm-up
-    loads = []
-    for _ in range(n["loads"]):
-        t0 = time.perf_counter()
-        cat.load_table("bench.t")
-        loads.append(time.perf_counter() - t0)
-    commits = []
-    t = cat.load_table("bench.t")
-    for i in range(n["commits"]):
-        t0 = time.perf_counter()
-        with t.transaction() as tx:
-            tx.set_properties(step=str(i))
-        commits.append(time.perf_counter() - t0)
-    appends = []
-    for i in range(n["appends"]):
-        t0 = time.perf_counter()
-        t.append(_rows(1000 + i * 10))
-        appends.append(time.perf_counter() - t0)
-    assert cat.load_table("bench.t").scan().to_arrow().num_rows == 30 + 10 * n["appends"]
+class Subject:
+    """One catalog under test and the samples of every round it took part in."""
 
-    refused = [0] * WRITERS
-    errors: list[BaseException] = []
-    gate = threading.Barrier(WRITERS)
+    def __init__(self, label: str, cat) -> None:
+        self.label, self.cat = label, cat
+        self.loads: list[list[float]] = []  # per round, seconds of each load
+        self.commits: list[list[float]] = []
+        self.appends: list[list[float]] = []
+        self.rows_appended = 0
 
-    def writer(w: int) -> None:
-        try:
-            gate.wait()
-            for i in range(n["per_writer"]):
-                while True:
-                    tbl = cat.load_table("bench.t")
-                    try:
-                        with tbl.transaction() as tx:
-                            tx.set_properties(**{f"w{w}": str(i)})
-                        break
-                    except Exception as e:  # noqa: BLE001 - CommitFailedException: reload, retry
-                        if type(e).__name__ != "CommitFailedException":
-                            raise
-                        refused[w] += 1
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+    def prepare(self) -> None:
+        self.cat.create_namespace("bench")
+        t = self.cat.create_table("bench.t", schema=SCHEMA)
+        for i in range(3):
+            t.append(_rows(i * 10))
+        for _ in range(3):
+            self.cat.load_table("bench.t")  # warm-up: connections, the server's caches
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
-    t0 = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    props = cat.load_table("bench.t").properties
-    assert all(props[f"w{w}"] == str(n["per_writer"] - 1) for w in range(WRITERS)), props
-    ls, cs, aps = summarize(loads), summarize(commits), summarize(appends)
-    row = {
-        "catalog": label,
-        "load_ms_median": round(ls["median"] * 1000, 2),
-        "load_ms_p95": round(ls["p95"] * 1000, 2),
-        "commit_ms_median": round(cs["median"] * 1000, 2),
-        "commits_per_s": round(len(commits) / sum(commits), 1),
-        "append_ms_median": round(aps["median"] * 1000, 2),
-        "appends_per_s": round(len(appends) / sum(appends), 1),
-        "writers4_commits_per_s": round(WRITERS * n["per_writer"] / wall, 1),
-        "writers4_refused": sum(refused),
-    }
-    print(f"  {label}: {row}", flush=True)
-    return row
+    def one_round(self, n: dict[str, int], r: int) -> None:
+        self.loads.append(time_calls(lambda: self.cat.load_table("bench.t"), n["loads"]))
+        t = self.cat.load_table("bench.t")
+        commits = []
+        for i in range(n["commits"]):
+            t0 = time.perf_counter()
+            with t.transaction() as tx:
+                tx.set_properties(step=f"{r}-{i}")
+            commits.append(time.perf_counter() - t0)
+        self.commits.append(commits)
+        appends = []
+        for _ in range(n["appends"]):
+            t0 = time.perf_counter()
+            t.append(_rows(1000 + 10 * self.rows_appended))
+            appends.append(time.perf_counter() - t0)
+            self.rows_appended += 1
+        self.appends.append(appends)
+
+    def writers(self, n: dict[str, int]) -> tuple[float, int]:
+        """Commits per second of WRITERS threads on one table (refused commits reloaded and retried)."""
+        cat = self.cat
+        refused = [0] * WRITERS
+        errors: list[BaseException] = []
+        gate = threading.Barrier(WRITERS)
+
+        def writer(w: int) -> None:
+            try:
+                gate.wait()
+                for i in range(n["per_writer"]):
+                    while True:
+                        tbl = cat.load_table("bench.t")
+                        try:
+                            with tbl.transaction() as tx:
+                                tx.set_properties(**{f"w{w}": str(i)})
+                            break
+                        except Exception as e:  # noqa: BLE001 - CommitFailedException: reload, retry
+                            if type(e).__name__ != "CommitFailedException":
+                                raise
+                            refused[w] += 1
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t0
+        if errors:
+            raise errors[0]
+        props = cat.load_table("bench.t").properties
+        assert all(props[f"w{w}"] == str(n["per_writer"] - 1) for w in range(WRITERS)), props
+        return WRITERS * n["per_writer"] / wall, sum(refused)
+
+    def row(self, n: dict[str, int]) -> dict:
+        assert self.cat.load_table("bench.t").scan().to_arrow().num_rows == 30 + 10 * self.rows_appended
+        load_p50s = [statistics.median(x) * 1000 for x in self.loads]
+        rates = [len(x) / sum(x) for x in self.commits]
+        app_rates = [len(x) / sum(x) for x in self.appends]
+        w_rate, w_refused = self.writers(n)
+        return {
+            "catalog": self.label,
+            "load_ms_p50": round(statistics.median(load_p50s), 2),
+            "load_ms_p50_min": round(min(load_p50s), 2),
+            "load_ms_p50_max": round(max(load_p50s), 2),
+            "load_ms_p95": round(summarize([v for x in self.loads for v in x])["p95"] * 1000, 2),
+            "commits_per_s": round(statistics.median(rates), 1),
+            "commits_per_s_min": round(min(rates), 1),
+            "commits_per_s_max": round(max(rates), 1),
+            "appends_per_s": round(statistics.median(app_rates), 1),
+            "appends_per_s_min": round(min(app_rates), 1),
+            "appends_per_s_max": round(max(app_rates), 1),
+            "writers4_commits_per_s": round(w_rate, 1),
+            "writers4_refused": w_refused,
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,25 +172,35 @@ def main(argv: list[str] | None = None) -> int:
 
     from trinitylake.lakehouse import Lakehouse
 
-    rows = []
-    with scratch_dir("rest_catalog", keep=args.keep) as d:
+    with scratch_dir("rest_catalog", keep=args.keep) as d, contextlib.ExitStack() as stack:
+        subjects = []
         for audit in (True, False):
             lh = Lakehouse.create(str(d / f"lh-{'audit' if audit else 'plain'}"), audit=audit).uri
             token = uuid.uuid4().hex
             proc, url = _start_server(lh, token, audit, d / f"server-{audit}.log")
-            try:
-                rows.append(measure(RestCatalog("tl", uri=url, token=token),
-                                    f"tlake catalog serve ({'audit rows' if audit else '--no-audit'})", n))
-            finally:
-                proc.terminate()
-                proc.wait(30)
+            stack.callback(proc.wait, 30)
+            stack.callback(proc.terminate)
+            subjects.append(Subject(f"tlake catalog serve ({'audit rows' if audit else '--no-audit'})",
+                                    RestCatalog("tl", uri=url, token=token)))
         wh = d / "sql-warehouse"
         wh.mkdir()
-        sql = SqlCatalog("sql", uri=f"sqlite:///{d / 'catalog.db'}", warehouse=f"file://{wh}")
-        rows.append(measure(sql, "PyIceberg SqlCatalog (SQLite, in-process)", n))
+        subjects.append(Subject("PyIceberg SqlCatalog (SQLite, in-process)",
+                                SqlCatalog("sql", uri=f"sqlite:///{d / 'catalog.db'}", warehouse=f"file://{wh}")))
+        for s in subjects:
+            s.prepare()
+        # Rounds interleave the catalogs, each round in another order, so that the machine's
+        # noise (2 shared cores) falls on all of them alike; the spread of the rounds' p50s is the noise.
+        for r in range(n["rounds"]):
+            for k in range(len(subjects)):
+                subjects[(r + k) % len(subjects)].one_round(n, r)
+            print(f"  round {r + 1}/{n['rounds']} done", flush=True)
+        rows = [s.row(n) for s in subjects]
+        for row in rows:
+            print(f"  {row}", flush=True)
     server, plain, ref = rows
     ratios = {
-        "load_table median: server (audit) / SqlCatalog": ratio(server["load_ms_median"], ref["load_ms_median"]),
+        "load_table p50: server (audit) / SqlCatalog": ratio(server["load_ms_p50"], ref["load_ms_p50"]),
+        "load_table p50: server (--no-audit) / server (audit)": ratio(plain["load_ms_p50"], server["load_ms_p50"]),
         "property commits per s: server (audit) / SqlCatalog": ratio(server["commits_per_s"], ref["commits_per_s"]),
         "property commits per s: server (--no-audit) / SqlCatalog": ratio(plain["commits_per_s"], ref["commits_per_s"]),
         "appends per s: server (audit) / SqlCatalog": ratio(server["appends_per_s"], ref["appends_per_s"]),
@@ -182,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[1].strip(),
         params={**n, "writers": WRITERS, "backend": "local disk", "client": "PyIceberg RestCatalog"},
         notes=[
+            f"{n['rounds']} rounds; in each, every catalog takes {n['loads']} loads, {n['commits']} property commits "
+            f"and {n['appends']} appends, the catalogs in a rotating order. p50 and rates are the median over the "
+            "rounds, with the lowest and highest round beside them (the run's noise); p95 is over all loads. "
+            "The 4-writer figure is one burst per catalog after the rounds.",
             "Each server commit is one lakehouse transaction (a new root, the table's TableDef repointed) on top of "
             "the Iceberg metadata file both catalogs write; with audit rows it also allocates a txn_seq and appends "
             "one control-table row (delta-rs).",
