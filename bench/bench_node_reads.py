@@ -6,7 +6,7 @@ A lakehouse of N tables and V versions is built as the acceptance scripts build 
 reachable), in one run, rounds alternating so that all sides see the same machine:
 
 * ``bare pyarrow loop``: ``open``, ``read``, ``pa.ipc.open_file(buf).read_all()`` per file,
-  nothing else: the floor (ARCHITECTURE.md principle 8);
+  nothing else: the floor (`../shared/ARCHITECTURE.md` principle 8);
 * ``batch reader``: `trinitylake.treewalk.node_batch.iter_expand` over the files as
   frontier rows, as the walk's driver calls it: reads, decodes, checks the layout, extracts
   each node's references and maps them to walk keys, as Arrow arrays; ``exact rows``: also

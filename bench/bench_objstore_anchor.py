@@ -1,6 +1,6 @@
 """Object store with latency: tlake against s5cmd, in the same run, on the same store.
 
-A lakehouse of N tables and V versions, the acceptance checks' shape (``acceptance/lib/mklh.py``:
+A lakehouse of N tables and V versions, the acceptance checks' shape (``../shared/acceptance/lib/mklh.py``:
 order 16, 16 KiB nodes, 5 namespaces, the tables created 500 to a transaction, then V
 single-table alters), is built on local disk and served by s3s-fs (both listing patches)
 behind the Go delaying proxy (latproxy; the Python proxy when asked, or when no Go tools can be
@@ -258,7 +258,7 @@ def count_listed(text: str) -> int:
 
 # ---- the lakehouse -------------------------------------------------------------------------------
 def build_lakehouse(path: Path, tables: int, versions: int, *, batch: int = 500, log: Any = print) -> dict[str, Any]:
-    """The acceptance checks' shape (``acceptance/lib/mklh.py``) through the project's API: order
+    """The acceptance checks' shape (``../shared/acceptance/lib/mklh.py``) through the project's API: order
     16, 16 KiB nodes, 5 namespaces, `tables` created `batch` to a transaction, then `versions`
     single-table alters (seeded). Prints progress about every 10%."""
     from bench.generator import fill_acceptance_shape

@@ -2,7 +2,7 @@
 
 Derived from one run of `bench_objstore` (`bench/results/objstore.json`; every row of it has the
 same run id, which this checks): the requests the proxy counted for each job, per file the job
-handled, beside what the model asks (ARCHITECTURE.md, "Requests are the cost"):
+handled, beside what the model asks (`../shared/ARCHITECTURE.md`, "Requests are the cost"):
 
 * walk: one GET per node file (approximated by the generator's node count plus one root per
   version: the walk of all retained versions reads some older nodes too), one LIST per 1,000

@@ -2,17 +2,17 @@
 ~1k to ~1M files, in every execution mode, against single-process peers.
 
 Each lakehouse of the ladder (T tables, V versions) is built once through the public Python API
-(``mklh.py`` of the acceptance peers: T tables in transactions of 500 creates, then V
+(``../shared/acceptance/lib/mklh.py``: T tables in transactions of 500 creates, then V
 single-table alters; cached under ``bench/results/tmp/scale/``) and then measured as a user runs
 the tools: the wall time of one process each, Spark start included:
 
 * **walk**: ``tlake --no-audit walk --json`` with ``--execution auto``, ``local``,
   ``distributed`` (classic Spark, ``local[2]``) and ``distributed`` under Spark Connect
-  (``--spark-conf spark.api.mode=connect``, a local Connect server), against ``tlwalk.py``, an
+  (``--spark-conf spark.api.mode=connect``, a local Connect server), against ``../shared/acceptance/lib/tlwalk.py``, an
   independent serial pyarrow walk of every version written from the spec;
 * **orphans**: ``tlake --no-audit orphans --older-than 1d --unsafe-min-age --json`` with N old,
   format-owned orphan files planted under the hash prefixes (N = 10% of the lakehouse's files),
-  against delta-rs ``vacuum(full=True)`` of N untracked files in a Delta table (``peer_vacuum.py``);
+  against delta-rs ``vacuum(full=True)`` of N untracked files in a Delta table (``../shared/acceptance/lib/peer_vacuum.py``);
 * **export**: ``tlake --no-audit export --name x --target DIR --full`` of the latest version
   against ``cp -r`` of the whole lakehouse folder (bytes/s of each).
 
@@ -935,7 +935,7 @@ def report(args: Any, rows: list[dict[str, Any]], ladder: list[tuple[int, ...]],
         "Wall seconds of one process each, Spark start included (`spark_s`: the session start inside it; 0 when "
         "the job never started Spark). `where`: placements of the job's phases (`details.execution`). "
         "`items`: reachable files (walk), orphans deleted (orphans), files copied (export).",
-        "Peers: `tlwalk.py` and `peer_vacuum.py` from the acceptance peers (`TLAKE_PEERS_DIR`); the vacuum row's "
+        "Peers: `../shared/acceptance/lib/tlwalk.py` and `../shared/acceptance/lib/peer_vacuum.py` (`TLAKE_PEERS_DIR`); the vacuum row's "
         "seconds are delta-rs's own `vacuum()` call inside its process (its files are planted first, untimed).",
         crossover_text(cross),
         extrapolation_text(extrap, max((r["files"] for r in mine), default=None), run),
