@@ -37,9 +37,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from trinitylake import rowsets
 from trinitylake.errors import StorageError, TrinityLakeError, UnsafeOperationError
 from trinitylake.iceberg.avro_rewrite import read_records
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
+from trinitylake.spark.execution import LOCAL, Execution
 from trinitylake.storage import Storage, is_absolute, parse_uri, requests
 
 #: File kinds, as the results count them (Iceberg's ``deleted_*_count`` names).
@@ -325,21 +326,16 @@ class TableFiles:
             return {}
         ex = self.ex
         source = pa.table({"uri": pa.array(uris, pa.string()), "what": pa.array([what] * n, pa.string())})
-        if ex.distributed(n, storage=self.base, requests_per_item=1.0, phase=READ_PHASE):
+        step = rowsets.place(ex, n, storage=self.base, requests_per_item=1.0, phase=READ_PHASE)
+        if step.distributed:
             parts = ex.partitions(n, FILES_PER_TASK)
-            with ex.phase(READ_PHASE, DISTRIBUTED, n, f"read {n} table {what}s ({parts} tasks)"):
+            with step.phase(READ_PHASE, n, f"read {n} table {what}s ({parts} tasks)"), step.executor_failures(
+                    f"the Spark job reading {n} table {what}s (first: {uris[0]})", "nothing was deleted, run again"):
                 task = functools.partial(expand_task, self.base, ex.limits.threads)
-                try:
-                    batches = ex.map_arrow(source, task, EXPAND_SCHEMA, parts).toArrow().to_batches()
-                except Exception as e:  # noqa: BLE001 - executor errors arrive wrapped; name the outcome plainly
-                    first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
-                    raise StorageError(
-                        f"the Spark job reading {n} table {what}s (first: {uris[0]}) failed ({first}); "
-                        "nothing was deleted, run again"
-                    ) from e
+                batches = ex.map_arrow(source, task, EXPAND_SCHEMA, parts).toArrow().to_batches()
             self.reads += n
         else:
-            with ex.phase(READ_PHASE, LOCAL, n, f"read {n} table {what}s"):
+            with step.phase(READ_PHASE, n, f"read {n} table {what}s"):
                 batches = [self.expand(b) for b in source.to_batches(max_chunksize=DRIVER_BATCH)]
         out: dict[str, dict[str, str]] = {}
         for b in batches:
