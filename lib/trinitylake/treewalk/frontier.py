@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from trinitylake.rowsets import Place, RowSet
+from trinitylake.rowsets import Place, RowSet, place
 from trinitylake.spark.execution import DISTRIBUTED
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def _to_executors(ex: Execution, levels: Levels[R_co], size: int) -> bool:
     if levels.on_executors_only():
         return True
     # One GET per node file: on an object store `auto` compares estimated times.
-    if ex.distributed(size, storage=levels.storage, requests_per_item=1, phase=levels.phase):
+    if place(ex, size, storage=levels.storage, requests_per_item=1, phase=levels.phase).distributed:
         return True
     return not ex.fits_driver(levels.held_after(size))
 

@@ -144,8 +144,8 @@ class Copier:
         big local copy; the Spark session when the copy will go to the executors)."""
         ex = self.ex
         self.workers.expect(files)
-        if ex.mode == AUTO and self.per_file and ex.distributed(files, storage=self.remote_side,
-                                                                 requests_per_item=self.per_file):
+        if ex.mode == AUTO and self.per_file and rowsets.place(ex, files, storage=self.remote_side,
+                                                               requests_per_item=self.per_file).distributed:
             ex.prestart()
 
     def copy_parts(self, phase: str, names: list[str], n_files: int, resumed: bool, what: str

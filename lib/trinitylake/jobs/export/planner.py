@@ -352,8 +352,8 @@ class Planner:
         its key range, a GET of its rows and a PUT of its manifest."""
         parts = max(1, math.ceil(rows / (self.batch if distributed else max(self.batch, LOCAL_PART_ROWS))))
         remote = self.target if not self.target.on_local_disk else self.source
-        if not remote.on_local_disk and (distributed or self.target.engine is None or self.ex.distributed(
-                rows, storage=remote, requests_per_item=1)):
+        if not remote.on_local_disk and (distributed or self.target.engine is None or rowsets.place(
+                self.ex, rows, storage=remote, requests_per_item=1).distributed):
             parts = max(parts, min(REMOTE_MIN_PARTS, math.ceil(rows / REMOTE_PART_MIN_ROWS)))
         return parts
 
