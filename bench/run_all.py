@@ -152,6 +152,12 @@ def plot_file(doc: dict[str, Any], spec: dict[str, Any], i: int, n: int) -> Path
     return RESULTS_DIR / (f"{doc['name']}-{suffix}.png" if suffix else f"{doc['name']}.png")
 
 
+def planned_plots(doc: dict[str, Any]) -> list[Path]:
+    """The PNG files `render_plots` writes for `doc`, in order (what the page links to)."""
+    specs = plot_specs(doc)
+    return [plot_file(doc, spec, i, len(specs)) for i, spec in enumerate(specs)]
+
+
 def render_plots(doc: dict[str, Any]) -> list[Path]:
     specs = plot_specs(doc)
     if not specs:
@@ -210,7 +216,7 @@ def render_plots(doc: dict[str, Any]) -> list[Path]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         fig.tight_layout()
-        path = plot_file(doc, spec, i, len(specs))
+        path = planned_plots(doc)[i]
         fig.savefig(path)
         plt.close(fig)
         out.append(path)
