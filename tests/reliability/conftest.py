@@ -10,6 +10,13 @@ a failure is also *recorded* as ``tests/reliability/results-<scale>.json`` (the 
 RELIABILITY.md is rendered from by ``python -m tests.reliability.report``) when its scale is
 ``full`` or when ``--reliability-record`` / ``TLAKE_RELIABILITY_RECORD=1`` asks for it, so that
 ordinary CI runs leave the working tree clean.
+
+What ran is counted from pytest's own reports, not from the ledger: every test of the suites
+`make reliability-full` runs (``tests/reliability`` and ``tests/oracle``, `SUITES`) with its
+outcome (passed, failed, error in set-up or tear-down, skipped), whether or not it adds figures.
+A plugin registered by this conftest sees them all (a conftest's own report hook sees only the
+tests under its directory, which left ``tests/oracle`` out: 87 counted where 96 ran).
+Each ledger entry names the test that added it (``nodeid``), so a category counts its tests.
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ from typing import Any
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CATEGORIES = ("crash", "faults", "stress", "fuzz", "security")
+CATEGORIES = ("crash", "faults", "stress", "fuzz", "tables", "security")
+#: The suites whose tests a results file counts (the paths `make reliability-full` runs).
+SUITES = ("tests/reliability", "tests/oracle")
+#: A test's outcome when its phases differ: the worst wins.
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 #: The oracle-checked suite (tests/oracle): recorded in its own results-oracle-<scale>.json.
 ORACLE = "oracle"
 
@@ -95,19 +106,34 @@ class Ledger:
     def add(self, category: str, test: str, *, trials: int = 0, faults: int = 0, inputs: int = 0,
             data_lost: int = 0, seconds: float = 0.0, **details: Any) -> None:
         assert category in CATEGORIES or category == ORACLE, category
+        # "<nodeid> (call)" while a test runs; "(teardown)" when a module fixture adds its module's
+        # aggregate after the module's last test
+        nodeid, _, phase = os.environ.get("PYTEST_CURRENT_TEST", "").rpartition(" (")
         self.entries.append({"category": category, "test": test, "trials": int(trials), "faults": int(faults),
                              "inputs": int(inputs), "data_lost": int(data_lost), "seconds": round(seconds, 2),
-                             "details": details})
+                             "nodeid": nodeid or None, "phase": phase.rstrip(")") or None, "details": details})
 
-    def summary(self, entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def summary(self, entries: list[dict[str, Any]] | None = None,
+                ran: dict[str, str] | None = None) -> dict[str, Any]:
+        """Per category: the sums of its entries' figures and ``tests``, how many of the tests that
+        ran (`ran`: nodeid -> outcome) its figures come from: the test that added an entry, or
+        for an aggregate a module fixture added after its module's last test, every test of that
+        module that ran (an entry that names no test counts as one)."""
         cats: dict[str, dict[str, Any]] = defaultdict(lambda: {"trials": 0, "faults": 0, "inputs": 0, "data_lost": 0,
                                                                 "seconds": 0.0, "tests": 0})
-        for e in self.entries if entries is None else entries:
+        tests: dict[str, set[str]] = defaultdict(set)
+        for i, e in enumerate(self.entries if entries is None else entries):
             c = cats[e["category"]]
             for k in ("trials", "faults", "inputs", "data_lost"):
                 c[k] += e[k]
             c["seconds"] = round(c["seconds"] + e["seconds"], 2)
-            c["tests"] += 1
+            nodeid = e.get("nodeid")
+            if nodeid and e.get("phase") == "teardown" and ran:
+                module = nodeid.split("::", 1)[0]
+                tests[e["category"]] |= {n for n in ran if n.split("::", 1)[0] == module}
+            tests[e["category"]].add(nodeid or f"entry {i}")
+        for cat, ids in tests.items():
+            cats[cat]["tests"] = len(ids)
         total = {k: sum(c[k] for c in cats.values()) for k in ("trials", "faults", "inputs", "data_lost")}
         return {"categories": dict(cats), "total": total}
 
@@ -126,6 +152,8 @@ def git_state() -> dict[str, Any]:
         commit = git("rev-parse", "--short=7", "HEAD")
         changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
     except (OSError, subprocess.SubprocessError):
+        commit = ""
+    if not commit:  # not a git checkout, or no git: nothing known of the tree either
         return {"commit": None, "dirty": None, "lib_dirty": None}
     return {"commit": commit or None, "dirty": bool(changed),
             "lib_dirty": any(p.startswith("lib/") or " -> lib/" in p for p in changed)}
@@ -141,7 +169,8 @@ def _hypothesis_seed() -> int | None:
 
 _LEDGER = Ledger()
 _GIT: dict[str, Any] = {}
-_OUTCOMES = {"passed": 0, "failed": 0, "skipped": 0}
+#: nodeid -> outcome of every test of `SUITES` this process ran.
+_RAN: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -149,31 +178,72 @@ def ledger() -> Ledger:
     return _LEDGER
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _GIT.update(git_state())  # what is measured: the tree as the run starts
+def in_suites(nodeid: str) -> bool:
+    path = nodeid.split("::", 1)[0].replace(os.sep, "/")
+    return any(path == s or path.startswith(s + "/") for s in SUITES)
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if "tests/reliability/" not in report.nodeid.replace(os.sep, "/"):
-        return
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        _OUTCOMES[report.outcome] = _OUTCOMES.get(report.outcome, 0) + 1
+def outcome_of(previous: str | None, report: pytest.TestReport) -> str | None:
+    """A test's outcome after one more of its phase reports (None: nothing known yet). A failed
+    call is ``failed``, a failed set-up or tear-down ``error``; a skip in set-up or call is
+    ``skipped`` (an expected failure too: pytest reports it as a skip); the worst phase wins."""
+    if report.failed:
+        now = "failed" if report.when == "call" else "error"
+    elif report.skipped:
+        now = "skipped"
+    elif report.when == "call":
+        now = "passed"
+    else:
+        return previous
+    return now if previous is None or _RANK[now] >= _RANK[previous] else previous
+
+
+def count_outcomes(ran: dict[str, str]) -> dict[str, int]:
+    """``{"ran", "passed", "failed", "error", "skipped"}`` counts, and per suite ``ran <suite>``."""
+    out = dict.fromkeys(("ran", *_RANK), 0)
+    for nodeid, outcome in ran.items():
+        out["ran"] += 1
+        out[outcome] += 1
+        suite = next((s for s in SUITES if nodeid.replace(os.sep, "/").startswith(s + "/")), "other")
+        out[f"ran {suite}"] = out.get(f"ran {suite}", 0) + 1
+    return out
+
+
+class _OutcomeCounter:
+    """Registered as a plugin (not this conftest's own hook, which pytest calls only for the
+    tests under tests/reliability), so that it sees the reports of every test of `SUITES`."""
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if in_suites(report.nodeid):
+            outcome = outcome_of(_RAN.get(report.nodeid), report)
+            if outcome is not None:
+                _RAN[report.nodeid] = outcome
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest_configure reaches a conftest loaded late too (during collection, as under `make
+    # test`), where pytest_sessionstart would not.
+    if not config.pluginmanager.has_plugin("tlake-reliability-outcomes"):
+        config.pluginmanager.register(_OutcomeCounter(), "tlake-reliability-outcomes")
+    if not _GIT:
+        _GIT.update(git_state())  # what is measured: the tree as the run starts
 
 
 def _write_oracle(session: pytest.Session, name: str, record: bool, run: dict[str, Any]) -> None:
     """The oracle-checked suite's figures: ``results-oracle-<scale>.json`` (its own file, so that
     it can be re-run and recorded without re-running the other categories)."""
     entries = [e for e in run["entries"] if e["category"] == ORACLE]
-    outcomes = run["outcomes"]
+    outcomes = count_outcomes(run["ran"])
     if not entries:
         return
     doc = {"scale": name, "scale_parameters": SCALES[name].__dict__,
-           "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+           "generated_at": datetime.now(UTC).isoformat(timespec="seconds"), "started_at": _iso(run["started"]),
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
            "git": dict(run["git"]), "hypothesis_seed": _hypothesis_seed(),
-           "outcomes": dict(outcomes), **_LEDGER.summary(entries), "tests": entries}
+           "outcomes": dict(outcomes), "ran": dict(sorted(run["ran"].items())), **_LEDGER.summary(entries, run["ran"]),
+           "tests": entries}
     targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-oracle-{name}.json")]
-    if record and outcomes.get("failed", 0) == 0:
+    if record and outcomes["failed"] == 0 and outcomes["error"] == 0:
         targets.append(os.path.join(HERE, f"results-oracle-{name}.json"))
     for target in targets:
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -184,18 +254,22 @@ def _write_oracle(session: pytest.Session, name: str, record: bool, run: dict[st
 
 def this_run() -> dict[str, Any]:
     """This process's figures, in the form `write_results` takes (and pytest-xdist carries)."""
-    run = {"entries": _LEDGER.entries, "outcomes": _OUTCOMES, "started": _LEDGER.started, "git": _GIT}
+    run = {"entries": _LEDGER.entries, "ran": _RAN, "started": _LEDGER.started, "git": _GIT}
     return json.loads(json.dumps(run, default=str))
 
 
 def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of several processes (pytest-xdist workers) as one run's."""
-    outcomes: dict[str, int] = defaultdict(int)
+    ran: dict[str, str] = {}
     for run in runs:
-        for k, n in run["outcomes"].items():
-            outcomes[k] += n
-    return {"entries": [e for run in runs for e in run["entries"]], "outcomes": dict(outcomes),
+        for nodeid, outcome in run["ran"].items():
+            ran[nodeid] = outcome if nodeid not in ran or _RANK[outcome] >= _RANK[ran[nodeid]] else ran[nodeid]
+    return {"entries": [e for run in runs for e in run["entries"]], "ran": ran,
             "started": min(run["started"] for run in runs), "git": runs[0]["git"]}
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -213,7 +287,7 @@ def write_results(session: pytest.Session, run: dict[str, Any]) -> None:
               or os.environ.get("TLAKE_RELIABILITY_RECORD") == "1" or name == "full")
     _write_oracle(session, name, record, run)
     entries = [e for e in run["entries"] if e["category"] != ORACLE]
-    outcomes = run["outcomes"]
+    outcomes = count_outcomes(run["ran"])
     if not entries:
         return
     ran = {e["category"] for e in entries}
@@ -221,15 +295,17 @@ def write_results(session: pytest.Session, run: dict[str, Any]) -> None:
         "scale": name,
         "scale_parameters": SCALES[name].__dict__,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "started_at": _iso(run["started"]),
         "wall_seconds": round(time.time() - run["started"], 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
         "git": dict(run["git"]),
         "hypothesis_seed": _hypothesis_seed(),
         "outcomes": dict(outcomes),
-        **_LEDGER.summary(entries),
+        "ran": dict(sorted(run["ran"].items())),
+        **_LEDGER.summary(entries, run["ran"]),
         "tests": entries,
     }
-    complete = ran >= set(CATEGORIES) and outcomes.get("failed", 0) == 0
+    complete = ran >= set(CATEGORIES) and outcomes["failed"] == 0 and outcomes["error"] == 0
     doc["complete"] = complete
     targets = [os.path.join(str(session.config.rootpath), ".pytest_cache", "reliability", f"results-{name}.json")]
     if complete and record:
@@ -242,6 +318,8 @@ def write_results(session: pytest.Session, run: dict[str, Any]) -> None:
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
         t = doc["total"]
-        tr.write_line(f"reliability ({name}{'' if complete else ', partial'}): {t['trials']} trials, {t['faults']} "
+        tr.write_line(f"reliability ({name}{'' if complete else ', partial'}): {outcomes['ran']} tests ran "
+                      f"({outcomes['passed']} passed, {outcomes['failed']} failed, {outcomes['error']} errors, "
+                      f"{outcomes['skipped']} skipped), {t['trials']} trials, {t['faults']} "
                       f"faults injected, {t['inputs']} inputs fuzzed, {t['data_lost']} data lost -> "
                       f"{os.path.relpath(targets[-1])}")

@@ -4,11 +4,22 @@
     python -m tests.reliability.report --check    # exit 1 when RELIABILITY.md is out of date
 
 Inputs: ``tests/reliability/results-full.json`` (required: the figures RELIABILITY.md reports)
-and ``tests/reliability/results-ci.json`` (optional: the CI-sized run, shown beside them). Both
-are written by the suite's session-finish hook after a complete, passing run:
+and ``tests/reliability/results-ci.json`` (optional: the CI-sized run, shown beside them), and
+the oracle-checked suite's ``results-oracle-<scale>.json``. The suite's session-finish hook
+writes them after a complete, passing run (see `conftest`):
 
-    TLAKE_RELIABILITY_SCALE=full .venv/bin/python -m pytest -q tests/reliability
-    .venv/bin/python -m pytest -q tests/reliability
+    make reliability-full                                     # full scale: records and re-renders
+    .venv/bin/python -m pytest -q tests/reliability tests/oracle --reliability-record   # CI scale
+
+Every figure comes from one generation: the run the headline reports (``--scale``). Another
+results file is shown beside it only when it measured the same tree (the same run, or the same
+commit with both working trees clean); otherwise the page names it as left out, with its commit
+and date, instead of mixing figures of different code. `make test` runs the CI scale without
+recording it (an ordinary run leaves the working tree clean), so after `make reliability-full`
+the CI-scale figures are left out until a CI-scale run is recorded at that commit.
+
+The test counts are pytest's outcomes of every test of ``tests/reliability`` and ``tests/oracle``
+that ran (passed, failed, errors, skipped), not the number of ledger entries.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OUTPUT = os.path.join(ROOT, "RELIABILITY.md")
-CATEGORIES = ("crash", "faults", "stress", "fuzz", "security")
+CATEGORIES = ("crash", "faults", "stress", "fuzz", "tables", "security")
 
 WHAT = {
     "crash": "Writer processes SIGKILLed during commits: at each named point of a commit (`TLAKE_TEST_CRASH_AT`: "
@@ -40,6 +51,17 @@ WHAT = {
     "fuzz": "Hypothesis on the node-file reader (random bytes, mutated valid files, wrong schemas, random layouts), "
             "key decoding, names, the hint file, root names/URIs/pointers, protobuf definitions and whole "
             "lakehouses with one corrupt file: only correct results or typed errors.",
+    "tables": "The tables' histories (`tests/reliability/test_fuzz_tables.py`): Hypothesis draws histories of two "
+              "Iceberg tables of one lakehouse (PyIceberg appends, overwrites and deletes through the catalog; the "
+              "lakehouse's expire; `tables_expire` of every old-enough snapshot or none, 1-3 kept per branch; "
+              "`tables_orphans` after planting old, young and hidden files; pinned minimal exports and their "
+              "drops), each closing with the lakehouse's expire and an expiry of every old-enough snapshot. After "
+              "every step the tables' oracle (`tests/iceberg/table_oracle.py`: its own JSON and Avro reading, the "
+              "retained and pinned versions and their pointers read by `tests/oracle`'s reader) checks that every "
+              "live table file exists, that `tables_expire` deleted every table file nothing live reaches and "
+              "nothing else, that `tables_orphans` deleted exactly the oracle's orphans, and that every retained "
+              "version reads each table's rows as when it was made. Trials are histories, inputs their steps; data "
+              "lost counts the histories in which a live table file went missing or a version read other rows.",
     "security": "Names with traversal/separators/URIs/control characters/NUL/surrogates (API and CLI), URIs with "
                 "'..', pointers and planted files (absolute, '..', symlinks, foreign files) that lead outside the "
                 "root, export targets overlapping the source: refused, and nothing outside the root is touched.",
@@ -91,6 +113,28 @@ def _n(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else str(x)
 
 
+def same_generation(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two results files measured the same tree: the same run (same start and commit),
+    or the same recorded commit with both working trees clean."""
+    ga, gb = a.get("git") or {}, b.get("git") or {}
+    if not ga.get("commit") or ga.get("commit") != gb.get("commit"):
+        return False
+    if a.get("started_at") and a.get("started_at") == b.get("started_at"):
+        return True
+    return ga.get("dirty") is False and gb.get("dirty") is False
+
+
+def ran(doc: dict[str, Any]) -> str:
+    """What pytest ran in a results file's run: every test with its outcome, per suite."""
+    o = doc.get("outcomes", {})
+    n = o.get("ran", sum(o.get(k, 0) for k in ("passed", "failed", "error", "skipped")))
+    suites = [f"{_n(v)} in {k[4:]}" for k, v in sorted(o.items(), key=lambda kv: (kv[0] != "ran tests/reliability",
+                                                                                 kv[0])) if k.startswith("ran ")]
+    return (f"{_n(n)} test{'' if n == 1 else 's'} ran: {_n(o.get('passed', 0))} passed, {_n(o.get('failed', 0))} failed, "
+            f"{_n(o.get('error', 0))} errors, {_n(o.get('skipped', 0))} skipped"
+            + (f" ({', '.join(suites)})" if suites else ""))
+
+
 def _cat(doc: dict[str, Any], cat: str) -> dict[str, Any]:
     return doc.get("categories", {}).get(cat, {"trials": 0, "faults": 0, "inputs": 0, "data_lost": 0, "seconds": 0,
                                                   "tests": 0})
@@ -106,11 +150,22 @@ def measured(doc: dict[str, Any] | None) -> str:
     return f"commit `{g['commit']}` ({tree})"
 
 
-def render(full: dict[str, Any], ci: dict[str, Any] | None, primary: str = "full") -> str:
+def _left_out(name: str, doc: dict[str, Any]) -> str:
+    return f"`{name}`: {measured(doc)}, {doc.get('generated_at', 'date not recorded')}"
+
+
+def render(full: dict[str, Any] | None, ci: dict[str, Any] | None, primary: str = "full",
+           left_out: list[str] | None = None) -> str:
     """`primary`: the scale the headline and the per-test tables report (`full`, or `ci` when
-    this rendering was made from a CI-sized run; the other scale is shown beside it)."""
+    this rendering was made from a CI-sized run). The other scale is shown beside it when it is
+    of the same generation (`same_generation`), else named as left out, as are `left_out`."""
     main, other = (full, ci) if primary == "full" else (ci, full)
     assert main is not None
+    left = list(left_out or [])
+    other_name = "ci" if primary == "full" else "full"
+    if other is not None and not same_generation(main, other):
+        left.insert(0, _left_out(f"results-{other_name}.json", other))
+        other = None
     t = main["total"]
     seed = main.get("hypothesis_seed")
     lines = [
@@ -120,7 +175,13 @@ def render(full: dict[str, Any], ci: dict[str, Any] | None, primary: str = "full
         + ("full.json and results-ci.json" if other else f"{primary}.json") + "; do not edit by hand. -->",
         "",
         f"Measured at {measured(main)}, **{primary} scale**, {main['generated_at']}"
-        + (f", Hypothesis seed {seed}" if seed is not None else "") + ".",
+        + (f", Hypothesis seed {seed}" if seed is not None else "") + f". {ran(main)}.",
+        "",
+        "Every figure on this page comes from this measurement"
+        + (f" (the {other_name} scale beside it measured the same tree)" if other else "") + "."
+        + (" Left out, as they measured other code or did not record which: " + "; ".join(left)
+           + ". Record a CI-scale run at this commit to show it beside: `.venv/bin/python -m pytest -q "
+           "tests/reliability tests/oracle --reliability-record`." if left else ""),
         "",
         f"At {primary} scale the reliability suite ran **{_n(t['trials'])} trials**, injected **{_n(t['faults'])} "
         f"faults** and fuzzed **{_n(t['inputs'])} inputs**. **Data lost: {_n(t['data_lost'])}.**",
@@ -132,20 +193,23 @@ def render(full: dict[str, Any], ci: dict[str, Any] | None, primary: str = "full
         "## Figures",
         "",
     ]
-    header = "| category | trials | faults injected | inputs fuzzed | data lost | seconds |"
-    sep = "|---|---:|---:|---:|---:|---:|"
-    for label, doc in ((primary, main), ("ci" if primary == "full" else "full", other)):
+    header = "| category | tests | trials | faults injected | inputs fuzzed | data lost | seconds |"
+    sep = "|---|---:|---:|---:|---:|---:|---:|"
+    for label, doc in ((primary, main), (other_name, other)):
         if doc is None:
             continue
         lines += [f"**{label} scale** ({doc['generated_at']}, {measured(doc)}, {doc['machine']['cpus']} CPUs, wall "
-                  f"{doc['wall_seconds']} s, {doc['outcomes'].get('passed', 0)} tests passed)", "", header, sep]
+                  f"{doc['wall_seconds']} s; {ran(doc)})", "", header, sep]
         for cat in CATEGORIES:
             c = _cat(doc, cat)
-            lines.append(f"| {cat} | {_n(c['trials'])} | {_n(c['faults'])} | {_n(c['inputs'])} | {_n(c['data_lost'])} "
-                         f"| {c['seconds']} |")
+            lines.append(f"| {cat} | {_n(c['tests'])} | {_n(c['trials'])} | {_n(c['faults'])} | {_n(c['inputs'])} | "
+                         f"{_n(c['data_lost'])} | {c['seconds']} |")
         tt = doc["total"]
-        lines += [f"| **total** | **{_n(tt['trials'])}** | **{_n(tt['faults'])}** | **{_n(tt['inputs'])}** | "
+        lines += [f"| **total** | | **{_n(tt['trials'])}** | **{_n(tt['faults'])}** | **{_n(tt['inputs'])}** | "
                   f"**{_n(tt['data_lost'])}** | |", ""]
+    lines += ["`tests`: how many of the tests that ran added the row's figures; the others (the oracle-checked "
+              "ones, whose figures follow under Oracle, and the unit tests of the oracle, the verifier and this "
+              "report) add none here.", ""]
     lines += ["## What each category checks", ""]
     for cat in CATEGORIES:
         lines.append(f"- **{cat}**: {WHAT[cat]}")
@@ -167,9 +231,10 @@ def render(full: dict[str, Any], ci: dict[str, Any] | None, primary: str = "full
         "## Running it",
         "",
         "```",
-        "make test                                        # includes the CI-sized suite",
-        ".venv/bin/python -m pytest -q tests/reliability  # CI size (TLAKE_RELIABILITY_SCALE=ci)",
-        "TLAKE_RELIABILITY_SCALE=full .venv/bin/python -m pytest -q tests/reliability",
+        "make test                                        # includes the CI-sized suite (not recorded)",
+        ".venv/bin/python -m pytest -q tests/reliability tests/oracle  # CI size (TLAKE_RELIABILITY_SCALE=ci)",
+        "    --reliability-record                         # ... recorded in results-ci.json, shown beside",
+        "make reliability-full                            # full scale: records, re-renders this file",
         ".venv/bin/python -m tests.reliability.report     # re-render this file (--scale ci: from the CI-sized run)",
         "--hypothesis-seed=N                              # replay a run's Hypothesis inputs (each run draws a new seed)",
         "```",
@@ -200,7 +265,36 @@ def _notes(doc: dict[str, Any]) -> list[str]:
                        f"{d.get('reachable_deleted', 0)} of them reachable; {d.get('versions')} versions, "
                        f"{d.get('expire_commits')} expire commits, {d.get('acked_expired')} acknowledged versions "
                        f"expired by policy (oldest retained {d.get('oldest_retained')}, latest {d.get('latest')}).")
+        if e["category"] == "tables" and "outcomes" in d:
+            o = d["outcomes"]
+            steps = ", ".join(f"{k.replace('_', ' ')} {_n(o[k])}" for k in STEP_KINDS if k in o)
+            out.append(f"{e['test']}: {_n(e['trials'])} histories, {_n(e['inputs'])} steps ({steps}); "
+                       f"{_n(o.get('runs_with_expiry', 0))} of the {_n(e['trials'])} histories expired snapshots, "
+                       f"{_n(o.get('snapshots_expired', 0))} snapshots expired in all; "
+                       f"{_n(o.get('orphans_deleted', 0))} orphan files deleted.")
     return out
+
+
+#: The step kinds of the tables' histories (`tests/reliability/test_fuzz_tables.py`).
+STEP_KINDS = ("append", "overwrite", "delete", "lakehouse_expire", "tables_expire", "tables_orphans", "pin", "unpin")
+
+
+def document(docs: dict[str, dict[str, Any] | None], primary: str = "full") -> str:
+    """RELIABILITY.md from the results files (``full``, ``ci``, ``oracle-full``, ``oracle-ci``):
+    the oracle-checked suite's figures too only where they are of `primary`'s generation."""
+    from tests.reliability.report_oracle import render_oracle
+
+    main = docs[primary]
+    assert main is not None
+    oracle: dict[str, dict[str, Any] | None] = {}
+    left_out = []
+    for scale in ("full", "ci"):
+        doc = docs.get(f"oracle-{scale}")
+        if doc is not None and not same_generation(main, doc):
+            left_out.append(_left_out(f"results-oracle-{scale}.json", doc))
+            doc = None
+        oracle[scale] = doc
+    return render(docs["full"], docs["ci"], primary, left_out) + "\n".join(render_oracle(oracle["full"], oracle["ci"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,18 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", choices=("full", "ci"), default="full",
                     help="the scale the headline reports (ci: when a full-scale run takes too long; say so)")
     args = ap.parse_args(argv)
-    full, ci = load("full"), load("ci")
-    main_doc = full if args.scale == "full" else ci
+    docs = {name: load(name) for name in ("full", "ci", "oracle-full", "oracle-ci")}
+    main_doc = docs[args.scale]
     if main_doc is None:
         print(f"no tests/reliability/results-{args.scale}.json: run the suite at {args.scale} scale first",
               file=sys.stderr)
         return 2
-    if main_doc["total"]["data_lost"] or main_doc["outcomes"].get("failed"):
+    if main_doc["total"]["data_lost"] or main_doc["outcomes"].get("failed") or main_doc["outcomes"].get("error"):
         print(f"the {args.scale}-scale results report lost data or failures; refusing to render", file=sys.stderr)
         return 1
-    from tests.reliability.report_oracle import render_oracle
-
-    text = render(full, ci, args.scale) + "\n".join(render_oracle(load("oracle-full"), load("oracle-ci")))
+    text = document(docs, args.scale)
     if args.check:
         try:
             with open(args.output) as f:

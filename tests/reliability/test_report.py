@@ -16,7 +16,8 @@ def _doc(scale: str) -> dict:
 
 
 def test_render_reports_every_category_and_the_totals() -> None:
-    text = report.render(_doc("full"), _doc("ci"))
+    clean = {"git": {"commit": "abc1234", "dirty": False, "lib_dirty": False}}  # one generation: both shown
+    text = report.render({**_doc("full"), **clean}, {**_doc("ci"), **clean})
     assert "**Data lost: 0.**" in text and "**100 inputs**" in text
     for cat in CATEGORIES:
         assert f"| {cat} |" in text
