@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -279,7 +280,7 @@ def _notes(doc: dict[str, Any]) -> list[str]:
 STEP_KINDS = ("append", "overwrite", "delete", "lakehouse_expire", "tables_expire", "tables_orphans", "pin", "unpin")
 
 
-def document(docs: dict[str, dict[str, Any] | None], primary: str = "full") -> str:
+def document(docs: Mapping[str, dict[str, Any] | None], primary: str = "full") -> str:
     """RELIABILITY.md from the results files (``full``, ``ci``, ``oracle-full``, ``oracle-ci``):
     the oracle-checked suite's figures too only where they are of `primary`'s generation."""
     from tests.reliability.report_oracle import render_oracle
