@@ -51,12 +51,12 @@ def build(uri: str, tables: int, versions: int) -> None:
 def measure(uri: str, rounds: int, label: str) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
     import pyarrow as pa
 
-    from trinitylake.jobs.walk.job import walk_reachable_with_stats
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.spark.execution import Execution
     from trinitylake.treewalk import node_batch as NB
     from trinitylake.treewalk import reach as R
     from trinitylake.treewalk import walk_roots as WR
+    from trinitylake.treewalk.walker import walk_reachable_with_stats
 
     lh = Lakehouse.open(uri, audit=False)
     reader = R.Reader(lh.storage.root)

@@ -2,7 +2,7 @@
 
 A lakehouse of N tables and V versions (`bench.generator`: build transactions plus churn, so
 versions share most of their nodes copy-on-write) is walked from *every* version two ways,
-on the same files, both by `trinitylake.jobs.walk.job.walk_reachable_with_stats` (the
+on the same files, both by `trinitylake.treewalk.walker.walk_reachable_with_stats` (the
 library's one walker):
 
 * ``driver``: every level on the driver (``--execution local``): the batch node reader, level
@@ -61,12 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         size["versions"] = args.versions
     from bench.generator import generate
     from trinitylake.format.node import deserialize
-    from trinitylake.jobs.walk.job import walk_reachable_with_stats
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.spark.execution import Execution
     from trinitylake.spark.session import get_spark
     from trinitylake.treewalk import reach as R
     from trinitylake.treewalk import walk_roots as WR
+    from trinitylake.treewalk.walker import walk_reachable_with_stats
 
     t_all = time.perf_counter()
     with scratch_dir("walk", keep=args.keep) as d:

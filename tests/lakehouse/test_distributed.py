@@ -25,11 +25,11 @@ from trinitylake.errors import (
 )
 from trinitylake.format import definitions as D
 from trinitylake.format.paths import is_format_owned, txn_def_path
-from trinitylake.jobs.walk.job import walk_reachable
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse import distributed as DT
 from trinitylake.spark.execution import Execution
 from trinitylake.treewalk import walk_roots as WR
+from trinitylake.treewalk.walker import walk_reachable
 
 
 def _lh(tmp_path, **kw) -> Lakehouse:

@@ -23,13 +23,13 @@ from trinitylake.errors import CorruptNodeError
 from trinitylake.format import node_arrow
 from trinitylake.format.node import Message, Node, serialize
 from trinitylake.format.paths import root_name
-from trinitylake.jobs.walk.job import walk_reachable_with_stats
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.spark.execution import Execution
 from trinitylake.storage.uri import is_plain_relative
 from trinitylake.treewalk import node_batch as NB
 from trinitylake.treewalk import reach as R
 from trinitylake.treewalk import walk_roots as WR
+from trinitylake.treewalk.walker import walk_reachable_with_stats
 
 
 @pytest.fixture(scope="module")

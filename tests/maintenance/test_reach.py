@@ -1,5 +1,5 @@
 """What a node references, how pointers become keys, which roots a walk starts from, and the
-library's walk (`jobs.walk.job`, on the driver) against the oracle's (`tests.oracle.expect`)."""
+library's walk (`treewalk.walker`, on the driver) against the oracle's (`tests.oracle.expect`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from tests.oracle import expect as E
 from trinitylake.errors import CorruptNodeError, InvalidURIError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.node import Message, Node
 from trinitylake.format.paths import root_name
-from trinitylake.jobs.walk.job import walk_reachable_with_stats
 from trinitylake.spark.execution import Execution
 from trinitylake.treewalk import reach as R
 from trinitylake.treewalk import walk_roots as WR
+from trinitylake.treewalk.walker import walk_reachable_with_stats
 
 
 def test_node_references_cover_children_values_and_buffer_sets_only():
@@ -64,7 +64,7 @@ def test_locator_keys_are_relative_inside_and_canonical_outside():
 
 
 def _walk(lh, roots, **kw):
-    """The library's walk (`jobs.walk.job`: the one walker, here on the driver) and its stats."""
+    """The library's walk (`treewalk.walker`: the one walker, here on the driver) and its stats."""
     return walk_reachable_with_stats(Execution("local"), lh, roots, **kw)
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from trinitylake.format.paths import is_format_owned, root_name
 from trinitylake.jobs.expire import rules as E
-from trinitylake.jobs.walk import rules as W
+from trinitylake.treewalk import walk_rules as W
 
 SIZES = [-1, 0, 1, 4096, None]
 PATHS = [root_name(3), "_lakehouse_def_0123abcd-0123-4567-89ab-0123456789ab.binpb",

@@ -13,9 +13,9 @@ from tests.maintenance.helpers import build_history
 from tests.oracle import expect as E
 from tests.support.faults import FaultSpec, injected
 from trinitylake.format.paths import root_name
-from trinitylake.jobs.walk.job import walk_reachable_with_stats
 from trinitylake.spark.execution import Execution
 from trinitylake.treewalk import background_sizes as BS
+from trinitylake.treewalk.walker import walk_reachable_with_stats
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,12 @@ from tests.oracle import expect as E
 from tests.support.jobs import AHEAD_MS, TTL_MS, run_local
 from tests.support.recording_proxy import RecordingProxy
 from trinitylake.format.paths import root_name
-from trinitylake.jobs.walk.job import walk_reachable
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.spark.execution import Execution
 from trinitylake.spark.output import read_parquet_table
 from trinitylake.treewalk import reach as R
 from trinitylake.treewalk import walk_roots as WR
+from trinitylake.treewalk.walker import walk_reachable
 
 SHAPE = {"order": 4, "node_max_bytes": 4096, "txn_ttl_millis": TTL_MS}
 ROOT_FILE = re.compile(r"_[01]{64}\.arrow$")

@@ -282,8 +282,8 @@ def test_auto_expire_of_a_small_lakehouse_never_starts_spark(tmp_path):
 def test_local_candidates_continue_on_the_executors_when_a_new_walk_went_distributed(spark):
     from trinitylake import rowsets
     from trinitylake.jobs.expire.job import _Candidates
-    from trinitylake.jobs.walk.rows import OUTPUT_SCHEMA, Reached, WalkStats
     from trinitylake.spark.execution import Execution
+    from trinitylake.treewalk.walk_rows import OUTPUT_SCHEMA, Reached, WalkStats
 
     rows = [("_" + "0" * 63 + "1.arrow", "root", 10, 0, 1),
             ("0000/0000/0000/00000000-node-a.arrow", "node", 20, 1, 1),

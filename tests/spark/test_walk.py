@@ -16,10 +16,10 @@ from tests.spark.conftest import owned_files
 from trinitylake.control import ControlTable
 from trinitylake.errors import CorruptNodeError
 from trinitylake.jobs import runner
-from trinitylake.jobs.walk.job import walk_reachable, walk_reachable_with_stats
-from trinitylake.jobs.walk.rows import OUTPUT_DDL
 from trinitylake.spark.execution import Execution, Limits
 from trinitylake.spark.output import read_parquet_table
+from trinitylake.treewalk.walk_rows import OUTPUT_DDL
+from trinitylake.treewalk.walker import walk_reachable, walk_reachable_with_stats
 
 pytestmark = pytest.mark.spark
 

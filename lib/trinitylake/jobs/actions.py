@@ -64,13 +64,13 @@ from trinitylake.format.paths import root_name
 from trinitylake.jobs.orphans.job import CANDIDATE_SCHEMA as ORPHAN_CANDIDATE_SCHEMA
 from trinitylake.jobs.registry import job_spec
 from trinitylake.jobs.runner import run_job
-from trinitylake.jobs.walk.rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.runs.folder import read_json
 from trinitylake.runs.results import JobResult
 from trinitylake.spark.execution import ddl, functions_for
 from trinitylake.storage import Storage, join_uri, parse_uri, same_scheme, spark_location
 from trinitylake.storage.target_options import resolve_target_options
+from trinitylake.treewalk.walk_rows import OUTPUT_SCHEMA as WALK_OUTPUT_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -33,6 +33,11 @@ DELETE_RETRIES = 5
 DELETE_PHASE = "tables.delete"
 
 
+def table_names(value: str | None) -> list[str]:
+    """The jobs' ``tables`` option: comma-separated names (see `select_tables`), none for every table."""
+    return [n.strip() for n in (value or "").split(",") if n.strip()]
+
+
 def select_tables(tables: Sequence[TableRef], wanted: Iterable[str] | None) -> list[TableRef]:
     """The tables `wanted` names: ``NS`` (every table of the namespace) or ``NS.TABLE``; all of
     them when `wanted` is empty.

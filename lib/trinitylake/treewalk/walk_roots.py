@@ -4,7 +4,7 @@ Every retained version (or the versions asked for), the root of every *pinned* e
 in the latest lakehouse definition, every pinned version, and the running roots of live
 distributed transactions (see :func:`walk_input`). The walk itself is
 `trinitylake.treewalk.reach` (rules, one-file reader, reference walk) and
-`trinitylake.jobs.walk.job`.
+`trinitylake.treewalk.walker`.
 
 **Only exports that can reach source files are walked.** The walk exists to find the source
 files something still needs. An export is walked when it is pinned

@@ -27,7 +27,7 @@ Phases (each timed into ``result.seconds``; where a phase ran is recorded in
    the executors for a big one); the root files of the expired versions **last**, from the
    driver, oldest first.
 
-**Placement.** Each walk decides per level where it runs (`trinitylake.jobs.walk.job`). When both
+**Placement.** Each walk decides per level where it runs (`trinitylake.treewalk.walker`). When both
 the retained and the expired walk stayed on the driver, C is an Arrow table and its filtering
 (format-owned paths, files still present), grouping and the anti-join with the new versions'
 files are pyarrow compute on the driver: a lakehouse whose walks are small never starts Spark.
@@ -60,9 +60,6 @@ from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import deserialize
 from trinitylake.format.paths import root_name
 from trinitylake.jobs.expire.rules import RetentionPolicy, owned_arrow, owned_column, plan_expiration
-from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
-from trinitylake.jobs.walk.rows import Reached
-from trinitylake.jobs.walk.rules import present_arrow, present_column
 from trinitylake.rowsets import AllOf, Equals, RowSet
 from trinitylake.runs.folder import run_dir, write_json
 from trinitylake.runs.results import JobResult
@@ -70,6 +67,9 @@ from trinitylake.spark.common import crash_point
 from trinitylake.spark.delete import DeleteOutcome, delete_keys, delete_on_driver
 from trinitylake.spark.execution import Execution, as_execution, timed
 from trinitylake.treewalk import reach, walk_roots
+from trinitylake.treewalk.walk_rows import Reached, fill_walk_counts
+from trinitylake.treewalk.walk_rules import present_arrow, present_column
+from trinitylake.treewalk.walker import walk_reachable_with_stats
 
 if TYPE_CHECKING:
     from types import ModuleType

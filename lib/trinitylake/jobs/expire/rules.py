@@ -20,7 +20,7 @@ The plan refuses (UnsafeOperationError) to leave no retained version.
 **Owned.** Of the files only the expired versions reach, expire deletes only those whose
 names the format owns (`OWNED_PATTERNS`: root node files, ``_lakehouse_def_*`` and
 hash-prefixed ``.arrow|binpb`` files, as `trinitylake.format.paths.is_format_owned`), and
-only those still present (`trinitylake.jobs.walk.rules.present`). The patterns are the rule;
+only those still present (`trinitylake.treewalk.walk_rules.present`). The patterns are the rule;
 :func:`owned` (a Python value), :func:`owned_arrow` (an Arrow array) and :func:`owned_column`
 (a Spark column) only apply them.
 """

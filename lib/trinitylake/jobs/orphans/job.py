@@ -58,16 +58,15 @@ from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationEr
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
 from trinitylake.jobs.orphans import rules as orphan_rules
 from trinitylake.jobs.orphans.listing import Listing, list_on_driver, list_rest_distributed
-from trinitylake.jobs.walk import rules as walk_rules
-from trinitylake.jobs.walk.job import fill_walk_counts, walk_reachable_with_stats
-from trinitylake.jobs.walk.rows import Reached, WalkStats
 from trinitylake.rowsets import RowSet
 from trinitylake.runs.folder import run_dir, write_json
 from trinitylake.runs.results import JobResult
 from trinitylake.spark.delete import delete_keys
 from trinitylake.spark.execution import DISTRIBUTED, Execution, timed
 from trinitylake.storage.uri import parse_uri
-from trinitylake.treewalk import walk_roots
+from trinitylake.treewalk import walk_roots, walk_rules
+from trinitylake.treewalk.walk_rows import Reached, WalkStats, fill_walk_counts
+from trinitylake.treewalk.walker import walk_reachable_with_stats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from trinitylake.errors import UnsafeOperationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
+from trinitylake.tables_maintenance.common import table_names
 from trinitylake.tables_maintenance.expire import ExpireOptions, expire_snapshots
 from trinitylake.values import format_duration
 
@@ -17,11 +18,6 @@ if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
-
-
-def table_names(value: str | None) -> list[str]:
-    """The ``tables`` option: comma-separated names, none for every table."""
-    return [n.strip() for n in (value or "").split(",") if n.strip()]
 
 
 def check_floor(lakehouse: Lakehouse, cfg: TablesExpireConfig, result: JobResult) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trinitylake.errors import ConfigError
-from trinitylake.jobs.tables_expire.job import table_names
+from trinitylake.tables_maintenance.common import table_names
 from trinitylake.tables_maintenance.orphans import OrphanOptions, remove_orphans
 
 if TYPE_CHECKING:

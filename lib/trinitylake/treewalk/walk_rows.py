@@ -1,6 +1,7 @@
-"""The rows of the reachable-file walk (`trinitylake.jobs.walk.job`): their schemas, the walk's
-stats (`WalkStats`) and result (`Reached`), and the ``mapInArrow`` functions its executor
-levels run (reading node files, sizing and listing definition files)."""
+"""The rows of the reachable-file walk (`trinitylake.treewalk.walker`): their schemas, the walk's
+stats (`WalkStats`; `fill_walk_counts` puts them in a job's result) and result (`Reached`), and
+the ``mapInArrow`` functions its executor levels run (reading node files, sizing and listing
+definition files)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trinitylake.jobs.walk import rules as walk_rules
 from trinitylake.rowsets import RowSet, SparkRows
 from trinitylake.spark.execution import LOCAL, batch_of, chunks, functions_for, rows_of
-from trinitylake.treewalk import node_batch, reach
+from trinitylake.treewalk import node_batch, reach, walk_rules
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from trinitylake.runs.results import JobResult
     from trinitylake.storage import Storage
 
 OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("kind", pa.string()), ("size", pa.int64()),
@@ -82,6 +83,21 @@ class Reached:
 
     def release(self) -> None:
         self.rows.release()
+
+
+def fill_walk_counts(result: JobResult, st: WalkStats, prefix: str = "reachable") -> None:
+    """A walk's stats in a job's result: ``<prefix>`` and ``<prefix>_<kind>`` files and bytes,
+    the node reads, and ``details["<prefix>_walk"]`` (levels, read ratio, roots, where it ran)."""
+    result.counts[prefix] = st.total_files
+    for k, v in st.files.items():
+        result.counts[f"{prefix}_{k}"] = v
+    result.bytes[prefix] = sum(st.bytes.values())
+    for k, v in st.bytes.items():
+        result.bytes[f"{prefix}_{k}"] = v
+    result.counts["node_reads"] = result.counts.get("node_reads", 0) + st.node_reads
+    result.counts["unique_nodes"] = result.counts.get("unique_nodes", 0) + st.unique_nodes
+    result.details[f"{prefix}_walk"] = {"levels": st.levels, "read_ratio": st.read_ratio, "roots": st.roots,
+                                        "missing": st.missing, "seconds": st.seconds, "where": st.where}
 
 
 # ---- executor functions -------------------------------------------------------------------

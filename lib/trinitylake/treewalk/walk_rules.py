@@ -1,7 +1,7 @@
 """The walk's rules: what a row of the reachable-file listing says about its file. Pure: no
 I/O, no Spark session, no storage.
 
-A row (`trinitylake.jobs.walk.rows.OUTPUT_SCHEMA`) holds ``path, kind, size, depth,
+A row (`trinitylake.treewalk.walk_rows.OUTPUT_SCHEMA`) holds ``path, kind, size, depth,
 first_version``. Two rules read it, and every job that reads a walk (walk, expire, orphans)
 applies them from here:
 
