@@ -330,7 +330,11 @@ def apply_updates(base: TableMetadata, updates: Iterable[TableUpdate], *, enforc
     check_defaults(md)
     if enforce_validation:
         return TableMetadataUtil.parse_obj(md.model_dump())
-    return md.model_copy(deep=True)
+    # No deep copy (PyIceberg's `update_table_metadata` makes one): every update builds new
+    # models and containers (`model_copy(update=...)`) and never changes `base`'s in place, so
+    # the parts the result shares with `base` are as immutable as `base` is. The copy was the
+    # largest part of a catalog server's commit (pydantic's deepcopy of the whole metadata).
+    return md
 
 
 def _field_defaults(given: StructType, fresh: StructType) -> StructType:

@@ -240,6 +240,22 @@ class Lakehouse:
         self._roots[version] = ref
         return ref
 
+    def remember_root(self, version: int, data: bytes) -> None:
+        """Keep the root of `version` that this handle has just written (its bytes, `data`), so
+        reading it back (the next transaction's begin, the audit's change description) reads no
+        file. A root file never changes once created."""
+        if version in self._roots:
+            return
+        path = root_name(version)
+        try:
+            ref = self._root_from_bytes(version, path, data, self.storage)
+        except Exception as e:  # noqa: BLE001 - only saves a read: the version is committed either way
+            log.debug("root of version %s not kept: %s", version, e)
+            return
+        if len(self._roots) > 256:
+            self._roots.clear()
+        self._roots[version] = ref
+
     def _root_from_bytes(self, version: int, path: str, data: bytes, base: Storage) -> RootRef:
         node = deserialize(data, None, base.uri(path))
         def_path = node.system.get(keys.SYS_LAKEHOUSE_DEF)

@@ -77,6 +77,8 @@ class TransactionHost(NodeSource, Protocol):
 
     def write_hint(self, version: int) -> None: ...
 
+    def remember_root(self, version: int, data: bytes) -> None: ...
+
     def describe_changes_safely(self, version: int) -> list[str]: ...
 
 
@@ -451,6 +453,7 @@ class Transaction(LakehouseView):
         self.closed = True
         version = base.version + 1
         self.committed_version = version
+        lh.remember_root(version, root_bytes)  # this process's next begin and describe_changes read no file
         lh.write_hint(version)
         _crash_point("after_hint")
         lh.auditor.committed(seq, self.id, command, arguments, self.started, base.version, version,

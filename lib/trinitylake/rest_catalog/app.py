@@ -187,7 +187,9 @@ class CatalogService:
                         "keeps its files, which retained versions read (tlake tables remove-orphans collects them)")
         self._local = threading.local()
         self.loads = LoadCache(_load_result)  # load-table answers by metadata location, ETag (load_cache.py)
-        self.group = GroupCommitter()  # table commits: one lakehouse version per group (group_commit.py)
+        # table commits: one lakehouse version per group (group_commit.py), written through a
+        # catalog of the group commit's own (one lead at a time uses it: its caches stay warm)
+        self.group = GroupCommitter(leader_catalog=lambda: TrinityLakeCatalog("rest", **self._props))
         self.base = self._thread_catalog()  # opened once here: a missing lakehouse fails the start
 
     def _thread_catalog(self) -> TrinityLakeCatalog:

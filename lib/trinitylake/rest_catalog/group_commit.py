@@ -78,8 +78,14 @@ class _Commit:
 class GroupCommitter:
     """One per server process: see the module doc."""
 
-    def __init__(self, max_group: int = MAX_GROUP):
+    def __init__(self, max_group: int = MAX_GROUP, leader_catalog: Callable[[], TrinityLakeCatalog] | None = None):
         self._cond = threading.Condition()
+        #: Makes the catalog every group is written through (None: the lead's own request's).
+        #: One lead at a time uses it, so its lakehouse handle's caches stay warm from group to
+        #: group: the root this process wrote last is the next group's base without a read,
+        #: and the control table is checked once.
+        self._make_leader = leader_catalog
+        self._leader: TrinityLakeCatalog | None = None
         self._queue: list[_Commit] = []
         self._leading = False
         self.max_group = max_group
@@ -109,12 +115,20 @@ class GroupCommitter:
         assert mine.response is not None
         return mine.response
 
+    def _leader_catalog(self, fallback: TrinityLakeCatalog) -> TrinityLakeCatalog:
+        """The catalog the lead writes through (called by the lead only)."""
+        if self._make_leader is None:
+            return fallback
+        if self._leader is None:
+            self._leader = self._make_leader()
+        return self._leader
+
     def _lead(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> None:
         """Write `group`, hand the lead on as soon as its root exists (the next group's root is
         written while this group's audit rows are appended), then answer the group."""
         append: Callable[[], None] | None = None
         try:
-            append = self._write(catalog, group)
+            append = self._write(self._leader_catalog(catalog), group)
         except BaseException as e:  # noqa: BLE001 - every commit of the group gets an answer
             for c in group:
                 if not c.settled:
