@@ -213,16 +213,17 @@ def test_node_bytes_held_by_the_plan_count_against_the_driver_bound(make_lakehou
 
 
 def test_a_new_local_target_is_marked_to_spread_its_prefix_folders(run, make_lakehouse, tmp_path, monkeypatch):
-    from trinitylake.jobs.export import job as export_mod
     from trinitylake.storage import dir_spread
 
     marked: list[str] = []
+    real = dir_spread.spread_subdirectories
+    flags = _has_flags(tmp_path)  # probed before the spy is in place
 
     def spy(path):
         marked.append(path)
-        return dir_spread.spread_subdirectories(path)
+        return real(path)
 
-    monkeypatch.setattr(export_mod, "spread_subdirectories", spy)
+    monkeypatch.setattr(dir_spread, "spread_subdirectories", spy)
     lh = make_lakehouse()
     v = populate(lh, namespaces=1, tables=3, alters=0, drops=0)
     target = tmp_path / "new"
@@ -230,7 +231,7 @@ def test_a_new_local_target_is_marked_to_spread_its_prefix_folders(run, make_lak
     assert marked == [str(target)]
     # The mark is on the folder itself, before any subfolder was made in it (where the
     # filesystem has such flags: ext2/3/4; elsewhere the export is the same without it).
-    assert dir_spread.topdir_flag(str(target)) is (True if _has_flags(tmp_path) else None)
+    assert dir_spread.topdir_flag(str(target)) is (True if flags else None)
     assert _tree(target)
     # A target that already holds exports (a resume, a second export) is left as it is.
     run(lh, str(target), "b", version=v)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from trinitylake.storage import Storage
-from trinitylake.treewalk.background_sizes import BackgroundSizes
+from trinitylake.storage.background_sizes import BackgroundSizes
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 
 from tests.support.faults import FaultSpec, injected
 from trinitylake.errors import StorageError
+from trinitylake.storage import Storage, local_storage
 from trinitylake.treewalk import reach as R
 
 
@@ -32,10 +33,10 @@ def _expected(root, keys):
 @pytest.mark.parametrize("chunk", [4, 1 << 20])  # several threaded chunks, and one serial chunk
 def test_bulk_local_sizes_keep_the_callers_order(tree, monkeypatch, chunk):
     root, keys = tree
-    monkeypatch.setattr(R, "SIZE_CHUNK", chunk)
+    monkeypatch.setattr(local_storage, "SIZE_CHUNK", chunk)
     keys = keys + ["0000/0000/missing.binpb", "nowhere/at/all.binpb"]
     reader = R.Reader(str(root))
-    assert R._local_sizes(reader, keys) is not None  # the bulk path was taken
+    monkeypatch.setattr(Storage, "info", lambda *a: pytest.fail("asked one by one, not in the bulk path"))
     assert R.sizes_of(reader, keys) == _expected(root, keys)
     assert R.sizes_of(reader, keys)[-2:] == [-1, -1]
 
@@ -46,7 +47,6 @@ def test_keys_outside_the_root_go_through_the_storage(tree, tmp_path_factory):
     (other / "e.binpb").write_bytes(b"12345")
     reader = R.Reader(str(root))
     mixed = keys[:5] + [f"file://{other}/e.binpb"]
-    assert R._local_sizes(reader, mixed) is None
     assert R.sizes_of(reader, mixed) == _expected(root, keys[:5]) + [5]
 
 
@@ -81,14 +81,14 @@ def test_a_stat_error_other_than_missing_is_asked_again_through_the_storage(tree
             raise OSError(5, "Input/output error")
         return real_stat(path, *a, **kw)
 
-    real_size = R.Reader.size
+    real_info = Storage.info
 
-    def size(self, key):
+    def info(self, key):
         asked.append(key)
-        return real_size(self, key)
+        return real_info(self, key)
 
     monkeypatch.setattr(os, "stat", flaky_stat)
-    monkeypatch.setattr(R.Reader, "size", size)
+    monkeypatch.setattr(Storage, "info", info)
     assert R.sizes_of(reader, keys) == _expected(root, keys)
     assert [k.rsplit("/", 1)[1] for k in asked] == ["def-00007.binpb"]
 

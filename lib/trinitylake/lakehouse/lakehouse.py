@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -566,16 +565,8 @@ class Lakehouse:
                                buffer_max_messages=int(prop) if prop else d.order)
 
     def write_nodes(self, pending: dict[str, bytes]) -> None:
-        """Write a commit's new node files (before its root). Threads help on object stores."""
-        if not pending:
-            return
-        if self.storage.on_local_disk or len(pending) < 4:
-            for p, data in pending.items():
-                self.storage.write(p, data)
-            return
-
-        with ThreadPoolExecutor(max_workers=min(16, len(pending))) as pool:
-            list(pool.map(lambda kv: self.storage.write(*kv), pending.items()))
+        """Write a commit's new node files (before its root): `Storage.write_many`."""
+        self.storage.write_many(pending)
 
     def write_definition(self, d: definitions.LakehouseDef) -> str:
         path = lakehouse_def_name()

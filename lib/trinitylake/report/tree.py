@@ -156,7 +156,7 @@ class ReachWalker:
         self._prev: set[str] = set()
         # On object stores one listing (1000 keys a request) is far cheaper than a HEAD per
         # file: sizes under the lakehouse root are taken from it; the rest use Storage.info.
-        self._prefill = not lh.storage.on_local_disk
+        self._prefill = lh.storage.remote
 
     def _uri_size(self, pointer: str) -> tuple[str, int | None]:
         storage, p = self.lh.resolve(pointer, self.lh.storage)

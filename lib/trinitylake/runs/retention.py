@@ -144,16 +144,10 @@ def _remove_empty_dirs(storage: Storage, run: RunFolder) -> None:
     have none): remove the run's now-empty directories, deepest first, so that it no longer
     lists as a run. rmdir refuses a directory that is not empty, so a file that appeared
     meanwhile stays."""
-    if not storage.on_local_disk:
-        return
     dirs = {run.path}
     for f in run.files:
         parent = f.rsplit("/", 1)[0]
         while parent.startswith(run.path + "/"):
             dirs.add(parent)
             parent = parent.rsplit("/", 1)[0]
-    for d in sorted(dirs, key=lambda x: x.count("/"), reverse=True):
-        try:
-            storage.fs.rmdir(storage.uri(d))
-        except OSError as e:
-            log.debug("could not remove %s: %s", storage.uri(d), e)
+    storage.remove_empty_dirs(dirs)

@@ -96,7 +96,7 @@ class Limits:
         calls are short (more threads only contend for the interpreter lock: 16 made a
         20k-table orphans listing and walk 2x slower than 1), else `threads` (requests that
         wait on the network)."""
-        local = all(s.on_local_disk for s in storages)
+        local = not any(s.remote for s in storages)
         return max(1, self.local_threads if local else self.threads)
 
 
@@ -258,7 +258,7 @@ class Execution:
             return False
         if self.mode == DISTRIBUTED:
             return items > 0
-        if storage is not None and not storage.on_local_disk and requests_per_item > 0 and items > 0:
+        if storage is not None and storage.remote and requests_per_item > 0 and items > 0:
             est = self.estimate(items * requests_per_item, storage.scheme, items, jobs,
                                 engine=getattr(storage, "engine", None))
             if est is not None:

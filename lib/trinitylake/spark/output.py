@@ -77,7 +77,7 @@ def write_listing(ex: Execution | None, data: pa.Table | DataFrame, uri: str, st
         storage.write("_SUCCESS", json.dumps({"files": names, "rows": data.num_rows}).encode())
         return p.uri
     n_files = max(1, math.ceil((rows or 0) / ROWS_PER_FILE))
-    if storage.on_local_disk:
+    if not storage.remote:
         data.coalesce(n_files).write.mode("overwrite").parquet(p.uri)
         return p.uri
     _clear(storage)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
@@ -161,3 +162,22 @@ class StorageBackend:
 
     def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         raise NotImplementedError
+
+    # ---- fast paths of batches (None: the storage asks file by file) ----------------------
+    def read_many(self, paths: Sequence[str], max_bytes: int | None = None) -> builtins.list[bytes | None]:
+        """The bytes of each path (relative to the root) this backend reads in one go, None
+        for each the storage reads one by one (with its typed errors and retries); with
+        `max_bytes` it may stop after the path whose bytes reach it (a shorter list)."""
+        return [None] * len(paths)
+
+    def sizes_many(self, paths: Sequence[str], pool: ThreadPoolExecutor | None = None
+                   ) -> builtins.list[int | None]:
+        """Size of each path (relative to the root) in one go, -1 when missing, None for each
+        the storage asks one by one."""
+        return [None] * len(paths)
+
+    def list_columns(self, base: str, prefix: str, retrying: Retrying
+                     ) -> tuple[builtins.list[str], builtins.list[int], builtins.list[float]] | None:
+        """Every file under `base` as columns (keys under `prefix`, sizes, mtimes), or None:
+        the storage lists through `list_files`."""
+        return None

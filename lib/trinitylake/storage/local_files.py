@@ -5,8 +5,8 @@ the yardstick. `LocalFiles` keeps the storage's contract (typed errors, the `_io
 fault injection hooks into, the retry policy, exclusive create that never overwrites) with
 as few calls per file as the contract allows:
 
-- **read**: ``open, read, close`` into a reusable per-thread buffer. A fresh 1 MiB buffer per
-  file costs an ``mmap``/``mremap``/``munmap`` and page faults, more than the read itself.
+- **read**: ``open, read, close`` into a reusable per-thread buffer
+  (`trinitylake.storage.local_storage.read_file`, the one fast local read).
 - **exclusive create**: ``open(dir, O_TMPFILE)``, ``write``, ``linkat`` of the anonymous inode
   to its name, ``close``. The name appears atomically with its full content (``linkat`` fails
   with EEXIST rather than replace anything), a crash leaves no half-written file and no
@@ -30,11 +30,12 @@ from typing import Any
 
 from trinitylake.errors import StorageError
 from trinitylake.storage import retry
+from trinitylake.storage.local_storage import READ_BUFFER, read_file
 from trinitylake.storage.retry import typed_error
 from trinitylake.storage.storage import FileInfo, Storage
 
-#: Reusable read buffer per thread: most lakehouse files (nodes, definitions) are a few KiB.
-READ_BUFFER = 1 << 16
+__all__ = ["READ_BUFFER", "LocalFiles"]
+
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 #: Errors that say "this filesystem has no hard links" rather than "this file failed".
@@ -64,7 +65,6 @@ class LocalFiles:
         self._st = storage
         self.scheme = storage.scheme
         self.root = storage.root
-        self._tls = threading.local()
         self._dirs: set[str] = set()
         self._dirs_lock = threading.Lock()
         # One switch for the view: the first "unsupported" answer moves every later create to
@@ -89,29 +89,9 @@ class LocalFiles:
         return fp
 
     # ---- reads ------------------------------------------------------------------------
-    def _buffer(self) -> memoryview:
-        mv = getattr(self._tls, "buf", None)
-        if mv is None:
-            mv = self._tls.buf = memoryview(bytearray(READ_BUFFER))
-        return mv
-
-    def _read_fd(self, fp: str) -> bytes:
-        fd = os.open(fp, os.O_RDONLY | _CLOEXEC)
-        try:
-            buf = self._buffer()
-            n = os.readv(fd, [buf])
-            if n < len(buf):  # a short read of a regular file is its end
-                return bytes(buf[:n])
-            parts = [bytes(buf)]
-            while b := os.read(fd, 1 << 20):
-                parts.append(b)
-            return b"".join(parts)
-        finally:
-            os.close(fd)
-
     def read(self, path: str) -> bytes:
         try:
-            return self._st.retrying("read", path, self._read_fd, self._fp(path))
+            return self._st.retrying("read", path, read_file, self._fp(path))
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self._st.uri(path)}") from None
 

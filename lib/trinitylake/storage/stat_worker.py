@@ -1,4 +1,4 @@
-"""Child process of `background_sizes`: ``stat`` relative keys under one folder.
+"""Child process of `trinitylake.storage.background_sizes`: ``stat`` relative keys under one folder.
 
 Run as a file (``python -I stat_worker.py ROOT``), never imported: it needs nothing but the
 standard library, so it starts in milliseconds. Reads keys, one per line, from stdin; at end of

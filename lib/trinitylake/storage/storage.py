@@ -18,18 +18,25 @@ from __future__ import annotations
 import builtins
 import errno
 import functools
+import hashlib
+import logging
+import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trinitylake.errors import StorageError, UnknownOutcomeError
 from trinitylake.storage import (  # noqa: F401 - importing a backend registers its schemes
+    dir_spread,
     local_storage,
     object_storage,
     requests,
     retry,
 )
 from trinitylake.storage.backend import FileInfo, StorageBackend
+from trinitylake.storage.background_sizes import BackgroundSizes
 from trinitylake.storage.filesystem import HeadInfo, as_bytes
 from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO, sorted_keys_range
 from trinitylake.storage.options import StorageOptions, check_storage_options, s3_options_from_env
@@ -46,6 +53,12 @@ if TYPE_CHECKING:
     import fsspec
 
 _R = TypeVar("_R")
+log = logging.getLogger(__name__)
+
+
+#: What `Storage.verify` finds at a path.
+OK, MISSING, MISMATCH = "ok", "missing", "mismatch"
+_MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
 def _result_of(fn: Callable[..., _R], *args: object) -> _R | Exception:
@@ -82,6 +95,16 @@ class Storage:
             # the wrong type is one ConfigError line, never a traceback from the client.
             self.options = s3_options_from_env(check_storage_options(self.options))
         self._backend = StorageBackend.for_root(self._parsed, self.options)
+        self._stores: dict[str, Storage] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_stores"] = {}  # the URI-to-storage cache is per process
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_stores", {})
 
     def __repr__(self) -> str:
         return f"Storage({self.root!r})"
@@ -155,9 +178,66 @@ class Storage:
 
     def for_store_of(self, location: str | ParsedURI) -> Storage:
         """A storage rooted at the top of the store that holds the absolute `location` (its
-        bucket; ``file:///`` for local files), sharing these options when the scheme matches."""
+        bucket; ``file:///`` for local files), sharing these options when the scheme matches.
+
+        The one URI-to-storage cache: one storage per store, kept by this storage (per
+        process: a pickled storage starts with none)."""
         p = location if isinstance(location, ParsedURI) else parse_uri(location)
-        return self.for_uri(p.store_uri)
+        st = self._stores.get(p.store_uri)
+        if st is None:
+            st = self._stores[p.store_uri] = self.for_uri(p.store_uri)
+        return st
+
+    def storage_of(self, location: str) -> tuple[Storage, str]:
+        """The storage that reads `location` and the path to give it: this one for a path
+        relative to the root or a URI on this kind of store, else the (cached) storage of
+        the store that holds it (`for_store_of`)."""
+        if not is_absolute(location):
+            return self, location
+        p = parse_uri(location)
+        if self.reaches(p):
+            return self, p.uri
+        return self.for_store_of(p), p.uri
+
+    @property
+    def remote(self) -> bool:
+        """Whether every request is a round trip to a store across the network (an object
+        store): requests are worth keeping in flight together, and placement weighs their
+        latency. Local files answer in system calls (threads only add overhead)."""
+        return not self._backend.on_local_disk
+
+    @property
+    def batches_in_flight(self) -> bool:
+        """Whether this storage's batch operations (`read_many`, `create_exclusive_many`,
+        `head_many`, `copy_many_from`) send their requests in flight together (the I/O engine
+        serves the store): a caller with many files gives them as one batch, not a loop."""
+        return self.engine is not None
+
+    def spread_new_tree(self) -> bool:
+        """Before a new tree of many folders is written under this root: ask the store to
+        spread its subfolders apart (a local ext2/3/4 folder: ``chattr +T``, see
+        `trinitylake.storage.dir_spread`); True when it did, False where nothing applies."""
+        fp = self.path_on_disk("")
+        return fp is not None and dir_spread.spread_subdirectories(fp)
+
+    def sizes_in_background(self, start_after: int | None = None) -> BackgroundSizes:
+        """Sizes of many files, fed as the caller finds them and taken by a child process
+        meanwhile (local files: the ``stat``s run on another core); inactive (`active` False:
+        the caller sizes with `sizes`) on any other store."""
+        return BackgroundSizes(self, start_after)
+
+    @property
+    def reads_on_threads(self) -> bool:
+        """Whether reading many files (`read_many`, `sizes`) gains from a thread pool lent by
+        the caller: a store with latency whose requests the I/O engine does not batch."""
+        return self.remote and self.engine is None
+
+    @property
+    def batch_files(self) -> int:
+        """Files a batch (`read_many`) holds to keep this store busy: a few times the requests
+        the I/O engine keeps in flight where it serves the store, else 64."""
+        eng = self.engine
+        return max(64, 4 * eng.in_flight.limit()) if eng is not None else 64
 
     def path_on_disk(self, path: str) -> str | None:
         """The local filesystem path of `path` (relative to the root, or an absolute URI on
@@ -278,6 +358,28 @@ class Storage:
                 f"to tell whether an earlier attempt created it: {type(e).__name__}: {e}") from e
         return stored == data
 
+    def write_many(self, files: dict[str, bytes]) -> None:
+        """`write` of each ``path: bytes``; on a store with latency (`remote`) several at a time
+        on threads (a commit's new node files), local files one after the other."""
+        if not self.remote or len(files) < 4:
+            for p, data in files.items():
+                self.write(p, data)
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+            list(pool.map(lambda kv: self.write(*kv), files.items()))
+
+    def remove_empty_dirs(self, paths: Iterable[str]) -> None:
+        """Remove each folder of `paths` (relative to the root) that is empty, deepest first:
+        local filesystems keep a folder after its files are deleted (object stores have no
+        folders: nothing to do). A folder that is not empty stays (``rmdir`` refuses it)."""
+        if not self._backend.on_local_disk:
+            return
+        for d in sorted(paths, key=lambda x: x.count("/"), reverse=True):
+            try:
+                os.rmdir(self._fs_path(d))
+            except OSError as e:
+                log.debug("could not remove %s: %s", self._uri_quiet(d), e)
+
     def delete(self, paths: Iterable[str]) -> list[tuple[str, str]]:
         """Delete files in bulk; missing files count as deleted (idempotent re-runs).
 
@@ -297,13 +399,30 @@ class Storage:
     # On S3 through the engine (requests in flight by latency, retried per file); elsewhere a
     # loop of the single-file operations. Per file the result or its error, never a raise for
     # one file; the batch itself goes through the attempt seam once (a fault there fails it).
-    def read_many(self, paths: Sequence[str]) -> builtins.list[bytes | BaseException]:
-        """The bytes of each path (FileNotFoundError and typed errors per file)."""
+    def read_many(self, paths: Sequence[str], pool: ThreadPoolExecutor | None = None, max_bytes: int | None = None
+                  ) -> builtins.list[bytes | BaseException]:
+        """The bytes of each path (FileNotFoundError and typed errors per file).
+
+        Local files are opened relative to one descriptor of the root (no storage call per
+        file; a failed one is asked again through `read`), and with `max_bytes` only the
+        first ones, up to the file whose bytes reach it (a shorter list: a caller bounding
+        what it holds); an object store the I/O engine serves gets the requests in flight
+        together; any other store reads one by one, on `pool`'s threads when one is lent
+        (`reads_on_threads`)."""
         if not paths:
             return []
         eng = self.engine
         if eng is None:
-            return [_result_of(self.read, p) for p in paths]
+            fast: builtins.list[Any] = self._backend.read_many(paths, max_bytes)
+            todo = [i for i, d in enumerate(fast) if d is None]
+            if todo:
+                def one(i: int) -> bytes | Exception:
+                    return _result_of(self.read, paths[i])
+                use_pool = pool is not None and len(todo) > 1 and self.reads_on_threads
+                got = list(pool.map(one, todo)) if use_pool and pool is not None else [one(i) for i in todo]
+                for i, g in zip(todo, got, strict=True):
+                    fast[i] = g
+            return fast
         fps = [self._fs_path(p) for p in paths]
         out = self.retrying("read", paths[0], eng.get_many, fps)
         return [self._typed("read", p, r) for p, r in zip(paths, out, strict=True)]
@@ -344,6 +463,117 @@ class Storage:
                 out.append(True)
         return out
 
+    def sizes(self, paths: Sequence[str], pool: ThreadPoolExecutor | None = None) -> builtins.list[int]:
+        """Size in bytes of each path, -1 for a missing one: local files by ``stat`` relative
+        to a descriptor of the root in large chunks; through the I/O engine the HEADs in
+        flight together; elsewhere one request each (on `pool`'s threads when lent)."""
+        if not paths:
+            return []
+        if self.engine is not None and len(paths) > 1:
+            out: builtins.list[int] = []
+            for h in self.head_many(paths):
+                if isinstance(h, FileNotFoundError):
+                    out.append(-1)
+                elif isinstance(h, BaseException):
+                    raise h
+                else:
+                    out.append(int(h.size))
+            return out
+        got = self._backend.sizes_many(paths)
+        todo = [i for i, s in enumerate(got) if s is None]
+        if todo:
+            def one(i: int) -> int:
+                try:
+                    return self.info(paths[i]).size
+                except FileNotFoundError:
+                    return -1
+            use_pool = pool is not None and len(todo) > 1
+            more = list(pool.map(one, todo, chunksize=64)) if use_pool and pool is not None else [one(i) for i in todo]
+            for i, s in zip(todo, more, strict=True):
+                got[i] = s
+        return [int(s) for s in got]  # type: ignore[arg-type]
+
+    def verify(self, path: str, size: int, md5: str, checksum: bool = True) -> str:
+        """Whether the file at `path` holds `size` bytes with MD5 `md5`: ``ok``, ``missing`` or
+        ``mismatch``. Where one HEAD gives an ETag that is the MD5 of a single-part upload
+        (S3) that HEAD suffices; other ETags (multipart, SSE-KMS) and other stores read the
+        bytes (one read gives both size and checksum); without `checksum` the size alone."""
+        if self._backend.head_gives_md5:
+            info = self.head_s3(path)
+            if info is None:
+                return MISSING
+            if int(info.get("size") or 0) != size:
+                return MISMATCH
+            if not checksum:
+                return OK
+            etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
+            if _MD5_RE.match(etag) and etag == md5:
+                return OK
+        elif not checksum:
+            try:
+                return OK if self.info(path).size == size else MISMATCH
+            except FileNotFoundError:
+                return MISSING
+        try:
+            data = self.read(path)
+        except FileNotFoundError:
+            return MISSING
+        return OK if len(data) == size and hashlib.md5(data, usedforsecurity=False).hexdigest() == md5 else MISMATCH
+
+    def listed_etags(self, paths: Sequence[str], slack_per_file: int = 4, slack: int = 2000
+                     ) -> dict[str, tuple[int, str | None]]:
+        """(size, ETag) of the `paths` that exist (sorted, one key range of this store), for
+        verifying server-side copies: through the I/O engine one listing of their key range
+        (1,000 keys a LIST), stopped after ``slack_per_file * len(paths) + slack`` keys, the
+        files it did not reach by one HEAD each; elsewhere a HEAD (or stat) each."""
+        if not paths:
+            return {}
+        out: dict[str, tuple[int, str | None]] = {}
+        rest: builtins.list[str] = list(paths)
+        if self.engine is not None:
+            wanted = set(paths)
+            budget = slack_per_file * len(paths) + slack
+            complete = True
+            for n, (p, size, _mtime, etag) in enumerate(self._list_range(paths[0], paths[-1])):
+                if p in wanted:
+                    out[p] = (size, etag)
+                if n >= budget:
+                    complete = False
+                    break
+            if complete:
+                return out
+            rest = [p for p in paths if p not in out]
+            for p, h in zip(rest, self.head_many(rest), strict=True):
+                if isinstance(h, FileNotFoundError):
+                    continue
+                if isinstance(h, BaseException):
+                    raise h
+                out[p] = (h.size, h.etag)
+            return out
+        for p in rest:
+            try:
+                out[p] = (self.info(p).size, None)
+            except FileNotFoundError:
+                continue
+        return out
+
+    def list_columns(self, prefix: str) -> tuple[builtins.list[str], builtins.list[int], builtins.list[float]]:
+        """Every file under the folder `prefix` (relative keys, sizes, mtimes) as columns:
+        local folders scanned directly (the whole tree one retried operation), any other
+        store through `list`."""
+        base = self._fs_path(prefix) if prefix else self._parsed.fs_path
+        got = self._backend.list_columns(base, prefix, lambda where, fn: self.retrying("list", where or prefix, fn))
+        if got is not None:
+            return got
+        paths: builtins.list[str] = []
+        sizes: builtins.list[int] = []
+        mtimes: builtins.list[float] = []
+        for f in self.list(prefix):
+            paths.append(f.path)
+            sizes.append(int(f.size))
+            mtimes.append(float(f.mtime))
+        return paths, sizes, mtimes
+
     def head_many(self, paths: Sequence[str]) -> builtins.list[Listed | BaseException]:
         """S3: size, mtime and ETag of each path (FileNotFoundError per missing file)."""
         eng = self.engine
@@ -363,12 +593,12 @@ class Storage:
         out = self.retrying("create_exclusive", pairs[0][1], eng.copy_many, fps) if pairs else []
         return [self._typed("copy", t, r) for (_s, t), r in zip(pairs, out, strict=True)]
 
-    def list_range(self, first: str, last: str) -> Iterator[tuple[str, int, float, str | None]]:
+    def _list_range(self, first: str, last: str) -> Iterator[tuple[str, int, float, str | None]]:
         """S3: the objects from `first` to `last` (paths under this root, in key order) as
         ``(path, size, mtime, ETag)``: one LIST a 1,000 of them, from the folder both lie in."""
         eng = self.engine
         if eng is None:
-            raise StorageError(f"list_range needs the S3 engine, this storage is {self.root}")
+            raise StorageError(f"a ranged listing needs the S3 engine, this storage is {self.root}")
         a, b = self._fs_path(first), self._fs_path(last)
         bucket = a.partition("/")[0]
         folder, after, stop = sorted_keys_range([a.partition("/")[2], b.partition("/")[2]])

@@ -27,8 +27,7 @@ root without ``lakehouse_def`` and a bad pointer too.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -166,89 +165,32 @@ def _failure(e: BaseException) -> tuple[int, str]:
     return ERROR, f"{type(e).__name__}: {e}"
 
 
-def _read_rest(fd: int, first: bytes) -> bytes:
-    """`first` and the rest of the file `fd` (files over `_READ_CAP`)."""
-    parts = [first]
-    while True:
-        more = os.read(fd, 1 << 20)
-        if not more:
-            return b"".join(parts)
-        parts.append(more)
-
-
-def _local_root(reader: reach.Reader) -> str | None:
-    """The directory of a local storage (its files are read with plain system calls), or None."""
-    return reader.storage.path_on_disk("")
-
-
 def wants_threads(reader: reach.Reader) -> bool:
-    """Whether `read_files` would use a thread pool (it reads local files in line, and an
-    object store the I/O engine serves through the engine)."""
-    return _local_root(reader) is None and reader.storage.engine is None
+    """Whether `read_files` would use a lent thread pool (`Storage.reads_on_threads`: local
+    files are read in line, an object store the I/O engine serves through the engine)."""
+    return reader.storage.reads_on_threads
 
 
 def read_files(reader: reach.Reader, keys: Sequence[str], pool: ThreadPoolExecutor | None = None,
                max_bytes: int = MAX_BYTES) -> tuple[list[bytes | None], dict[int, tuple[int, str]]]:
     """The bytes of the first files of `keys` (as many as `max_bytes` allows, at least one),
-    and the failures among them by index (role, text)."""
+    and the failures among them by index (role, text). The files are asked for in batches of
+    the storage's size (`Storage.read_many`: how it reads them is the storage's own)."""
     datas: list[bytes | None] = []
     failed: dict[int, tuple[int, str]] = {}
     total = 0
-    root = _local_root(reader)
-    if root is not None:
-        try:
-            dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            root = None
-    if root is not None:
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-        open_, read_, close_ = os.open, os.read, os.close  # the loop's names, looked up once
-        try:
-            for i, k in enumerate(keys):
-                data: bytes | None = None
-                if ":" not in k and not k.startswith("/"):  # a relative key: a path below the root
-                    try:
-                        fd = open_(k, flags, dir_fd=dfd)
-                        try:
-                            data = read_(fd, _READ_CAP)
-                            if len(data) == _READ_CAP:
-                                data = _read_rest(fd, data)
-                        finally:
-                            close_(fd)
-                    except OSError:
-                        data = None  # asked again through the storage: its typed error, its retries
-                if data is None:
-                    data, fail = _read_one(reader, k)
-                    if fail is not None:
-                        failed[i] = fail
-                datas.append(data)
-                total += len(data) if data is not None else 0
-                if total >= max_bytes:
-                    break
-        finally:
-            os.close(dfd)
-        return datas, failed
-    engine = reader.storage.engine
-
-    def fetch(part: Sequence[str]) -> Iterable[tuple[bytes | None, tuple[int, str] | None]]:
-        if engine is not None:
-            # An object store the I/O engine serves: the chunk's reads in flight together, as
-            # many as the store's latency needs (`trinitylake.storage.object_io`).
-            return [(None, _failure(r)) if isinstance(r, BaseException) else (r, None)
-                    for r in reader.read_many(part)]
-        if pool is not None and len(part) > 1:
-            return pool.map(lambda k: _read_one(reader, k), part)
-        return (_read_one(reader, k) for k in part)
-
-    # Chunks that stop at `max_bytes`: a few times the engine's limit, or the pool's 64.
-    step = max(64, 4 * engine.in_flight.limit()) if engine is not None else 64 if pool is not None else 1
+    step = reader.storage.batch_files
     for s in range(0, len(keys), step):
-        for j, (data, fail) in enumerate(fetch(keys[s:s + step])):
-            if fail is not None:
-                failed[s + j] = fail
-            datas.append(data)
-            total += len(data) if data is not None else 0
-        if total >= max_bytes:
+        part = keys[s:s + step]
+        got = reader.read_many(part, pool, max_bytes - total)
+        for j, r in enumerate(got):
+            if isinstance(r, BaseException):
+                failed[s + j] = _failure(r)
+                datas.append(None)
+            else:
+                datas.append(r)
+                total += len(r)
+        if total >= max_bytes or len(got) < len(part):
             break
     return datas, failed
 

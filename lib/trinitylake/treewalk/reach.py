@@ -37,7 +37,6 @@ pointer counts the walk job reports are `trinitylake.treewalk.table_pointers`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -166,30 +165,20 @@ class Reader:
     def __init__(self, root_uri: str, options: dict[str, Any] | None = None):
         self.storage = Storage(root_uri, options)
         self.locator = Locator.for_root(self.storage.root)
-        self._foreign: dict[str, Storage] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"storage": self.storage, "locator": self.locator, "_foreign": {}}
 
     def _storage_for(self, key: str) -> tuple[Storage, str]:
-        if not is_absolute(key):
-            return self.storage, key
-        p = parse_uri(key)
-        if self.storage.reaches(p):
-            return self.storage, p.uri
-        st = self._foreign.get(p.store_uri)
-        if st is None:
-            st = self._foreign[p.store_uri] = self.storage.for_store_of(p)
-        return st, p.uri
+        return self.storage.storage_of(key)  # the storage's one URI-to-storage cache
 
     def read(self, key: str) -> bytes:
         st, p = self._storage_for(key)
         return st.read(p)
 
-    def read_many(self, keys: Sequence[str]) -> list[bytes | BaseException]:
+    def read_many(self, keys: Sequence[str], pool: ThreadPoolExecutor | None = None,
+                  max_bytes: int | None = None) -> list[bytes | BaseException]:
         """The bytes of each key, or its error (FileNotFoundError when missing): the keys of
-        each store as one batch (`Storage.read_many`: on S3 many requests in flight)."""
-        out: list[bytes | BaseException] = [b""] * len(keys)
+        each store as one batch (`Storage.read_many`: on S3 many requests in flight). With
+        `max_bytes`, keys all inside the lakehouse may be read only up to the file whose
+        bytes reach it (a shorter list)."""
         groups: dict[int, tuple[Storage, list[int], list[str]]] = {}
         for i, k in enumerate(keys):
             st, p = self._storage_for(k)
@@ -198,21 +187,17 @@ class Reader:
                 g = groups[id(st)] = (st, [], [])
             g[1].append(i)
             g[2].append(p)
+        if len(groups) == 1:
+            st, _idx, paths = next(iter(groups.values()))
+            return st.read_many(paths, pool, max_bytes)
+        out: list[bytes | BaseException] = [b""] * len(keys)
         for st, idx, paths in groups.values():
-            for i, r in zip(idx, st.read_many(paths), strict=True):
+            for i, r in zip(idx, st.read_many(paths, pool), strict=True):
                 out[i] = r
         return out
 
     def size(self, key: str) -> int:
         """Size in bytes, or -1 when the file is missing."""
-        fp = None if is_absolute(key) else self.storage.path_on_disk(key)
-        if fp is not None:
-            # os.stat instead of fsspec's info (a walk stats ~1M definitions at 1M files), still
-            # through the storage's retry and fault-injection seam.
-            try:
-                return int(self.storage.retrying("info", key, os.stat, fp).st_size)
-            except FileNotFoundError:
-                return -1
         st, p = self._storage_for(key)
         try:
             return st.info(p).size
@@ -265,75 +250,25 @@ def expand_node(reader: Reader, row: Sequence[Any]) -> tuple[list[OutRow], int]:
     return out, 1
 
 
-#: Keys a sizing thread stats per task: large, because a ``stat`` of a cached inode takes a few
-#: microseconds and a thread hand-over per key costs more than that (8 threads handing over
-#: every 64 keys sized 200k definitions in 9.3 s here, 2 threads over chunks of 4096 in 0.5 s).
-SIZE_CHUNK = 2048
-#: Threads for local ``stat``s: enough to overlap cold inode-table reads (100k cold stats took
-#: 1.5 s on one thread and 1.0 s on four here), few enough to keep the GIL from convoying.
-LOCAL_SIZE_THREADS = 4
-
-
-def _local_sizes(reader: Reader, keys: Sequence[str]) -> list[int] | None:
-    """Sizes of relative keys on a local storage by plain ``os.stat`` relative to a descriptor
-    of the lakehouse root, or None when this storage must be asked key by key (not local, a
-    foreign key). A key whose ``stat`` fails with anything but "missing" is asked again through
-    the storage (retries, typed errors)."""
-    root = reader.storage.path_on_disk("")
-    if root is None:
-        return None
-    if any(is_absolute(k) for k in keys):
-        return None
-    try:
-        dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-
-    def part(ks: Sequence[str]) -> list[int]:
-        out = []
-        for k in ks:
-            try:
-                out.append(os.stat(k, dir_fd=dfd).st_size)
-            except FileNotFoundError:
-                out.append(-1)
-            except OSError:
-                out.append(reader.size(k))
-        return out
-
-    try:
-        if len(keys) <= SIZE_CHUNK:
-            return part(keys)
-        # In path order, so that a chunk's files share directories (and inode-table blocks).
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        ordered = [keys[i] for i in order]
-        parts = [ordered[i:i + SIZE_CHUNK] for i in range(0, len(ordered), SIZE_CHUNK)]
-        with ThreadPoolExecutor(max_workers=min(LOCAL_SIZE_THREADS, len(parts))) as pool:
-            flat = [s for chunk in pool.map(part, parts) for s in chunk]
-        out = [0] * len(keys)
-        for i, s in zip(order, flat, strict=True):
-            out[i] = s
-        return out
-    finally:
-        os.close(dfd)
-
-
 def sizes_of(reader: Reader, keys: Sequence[str], io_threads: int = 8, *, listing: bool = True) -> list[int]:
     """Sizes of files by key (-1 for missing ones).
 
-    On local disk: relative keys by plain ``stat`` in large chunks (`_local_sizes`); with a
-    key outside the root among them, every key by one request through the storage
-    (`Reader.size`: a ``stat``, or a HEAD for a file on an object store). On an object store:
-    from listings only, never a HEAD per file (`listed_sizes`; its docstring states the request
-    model). `listing=False` asks for one request per key instead (`Reader.size`: a HEAD on an
-    object store), `io_threads` at a time; the jobs no longer use it there."""
-    local = _local_sizes(reader, keys)
-    if local is not None:
-        return local
-    if listing:
-        listed = listed_sizes(reader, keys, io_threads)
-        if listed is not None:
-            return listed
-    if io_threads <= 1 or len(keys) <= 1:
+    Keys all inside the lakehouse are sized by its storage in one batch (`Storage.sizes`:
+    local files by ``stat`` in large chunks); with a key outside the root among them, every
+    key by one request through its storage (`Reader.size`), `io_threads` at a time. On a store
+    with latency: from listings only, never a HEAD per file (`listed_sizes`; its docstring
+    states the request model); `listing=False` asks for one request per key instead (HEADs;
+    the jobs no longer use it there)."""
+    st = reader.storage
+    if listing and st.remote:
+        return listed_sizes(reader, keys, io_threads)
+    threads = io_threads > 1 and len(keys) > 1
+    if not any(is_absolute(k) for k in keys):
+        if not threads or not st.reads_on_threads:
+            return st.sizes(keys)
+        with ThreadPoolExecutor(max_workers=min(io_threads, len(keys))) as pool:
+            return st.sizes(keys, pool)
+    if not threads:
         return [reader.size(k) for k in keys]
     with ThreadPoolExecutor(max_workers=min(io_threads, len(keys))) as pool:
         return list(pool.map(reader.size, keys, chunksize=64))
@@ -361,27 +296,24 @@ def _is_hashed(key: str) -> bool:
     return len(key) > 5 and key[4] == "/" and all(c in "01" for c in key[:4])
 
 
-def folder_sizes(reader: Reader, folder: str, stores: dict[str, Storage] | None = None) -> dict[str, int]:
+def folder_sizes(reader: Reader, folder: str, stores: object = None) -> dict[str, int]:
     """Walk key -> size of every file directly in `folder` (a `size_folder` value): one
     delimited listing, ``ceil(files / 1000)`` LIST requests on an object store. A relative
     folder is listed through the lakehouse's storage; a folder elsewhere through a storage at
     the top of its store (its bucket, sharing the options when the scheme matches, as
-    `Reader` reads there), cached in `stores`."""
+    `Reader` reads there), cached by the lakehouse's storage (`Storage.for_store_of`; `stores`
+    is no longer used)."""
     if not is_absolute(folder):
         return {f.path: f.size for f in reader.storage.list_dirs(folder)[1]}
     p = parse_uri(folder + "/" if folder.endswith("://") else folder)  # "file://" of "file:///x"
-    st = None if stores is None else stores.get(p.store_uri)
-    if st is None:
-        st = reader.storage.for_store_of(p)
-        if stores is not None:
-            stores[p.store_uri] = st
+    st = reader.storage.for_store_of(p)  # the storage's one URI-to-storage cache
     key_of = reader.locator.key_of_uri
     return {key_of(join_uri(p.store_uri, f.path)): f.size for f in st.list_dirs(p.path.strip("/"))[1]}
 
 
-def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> list[int] | None:
-    """Sizes of `keys` on an object store from listings, without a HEAD per file; None when
-    the lakehouse's storage is local (`sizes_of` stats there). A key no listing shows is
+def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> list[int]:
+    """Sizes of `keys` on an object store from listings, without a HEAD per file (on local
+    disk too, though `sizes_of` stats there). A key no listing shows is
     missing (-1): S3 listings are strongly consistent.
 
     **Request model** (a LIST answers up to 1,000 files, a HEAD one; both cost one round trip):
@@ -405,8 +337,6 @@ def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> li
     listed for its lakehouse definitions, holds two files per version. The folders are listed
     `io_threads` at a time."""
     st = reader.storage
-    if st.on_local_disk:
-        return None
     if not keys:
         return []
     hashed: list[int] = []
@@ -428,13 +358,11 @@ def listed_sizes(reader: Reader, keys: Sequence[str], io_threads: int = 8) -> li
         others = hashed + others
     for i in others:
         jobs.setdefault((_FOLDER, size_folder(keys[i])), []).append(i)
-    stores: dict[str, Storage] = {}
-
     def list_one(job: tuple[str, str]) -> dict[str, int]:
         how, folder = job
         if how == _RECURSIVE:
             return {f.path: f.size for f in st.list(folder)}
-        return folder_sizes(reader, folder, stores)
+        return folder_sizes(reader, folder)
 
     out = [-1] * len(keys)
     order = sorted(jobs)

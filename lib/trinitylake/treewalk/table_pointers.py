@@ -130,7 +130,7 @@ def table_pointer_counts(lakehouse: Lakehouse, version: int | None, reached_defi
         details["skipped"] = (f"{reached_definitions} definition files reached, more than {limit}: counting table "
                               f"pointers would read each table definition again on the driver")
         return {}, details
-    if not lakehouse.storage.on_local_disk:
+    if lakehouse.storage.remote:
         # On an object store each definition is a GET the walk itself never sends (it sizes
         # definitions from listings): the walk's request count would grow by the table count.
         details["skipped"] = ("on an object store counting table pointers would send one GET per table "

@@ -24,36 +24,13 @@ _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 PoolMap = Callable[[Callable, list], list]
 
 
-OK, MISSING, MISMATCH = "ok", "missing", "mismatch"
+OK, MISSING, MISMATCH = "ok", "missing", "mismatch"  # what `Storage.verify` answers
 
 
 def verify_file(storage: Storage, path: str, size: int, md5: str, checksum: bool = True) -> str:
-    """Whether the file at `path` has `size` bytes and MD5 `md5`: ``ok``, ``missing`` or ``mismatch``.
-
-    On S3 the ETag of a single-part upload is the MD5: a HEAD request then suffices. Other
-    ETags (multipart, SSE-KMS) fall back to reading the bytes.
-    """
-    if storage.head_gives_md5:
-        info = storage.head_s3(path)
-        if info is None:
-            return MISSING
-        if int(info.get("size") or 0) != size:
-            return MISMATCH
-        if not checksum:
-            return OK
-        etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
-        if _MD5_RE.match(etag) and etag == md5:
-            return OK
-    elif not checksum:
-        try:
-            return OK if storage.info(path).size == size else MISMATCH
-        except FileNotFoundError:
-            return MISSING
-    try:  # one read gives both the size and the checksum (cheaper than a stat, then a read)
-        data = storage.read(path)
-    except FileNotFoundError:
-        return MISSING
-    return OK if len(data) == size and md5_hex(data) == md5 else MISMATCH
+    """Whether the file at `path` has `size` bytes and MD5 `md5`: ``ok``, ``missing`` or
+    ``mismatch`` (`Storage.verify`: one HEAD where the store's ETag is the MD5, else a read)."""
+    return storage.verify(path, size, md5, checksum)
 
 
 def etag_matches(etag: str, md5: str) -> bool:
@@ -222,7 +199,7 @@ def copy_part(name: str, source: Storage, target: Storage, spec: ExportSpec, exp
     rows = read_plan_part(target.read(f"{export_dir}/plan/{name}"))
     mpath = manifest_path(export_dir, name)
     recorded = (read_manifest(target, mpath) if resumed else None) or {}
-    if target.engine is not None:
+    if target.batches_in_flight:
         # An object store the I/O engine serves: the part's requests in flight together,
         # server-side copies where the store can (`copy_batch`).
         stats, files = copy_batch(rows, source, target, spec, checksum=checksum, recorded=recorded)
@@ -440,26 +417,6 @@ def _etag(etag: str | None) -> str:
 
 
 def _listed(storage: Storage, paths: list[str]) -> dict[str, tuple[int, str | None]]:
-    """(size, ETag) of the sorted `paths` that exist, from a listing of their key range; the
-    ones a bounded listing did not reach by one HEAD each."""
-    if not paths:
-        return {}
-    wanted = set(paths)
-    out: dict[str, tuple[int, str | None]] = {}
-    budget = _LIST_KEYS_PER_FILE * len(paths) + _LIST_SLACK
-    complete = True
-    for n, (p, size, _mtime, etag) in enumerate(storage.list_range(paths[0], paths[-1])):
-        if p in wanted:
-            out[p] = (size, etag)
-        if n >= budget:
-            complete = False
-            break
-    if not complete:
-        rest = [p for p in paths if p not in out]
-        for p, h in zip(rest, storage.head_many(rest), strict=True):
-            if isinstance(h, FileNotFoundError):
-                continue
-            if isinstance(h, BaseException):
-                raise h
-            out[p] = (h.size, h.etag)
-    return out
+    """(size, ETag) of the sorted `paths` that exist (`Storage.listed_etags`: a listing of
+    their key range, the ones a bounded listing did not reach by one HEAD each)."""
+    return storage.listed_etags(paths, _LIST_KEYS_PER_FILE, _LIST_SLACK)

@@ -106,7 +106,7 @@ def _expand(source: Storage, spec: export_rules.ExportSpec, pmap: PoolMap, items
     # An object store the I/O engine serves: the level's reads in flight together, then
     # planned from their bytes (a thread pool of 16 capped a level at 160 reads/s at 100 ms).
     read: dict[str, bytes | BaseException] = {}
-    if source.engine is not None and items:
+    if source.batches_in_flight and items:
         read = dict(zip([p for p, _ in items], source.read_many([p for p, _ in items]), strict=True))
         pmap = lambda fn, xs: [fn(x) for x in xs]  # noqa: E731 - decoding only: no I/O left
 
@@ -351,8 +351,8 @@ class Planner:
         engine keeps a part's requests in flight together, and every part costs two LISTs of
         its key range, a GET of its rows and a PUT of its manifest."""
         parts = max(1, math.ceil(rows / (self.batch if distributed else max(self.batch, LOCAL_PART_ROWS))))
-        remote = self.target if not self.target.on_local_disk else self.source
-        if not remote.on_local_disk and (distributed or self.target.engine is None or rowsets.place(
+        remote = self.target if self.target.remote else self.source
+        if remote.remote and (distributed or not self.target.batches_in_flight or rowsets.place(
                 self.ex, rows, storage=remote, requests_per_item=1).distributed):
             parts = max(parts, min(REMOTE_MIN_PARTS, math.ceil(rows / REMOTE_PART_MIN_ROWS)))
         return parts
@@ -368,7 +368,7 @@ class Planner:
             # part's server-side copies by listing its range (`copying.copy_batch`), where a
             # hash partition's keys would span the whole lakehouse.
             written = rows.map_batches(fn, SUMMARY_SCHEMA, n_parts, in_flight=self.io_threads, by="target",
-                                       by_range=self.target.engine is not None)
+                                       by_range=self.target.batches_in_flight)
             summaries = [dict(zip(SUMMARY_SCHEMA.names, r, strict=True))
                          for r in rows_of(written.batches(), *SUMMARY_SCHEMA.names)]
             for r in summaries:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,52 +38,13 @@ LISTING_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()), ("mtime
 PREFIX_SCHEMA = pa.schema([("prefix", pa.string())])
 # Prefixes an executor task lists (each is a small subtree: 1/256 of the hash space).
 _PREFIXES_PER_TASK = 4
-# Temporary names of in-flight local writes (`Storage` skips them when listing too).
-_TMP_MARK = ".tmp-"
 
 
 # ---- listing one prefix --------------------------------------------------------------------
-def _scan_tree(top: str, prefix: str) -> tuple[list[str], list[int], list[float]]:
-    """Files under the local folder `top` (keys ``prefix/...``), with ``os.scandir``."""
-    paths: list[str] = []
-    sizes: list[int] = []
-    mtimes: list[float] = []
-    stack = [(top, prefix.rstrip("/"))]
-    while stack:
-        d, rel = stack.pop()
-        try:
-            it = os.scandir(d)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        with it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append((e.path, f"{rel}/{e.name}"))
-                elif e.is_file(follow_symlinks=False) and _TMP_MARK not in e.name:
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except FileNotFoundError:  # deleted since the folder was read
-                        continue
-                    paths.append(f"{rel}/{e.name}")
-                    sizes.append(st.st_size)
-                    mtimes.append(st.st_mtime)
-    return paths, sizes, mtimes
-
-
 def list_prefix(storage: Storage, prefix: str) -> tuple[list[str], list[int], list[float]]:
-    """Every file under `prefix` (relative keys, sizes, mtimes); a local filesystem is scanned
-    directly (one retried storage operation per prefix), anything else through `Storage.list`."""
-    root = storage.path_on_disk("")
-    if root is not None:
-        top = os.path.join(root, prefix)
-        # Through the storage's retry (and test fault-injection) seam, like its own listing.
-        return storage.retrying("list", prefix, _scan_tree, top, prefix)
-    paths, sizes, mtimes = [], [], []
-    for f in storage.list(prefix):
-        paths.append(f.path)
-        sizes.append(int(f.size))
-        mtimes.append(float(f.mtime))
-    return paths, sizes, mtimes
+    """Every file under `prefix` (relative keys, sizes, mtimes), as the storage lists a
+    folder tree fastest (`Storage.list_columns`: one retried operation per prefix)."""
+    return storage.list_columns(prefix)
 
 
 _OWNED_PATTERN = OWNED_HASHED_RE.pattern
@@ -130,7 +90,7 @@ def _top_and_prefixes(storage: Storage, pool: ThreadPoolExecutor) -> tuple[list[
         top_dirs, [(f.path, f.size, f.mtime) for f in top_files])
     prefixes: list[str] = []
     not_owned_second = 0
-    if not storage.on_local_disk:
+    if storage.remote:
         # An object store lists 1,000 keys per request under any prefix: the 16 top-level hash
         # folders, each listed recursively, cost the model's LIST per 1,000 keys (plus one per
         # folder), where the 256 second-level prefixes cost 273 requests for 20k files. Files
