@@ -15,7 +15,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
-from trinitylake.iceberg.views import ViewMetadataBuilder, ViewStateError, ViewValidationError
+from trinitylake.iceberg.view_metadata import ViewMetadataBuilder, ViewStateError, ViewValidationError
 from trinitylake.lakehouse import Lakehouse
 from trinitylake.lakehouse.view import VIEW_METADATA_LOCATION
 

@@ -6,441 +6,66 @@ change writes a new metadata file (``<location>/metadata/NNNNN-<uuid>.metadata.j
 the view's ``write.metadata.path``) and repoints the ViewDef in one lakehouse transaction, so a
 view reads as of any retained version, export or time-travel prefix like a table.
 
-`ViewMetadataBuilder` applies the REST protocol's view updates as Iceberg's Java
-``ViewMetadata.Builder`` does (``assign-uuid``, ``upgrade-format-version``, ``add-schema``,
-``set-location``, ``set-properties``, ``remove-properties``, ``add-view-version``,
-``set-current-view-version``): schema ids reassigned (an identical schema reuses its id), a
-version identical to a known one reuses its id, ``-1`` means the last added schema or version,
-one ``version-log`` entry per change of the current version, old versions expired past
-``version.history.num-entries``, and a replace that drops a dialect refused unless
-``replace.drop-dialect.allowed``. The metadata is kept as the JSON Iceberg writes (plain
-dicts); schemas are compared through PyIceberg's ``Schema``.
-
-The catalog operations (`create_view`, `load_view`, `replace_view`, `drop_view`,
-`rename_view`, `register_view`) take a `TrinityLakeCatalog` and answer Iceberg's messages
-(``View already exists: ns.view``, ``Table with same name already exists: ns.view``, ...).
+The metadata is built and checked by `trinitylake.iceberg.view_metadata` (Iceberg's Java
+``ViewMetadata.Builder``) and its files read and written by `trinitylake.iceberg.view_files`.
+The catalog operations here (`create_view`, `load_view`, `replace_view`, `drop_view`,
+`rename_view`, `register_view`) take a `TrinityLakeCatalog` (what they use of it:
+`ViewCatalog`) and answer Iceberg's messages (``View already exists: ns.view``, ``Table with
+same name already exists: ns.view``, ...).
 """
 
 from __future__ import annotations
 
-import copy
-import gzip
-import json
-import time
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchNamespaceError,
     NoSuchViewError,
 )
-from pyiceberg.io import load_file_io
-from pyiceberg.schema import Schema
 
-from trinitylake.errors import AlreadyExistsError, ObjectNotFoundError, TrinityLakeError
+from trinitylake.errors import AlreadyExistsError, ObjectNotFoundError
+from trinitylake.iceberg.view_files import new_metadata_location, read_metadata, write_metadata
+from trinitylake.iceberg.view_metadata import (
+    Json,
+    ViewArgumentError,
+    ViewMetadataBuilder,
+    ViewStateError,
+    check_requirements,
+    now_ms,
+    require,
+)
 from trinitylake.lakehouse.view import VIEW_METADATA_LOCATION
 
 if TYPE_CHECKING:
-    from trinitylake.iceberg.catalog import TrinityLakeCatalog
-    from trinitylake.lakehouse import LakehouseView
+    from pyiceberg.typedef import Properties
 
-Json = dict[str, Any]
+    from trinitylake.lakehouse import LakehouseView, Transaction
 
-SUPPORTED_VIEW_FORMAT_VERSION = 1
-LAST_ADDED = -1
-INITIAL_SCHEMA_ID = 0
-VERSION_HISTORY_SIZE = "version.history.num-entries"
-VERSION_HISTORY_SIZE_DEFAULT = 10
-REPLACE_DROP_DIALECT_ALLOWED = "replace.drop-dialect.allowed"
-WRITE_METADATA_LOCATION = "write.metadata.path"
-METADATA_SUFFIX = ".metadata.json"
 #: Attempts of a view commit that loses to concurrent commits on the same view.
 COMMIT_ATTEMPTS = 4
-
-
-class ViewArgumentError(ValueError):
-    """Java's IllegalArgumentException of the view builder (a REST 400 ``IllegalArgumentException``)."""
-
-
-class ViewStateError(ValueError):
-    """Java's IllegalStateException of the view builder (a REST 400 ``IllegalStateException``)."""
-
-
-class ViewValidationError(ValueError):
-    """Java's ValidationException of the view builder (a REST 400 ``ValidationException``)."""
-
-
-class CorruptViewMetadataError(TrinityLakeError):
-    """A view's metadata file that does not read as Iceberg view metadata (named by its file name)."""
 
 
 class ViewAlreadyExistsError(AlreadyExistsError):
     """A view (or a table) of the name exists: Iceberg's AlreadyExistsException, with its text."""
 
 
-def _check(ok: bool, exc: type[ValueError], message: str) -> None:
-    if not ok:
-        raise exc(message)
+class ViewCatalog(Protocol):
+    """What the view operations use of their catalog (`trinitylake.iceberg.TrinityLakeCatalog`):
+    its properties (the FileIO, defaults and overrides), its lakehouse and its commits."""
 
+    @property
+    def properties(self) -> Properties: ...
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+    def lakehouse_view(self) -> LakehouseView: ...
 
+    def begin_write(self, what: str) -> Transaction: ...
 
-# ---- parts of the metadata, as Iceberg's JSON ---------------------------------------------------
-def _schema(obj: Mapping[str, Any]) -> Schema:
-    try:
-        return Schema.model_validate(obj)
-    except ValueError as e:
-        raise ViewArgumentError(f"Cannot parse schema: {e}") from None
+    def commit_transaction(self, txn: Transaction, what: str, written: list[str]) -> int | None: ...
 
-
-def _schema_json(schema: Schema) -> Json:
-    out: Json = json.loads(schema.model_dump_json(by_alias=True, exclude_none=True))
-    return out
-
-
-def same_schema(one: Mapping[str, Any], two: Mapping[str, Any]) -> bool:
-    """Java's ``Schema.sameSchema``: the same struct and identifier fields, ids aside."""
-    a, b = _schema(one), _schema(two)
-    return a.as_struct() == b.as_struct() and sorted(a.identifier_field_ids) == sorted(b.identifier_field_ids)
-
-
-def _representation(r: Mapping[str, Any]) -> Json:
-    kind = r.get("type")
-    if kind != "sql":
-        raise ViewStateError(f"Found unsupported view representations: [{kind}]")
-    sql, dialect = r.get("sql"), r.get("dialect")
-    _check(isinstance(sql, str), ViewArgumentError, "Invalid sql: null")
-    _check(isinstance(dialect, str) and bool(dialect), ViewArgumentError,
-           "Invalid dialect: " + ("(empty string)" if dialect == "" else "null"))
-    return {"type": "sql", "sql": sql, "dialect": dialect}
-
-
-def view_version(v: Mapping[str, Any]) -> Json:
-    """A view version as Iceberg writes it (keys in Java's order, defaults filled)."""
-    for key in ("version-id", "schema-id", "representations", "default-namespace"):
-        _check(key in v and v[key] is not None, ViewArgumentError, f"Cannot parse missing field: {key}")
-    out: Json = {
-        "version-id": int(v["version-id"]),
-        "timestamp-ms": int(v.get("timestamp-ms") or now_ms()),
-        "schema-id": int(v["schema-id"]),
-        "summary": {str(k): str(x) for k, x in (v.get("summary") or {}).items()},
-    }
-    if v.get("default-catalog") is not None:
-        out["default-catalog"] = str(v["default-catalog"])
-    out["default-namespace"] = [str(x) for x in v["default-namespace"]]
-    out["representations"] = [_representation(r) for r in v["representations"]]
-    return out
-
-
-def _same_version(one: Mapping[str, Any], two: Mapping[str, Any]) -> bool:
-    """Java's ``sameViewVersion``: id, timestamp and operation aside."""
-    return (one.get("summary", {}) == two.get("summary", {})
-            and one["representations"] == two["representations"]
-            and one.get("default-catalog") == two.get("default-catalog")
-            and one["default-namespace"] == two["default-namespace"]
-            and one["schema-id"] == two["schema-id"])
-
-
-def _dialects(version: Mapping[str, Any]) -> set[str]:
-    return {r["dialect"].lower() for r in version["representations"] if r.get("type") == "sql"}
-
-
-def _int_property(props: Mapping[str, str], key: str, default: int) -> int:
-    raw = props.get(key)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ViewArgumentError(f"{key} must be an integer, got {raw!r}") from None
-
-
-def _bool_property(props: Mapping[str, str], key: str) -> bool:
-    return str(props.get(key, "false")).strip().lower() == "true"
-
-
-# ---- the builder ----------------------------------------------------------------------------------
-class ViewMetadataBuilder:
-    """Iceberg's ``ViewMetadata.Builder`` over the metadata JSON (see the module doc)."""
-
-    def __init__(self, base: Mapping[str, Any] | None = None):
-        b = copy.deepcopy(dict(base)) if base is not None else {}
-        self.format_version: int = int(b.get("format-version", SUPPORTED_VIEW_FORMAT_VERSION))
-        self.uuid: str | None = b.get("view-uuid")
-        self.location: str | None = b.get("location")
-        self.properties: dict[str, str] = dict(b.get("properties") or {})
-        self.schemas: list[Json] = list(b.get("schemas") or [])
-        self.versions: list[Json] = list(b.get("versions") or [])
-        self.history: list[Json] = list(b.get("version-log") or [])
-        self.current_version_id: int = int(b.get("current-version-id", 0) or 0)
-        self.changes: list[Json] = []
-        self._last_added_version: int | None = None
-        self._last_added_schema: int | None = None
-        self._history_entry: Json | None = None
-        self._previous = self._by_id(self.current_version_id) if base is not None else None
-
-    def _by_id(self, version_id: int) -> Json | None:
-        return next((v for v in self.versions if v["version-id"] == version_id), None)
-
-    def _schema_ids(self) -> set[int]:
-        return {int(s.get("schema-id", 0)) for s in self.schemas}
-
-    def _added_version_ids(self) -> set[int]:
-        return {c["view-version"]["version-id"] for c in self.changes if c["action"] == "add-view-version"}
-
-    # -- updates
-    def upgrade_format_version(self, version: int) -> ViewMetadataBuilder:
-        _check(version >= self.format_version, ViewArgumentError,
-               f"Cannot downgrade v{self.format_version} view to v{version}")
-        _check(version <= SUPPORTED_VIEW_FORMAT_VERSION, ViewArgumentError, f"Unsupported format version: {version}")
-        if version != self.format_version:
-            self.format_version = version
-            self.changes.append({"action": "upgrade-format-version", "format-version": version})
-        return self
-
-    def set_location(self, location: str | None) -> ViewMetadataBuilder:
-        _check(location is not None, ViewArgumentError, "Invalid location: null")
-        if location != self.location:
-            self.location = location
-            self.changes.append({"action": "set-location", "location": location})
-        return self
-
-    def set_properties(self, updates: Mapping[str, str]) -> ViewMetadataBuilder:
-        if updates:
-            self.properties.update({str(k): str(v) for k, v in updates.items()})
-            self.changes.append({"action": "set-properties", "updates": dict(updates)})
-        return self
-
-    def remove_properties(self, removals: Iterable[str]) -> ViewMetadataBuilder:
-        keys = list(removals)
-        if keys:
-            for k in keys:
-                self.properties.pop(k, None)
-            self.changes.append({"action": "remove-properties", "removals": keys})
-        return self
-
-    def assign_uuid(self, new_uuid: str | None) -> ViewMetadataBuilder:
-        _check(new_uuid is not None, ViewArgumentError, "Cannot set uuid to null")
-        _check(self.uuid is None or new_uuid == self.uuid, ViewArgumentError, "Cannot reassign uuid")
-        if new_uuid != self.uuid:
-            self.uuid = new_uuid
-            self.changes.append({"action": "assign-uuid", "uuid": new_uuid})
-        return self
-
-    def add_schema(self, schema: Mapping[str, Any]) -> ViewMetadataBuilder:
-        self._add_schema(schema)
-        return self
-
-    def _add_schema(self, schema: Mapping[str, Any]) -> int:
-        new_id = INITIAL_SCHEMA_ID
-        for s in self.schemas:
-            if same_schema(s, schema):
-                return int(s.get("schema-id", 0))
-            if int(s.get("schema-id", 0)) >= new_id:
-                new_id = int(s.get("schema-id", 0)) + 1
-        parsed = _schema(schema)
-        fresh = _schema_json(Schema(*parsed.fields, schema_id=new_id, identifier_field_ids=parsed.identifier_field_ids))
-        self.schemas.append(fresh)
-        self.changes.append({"action": "add-schema", "schema": fresh})
-        self._last_added_schema = new_id
-        return new_id
-
-    def add_version(self, version: Mapping[str, Any]) -> ViewMetadataBuilder:
-        self._add_version(view_version(version))
-        return self
-
-    def _add_version(self, version: Json) -> int:
-        new_id = version["version-id"]
-        for v in self.versions:
-            if _same_version(v, version):
-                new_id = v["version-id"]
-                break
-            if v["version-id"] >= new_id:
-                new_id = v["version-id"] + 1
-        version = {**version, "version-id": new_id}
-        if self._by_id(new_id) is not None:
-            self._last_added_version = new_id if new_id in self._added_version_ids() else None
-            return new_id
-        if version["schema-id"] == LAST_ADDED:
-            _check(self._last_added_schema is not None, ViewValidationError,
-                   "Cannot set last added schema: no schema has been added")
-            version["schema-id"] = self._last_added_schema
-        _check(version["schema-id"] in self._schema_ids(), ViewArgumentError,
-               f"Cannot add version with unknown schema: {version['schema-id']}")
-        seen: set[str] = set()
-        for r in version["representations"]:
-            d = r["dialect"].lower()
-            _check(d not in seen, ViewArgumentError, f"Invalid view version: Cannot add multiple queries for dialect {d}")
-            seen.add(d)
-        self.versions.append(version)
-        change = dict(version)
-        if self._last_added_schema is not None and version["schema-id"] == self._last_added_schema:
-            change["schema-id"] = LAST_ADDED
-        self.changes.append({"action": "add-view-version", "view-version": change})
-        self._last_added_version = new_id
-        return new_id
-
-    def set_current_version_id(self, version_id: int) -> ViewMetadataBuilder:
-        if version_id == LAST_ADDED:
-            _check(self._last_added_version is not None, ViewValidationError,
-                   "Cannot set last version id: no current version id has been set")
-            assert self._last_added_version is not None
-            return self.set_current_version_id(self._last_added_version)
-        if version_id == self.current_version_id:
-            return self
-        version = self._by_id(version_id)
-        _check(version is not None, ViewArgumentError, f"Cannot set current version to unknown version: {version_id}")
-        assert version is not None
-        self.current_version_id = version_id
-        added = version_id in self._added_version_ids()
-        self.changes.append({"action": "set-current-view-version",
-                             "view-version-id": LAST_ADDED if self._last_added_version == version_id else version_id})
-        self._history_entry = {"timestamp-ms": version["timestamp-ms"] if added else now_ms(), "version-id": version_id}
-        return self
-
-    def set_current_version(self, version: Mapping[str, Any], schema: Mapping[str, Any]) -> ViewMetadataBuilder:
-        schema_id = self._add_schema(schema)
-        v = view_version({**version, "schema-id": schema_id})
-        return self.set_current_version_id(self._add_version(v))
-
-    def apply(self, update: Mapping[str, Any]) -> ViewMetadataBuilder:
-        """One REST ``MetadataUpdate`` (its JSON, ``action`` first)."""
-        action = update.get("action")
-        if action == "assign-uuid":
-            return self.assign_uuid(update.get("uuid"))
-        if action == "upgrade-format-version":
-            return self.upgrade_format_version(int(update["format-version"]))
-        if action == "add-schema":
-            return self.add_schema(update["schema"])
-        if action == "set-location":
-            return self.set_location(update.get("location"))
-        if action == "set-properties":
-            return self.set_properties(update.get("updates") or {})
-        if action == "remove-properties":
-            return self.remove_properties(update.get("removals") or [])
-        if action == "add-view-version":
-            return self.add_version(update["view-version"])
-        if action == "set-current-view-version":
-            return self.set_current_version_id(int(update["view-version-id"]))
-        raise ViewArgumentError(f"Cannot apply update {action} to a view")
-
-    # -- the result
-    def build(self) -> Json:
-        _check(self.location is not None, ViewArgumentError, "Invalid location: null")
-        _check(bool(self.versions), ViewArgumentError, "Invalid view: no versions were added")
-        history = list(self.history)
-        if self._history_entry is not None:
-            history.append(self._history_entry)
-        current = self._by_id(self.current_version_id)
-        _check(current is not None, ViewArgumentError,
-               f"Cannot find current version {self.current_version_id} in view versions: "
-               f"{sorted(v['version-id'] for v in self.versions)}")
-        assert current is not None
-        if self._previous is not None and not _bool_property(self.properties, REPLACE_DROP_DIALECT_ALLOWED):
-            before, after = _dialects(self._previous), _dialects(current)
-            _check(before <= after, ViewStateError,
-                   f"Cannot replace view due to loss of view dialects ({REPLACE_DROP_DIALECT_ALLOWED}=false):\n"
-                   f"Previous dialects: {sorted(before)}\nNew dialects: {sorted(after)}")
-        size = _int_property(self.properties, VERSION_HISTORY_SIZE, VERSION_HISTORY_SIZE_DEFAULT)
-        _check(size > 0, ViewArgumentError, f"{VERSION_HISTORY_SIZE} must be positive but was {size}")
-        keep = max(len(self._added_version_ids() | {self.current_version_id}), size)
-        versions = self.versions
-        if len(versions) > keep:
-            versions = _expire_versions(versions, keep, current)
-            ids = {v["version-id"] for v in versions}
-            retained: list[Json] = []
-            for entry in history:
-                if entry["version-id"] in ids:
-                    retained.append(entry)
-                else:
-                    retained.clear()  # history past an unknown version is cleared
-            history = retained
-        out: Json = {"view-uuid": self.uuid or str(uuid.uuid4()), "format-version": self.format_version,
-                     "location": self.location}
-        if self.properties:
-            out["properties"] = dict(self.properties)
-        out.update({"schemas": self.schemas, "current-version-id": self.current_version_id, "versions": versions,
-                    "version-log": history})
-        return out
-
-
-def _expire_versions(versions: Sequence[Json], keep: int, current: Json) -> list[Json]:
-    """Java's ``expireVersions``: the current version and the newest others, by id."""
-    out = [current]
-    for v in sorted(versions, key=lambda x: x["version-id"], reverse=True)[:keep]:
-        if len(out) == keep:
-            break
-        if v["version-id"] != current["version-id"]:
-            out.append(v)
-    return out
-
-
-def check_requirements(requirements: Sequence[Mapping[str, Any]], base: Mapping[str, Any]) -> None:
-    """The REST requirements of a view commit (``assert-view-uuid``), as Iceberg words them.
-
-    Raises:
-        CommitFailedException: a requirement does not hold.
-        ViewArgumentError: a requirement a view cannot have.
-    """
-    for r in requirements:
-        kind = r.get("type")
-        if kind == "assert-view-uuid":
-            want = str(r.get("uuid"))
-            if want.lower() != str(base.get("view-uuid", "")).lower():
-                raise CommitFailedException(
-                    f"Requirement failed: view UUID does not match: expected {base.get('view-uuid')} != {want}")
-        else:
-            raise ViewArgumentError(f"Cannot validate requirement {kind} against a view")
-
-
-# ---- metadata files -------------------------------------------------------------------------------
-def _file_version(location: str | None) -> int:
-    """Java's ``parseVersion``: the number a metadata file's name starts with (-1 if none)."""
-    if not location:
-        return -1
-    name = location.rsplit("/", 1)[-1]
-    head, sep, _ = name.partition("-")
-    return int(head) if sep and head.isdigit() else -1
-
-
-def new_metadata_location(metadata: Mapping[str, Any], previous: str | None) -> str:
-    """``<location>/metadata/NNNNN-<uuid>.metadata.json`` (or under ``write.metadata.path``)."""
-    name = f"{_file_version(previous) + 1:05d}-{uuid.uuid4()}{METADATA_SUFFIX}"
-    custom = (metadata.get("properties") or {}).get(WRITE_METADATA_LOCATION)
-    base = custom.rstrip("/") if custom else f"{str(metadata['location']).rstrip('/')}/metadata"
-    return f"{base}/{name}"
-
-
-def read_metadata(catalog: TrinityLakeCatalog, location: str) -> Json:
-    """The view metadata JSON at `location` (gzip too, as Java writes ``.gz.metadata.json``).
-
-    Raises:
-        NoSuchViewError: the file is missing (its path is not quoted: the client sees the message).
-    """
-    io = load_file_io(properties=catalog.properties, location=location)
-    try:
-        with io.new_input(location).open() as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise NoSuchViewError(f"the view's metadata file {location.rsplit('/', 1)[-1]} is missing") from None
-    try:
-        obj = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    except (OSError, ValueError) as e:
-        raise CorruptViewMetadataError(f"the view's metadata file {location.rsplit('/', 1)[-1]} is not JSON: {e}") from None
-    if not isinstance(obj, dict) or "view-uuid" not in obj or "versions" not in obj:
-        raise CorruptViewMetadataError(f"the view's metadata file {location.rsplit('/', 1)[-1]} is not Iceberg view metadata")
-    return obj
-
-
-def write_metadata(catalog: TrinityLakeCatalog, metadata: Mapping[str, Any], location: str) -> None:
-    io = load_file_io(properties=catalog.properties, location=location)
-    with io.new_output(location).create(overwrite=False) as f:
-        f.write(json.dumps(metadata, separators=(",", ":")).encode("utf-8"))
+    def delete_unreferenced(self, locations: list[str]) -> None: ...
 
 
 # ---- the catalog's views ----------------------------------------------------------------------------
@@ -467,26 +92,26 @@ def _pointer(view: LakehouseView, ns: str, name: str) -> str | None:
     return d.properties.get(VIEW_METADATA_LOCATION)
 
 
-def view_in(catalog: TrinityLakeCatalog, view: LakehouseView, ns: str, name: str) -> LoadedView | None:
+def view_in(catalog: ViewCatalog, view: LakehouseView, ns: str, name: str) -> LoadedView | None:
     """The view as `view` (a version, or a transaction) sees it; None when it does not exist."""
     location = _pointer(view, ns, name)
     if location is None:
         return None
-    return LoadedView(read_metadata(catalog, location), location)
+    return LoadedView(read_metadata(catalog.properties, location), location)
 
 
-def list_views(catalog: TrinityLakeCatalog, ns: str) -> list[str]:
+def list_views(catalog: ViewCatalog, ns: str) -> list[str]:
     try:
         return catalog.lakehouse_view().list_views(ns)
     except ObjectNotFoundError as e:
         raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
 
 
-def view_exists(catalog: TrinityLakeCatalog, ns: str, name: str) -> bool:
+def view_exists(catalog: ViewCatalog, ns: str, name: str) -> bool:
     return catalog.lakehouse_view().view_exists(ns, name)
 
 
-def load_view(catalog: TrinityLakeCatalog, ns: str, name: str) -> LoadedView:
+def load_view(catalog: ViewCatalog, ns: str, name: str) -> LoadedView:
     loaded = view_in(catalog, catalog.lakehouse_view(), ns, name)
     if loaded is None:
         raise NoSuchViewError(f"View does not exist: {_name(ns, name)}")
@@ -502,15 +127,15 @@ def _check_name_free(view: LakehouseView, ns: str, name: str) -> None:
         raise ViewAlreadyExistsError(f"Table with same name already exists: {_name(ns, name)}")
 
 
-def new_view_metadata(catalog: TrinityLakeCatalog, ns: str, name: str, schema: Mapping[str, Any],
+def new_view_metadata(catalog: ViewCatalog, ns: str, name: str, schema: Mapping[str, Any],
                       version: Mapping[str, Any], location: str | None, properties: Mapping[str, str]) -> Json:
     """A new view's metadata, as ``BaseMetastoreViewCatalog``'s builder creates it."""
     reps = version.get("representations") or []
-    _check(bool(reps), ViewStateError, "Cannot create view without specifying a query")
-    _check(version.get("default-namespace") is not None, ViewStateError,
+    require(bool(reps), ViewStateError, "Cannot create view without specifying a query")
+    require(version.get("default-namespace") is not None, ViewStateError,
            "Cannot create view without specifying a default namespace")
     unsupported = sorted({str(r.get("type")) for r in reps if r.get("type") != "sql"})
-    _check(not unsupported, ViewStateError, f"Found unsupported view representations: {unsupported}")
+    require(not unsupported, ViewStateError, f"Found unsupported view representations: {unsupported}")
     props = {k[len("view-default."):]: v for k, v in catalog.properties.items() if k.startswith("view-default.")}
     props.update(properties)
     props.update({k[len("view-override."):]: v for k, v in catalog.properties.items() if k.startswith("view-override.")})
@@ -519,12 +144,12 @@ def new_view_metadata(catalog: TrinityLakeCatalog, ns: str, name: str, schema: M
     return ViewMetadataBuilder().set_properties(props).set_location(where).set_current_version(first, schema).build()
 
 
-def default_location(catalog: TrinityLakeCatalog, ns: str, name: str) -> str:
+def default_location(catalog: ViewCatalog, ns: str, name: str) -> str:
     """``<warehouse>/<ns>.db/<view>``, where PyIceberg's catalogs put a table of that name."""
     return f"{str(catalog.properties['warehouse']).rstrip('/')}/{ns}.db/{name}"
 
 
-def _commit(catalog: TrinityLakeCatalog, what: str, written: list[str], stage: Any) -> None:
+def _commit(catalog: ViewCatalog, what: str, written: list[str], stage: Any) -> None:
     """Run `stage(txn)` in one lakehouse transaction and commit it; on failure the metadata
     files in `written` (referenced by nothing) are deleted."""
     txn = catalog.begin_write(what)
@@ -538,7 +163,7 @@ def _commit(catalog: TrinityLakeCatalog, what: str, written: list[str], stage: A
     catalog.commit_transaction(txn, what, written)
 
 
-def create_view(catalog: TrinityLakeCatalog, ns: str, name: str, schema: Mapping[str, Any],
+def create_view(catalog: ViewCatalog, ns: str, name: str, schema: Mapping[str, Any],
                 version: Mapping[str, Any], location: str | None = None,
                 properties: Mapping[str, str] | None = None) -> LoadedView:
     """Create view `ns.name` (the REST protocol's ``CreateViewRequest``).
@@ -555,7 +180,7 @@ def create_view(catalog: TrinityLakeCatalog, ns: str, name: str, schema: Mapping
 
     def stage(txn: Any) -> None:
         _check_name_free(txn, ns, name)  # before the file: a refused create leaves nothing behind
-        write_metadata(catalog, metadata, loc)
+        write_metadata(catalog.properties, metadata, loc)
         written.append(loc)
         txn.create_view(ns, name, metadata_location=loc)
 
@@ -563,11 +188,11 @@ def create_view(catalog: TrinityLakeCatalog, ns: str, name: str, schema: Mapping
     return LoadedView(metadata, loc)
 
 
-def register_view(catalog: TrinityLakeCatalog, ns: str, name: str, metadata_location: str) -> LoadedView:
+def register_view(catalog: ViewCatalog, ns: str, name: str, metadata_location: str) -> LoadedView:
     """Add view `ns.name` whose metadata file exists already."""
     what = f"register view {_name(ns, name)}"
-    _check(bool(metadata_location), ViewArgumentError, "Cannot register an empty metadata file location as a view")
-    metadata = read_metadata(catalog, metadata_location)
+    require(bool(metadata_location), ViewArgumentError, "Cannot register an empty metadata file location as a view")
+    metadata = read_metadata(catalog.properties, metadata_location)
 
     def stage(txn: Any) -> None:
         _check_name_free(txn, ns, name)
@@ -577,7 +202,7 @@ def register_view(catalog: TrinityLakeCatalog, ns: str, name: str, metadata_loca
     return LoadedView(metadata, metadata_location)
 
 
-def replace_view(catalog: TrinityLakeCatalog, ns: str, name: str, requirements: Sequence[Mapping[str, Any]],
+def replace_view(catalog: ViewCatalog, ns: str, name: str, requirements: Sequence[Mapping[str, Any]],
                  updates: Sequence[Mapping[str, Any]]) -> LoadedView:
     """Commit view `updates` (the REST protocol's ``POST .../views/{view}``): `requirements`
     checked against the view as the transaction reads it, the updates applied by
@@ -607,7 +232,7 @@ def replace_view(catalog: TrinityLakeCatalog, ns: str, name: str, requirements: 
                 txn.rollback()
                 return current
             loc = new_metadata_location(metadata, current.metadata_location)
-            write_metadata(catalog, metadata, loc)
+            write_metadata(catalog.properties, metadata, loc)
             written.append(loc)
             txn.alter_view(ns, name, metadata_location=loc)
         except BaseException:
@@ -625,7 +250,7 @@ def replace_view(catalog: TrinityLakeCatalog, ns: str, name: str, requirements: 
     raise AssertionError("unreachable")
 
 
-def drop_view(catalog: TrinityLakeCatalog, ns: str, name: str) -> None:
+def drop_view(catalog: ViewCatalog, ns: str, name: str) -> None:
     """Drop view `ns.name`; its metadata files stay (retained versions still read them)."""
     what = f"drop view {_name(ns, name)}"
 
@@ -638,7 +263,7 @@ def drop_view(catalog: TrinityLakeCatalog, ns: str, name: str) -> None:
     _commit(catalog, what, [], stage)
 
 
-def rename_view(catalog: TrinityLakeCatalog, ns: str, name: str, to_ns: str, to_name: str) -> None:
+def rename_view(catalog: ViewCatalog, ns: str, name: str, to_ns: str, to_name: str) -> None:
     """Rename view `ns.name` to `to_ns.to_name`, across namespaces too, as Iceberg words it.
 
     Raises:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchViewError
 
-from trinitylake.iceberg import views
+from trinitylake.iceberg import view_metadata, views
 from trinitylake.rest_catalog.errors import RestError, bad_request
 from trinitylake.rest_catalog.models import Body, RenameTable, TableIdent
 
@@ -50,9 +50,9 @@ RenameView = RenameTable
 
 #: Java's exception type of each builder refusal (its client rethrows IllegalArgumentException as such).
 _JAVA_TYPES: tuple[tuple[type[Exception], str], ...] = (
-    (views.ViewArgumentError, "IllegalArgumentException"),
-    (views.ViewStateError, "IllegalStateException"),
-    (views.ViewValidationError, "ValidationException"),
+    (view_metadata.ViewArgumentError, "IllegalArgumentException"),
+    (view_metadata.ViewStateError, "IllegalStateException"),
+    (view_metadata.ViewValidationError, "ValidationException"),
 )
 
 
