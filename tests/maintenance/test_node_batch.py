@@ -337,7 +337,7 @@ def test_the_walk_of_a_node_naming_a_pointer_twice_equals_the_oracles_walk(tmp_p
 def test_the_second_process_sizes_a_walk_read_in_many_batches(exported, monkeypatch):
     """The stat worker gets each new definition once, in the order `leaves` takes them,
     however the levels are cut into batches."""
-    from trinitylake.treewalk import background_sizes as BS
+    from trinitylake.storage import background_sizes as BS
 
     lh = exported
     inp = WR.walk_input(lh)

@@ -14,7 +14,7 @@ from tests.oracle import expect as E
 from tests.support.faults import FaultSpec, injected
 from trinitylake.format.paths import root_name
 from trinitylake.spark.execution import Execution
-from trinitylake.treewalk import background_sizes as BS
+from trinitylake.storage import background_sizes as BS
 from trinitylake.treewalk.walker import walk_reachable_with_stats
 
 

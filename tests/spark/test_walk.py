@@ -182,7 +182,7 @@ def test_listings_on_an_object_store_are_written_by_executors(spark, s3_bucket, 
 
 
 def test_a_local_walk_sized_by_the_second_process_equals_the_oracle(walked_lakehouse, monkeypatch):
-    from trinitylake.treewalk import background_sizes as BS
+    from trinitylake.storage import background_sizes as BS
     from trinitylake.treewalk import reach as R
 
     lh = walked_lakehouse

@@ -49,7 +49,6 @@ from trinitylake.spark.execution import (
     as_execution,
 )
 from trinitylake.treewalk import reach, walk_rules
-from trinitylake.treewalk.background_sizes import BackgroundSizes
 from trinitylake.treewalk.frontier import walk_levels
 from trinitylake.treewalk.walk_rows import (
     FRONTIER_SCHEMA,
@@ -77,6 +76,7 @@ if TYPE_CHECKING:
 
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.storage import Storage
+    from trinitylake.storage.background_sizes import BackgroundSizes
     from trinitylake.util import Session
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class Walk:
             frontier = self._keep(frontier.anti_join(self.excl))
             size = frontier.totals()[0]
         if sizes:
-            self.sizer = BackgroundSizes(self.reader.storage)
+            self.sizer = self.reader.storage.sizes_in_background()
         try:
             reached = walk_levels(self.ex, self, frontier, size, 0)
         finally:
@@ -390,7 +390,7 @@ class Walk:
             if lsize is not None:
                 sized_t = leaves.to_table().add_column(2, size_field, pa.array(lsize, pa.int64()))
                 return selfs.union(rowsets.driver(self.ex, sized_t))
-        elif sizes and n and not self.reader.storage.on_local_disk:
+        elif sizes and n and self.reader.storage.remote:
             # Object store: sizes from listings, never a HEAD per file (`reach.listed_sizes`'s
             # request model). Hashed definitions: recursive listings of the 16 hash folders (a
             # LIST per 1,000 files). The others (lakehouse definitions at the root, files

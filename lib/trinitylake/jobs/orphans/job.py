@@ -195,7 +195,7 @@ def _list_and_walk(job: _Job, latest: int, held: _Held) -> tuple[Listing, walk_r
     2.8 s side by side). Only the walk's thread may start Spark; the listing's executor part
     waits for it. The walk's result goes into `held` as soon as it is there."""
     ex, storage = job.ex, job.lh.storage
-    overlap = ex.mode != DISTRIBUTED and not storage.on_local_disk
+    overlap = ex.mode != DISTRIBUTED and storage.remote
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orphans-walk") as bg:
         walking = bg.submit(_walk, job, latest) if overlap else None
         t0 = time.perf_counter()
