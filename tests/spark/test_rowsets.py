@@ -127,7 +127,7 @@ def test_rows_of_one_value_meet_in_one_task_and_tasks_are_numbered(place, by_ran
 
 
 def test_a_driver_cut_by_value_never_splits_a_run_of_equal_values():
-    from trinitylake.rowsets.rowset import _slices
+    from trinitylake.rowsets.arrow_rows import _slices
 
     table = pa.table({"k": ["a"] * 5 + ["b"] + ["c"] * 4})
     cut = _slices(table, 4, "k")
