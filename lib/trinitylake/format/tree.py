@@ -143,12 +143,17 @@ def iter_items(
     hi: str | None = None,
     reverse: bool = False,
     overrides: dict[str, str | None] | None = None,
+    *,
+    enter: Callable[[str, dict[str, str | None]], bool] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """Live ``(key, value)`` pairs with ``lo <= key < hi`` in key order (or reversed).
 
     `overrides` are messages from ancestors' buffers, newer than anything in this subtree.
     Only children whose key interval meets ``[lo, hi)`` are read, and iteration is lazy, so
-    a bounded scan or a max/min lookup reads O(height) nodes.
+    a bounded scan or a max/min lookup reads O(height) nodes. `enter`, when given, is asked
+    before a child is read, with its pointer and the messages pushed down into it; a child it
+    refuses is skipped with its whole subtree (a caller that walked that subtree already, with
+    the same messages, for another root sharing it).
     """
 
     def in_range(k: str) -> bool:
@@ -186,7 +191,9 @@ def iter_items(
             parts.reverse()
         for p in parts:
             if p[0] == "child":
-                yield from iter_items(store, store.load(node.children[p[1]]), p[2], p[3], reverse, p[4])
+                child = node.children[p[1]]
+                if enter is None or enter(child, p[4]):
+                    yield from iter_items(store, store.load(child), p[2], p[3], reverse, p[4], enter=enter)
             else:
                 k = node.keys[p[1]]
                 v = ov[k] if k in ov else node.values[p[1]]

@@ -20,14 +20,13 @@ metadata file once per run.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.format import definitions, keys
-from trinitylake.format.node import Node, deserialize
+from trinitylake.format import definitions, keys, tree
+from trinitylake.format.node import deserialize
 from trinitylake.format.paths import root_name
 from trinitylake.lakehouse.roots import RootRef
 from trinitylake.lakehouse.view import LakehouseView
@@ -171,38 +170,20 @@ def _tables_of(view: LakehouseView, items: Iterable[tuple[str, str]]) -> list[tu
 def _new_items(
     store: NodeStore, ref: RootRef, seen: set[tuple[str, str, tuple[tuple[str, str | None], ...]]]
 ) -> Iterator[tuple[str, str]]:
-    """The live ``(key, value)`` pairs of `ref`'s tree, skipping every subtree that `seen`
-    says was walked with the same pushed-down messages (`trinitylake.format.tree.iter_items`'s
-    rules for buffers)."""
+    """The live ``(key, value)`` pairs of `ref`'s tree (`trinitylake.format.tree.iter_items`),
+    skipping every subtree that `seen` says was walked with the same pushed-down messages."""
     base = ref.base.root
 
-    def walk(node: Node, path: str, pushed: dict[str, str | None]) -> Iterator[tuple[str, str]]:
+    def enter(path: str, pushed: dict[str, str | None]) -> bool:
         memo = (base, path, tuple(sorted(pushed.items())))
         if memo in seen:
-            return
+            return False
         seen.add(memo)
-        ov: dict[str, str | None] = {m.key: m.value for m in node.buffer}
-        ov.update(pushed)
-        if node.is_leaf:
-            merged: dict[str, str | None] = dict(zip(node.keys, node.values, strict=True))
-            merged.update(ov)
-            yield from ((k, v) for k, v in merged.items() if v is not None)
-            return
-        n = len(node.keys)
-        ov_keys = sorted(ov)
-        for j in range(n + 1):
-            left = node.keys[j - 1] if j > 0 else None
-            right = node.keys[j] if j < n else None
-            a = bisect.bisect_right(ov_keys, left) if left is not None else 0
-            b = bisect.bisect_left(ov_keys, right) if right is not None else len(ov_keys)
-            child = node.children[j]
-            yield from walk(store.load(child), child, {k: ov[k] for k in ov_keys[a:b]})
-            if right is not None:
-                v = ov[right] if right in ov else node.values[j]
-                if v is not None:
-                    yield right, v
+        return True
 
-    yield from walk(ref.node, ref.path, {})
+    if not enter(ref.path, {}):
+        return iter(())
+    return tree.iter_items(store, ref.node, enter=enter)
 
 
 @dataclass
