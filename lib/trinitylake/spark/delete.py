@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, cast
 import pyarrow as pa
 
 from trinitylake import progress
-from trinitylake.errors import StorageError
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, as_execution, executor_failures
 from trinitylake.storage import Storage, requests
 from trinitylake.storage.delete_retries import delete_with_retries
 
@@ -137,14 +136,11 @@ def delete_keys(
     source = keys.select(["path"]) if isinstance(keys, pa.Table) else keys.select("path")
     rows = []
     with ex.phase(phase, DISTRIBUTED, n, f"delete {n} {what} ({parts} tasks)"):
-        try:
+        with executor_failures(f"the delete job for {n} {what}",
+                               "files already deleted stay deleted, re-run the job to finish"):
             df = ex.map_arrow(source, functools.partial(delete_task, storage, batch_size, max_retries,
                                                         ex.limits.threads), _OUTCOME_SCHEMA, parts)
             rows = df.collect()
-        except Exception as e:  # noqa: BLE001 - executor errors arrive wrapped; name the outcome plainly
-            first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
-            raise StorageError(f"the delete job for {n} {what} failed ({first}); files already deleted stay "
-                               "deleted, re-run the job to finish") from e
 
     for r in rows:
         out.deleted += int(r["deleted"])

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from trinitylake import progress
+from trinitylake.errors import StorageError, TrinityLakeError
 from trinitylake.spark import placement
 from trinitylake.storage import requests
 from trinitylake.util import is_connect_session
@@ -428,6 +429,20 @@ def timed(seconds: dict[str, float], name: str, what: str | None = None, *, anno
         seconds[name] = round(seconds.get(name, 0.0) + dt, 3)
         if what is not None:
             log.info("%sphase %s took %.2fs", f"{job}: " if job else "", name, dt)
+
+
+@contextmanager
+def executor_failures(what: str, advice: str) -> Iterator[None]:
+    """A failed executor job (a lost executor, a task's error, all arriving wrapped) raised as a
+    `StorageError` that names `what` plainly, then `advice`; the library's own typed errors pass
+    as raised. The one wrapper (`rowsets.Place.executor_failures` for a placed step)."""
+    try:
+        yield
+    except TrinityLakeError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+        raise StorageError(f"{what} failed ({first}); {advice}") from e
 
 
 # ---- sessions --------------------------------------------------------------------------------

@@ -179,6 +179,8 @@ class Reader:
         each store as one batch (`Storage.read_many`: on S3 many requests in flight). With
         `max_bytes`, keys all inside the lakehouse may be read only up to the file whose
         bytes reach it (a shorter list)."""
+        if all(":" not in k and k[:1] != "/" for k in keys):  # relative keys: all in the lakehouse
+            return self.storage.read_many(keys, pool, max_bytes)
         groups: dict[int, tuple[Storage, list[int], list[str]]] = {}
         for i, k in enumerate(keys):
             st, p = self._storage_for(k)
