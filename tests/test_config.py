@@ -16,8 +16,6 @@ from trinitylake.config import (
     ExportConfig,
     JobConfig,
     OrphansConfig,
-    effective_orphan_min_age,
-    effective_retention,
     env_var_names,
     format_timestamp,
     load_job_config,
@@ -26,6 +24,8 @@ from trinitylake.config import (
 )
 from trinitylake.errors import ConfigError, TrinityLakeError, UnsafeOperationError
 from trinitylake.job_flags import job_command, parse_job_args
+from trinitylake.jobs.expire.rules import effective_retention
+from trinitylake.jobs.orphans.rules import effective_orphan_min_age
 from trinitylake.jobs.registry import JOB_NAMES as JOBS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

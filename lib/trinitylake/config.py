@@ -21,8 +21,9 @@ that the config a job logs is the config it ran with: ``run_id`` is generated,
 ``reference_time`` becomes the wall clock, ``control_uri`` ``<lakehouse>/_control`` and the
 walk ``output`` ``<lakehouse>/_maintenance/walk/<run_id>``. Nulls that depend on the
 lakehouse itself (``max_version_age``, ``min_versions_to_keep``, ``older_than``) stay null;
-:func:`effective_retention` and :func:`effective_orphan_min_age` resolve them once the job
-has read the lakehouse definition.
+the jobs' rules resolve them once the job has read the lakehouse definition
+(`trinitylake.jobs.expire.rules.effective_retention`,
+`trinitylake.jobs.orphans.rules.effective_orphan_min_age`).
 
 Example:
     >>> cfg = load_job_config("orphans", overrides={"lakehouse": "s3a://bucket/lh", "dry_run": True}, env={})
@@ -48,7 +49,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from trinitylake.errors import ConfigError, UnsafeOperationError
+from trinitylake.errors import ConfigError
 from trinitylake.json_data import FrozenDict, JsonObject
 from trinitylake.options import COMMON_OPTIONS, ENV_PREFIX, JOB_OPTIONS, Option, env_var_names
 from trinitylake.redact import redact_text
@@ -74,8 +75,6 @@ __all__ = [
     "Option",
     "OrphansConfig",
     "WalkConfig",
-    "effective_orphan_min_age",
-    "effective_retention",
     "env_var_names",
     "format_duration",
     "format_timestamp",
@@ -584,40 +583,3 @@ def load_from_flags(job: str, conf_path: str | None, flags: Mapping[str, object]
     """The config of a job run from its command line: the ``--conf`` YAML layer and the flags
     given (`trinitylake.job_flags` parses them), over the environment and the defaults."""
     return _load(job, conf_path, _overrides_layer(job, flags, "cli"), env, now_ms)
-
-
-# ---- resolution against the lakehouse -----------------------------------------------------
-
-
-def effective_retention(
-    cfg: ExpireConfig, *, definition_max_age_ms: int | None, definition_min_versions: int | None
-) -> tuple[int, int]:
-    """``(max_version_age_ms, min_versions_to_keep)`` of an expire run.
-
-    The config wins when set; else the lakehouse definition's value; else 7d and 3.
-    """
-    max_age = cfg.max_version_age
-    if max_age is None:
-        max_age = definition_max_age_ms if definition_max_age_ms is not None else DEFAULT_MAX_VERSION_AGE_MS
-    keep = cfg.min_versions_to_keep
-    if keep is None:
-        keep = definition_min_versions if definition_min_versions is not None else DEFAULT_MIN_VERSIONS_TO_KEEP
-    return max_age, keep
-
-
-def effective_orphan_min_age(cfg: OrphansConfig, *, txn_ttl_ms: int) -> int:
-    """Minimum age (ms) of an orphan candidate: ``older_than``, or the transaction TTL if null.
-
-    Raises:
-        UnsafeOperationError: ``older_than`` is below the transaction TTL and
-            ``unsafe_min_age`` is not set (files of in-flight commits look unreferenced).
-    """
-    if cfg.older_than is None:
-        return txn_ttl_ms
-    if cfg.older_than < txn_ttl_ms and not cfg.unsafe_min_age:
-        raise UnsafeOperationError(
-            f"orphans older_than {format_duration(cfg.older_than)} is below the lakehouse transaction TTL "
-            f"{format_duration(txn_ttl_ms)}: files of in-flight transactions would look orphaned. Raise older_than, "
-            f"or pass --unsafe-min-age if no transaction can be running"
-        )
-    return cfg.older_than

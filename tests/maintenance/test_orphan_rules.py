@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from trinitylake.config import effective_orphan_min_age, load_job_config
+from trinitylake.config import load_job_config
 from trinitylake.errors import UnsafeOperationError
 from trinitylake.format.paths import hashed_path, root_name
 from trinitylake.jobs.orphans import rules as O
+from trinitylake.jobs.orphans.rules import effective_orphan_min_age
 from trinitylake.storage.uri import parse_uri
 
 NODE = hashed_path("node-00000000-0000-4000-8000-00000000dead.arrow")

@@ -54,12 +54,17 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trinitylake import rowsets
-from trinitylake.config import effective_retention
 from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError, VersionNotFoundError
 from trinitylake.format.keys import SYS_CREATED_AT
 from trinitylake.format.node import deserialize
 from trinitylake.format.paths import root_name
-from trinitylake.jobs.expire.rules import RetentionPolicy, owned_arrow, owned_column, plan_expiration
+from trinitylake.jobs.expire.rules import (
+    RetentionPolicy,
+    effective_retention,
+    owned_arrow,
+    owned_column,
+    plan_expiration,
+)
 from trinitylake.rowsets import AllOf, Equals, RowSet
 from trinitylake.runs.folder import run_dir, write_json
 from trinitylake.runs.results import JobResult

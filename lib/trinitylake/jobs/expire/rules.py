@@ -46,6 +46,8 @@ from trinitylake.values import format_duration
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
+    from trinitylake.config import ExpireConfig
+
 #: Format-owned paths (relative to the root): only these are ever deleted. Java regexes
 #: (``rlike``), RE2 (``pc.match_substring_regex``) and Python's ``re`` read them the same.
 OWNED_PATTERNS = (ROOT_RE.pattern, LAKEHOUSE_DEF_RE.pattern, OWNED_HASHED_RE.pattern)
@@ -114,6 +116,23 @@ class RetentionPolicy:
         out["overrides_ms"] = {str(k): v for k, v in self.overrides_ms.items()}
         out["pins"] = dict(self.pins)
         return out
+
+
+def effective_retention(
+    cfg: ExpireConfig, *, definition_max_age_ms: int | None, definition_min_versions: int | None
+) -> tuple[int, int]:
+    """``(max_version_age_ms, min_versions_to_keep)`` of an expire run: the config's nulls
+    resolved against the lakehouse (`trinitylake.config` leaves them null).
+
+    The config wins when set; else the lakehouse definition's value; else 7d and 3.
+    """
+    max_age = cfg.max_version_age
+    if max_age is None:
+        max_age = definition_max_age_ms if definition_max_age_ms is not None else DEFAULT_MAX_VERSION_AGE_MS
+    keep = cfg.min_versions_to_keep
+    if keep is None:
+        keep = definition_min_versions if definition_min_versions is not None else DEFAULT_MIN_VERSIONS_TO_KEEP
+    return max_age, keep
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Phases (each placed on the driver or the executors, `trinitylake.spark.execution`):
 
 1. **check** (driver): the minimum age is ``older_than`` or the lakehouse's transaction TTL,
-   never less than the TTL unless ``unsafe_min_age`` (`config.effective_orphan_min_age`);
+   never less than the TTL unless ``unsafe_min_age`` (`rules.effective_orphan_min_age`);
    ages count back from ``reference_time``.
 2. **list** (`trinitylake.jobs.orphans.listing`): the driver lists the root (root files, ``_lakehouse_def_*``, the first-level
    hash folders ``[01]{4}/``) and the second level of each hash folder (up to 256 prefixes),
@@ -53,11 +53,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trinitylake import rowsets
-from trinitylake.config import effective_orphan_min_age, format_duration, format_timestamp
+from trinitylake.config import format_duration, format_timestamp
 from trinitylake.errors import CorruptNodeError, StorageError, UnsafeOperationError
 from trinitylake.format.definitions import DEFAULT_TXN_TTL_MILLIS
 from trinitylake.jobs.orphans import rules as orphan_rules
 from trinitylake.jobs.orphans.listing import Listing, list_on_driver, list_rest_distributed
+from trinitylake.jobs.orphans.rules import effective_orphan_min_age
 from trinitylake.rowsets import RowSet
 from trinitylake.runs.folder import run_dir, write_json
 from trinitylake.runs.results import JobResult

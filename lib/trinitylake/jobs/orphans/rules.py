@@ -41,14 +41,17 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trinitylake.errors import InvalidURIError
+from trinitylake.errors import InvalidURIError, UnsafeOperationError
 from trinitylake.format.paths import is_format_owned
 from trinitylake.storage.uri import ParsedURI, is_absolute, parse_uri
+from trinitylake.values import format_duration
 
 HASH_DIR_RE = re.compile(r"^[01]{4}$")
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+
+    from trinitylake.config import OrphansConfig
 
 
 def is_hash_dir(name: str) -> bool:
@@ -117,6 +120,24 @@ class AgeCutoff:
         """The rule on a Spark column of mtimes; `F` is the session's functions module."""
         masks = [_COMPARE[op][0](mtime_s, F.lit(bound)) for op, bound in self.checks()]
         return functools.reduce(operator.and_, masks)
+
+
+def effective_orphan_min_age(cfg: OrphansConfig, *, txn_ttl_ms: int) -> int:
+    """Minimum age (ms) of an orphan candidate: ``older_than``, or the transaction TTL if null.
+
+    Raises:
+        UnsafeOperationError: ``older_than`` is below the transaction TTL and
+            ``unsafe_min_age`` is not set (files of in-flight commits look unreferenced).
+    """
+    if cfg.older_than is None:
+        return txn_ttl_ms
+    if cfg.older_than < txn_ttl_ms and not cfg.unsafe_min_age:
+        raise UnsafeOperationError(
+            f"orphans older_than {format_duration(cfg.older_than)} is below the lakehouse transaction TTL "
+            f"{format_duration(txn_ttl_ms)}: files of in-flight transactions would look orphaned. Raise older_than, "
+            f"or pass --unsafe-min-age if no transaction can be running"
+        )
+    return cfg.older_than
 
 
 def is_candidate(path: str, mtime_s: float | None, cutoff: AgeCutoff, reachable: set[str] | frozenset[str]) -> bool:
