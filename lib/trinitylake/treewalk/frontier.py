@@ -1,5 +1,5 @@
 """One frontier walk over the tree: the level loop that the reachable-file walk
-(`trinitylake.jobs.walk.job`, and so expire's walks) and the export planner
+(`trinitylake.treewalk.walker`: the walk, expire and orphans) and the export planner
 (`trinitylake.jobs.export.planner`) both run.
 
 A walk reads the tree level by level from its roots. Each level is placed where it finishes

@@ -1,7 +1,7 @@
 """Reachability: what one node file references, how pointers become comparable keys, how files
 are read and sized by key.
 
-Engine-agnostic. The walk (`trinitylake.jobs.walk.job`, the library's one walker) reads node
+Engine-agnostic. The walk (`trinitylake.treewalk.walker`, the library's one walker) reads node
 files in batches with `trinitylake.treewalk.node_batch` (Arrow arrays, many files a call), on
 the driver and inside executors' ``mapInArrow``; :func:`expand_node` here reads one file the same
 way (the benchmarks' per-file baseline, and what the batch reader's rows and errors are tested
