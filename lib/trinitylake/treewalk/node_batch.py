@@ -4,9 +4,9 @@
 does the same for a batch of frontier rows ``(key, base, first_version, depth, is_root)`` with
 no Python object per pointer:
 
-1. **read** the files: local files with plain ``open``/``read`` relative to a descriptor of
-   the lakehouse root (no storage call per file), anything else through `Reader.read` on a
-   thread pool (object stores answer in tens of milliseconds);
+1. **read** the files in batches through the storage (`Storage.read_many`: local files
+   opened relative to a descriptor of the root, an object store's requests in flight
+   together, any other store on a lent thread pool);
 2. **decode** them together (`trinitylake.format.node_arrow.decode_pointers`: the node layout
    over the concatenated columns of the batch);
 3. **reference** rules of `reach.node_references`: children (kind ``node``), key-table values
