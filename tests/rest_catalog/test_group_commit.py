@@ -26,7 +26,7 @@ from tests.oracle.expect import oracle_for
 from tests.oracle.tables import root_name, table_pointers
 from tests.rest_catalog.server import new_lakehouse, start
 from trinitylake.iceberg import TrinityLakeCatalog
-from trinitylake.rest_catalog.group_commit import GroupCommitter, _Commit
+from trinitylake.rest_catalog.group_commit import GroupCommitter, _AuditBatch, _Commit
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 KEEP_LOG = {"write.metadata.previous-versions-max": "10000"}
@@ -159,6 +159,11 @@ def test_many_writers_through_two_servers_each_commit_exactly_once(tmp_path: Pat
         pointers = _pointer_versions(lh, table)
         latest = pointers[max(pointers)]
         assert _values(latest, "c") == acked[f"t{i}"]
+        # exactly once: one metadata file per acknowledged commit after the create, and the table's
+        # pointer moved in exactly as many lakehouse versions (the oracle's reading of the roots)
+        assert len(_history(latest)) == 1 + len(acked[f"t{i}"])
+        moves = [v for v in sorted(pointers) if pointers[v] != pointers.get(v - 1)]
+        assert len(moves) == 1 + len(acked[f"t{i}"]), (table, moves)
         rows = _commit_rows(lh, table)
         assert len(rows) == len(acked[f"t{i}"]) == 6
         # each row names the version its commit landed in: the table's pointer changed there
@@ -228,3 +233,50 @@ def test_workers_share_one_port_and_each_commit_lands_once(tmp_path: Path) -> No
         rows = _commit_rows(lh, f"n.t{i}")
         assert len(rows) == 5 and all(pointers[r["version_after"]] != pointers.get(r["version_after"] - 1)
                                       for r in rows)
+
+
+def _rows_of(cat: TrinityLakeCatalog, version: int, n: int) -> list:
+    auditor = cat.lakehouse.auditor
+    auditor.ensure()
+    seqs = auditor.control.seq.allocate_many(f"txn-{version}", n)
+    return [auditor.record(txn_seq=q, record_type="committed", txn_id=f"txn-{version}",
+                           command=f"catalog serve commit table n.t{version}", version_before=version - 1,
+                           version_after=version, changes=[f"alter table n.t{version}"]) for q in seqs]
+
+
+def test_an_audit_append_waits_for_the_group_being_written_and_a_lone_one_does_not(tmp_path: Path) -> None:
+    """The audit rows of a group whose root exists wait for the group being written (its rows go
+    into the same control-table append); with no group being written an append starts at once."""
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("rest", lakehouse=lh)
+    auditor = cat.lakehouse.auditor
+    batch = _AuditBatch()
+
+    batch.expect()  # a lone group: its append is written at once (no timer: the join would time out)
+    lone = threading.Thread(target=batch.append, args=(auditor, _rows_of(cat, 1, 1), 1, None), daemon=True)
+    lone.start()
+    lone.join(30)
+    assert not lone.is_alive() and (batch.appends, batch.rows) == (1, 1)
+
+    batch.expect()  # group 2: its root exists, its rows come now
+    batch.expect()  # group 3: still being written
+    first = threading.Thread(target=batch.append, args=(auditor, _rows_of(cat, 2, 2), 2, None), daemon=True)
+    first.start()
+    first.join(0.5)
+    assert first.is_alive() and batch.appends == 1  # waiting for group 3's rows before taking its batch
+    batch.append(auditor, _rows_of(cat, 3, 3), 3, None)
+    first.join(30)
+    assert not first.is_alive() and (batch.appends, batch.rows) == (2, 6)
+    rows = [r for r in _audit_rows(lh) if r["command"].startswith("catalog serve commit table")]
+    assert sorted(r["version_after"] for r in rows) == [1, 2, 2, 3, 3, 3]
+    assert len({r["txn_seq"] for r in rows}) == 6
+
+    batch.expect()  # a group that brings no rows (failed) does not hold an append back
+    batch.expect()
+    waiting = threading.Thread(target=batch.append, args=(auditor, _rows_of(cat, 4, 1), 4, None), daemon=True)
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive()
+    batch.cancel()
+    waiting.join(30)
+    assert not waiting.is_alive() and (batch.appends, batch.rows) == (3, 7)
