@@ -1,4 +1,4 @@
-"""The storage's batches (`Storage.read_many`, `sizes`, `verify`, `list_columns`, `write_many`,
+"""The storage's batches (`Storage.read_many`, `sizes`, `storage.verify`, `list_columns`, `write_many`,
 `remove_empty_dirs`, `for_store_of`): what callers ask for, the same answers on every store,
 however each store does it (local files through one descriptor of the root, fsspec's
 ``memory://`` file by file)."""
@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from trinitylake.storage import Storage
+from trinitylake.storage.verify import verify
 
 FILES = {f"{i % 4:04b}/{i % 3:04b}/f-{i:03d}.bin": bytes([i % 251]) * (10 + i) for i in range(40)}
 
@@ -48,11 +49,11 @@ def test_sizes_are_the_files_sizes_and_minus_one_for_missing(st):
 def test_verify_says_ok_missing_or_mismatch(st):
     p, data = next(iter(FILES.items()))
     md5 = hashlib.md5(data).hexdigest()
-    assert st.verify(p, len(data), md5) == "ok"
-    assert st.verify(p, len(data), hashlib.md5(b"other").hexdigest()) == "mismatch"
-    assert st.verify(p, len(data) + 1, md5, checksum=False) == "mismatch"
-    assert st.verify(p, len(data), "0" * 32, checksum=False) == "ok"  # the size alone
-    assert st.verify("0000/none.bin", 1, md5) == "missing"
+    assert verify(st, p, len(data), md5) == "ok"
+    assert verify(st, p, len(data), hashlib.md5(b"other").hexdigest()) == "mismatch"
+    assert verify(st, p, len(data) + 1, md5, checksum=False) == "mismatch"
+    assert verify(st, p, len(data), "0" * 32, checksum=False) == "ok"  # the size alone
+    assert verify(st, "0000/none.bin", 1, md5) == "missing"
 
 
 def test_list_columns_is_the_listing_as_columns(st):

@@ -18,10 +18,8 @@ from __future__ import annotations
 import builtins
 import errno
 import functools
-import hashlib
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +36,7 @@ from trinitylake.storage import (  # noqa: F401 - importing a backend registers 
 from trinitylake.storage.backend import FileInfo, StorageBackend
 from trinitylake.storage.background_sizes import BackgroundSizes
 from trinitylake.storage.filesystem import HeadInfo, as_bytes
-from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO, sorted_keys_range
+from trinitylake.storage.object_io import ConditionalConflict, Listed, ObjectIO
 from trinitylake.storage.options import StorageOptions, check_storage_options, s3_options_from_env
 from trinitylake.storage.retry import (  # noqa: F401 - part of this module's API
     RETRY_ATTEMPTS,
@@ -54,11 +52,6 @@ if TYPE_CHECKING:
 
 _R = TypeVar("_R")
 log = logging.getLogger(__name__)
-
-
-#: What `Storage.verify` finds at a path.
-OK, MISSING, MISMATCH = "ok", "missing", "mismatch"
-_MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
 def _result_of(fn: Callable[..., _R], *args: object) -> _R | Exception:
@@ -493,70 +486,6 @@ class Storage:
                 got[i] = s
         return [int(s) for s in got]  # type: ignore[arg-type]
 
-    def verify(self, path: str, size: int, md5: str, checksum: bool = True) -> str:
-        """Whether the file at `path` holds `size` bytes with MD5 `md5`: ``ok``, ``missing`` or
-        ``mismatch``. Where one HEAD gives an ETag that is the MD5 of a single-part upload
-        (S3) that HEAD suffices; other ETags (multipart, SSE-KMS) and other stores read the
-        bytes (one read gives both size and checksum); without `checksum` the size alone."""
-        if self._backend.head_gives_md5:
-            info = self.head_s3(path)
-            if info is None:
-                return MISSING
-            if int(info.get("size") or 0) != size:
-                return MISMATCH
-            if not checksum:
-                return OK
-            etag = str(info.get("ETag") or info.get("etag") or "").strip('"').lower()
-            if _MD5_RE.match(etag) and etag == md5:
-                return OK
-        elif not checksum:
-            try:
-                return OK if self.info(path).size == size else MISMATCH
-            except FileNotFoundError:
-                return MISSING
-        try:
-            data = self.read(path)
-        except FileNotFoundError:
-            return MISSING
-        return OK if len(data) == size and hashlib.md5(data, usedforsecurity=False).hexdigest() == md5 else MISMATCH
-
-    def listed_etags(self, paths: Sequence[str], slack_per_file: int = 4, slack: int = 2000
-                     ) -> dict[str, tuple[int, str | None]]:
-        """(size, ETag) of the `paths` that exist (sorted, one key range of this store), for
-        verifying server-side copies: through the I/O engine one listing of their key range
-        (1,000 keys a LIST), stopped after ``slack_per_file * len(paths) + slack`` keys, the
-        files it did not reach by one HEAD each; elsewhere a HEAD (or stat) each."""
-        if not paths:
-            return {}
-        out: dict[str, tuple[int, str | None]] = {}
-        rest: builtins.list[str] = list(paths)
-        if self.engine is not None:
-            wanted = set(paths)
-            budget = slack_per_file * len(paths) + slack
-            complete = True
-            for n, (p, size, _mtime, etag) in enumerate(self._list_range(paths[0], paths[-1])):
-                if p in wanted:
-                    out[p] = (size, etag)
-                if n >= budget:
-                    complete = False
-                    break
-            if complete:
-                return out
-            rest = [p for p in paths if p not in out]
-            for p, h in zip(rest, self.head_many(rest), strict=True):
-                if isinstance(h, FileNotFoundError):
-                    continue
-                if isinstance(h, BaseException):
-                    raise h
-                out[p] = (h.size, h.etag)
-            return out
-        for p in rest:
-            try:
-                out[p] = (self.info(p).size, None)
-            except FileNotFoundError:
-                continue
-        return out
-
     def list_columns(self, prefix: str) -> tuple[builtins.list[str], builtins.list[int], builtins.list[float]]:
         """Every file under the folder `prefix` (relative keys, sizes, mtimes) as columns:
         local folders scanned directly (the whole tree one retried operation), any other
@@ -592,21 +521,6 @@ class Storage:
         fps = [(source._fs_path(s), self._fs_path(t)) for s, t in pairs]
         out = self.retrying("create_exclusive", pairs[0][1], eng.copy_many, fps) if pairs else []
         return [self._typed("copy", t, r) for (_s, t), r in zip(pairs, out, strict=True)]
-
-    def _list_range(self, first: str, last: str) -> Iterator[tuple[str, int, float, str | None]]:
-        """S3: the objects from `first` to `last` (paths under this root, in key order) as
-        ``(path, size, mtime, ETag)``: one LIST a 1,000 of them, from the folder both lie in."""
-        eng = self.engine
-        if eng is None:
-            raise StorageError(f"a ranged listing needs the S3 engine, this storage is {self.root}")
-        a, b = self._fs_path(first), self._fs_path(last)
-        bucket = a.partition("/")[0]
-        folder, after, stop = sorted_keys_range([a.partition("/")[2], b.partition("/")[2]])
-        rf = self._parsed.fs_path.strip("/")
-        for o in eng.list_objects(f"{bucket}/{folder}", start_after=after, stop_after=stop):
-            name = f"{bucket}/{o.key}"
-            if name.startswith(rf + "/"):
-                yield name[len(rf) + 1:], o.size, o.mtime, o.etag
 
     def _typed(self, op: str, path: str, r: Any) -> Any:
         if isinstance(r, FileNotFoundError):

@@ -17,6 +17,7 @@ from trinitylake.errors import TrinityLakeError
 from trinitylake.jobs.export.plan import export_bytes, manifest_bytes, read_manifest, read_plan_part
 from trinitylake.jobs.export.rules import ACTION_COPY, ExportSpec, PlanRow, exported_bytes, manifest_path, md5_hex
 from trinitylake.storage import Storage, parse_uri, requests
+from trinitylake.storage.verify import listed_etags, verify
 
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -24,13 +25,14 @@ _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 PoolMap = Callable[[Callable, list], list]
 
 
-OK, MISSING, MISMATCH = "ok", "missing", "mismatch"  # what `Storage.verify` answers
+OK, MISSING, MISMATCH = "ok", "missing", "mismatch"  # what `trinitylake.storage.verify.verify` answers
 
 
 def verify_file(storage: Storage, path: str, size: int, md5: str, checksum: bool = True) -> str:
     """Whether the file at `path` has `size` bytes and MD5 `md5`: ``ok``, ``missing`` or
-    ``mismatch`` (`Storage.verify`: one HEAD where the store's ETag is the MD5, else a read)."""
-    return storage.verify(path, size, md5, checksum)
+    ``mismatch`` (`trinitylake.storage.verify`: one HEAD where the store's ETag is the MD5,
+    else a read)."""
+    return verify(storage, path, size, md5, checksum)
 
 
 def etag_matches(etag: str, md5: str) -> bool:
@@ -417,6 +419,6 @@ def _etag(etag: str | None) -> str:
 
 
 def _listed(storage: Storage, paths: list[str]) -> dict[str, tuple[int, str | None]]:
-    """(size, ETag) of the sorted `paths` that exist (`Storage.listed_etags`: a listing of
-    their key range, the ones a bounded listing did not reach by one HEAD each)."""
-    return storage.listed_etags(paths, _LIST_KEYS_PER_FILE, _LIST_SLACK)
+    """(size, ETag) of the sorted `paths` that exist (`trinitylake.storage.verify.listed_etags`:
+    a listing of their key range, the ones a bounded listing did not reach by one HEAD each)."""
+    return listed_etags(storage, paths, _LIST_KEYS_PER_FILE, _LIST_SLACK)
