@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from trinitylake.errors import StorageError, TrinityLakeError
 from trinitylake.rowsets.arrow_rows import ArrowRows
 from trinitylake.rowsets.rowset import RowSet
 from trinitylake.rowsets.spark_rows import SparkRows
-from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution
+from trinitylake.spark.execution import DISTRIBUTED, LOCAL, Execution, executor_failures
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -47,19 +46,11 @@ class Place:
         if self.distributed and counted:
             self.ex.add_executor_requests(counted)
 
-    @contextmanager
-    def executor_failures(self, what: str, advice: str) -> Iterator[None]:
+    def executor_failures(self, what: str, advice: str) -> AbstractContextManager[None]:
         """A failed executor job (a lost executor, a task's error, all arriving wrapped) raised
-        as a `StorageError` that names `what` plainly; the driver's own errors pass as raised."""
-        try:
-            yield
-        except TrinityLakeError:
-            raise
-        except Exception as e:
-            if not self.distributed:
-                raise
-            first = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
-            raise StorageError(f"{what} failed ({first}); {advice}") from e
+        as a `StorageError` that names `what` plainly (`spark.execution.executor_failures`, the
+        one wrapper); on the driver errors pass as raised."""
+        return executor_failures(what, advice) if self.distributed else nullcontext()
 
     def partitions(self, n: int, per_task: int, cap: int = 0) -> int:
         """Tasks for `n` items handled `per_task` per task (`Execution.partitions` on the
