@@ -11,7 +11,10 @@ metadata names absolute paths), in one process, one after the other:
   delete the files of the expired snapshots), against PyIceberg's
   ``table.maintenance.expire_snapshots().older_than(now).commit()`` per table (one lakehouse
   version per table; PyIceberg removes the snapshots from the metadata and deletes no file, so
-  the baseline does less work than ours);
+  the baseline does less work than ours). PyIceberg runs on its own FileIO (``py-io-impl``
+  ``pyiceberg.io.pyarrow.PyArrowFileIO``), ours on the project's storage engine
+  (`trinitylake.iceberg.fileio`, the catalog's default). ``versions``: the lakehouse versions
+  each tool's run created, read from the lakehouse before and after it;
 * **orphans**, after the expire: one old orphan file planted per table; ours, one run, against
   a per-table PyIceberg pass (PyIceberg has no orphan removal): the table's reachable files from
   ``inspect.all_manifests()`` and ``inspect.all_files()`` plus its manifest lists and metadata
@@ -34,7 +37,8 @@ tables of a third copy (session start not counted); its rows give seconds per ta
 kept under bench/results/tmp and reused by the next run unless ``--rebuild``); ``--quick``:
 20 tables x 5 snapshots (the tests' scale). ``--latency-ms 20`` runs on s3s-fs behind a proxy
 adding 20 ms to each request (the lakehouse built and expired on the server directly) and
-reports the requests per table the proxy counted, for both tools.
+reports the requests per table the proxy counted, for both tools (results:
+``tables_maintenance_s3``, module ``tables_maintenance``).
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ OLD = time.time() - 30 * 86_400
 TTL_MS = 60_000
 CHUNK = 25
 EXPIRE_TOOLS = ("tlake tables expire-snapshots", "PyIceberg expire_snapshots per table")
+#: PyIceberg's own FileIO, for its baseline (the catalog's default is the project's).
+PYICEBERG_IO = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
 ORPHAN_TOOLS = ("tlake tables remove-orphans", "PyIceberg inspect + listing per table")
 
 
@@ -141,7 +147,7 @@ def run_ours(job: str, uri: str, **overrides: Any) -> Any:
 
 
 def pyiceberg_expire(uri: str, names: list[str], storage: dict[str, str] | None = None) -> int:
-    cat = open_catalog(uri, "bench", storage=storage)
+    cat = open_catalog(uri, "bench", storage=storage, **PYICEBERG_IO)
     now = datetime.now(UTC)
     expired = 0
     for n in names:
@@ -153,7 +159,7 @@ def pyiceberg_expire(uri: str, names: list[str], storage: dict[str, str] | None 
 
 
 def pyiceberg_orphans(uri: str, names: list[str], cutoff_s: float) -> int:
-    cat = open_catalog(uri, "bench")
+    cat = open_catalog(uri, "bench", **PYICEBERG_IO)
     deleted = 0
     for n in names:
         t = cat.load_table(n)
@@ -170,6 +176,13 @@ def pyiceberg_orphans(uri: str, names: list[str], cutoff_s: float) -> int:
                     os.unlink(p)
                     deleted += 1
     return deleted
+
+
+def latest_version(uri: str, storage: dict[str, str] | None = None) -> int:
+    """The lakehouse's latest version (read outside the timings: `versions` = after - before)."""
+    from trinitylake.lakehouse import Lakehouse
+
+    return Lakehouse.open(uri, storage_options=storage, audit=False).latest_version()
 
 
 def plant(uri: str, names: list[str]) -> None:
@@ -287,11 +300,13 @@ def on_local_files(args: Any, size: dict[str, int]) -> int:
 
     # Ours: expire, then orphans, on a fresh copy.
     copies.restore()
+    before = latest_version(uri)
     with Timer() as t:
         # Every snapshot, seconds old: below the transaction TTL, as PyIceberg's expiry at "now" (no
         # transaction runs while the benchmark does).
         r = run_ours("tables_expire", uri, older_than=0, unsafe_min_age=True, retain_last=1)
     seconds[EXPIRE_TOOLS[0]] = t.seconds
+    versions = latest_version(uri) - before
     rows.append(
         row(
             "expire",
@@ -300,7 +315,7 @@ def on_local_files(args: Any, size: dict[str, int]) -> int:
             t.seconds,
             snapshots_expired=r.counts["snapshots_expired"],
             files_deleted=r.counts.get("deleted", 0),
-            versions=-(-r.counts["tables_changed"] // 100),
+            versions=versions,
             phases=_phases(r),
             where=_where(r),
         )
@@ -323,10 +338,12 @@ def on_local_files(args: Any, size: dict[str, int]) -> int:
 
     # PyIceberg, table by table, on a fresh copy of the same tables.
     copies.restore()
+    before = latest_version(uri)
     with Timer() as t:
         n = pyiceberg_expire(uri, names)
     seconds[EXPIRE_TOOLS[1]] = t.seconds
-    rows.append(row("expire", EXPIRE_TOOLS[1], len(names), t.seconds, snapshots_expired=n, versions=len(names)))
+    rows.append(row("expire", EXPIRE_TOOLS[1], len(names), t.seconds, snapshots_expired=n,
+                    versions=latest_version(uri) - before))
     plant(uri, names)
     with Timer() as t:
         m = pyiceberg_orphans(uri, names, time.time() - 3 * 86_400)
@@ -415,10 +432,13 @@ def on_latency_store(args: Any, size: dict[str, int]) -> int:
             copies.keep()
 
             def measure(tool: str, job: str, fn: Callable[[], tuple[int | None, int, Any]]) -> None:
+                before = latest_version(uri, direct)
                 store.proxy.reset_stats()
                 with Timer() as t:
                     expired, deleted, result = fn()
-                n = store.proxy.stats()["requests"]
+                stats = store.proxy.stats()
+                n = stats["requests"]
+                versions = latest_version(uri, direct) - before
                 rows.append(
                     row(
                         job,
@@ -428,8 +448,10 @@ def on_latency_store(args: Any, size: dict[str, int]) -> int:
                         store=where,
                         snapshots_expired=expired,
                         files_deleted=deleted,
+                        versions=versions,
                         requests=n,
                         requests_per_table=round(n / tables, 1),
+                        requests_by_kind=", ".join(f"{k} {v}" for k, v in sorted((stats.get("requests_by_kind") or {}).items())),
                         phases=_phases(result) if result is not None else "-",
                         where=_where(result) if result is not None else "-",
                     )
@@ -480,6 +502,7 @@ def on_latency_store(args: Any, size: dict[str, int]) -> int:
         ratios,
         scale=args.scale,
         params={**size, "latency_ms": delay_ms},
+        module="tables_maintenance",
         notes=[
             "Requests counted by the delaying proxy (every client, PyIceberg's FileIO included). Ours deletes "
             "the expired snapshots' files too; PyIceberg's expiry deletes none. The orphans run has a zero age "

@@ -23,7 +23,7 @@ def open_catalog(lakehouse_uri: str, name: str = "tl", storage: dict[str, Any] |
     to PyIceberg's FileIO)."""
     from pyiceberg.catalog import load_catalog
 
-    from trinitylake.tables_maintenance.catalog import fileio_properties
+    from trinitylake.storage.options import fileio_properties
 
     extra: dict[str, str] = {}
     if storage:

@@ -19,14 +19,17 @@
 
 Properties: ``lakehouse`` (its URI, required), ``warehouse`` (where new tables go; default
 ``<lakehouse>/warehouse``), ``lakehouse.storage.<key>`` (fsspec options of the lakehouse's
-storage), ``control-uri`` and ``audit`` (``false``: no control-table rows), and PyIceberg's
-FileIO properties for the tables' files.
+storage), ``control-uri`` and ``audit`` (``false``: no control-table rows), and FileIO
+properties for the tables' files. The tables' files go through the project's own storage engine
+(`trinitylake.iceberg.fileio.TrinityLakeFileIO`, PyIceberg's S3 properties mapped onto it)
+unless ``py-io-impl`` names another FileIO.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -41,7 +44,7 @@ from pyiceberg.exceptions import (
     NoSuchViewError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import PY_IO_IMPL, FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import Compressor, FromInputFile
@@ -62,6 +65,7 @@ from trinitylake.errors import (
 )
 from trinitylake.format import definitions
 from trinitylake.iceberg import views
+from trinitylake.iceberg.fileio import FILE_IO_IMPL, TrinityLakeFileIO
 from trinitylake.iceberg.metadata_cache import read_table_metadata
 from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, check_creates, commit_response
 from trinitylake.iceberg.table_updates import (
@@ -92,6 +96,8 @@ METADATA_LOCATION = "metadata_location"
 PREVIOUS_METADATA_LOCATION = "previous_metadata_location"
 TABLE_DEFAULT_PREFIX = "table-default."
 TABLE_DEFAULTS = {"commit.retry.num-retries": "0"}
+#: Table properties that make a table's FileIO differ from the catalog's.
+_IO_PROPERTY_PREFIXES = (PY_IO_IMPL, "s3.", "client.", "gcs.", "adls.", "hdfs.", "hf.", STORAGE_PREFIX)
 
 
 class ReadOnlyCatalogError(ValidationError):
@@ -138,6 +144,10 @@ class TrinityLakeCatalog(MetastoreCatalog):
                                         audit=_flag(properties.get("audit"), True), context=AuditContext("iceberg"))
         if not self.properties.get(WAREHOUSE):
             self.properties = {**self.properties, WAREHOUSE: self.lakehouse.uri.rstrip("/") + "/warehouse"}
+        if not self.properties.get(PY_IO_IMPL):
+            self.properties = {**self.properties, PY_IO_IMPL: FILE_IO_IMPL}
+        #: The FileIO of the tables' files (one for the catalog: its stores are opened once).
+        self.io: FileIO = load_file_io(self.properties)
         given = [k for k in (VERSION, AS_OF, EXPORT) if properties.get(k) not in (None, "")]
         if len(given) > 1:
             raise ValueError(f"catalog {name!r}: give at most one of {VERSION}, {AS_OF} and {EXPORT}, got {given}")
@@ -204,9 +214,10 @@ class TrinityLakeCatalog(MetastoreCatalog):
     def _absolute(self, location: str) -> str:
         return location if is_absolute(location) else self.lakehouse.storage.uri(location)
 
-    def _table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None
-                  ) -> Table | None:
-        """The table as `view` sees it (None when it does not exist)."""
+    def _table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None,
+                  known: Mapping[str, TableMetadata] | None = None) -> Table | None:
+        """The table as `view` sees it (None when it does not exist); its metadata from `known`
+        (by location) when there, else read."""
         try:
             d = view.load_table(ns, table)
         except ObjectNotFoundError:
@@ -217,9 +228,8 @@ class TrinityLakeCatalog(MetastoreCatalog):
         if not location:
             raise NoSuchTableError(f"table {ns}.{table} has no {METADATA_LOCATION} (no Iceberg metadata yet)")
         location = self._absolute(location)
-        io = load_file_io(properties=self.properties, location=location)
         try:
-            metadata = read_table_metadata(io, location)  # parsed once per location (metadata_cache.py)
+            metadata = (known or {}).get(location) or read_table_metadata(self.io, location)  # metadata_cache.py
         except FileNotFoundError:
             # Iceberg's answer (404 NotFound, the metadata location its clients are served anyway),
             # not the storage library's error text
@@ -242,10 +252,26 @@ class TrinityLakeCatalog(MetastoreCatalog):
         except UnknownOutcomeError as e:
             raise CommitStateUnknownException(f"{what}: {e}") from e
 
+    def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
+        """The catalog's FileIO, unless the table's `properties` set FileIO properties of their own."""
+        if any(k.startswith(_IO_PROPERTY_PREFIXES) for k in properties):
+            return super()._load_file_io(properties, location)
+        return self.io
+
     def _delete_quietly(self, locations: list[str]) -> None:
+        if not locations:
+            return
+        if isinstance(self.io, TrinityLakeFileIO):
+            try:
+                failed = self.io.delete_many(locations)
+            except Exception as e:  # noqa: BLE001 - best effort: unreferenced metadata files
+                failed = [(loc, str(e)) for loc in locations]
+            for loc, err in failed:
+                log.warning("could not delete unreferenced metadata file %s: %s", loc, err)
+            return
         for loc in locations:
             try:
-                load_file_io(properties=self.properties, location=loc).delete(loc)
+                self.io.delete(loc)
             except Exception as e:  # noqa: BLE001 - best effort: an unreferenced metadata file
                 log.warning("could not delete unreferenced metadata file %s: %s", loc, e)
 
@@ -254,11 +280,12 @@ class TrinityLakeCatalog(MetastoreCatalog):
         """``(namespace, table)`` of a table identifier (NoSuchTableError when malformed)."""
         return self._ident(identifier)
 
-    def table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None
-                 ) -> Table | None:
+    def table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None,
+                 known: Mapping[str, TableMetadata] | None = None) -> Table | None:
         """The Iceberg table `ns.table` as `view` sees it (None when it does not exist), its
-        commits going through `catalog` (default: this one)."""
-        return self._table_in(view, ns, table, catalog)
+        commits going through `catalog` (default: this one); its metadata from `known` (by
+        metadata location, just read by the caller) when there."""
+        return self._table_in(view, ns, table, catalog, known)
 
     def staging_copy(self, mtx: MultiTableTransaction) -> TrinityLakeCatalog:
         """A copy of this catalog whose table commits are staged in `mtx` instead of committed."""
@@ -283,6 +310,28 @@ class TrinityLakeCatalog(MetastoreCatalog):
     def write_staged(self, staged: StagedTable) -> None:
         """Write a staged table's metadata file."""
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+
+    def write_staged_many(self, staged: list[StagedTable]) -> dict[str, bytes]:
+        """Write the metadata files of `staged` (through our FileIO: their requests in flight
+        together), each only if absent; their bytes by location.
+
+        Raises:
+            CommitFailedException: one of the files exists already (another writer's).
+            StorageError: one could not be written.
+        """
+        items = [(s.metadata_location, self._metadata_bytes(s.metadata, s.metadata_location)) for s in staged]
+        ios = {id(s.io) for s in staged}
+        if not (ios == {id(self.io)} and isinstance(self.io, TrinityLakeFileIO)):
+            for s, (loc, data) in zip(staged, items, strict=True):
+                with s.io.new_output(loc).create(overwrite=False) as out:
+                    out.write(data)
+            return dict(items)
+        for (loc, _), err in zip(items, self.io.create_many(items), strict=True):
+            if isinstance(err, FileExistsError):
+                raise CommitFailedException(f"metadata file {loc} exists already: another writer's") from err
+            if err is not None:
+                raise err
+        return dict(items)
 
     def commit_transaction(self, txn: Transaction, what: str, written: list[str]) -> int | None:
         """Commit `txn` as this catalog commits (typed Iceberg errors; `written` deleted on conflict)."""
@@ -385,9 +434,15 @@ class TrinityLakeCatalog(MetastoreCatalog):
     def _write_metadata(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
         """Write a metadata file, v3 included; serialized first, so a refused metadata leaves no
         file behind."""
-        data = Compressor.get_compressor(metadata_path).bytes_compressor()(metadata_json(metadata).encode("utf-8"))
+        data = TrinityLakeCatalog._metadata_bytes(metadata, metadata_path)
         with io.new_output(metadata_path).create(overwrite=False) as out:
             out.write(data)
+
+    @staticmethod
+    def _metadata_bytes(metadata: TableMetadata, metadata_path: str) -> bytes:
+        """The bytes of a metadata file (v3 included), compressed as its name says."""
+        out: bytes = Compressor.get_compressor(metadata_path).bytes_compressor()(metadata_json(metadata).encode("utf-8"))
+        return out
 
     @staticmethod
     def _refuse_view_name(view: LakehouseView, ns: str, table: str) -> None:
@@ -416,8 +471,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         ns, table = self._ident(identifier)
         self._check_writable(f"register table {ns}.{table}")
         self._refuse_view_name(self._view(), ns, table)
-        io = load_file_io(properties=self.properties, location=metadata_location)
-        FromInputFile.table_metadata(io.new_input(metadata_location))  # refuse what does not read as Iceberg metadata
+        FromInputFile.table_metadata(self.io.new_input(metadata_location))  # refuse what does not read as Iceberg metadata
         if overwrite and self._view().table_exists(ns, table):
             txn = self._begin(f"register table {ns}.{table}")
             txn.alter_table(ns, table, metadata_location=metadata_location)
@@ -527,7 +581,7 @@ class TrinityLakeCatalog(MetastoreCatalog):
         self._commit(txn, what, written)
         return commit_response(staged.metadata, staged.metadata_location)
 
-    def multi_table_transaction(self) -> MultiTableTransaction:
+    def multi_table_transaction(self, write_later: bool = False) -> MultiTableTransaction:
         """Changes to several tables committed as one lakehouse version, all or nothing::
 
             with catalog.multi_table_transaction() as mtx:
@@ -536,10 +590,11 @@ class TrinityLakeCatalog(MetastoreCatalog):
 
         Tables loaded through `mtx` stage their commits (their metadata files are written, the
         lakehouse is not touched); leaving the block commits them all in one version, and an
-        exception inside it commits nothing.
+        exception inside it commits nothing. With `write_later`, the staged metadata files are
+        written at the commit, all together (`MultiTableTransaction`).
         """
         self._check_writable("begin a multi-table transaction")
-        return MultiTableTransaction(self)
+        return MultiTableTransaction(self, write_later)
 
     # ---- namespaces --------------------------------------------------------------------------
     def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:

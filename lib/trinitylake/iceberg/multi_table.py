@@ -8,6 +8,7 @@ catalog; the catalog imports it: the transaction class, and the commit helpers b
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
@@ -40,8 +41,8 @@ class StagingCatalog(Protocol):
 
     def table_key(self, identifier: str | Identifier) -> tuple[str, str]: ...
 
-    def table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None
-                 ) -> Table | None: ...
+    def table_in(self, view: LakehouseView, ns: str, table: str, catalog: Catalog | None = None,
+                 known: Mapping[str, TableMetadata] | None = None) -> Table | None: ...
 
     def staging_copy(self, mtx: MultiTableTransaction) -> Catalog: ...
 
@@ -54,6 +55,8 @@ class StagingCatalog(Protocol):
                            ) -> StagedTable: ...
 
     def write_staged(self, staged: StagedTable) -> None: ...
+
+    def write_staged_many(self, staged: list[StagedTable]) -> dict[str, bytes]: ...
 
     def commit_transaction(self, txn: Transaction, what: str, written: list[str]) -> int | None: ...
 
@@ -95,15 +98,24 @@ class MultiTableTransaction:
     requirements); at `commit` the lakehouse transaction changes every table's metadata location
     at once, and fails as a whole (CommitFailedException) when any of these tables was changed
     by a concurrent commit.
+
+    With `write_later`, a staged table's metadata file is not written when it is staged but at
+    `commit`, with every other one, their requests in flight together (one round trip on an object
+    store for the whole batch); `written` then holds their bytes by location. Nothing may read a
+    staged metadata file before the commit.
     """
 
-    def __init__(self, catalog: StagingCatalog):
+    def __init__(self, catalog: StagingCatalog, write_later: bool = False):
         self.catalog = catalog
         self.txn = catalog.lakehouse.begin()
         self._stager = catalog.staging_copy(self)
         self._tables: dict[tuple[str, str], Table | None] = {}  # current as staged
         self._pending: dict[tuple[str, str], str] = {}  # new metadata locations
         self._written: list[str] = []
+        self.write_later = write_later
+        self._unwritten: list[StagedTable] = []
+        #: With `write_later`: the bytes of the metadata files written at the commit, by location.
+        self.written: dict[str, bytes] = {}
         self.version: int | None = None
 
     def __enter__(self) -> MultiTableTransaction:
@@ -120,6 +132,19 @@ class MultiTableTransaction:
         if key not in self._tables:
             self._tables[key] = self.catalog.table_in(self.txn, key[0], key[1], self._stager)
         return self._tables[key]
+
+    def load_tables(self, identifiers: Iterable[str | Identifier],
+                    known: Mapping[str, TableMetadata] | None = None) -> None:
+        """Read the tables `identifiers` as this transaction sees them, before their `load_table`
+        (which then reads nothing); `known`: metadata by metadata location that the caller has
+        just read, not read again. A table that cannot be loaded is left for its `load_table`
+        to raise."""
+        for key in dict.fromkeys(self.catalog.table_key(i) for i in identifiers):
+            if key not in self._tables:
+                try:
+                    self._tables[key] = self.catalog.table_in(self.txn, key[0], key[1], self._stager, known)
+                except NoSuchTableError:
+                    continue
 
     def load_table(self, identifier: str | Identifier) -> Table:
         key = self.catalog.table_key(identifier)
@@ -177,8 +202,11 @@ class MultiTableTransaction:
         staged = self.catalog.stage_table_update(current, key, requirements, updates)
         if current is not None and staged.metadata == current.metadata:
             return commit_response(current.metadata, current.metadata_location)
-        self.catalog.write_staged(staged)
-        self._written.append(staged.metadata_location)
+        if self.write_later:
+            self._unwritten.append(staged)
+        else:
+            self.catalog.write_staged(staged)
+            self._written.append(staged.metadata_location)
         self._tables[key] = Table(identifier=key, metadata=staged.metadata,
                                   metadata_location=staged.metadata_location, io=staged.io, catalog=self._stager)
         self._pending[key] = staged.metadata_location
@@ -189,6 +217,11 @@ class MultiTableTransaction:
         names = ", ".join(f"{ns}.{t}" for ns, t in sorted(self._pending))
         what = f"multi-table commit of {names}" if names else "multi-table commit"
         try:
+            if self._unwritten:
+                staged, self._unwritten = self._unwritten, []
+                # Each location is recorded before its write: a failed batch deletes what it wrote.
+                self._written.extend(s.metadata_location for s in staged)
+                self.written = self.catalog.write_staged_many(staged)
             for (ns, t), location in sorted(self._pending.items()):
                 if self.txn.table_exists(ns, t):
                     self.txn.alter_table(ns, t, metadata_location=location)
@@ -206,4 +239,5 @@ class MultiTableTransaction:
             self.txn.rollback()
         self.catalog.delete_unreferenced(self._written)
         self._written = []
+        self._unwritten = []
 

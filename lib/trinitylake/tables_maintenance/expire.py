@@ -11,7 +11,11 @@ Steps:
    the files the removed snapshots reach and the kept ones do not added to the pending file
    (`trinitylake.tables_maintenance.state`) *before* the commit. A batch whose commit conflicts
    (a concurrent writer changed one of its tables) is planned again on the new metadata, so the
-   writer's commit is never lost.
+   writer's commit is never lost. The tables' files go through one FileIO
+   (`trinitylake.iceberg.fileio.TrinityLakeFileIO`) for the reads and the commits: a batch's
+   tables are loaded from the metadata the run has read already, and its new metadata files
+   are written together at its commit (their requests in flight together on an object store),
+   not one table after another.
 3. **Live set**, after the commits: every snapshot the tables' current metadata keeps, and what
    every retained lakehouse version and pinned export reaches (`trinitylake.tables_maintenance.live`).
 4. **Plan**: ``_maintenance/tables_expire/<run_id>/plan.json`` (per table: snapshots
@@ -33,12 +37,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.io import PY_IO_IMPL
+from pyiceberg.table.metadata import TableMetadataUtil
 from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotRefUpdate, RemoveSnapshotsUpdate
 
 from trinitylake.errors import StorageError, TransactionConflictError
+from trinitylake.iceberg.catalog import STORAGE_PREFIX, TrinityLakeCatalog
 from trinitylake.runs.folder import now_ms, run_dir, write_json
 from trinitylake.tables_maintenance import common, damage
-from trinitylake.tables_maintenance.catalog import job_catalog
 from trinitylake.tables_maintenance.files import CONTENT_KINDS, METADATA, TableFiles, metadata_log
 from trinitylake.tables_maintenance.live import TablePointers, TableRef, VersionLive, table_live, version_live
 from trinitylake.tables_maintenance.retention import Retention, plan_retention
@@ -46,9 +52,10 @@ from trinitylake.tables_maintenance.state import Pending
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.update import TableUpdate
 
-    from trinitylake.iceberg.catalog import TrinityLakeCatalog
+    from trinitylake.iceberg.fileio import TrinityLakeFileIO
     from trinitylake.iceberg.multi_table import MultiTableTransaction
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.runs.results import JobResult
@@ -107,7 +114,7 @@ def expire_snapshots(
     files = TableFiles(lakehouse.storage, ex=ex)
     files.tolerant = True  # a table file that cannot be read damages its table, not the run
     pointers = TablePointers(lakehouse, files)
-    catalog = job_catalog(lakehouse, opts.catalog_properties)
+    catalog = job_catalog(lakehouse, files.io, opts.catalog_properties)
     latest = lakehouse.latest_version()
     chosen, unreadable = common.readable(files, common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables))
     chosen, no_gc = common.gc_disabled(files, chosen)
@@ -141,8 +148,9 @@ def expire_snapshots(
     plans: dict[str, TablePlan] = {}
     conflicts = 0
     batch = max(opts.batch_size, 1)
+    parsed: dict[str, TableMetadata] = {}
     for i in range(0, len(chosen), batch):
-        done, retried = _commit_batch(catalog, files, chosen[i : i + batch], opts, now, pending, lakehouse)
+        done, retried = _commit_batch(catalog, files, chosen[i : i + batch], opts, now, pending, lakehouse, parsed)
         plans.update(done)
         conflicts += retried
     result.seconds["commit"] = round(time.monotonic() - started, 3)
@@ -235,6 +243,25 @@ def expire_snapshots(
 
 
 # ---- the commits ------------------------------------------------------------------------------
+def job_catalog(lakehouse: Lakehouse, io: TrinityLakeFileIO, properties: dict[str, str] | None = None
+                ) -> TrinityLakeCatalog:
+    """The catalog the commits go through: `TrinityLakeCatalog` on the job's own `lakehouse`
+    (its commits carry the job's audit context and parent seq), the tables' files through `io`,
+    the FileIO of the run's reads, unless `properties` (PyIceberg catalog properties) name a
+    FileIO or S3 properties of their own."""
+    props = properties or {}
+    catalog = TrinityLakeCatalog("tables-maintenance", **{
+        "lakehouse": lakehouse.uri,
+        "audit": "false",
+        **{f"{STORAGE_PREFIX}{k}": v for k, v in (lakehouse.storage.options or {}).items() if isinstance(v, str)},
+        **props,
+    })
+    catalog.lakehouse = lakehouse
+    if not any(k == PY_IO_IMPL or k.startswith(("s3.", "client.")) for k in props):
+        catalog.io = io
+    return catalog
+
+
 def _commit_batch(
     catalog: TrinityLakeCatalog,
     files: TableFiles,
@@ -243,12 +270,21 @@ def _commit_batch(
     now: int,
     pending: Pending,
     lakehouse: Lakehouse,
+    parsed: dict[str, TableMetadata],
 ) -> tuple[dict[str, TablePlan], int]:
     """Plan and commit one batch of tables as one lakehouse version; a conflict re-plans the
-    whole batch on the tables' new metadata. Returns the plans and the number of re-plans."""
+    whole batch on the tables' new metadata. Returns the plans and the number of re-plans.
+
+    The batch's tables are loaded at once from the metadata the run has read (`parsed`: by
+    location, parsed once for every attempt), and its new metadata files written together at
+    the commit (``write_later``)."""
     for attempt in range(1, opts.max_attempts + 1):
-        mtx: MultiTableTransaction = catalog.multi_table_transaction()
+        mtx: MultiTableTransaction = catalog.multi_table_transaction(write_later=True)
         try:
+            for r in refs:
+                if r.metadata not in parsed and r.metadata in files.metadata:
+                    parsed[r.metadata] = TableMetadataUtil.parse_obj(files.metadata[r.metadata])
+            mtx.load_tables([r.key for r in refs], parsed)
             plans = {r.name: p for r in refs if (p := _plan_table(mtx, files, r, opts, now)) is not None}
         except CommitFailedException as e:  # a table changed between its load and its staging
             log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(refs), attempt, e)
@@ -277,6 +313,8 @@ def _commit_batch(
             continue
         for p in changed:
             p.version = version
+        for location, data in mtx.written.items():
+            files.add_metadata(location, data)  # the live set reads the tables' new metadata: no GET
         return plans, attempt - 1
     raise TransactionConflictError(
         f"tables expire-snapshots: the batch of {refs[0].name} .. {refs[-1].name} conflicted with concurrent commits "

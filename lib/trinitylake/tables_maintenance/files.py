@@ -32,16 +32,16 @@ import gzip
 import json
 import re
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from trinitylake import rowsets
-from trinitylake.errors import StorageError, TrinityLakeError, UnsafeOperationError
-from trinitylake.iceberg.avro_rewrite import read_records
+from trinitylake.errors import TrinityLakeError, UnsafeOperationError
+from trinitylake.iceberg.fileio import TrinityLakeFileIO
 from trinitylake.spark.execution import LOCAL, Execution
 from trinitylake.storage import Storage, is_absolute, parse_uri, requests
+from trinitylake.tables_maintenance.avro_entries import LIST_FIELDS, MANIFEST_FIELDS, read_projected
 
 #: File kinds, as the results count them (Iceberg's ``deleted_*_count`` names).
 METADATA, MANIFEST_LIST, MANIFEST = "metadata_files", "manifest_lists", "manifests"
@@ -85,20 +85,23 @@ class TableFileError(UnsafeOperationError):
 
 
 def _branch(value: Any) -> Any:
-    """A value of an Avro union as `read_records` gives it (``(branch, value)``), or as is."""
+    """A value of an Avro union as `trinitylake.iceberg.avro_rewrite.read_records` gives it
+    (``(branch, value)``), or as is (`read_projected`)."""
     return value[1] if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], int) else value
 
 
 class TableFiles:
     """Reads and caches table files; `lakehouse_storage` resolves relative locations and gives
-    the storage options."""
+    the storage options. `io`: the tables' FileIO, whose storages (one per store) serve the reads
+    here too (default: one on `lakehouse_storage`); the job's catalog commits through it."""
 
-    def __init__(self, lakehouse_storage: Storage, threads: int = 16, ex: Execution | None = None):
+    def __init__(self, lakehouse_storage: Storage, threads: int = 16, ex: Execution | None = None,
+                 io: TrinityLakeFileIO | None = None):
         self.base = lakehouse_storage
         self.threads = threads
         #: Places the manifest reads (driver-only without one).
         self.ex = ex if ex is not None else Execution(LOCAL)
-        self._stores: dict[str, Storage] = {}  # store root with its trailing slash -> storage
+        self.io = io if io is not None else TrinityLakeFileIO.on(lakehouse_storage)
         self._canon: dict[str, str] = {}
         self.metadata: dict[str, dict[str, Any]] = {}
         self.missing: set[str] = set()  # metadata files pointed at that do not exist
@@ -132,18 +135,9 @@ class TableFiles:
         return u
 
     def store(self, uri: str) -> tuple[Storage, str]:
-        """The storage of `uri`'s store (bucket) and `uri`'s path in it (`uri` canonical)."""
-        for prefix, st in self._stores.items():  # a handful of stores: a prefix test beats a parse
-            if uri.startswith(prefix):
-                return st, uri[len(prefix) :]
-        p = parse_uri(uri)
-        st = self.base.for_store_of(p)
-        prefix = st.root if st.root.endswith("/") else st.root + "/"
-        rel = st.relative(p.uri)
-        if rel is None or not p.uri.startswith(prefix):
-            raise StorageError(f"{uri} is not under its store {st.root}")
-        self._stores[prefix] = st
-        return st, rel
+        """The storage of `uri`'s store (bucket) and `uri`'s path in it (`uri` canonical): the
+        FileIO's, one per store."""
+        return self.io.store(uri)
 
     def read_many(self, uris: Iterable[str]) -> dict[str, bytes | BaseException]:
         """The bytes of each of `uris` (or its error), batched per store."""
@@ -155,18 +149,7 @@ class TableFiles:
         for st, items in by_store.values():
             rels = [r for _, r in items]
             self.reads += len(rels)
-            if st.engine is not None or st.on_local_disk or len(rels) < 2:
-                got = st.read_many(rels)
-            else:  # an fsspec store without the engine: hide its latency with threads
-
-                def one(rel: str, s: Storage = st) -> bytes | BaseException:
-                    try:
-                        return s.read(rel)
-                    except Exception as e:  # noqa: BLE001 - per file
-                        return e
-
-                with ThreadPoolExecutor(max_workers=min(self.threads, len(rels))) as pool:
-                    got = list(pool.map(one, rels))
+            got = st.read_many(rels)  # the storage keeps their requests in flight together, or reads on threads
             for (u, _), data in zip(items, got, strict=True):
                 out[u] = data
         return out
@@ -197,10 +180,7 @@ class TableFiles:
                     continue
                 raise TableFileError(f"{msg}; the files it reaches cannot be enumerated") from data
             try:
-                doc = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
-                if not isinstance(doc, dict):
-                    raise ValueError(f"a JSON {type(doc).__name__}, not an object")
-                self.metadata[u] = doc
+                self.metadata[u] = _metadata_doc(data)
             except (ValueError, OSError, EOFError) as e:
                 if self.tolerant:
                     self.broken[u] = f"{what} {u} is not valid table metadata JSON: {e}"
@@ -211,6 +191,10 @@ class TableFiles:
         for u in wanted:  # tolerant, but the caller needs them: a missing one is broken too
             if u in self.missing:
                 self.broken.setdefault(u, f"{what} {u} cannot be read (FileNotFoundError: missing)")
+
+    def add_metadata(self, location: str, data: bytes) -> None:
+        """The metadata file at `location` holds `data` (this run wrote it): kept, never read."""
+        self.metadata[self.canon(location)] = _metadata_doc(data)
 
     def meta(self, location: str) -> dict[str, Any]:
         """The metadata JSON at `location` (read now if not yet).
@@ -390,7 +374,7 @@ class TableFiles:
                     "the files it reaches cannot be enumerated")
                 continue
             try:
-                recs = read_records(data)[1]
+                recs = read_projected(data, LIST_FIELDS if what == LIST_FILE else MANIFEST_FIELDS)
                 entries = _list_entries(recs) if what == LIST_FILE else _manifest_entries(recs)
             except (TrinityLakeError, ValueError, KeyError, EOFError, TypeError) as e:
                 row(u, "", ERROR, f"{what} {u} is not a readable Avro file: {e}")
@@ -404,6 +388,14 @@ class TableFiles:
              pa.array(errors, pa.string())],
             schema=EXPAND_SCHEMA,
         )
+
+
+def _metadata_doc(data: bytes) -> dict[str, Any]:
+    """A metadata file's JSON object (gzip or plain). Raises ValueError, OSError or EOFError."""
+    doc = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    if not isinstance(doc, dict):
+        raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+    return doc
 
 
 def _list_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str]]:
