@@ -73,3 +73,39 @@ def test_etag_304_and_another_servers_commit_is_seen_at_the_next_load(tmp_path: 
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_kept_table_is_answered_while_its_version_is_the_latest_and_a_drop_elsewhere_is_seen(tmp_path: Path) -> None:
+    """LatestTables answers a table kept for the latest version until a next version's root
+    exists (any process's commit, of any table), and a drop through another server is a 404 at
+    the next load of the server that kept the table."""
+    from trinitylake.iceberg import TrinityLakeCatalog
+    from trinitylake.rest_catalog.load_cache import LatestTables
+
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("c", lakehouse=lh)
+    cat.create_namespace("n")
+    t = cat.create_table("n.t", schema=SCHEMA)
+    kept = LatestTables(cat.lakehouse.storage)
+    v = cat.lakehouse.latest_version()
+    kept.put(v, ("n", "t"), t.metadata, t.metadata_location)
+    assert kept.get(("n", "t")) == (t.metadata, t.metadata_location)
+    assert kept.get(("n", "other")) is None
+    kept.put(v - 1, ("n", "old"), t.metadata, t.metadata_location)  # an older version's read is not kept
+    assert kept.get(("n", "old")) is None
+    cat.create_table("n.u", schema=SCHEMA)  # another table's commit: version v + 1 exists
+    assert kept.get(("n", "t")) is None
+
+    a, b = start(lh, tmp_path), start(lh, tmp_path)
+    try:
+        path = "namespaces/n/tables/t"
+        assert _get(a, path).status_code == 200
+        assert _get(a, path).status_code == 200  # kept now
+        RestCatalog("b", uri=b.url, token=b.token).drop_table("n.t")
+        gone = _get(a, path)
+        assert gone.status_code == 404, gone.text
+        head = requests.head(f"{a.url}/v1/{path}", headers={"Authorization": f"Bearer {a.token}"}, timeout=30)
+        assert head.status_code == 404
+    finally:
+        a.stop()
+        b.stop()

@@ -49,7 +49,7 @@ from trinitylake.rest_catalog import views as view_routes
 from trinitylake.rest_catalog.auth import Authenticator, OAuthError, Principal
 from trinitylake.rest_catalog.errors import RestError, bad_request, error_response, exception_response
 from trinitylake.rest_catalog.group_commit import GroupCommitter
-from trinitylake.rest_catalog.load_cache import LoadCache
+from trinitylake.rest_catalog.load_cache import LatestTables, LoadCache
 from trinitylake.rest_catalog.served import served
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class Call:
     body: pydantic.BaseModel | None
     catalog: TrinityLakeCatalog
     if_none_match: str | None = None  # the request's If-None-Match header (load-table's ETag)
+    travel: tuple[str, str] | None = None  # the time travel asked (None: the latest version)
 
 
 def _endpoints() -> list[str]:
@@ -191,6 +192,10 @@ class CatalogService:
         # catalog of the group commit's own (one lead at a time uses it: its caches stay warm)
         self.group = GroupCommitter(leader_catalog=lambda: TrinityLakeCatalog("rest", **self._props))
         self.base = self._thread_catalog()  # opened once here: a missing lakehouse fails the start
+        # the loaded tables of the latest version, while it is the latest (load_cache.py); on
+        # local disk its check (a stat or two) runs on the event loop, without a thread hand-over
+        self.latest = LatestTables(self.base.lakehouse.storage)
+        self._inline_loads = self.base.lakehouse.storage.on_local_disk
 
     def _thread_catalog(self) -> TrinityLakeCatalog:
         """This worker thread's catalog: the lakehouse handle's node and root caches are not
@@ -217,9 +222,12 @@ class CatalogService:
         return cat
 
     def route(self, path: str, methods: list[str], handler: Callable[[Call], Result], *, write: bool = False,
-              body: type[pydantic.BaseModel] | None = None) -> list[Route]:
+              body: type[pydantic.BaseModel] | None = None,
+              inline: Callable[[Call], Result | None] | None = None) -> list[Route]:
         """`handler` at ``/v1/<path>`` and ``/v1/{prefix}/<path>``, behind authentication,
-        the read-only rule, the body limit and the error model."""
+        the read-only rule, the body limit and the error model. `inline`: tried first on the
+        event loop for the latest version (a few local stats at most), its None falling back
+        to `handler` in a worker thread."""
 
         async def endpoint(request: Request) -> Response:
             try:
@@ -236,8 +244,13 @@ class CatalogService:
                     raise RestError(403, "ForbiddenException",
                                     f"time travel ({travel[0]} {travel[1]}) is read-only: writes go to the latest version")
                 parsed = _parse(body, await _read_body(request, self.settings.max_body_bytes)) if body else None
-                result = await run_in_threadpool(self._run, handler, params, query, principal, parsed, travel,
-                                                 request.headers.get("if-none-match"))
+                result = None
+                if inline is not None and travel is None and self._inline_loads:
+                    result = inline(Call(params, query, principal, parsed, self.base,
+                                         request.headers.get("if-none-match")))
+                if result is None:
+                    result = await run_in_threadpool(self._run, handler, params, query, principal, parsed, travel,
+                                                     request.headers.get("if-none-match"))
             except Exception as e:  # noqa: BLE001 - every failure answers the error model
                 return exception_response(e)
             if isinstance(result, Response):
@@ -254,7 +267,7 @@ class CatalogService:
     def _run(self, handler: Callable[[Call], Result], params: dict[str, str], query: dict[str, str],
              principal: Principal, body: pydantic.BaseModel | None, travel: tuple[str, str] | None,
              if_none_match: str | None = None) -> Result:
-        return handler(Call(params, query, principal, body, self.catalog_for(travel, principal), if_none_match))
+        return handler(Call(params, query, principal, body, self.catalog_for(travel, principal), if_none_match, travel))
 
     # ---- config ------------------------------------------------------------------------------
     def config(self, call: Call) -> Result:
@@ -332,8 +345,30 @@ class CatalogService:
         return _load_result(t.metadata, t.metadata_location)
 
     def load_table(self, call: Call) -> Result:
-        t = call.catalog.load_table(_table(call))
+        if call.travel is not None:
+            past = call.catalog.load_table(_table(call))
+            return self.loads.answer(past.metadata, past.metadata_location, call.if_none_match)
+        key = _table(call)
+        kept = self.load_kept_table(call)
+        if kept is not None:
+            return kept
+        view = call.catalog.lakehouse.view()
+        t = call.catalog.table_in(view, *key)
+        if t is None:
+            raise NoSuchTableError(f"Table does not exist: {key[0]}.{key[1]} (lakehouse version {view.version})")
+        self.latest.put(view.version, key, t.metadata, t.metadata_location)
         return self.loads.answer(t.metadata, t.metadata_location, call.if_none_match)
+
+    def load_kept_table(self, call: Call) -> Result | None:
+        """The latest version's table as kept (`LatestTables`), while that version is the latest
+        and its metadata file exists; None: read the tree."""
+        kept = self.latest.get(_table(call))
+        if kept is None or not call.catalog.io.new_input(kept[1]).exists():
+            return None
+        return self.loads.answer(kept[0], kept[1], call.if_none_match)
+
+    def table_exists_kept(self, call: Call) -> Result | None:
+        return Response(status_code=204) if self.load_kept_table(call) is not None else None
 
     def table_exists(self, call: Call) -> Result:
         self.load_table(call)
@@ -441,8 +476,10 @@ def build_app(settings: ServerSettings, auth: Authenticator) -> Starlette:
         (f"{ns}/views/{{view}}", ["DELETE"], view_routes.drop_view, True, None),
         ("views/rename", ["POST"], view_routes.rename_view, True, view_routes.RenameView),
     ]
+    inline: dict[Callable[[Call], Result], Callable[[Call], Result | None]] = {
+        svc.load_table: svc.load_kept_table, svc.table_exists: svc.table_exists_kept}
     for path, methods, handler, write, model in table:
-        routes += svc.route(path, methods, handler, write=write, body=model)
+        routes += svc.route(path, methods, handler, write=write, body=model, inline=inline.get(handler))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

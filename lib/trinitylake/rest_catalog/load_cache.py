@@ -10,6 +10,12 @@ is the rendered answer of each location it served.
 The ETag names that location: the Iceberg REST spec lets loadTable answer ``ETag`` and a
 request whose ``If-None-Match`` holds it ``304 Not Modified`` with no body, so a client
 holding the current metadata skips it.
+
+`LatestTables` keeps, for the latest version this process read, each loaded table's metadata
+and location: while no next version's root exists (one ``exists`` of its name: a stat on
+local disk, a HEAD on an object store) the latest is still the one read, so a load answers
+from it without reading the hint, probing and walking the tree again. A version never changes
+once written and the latest is never expired, so the probe is the whole check.
 """
 
 from __future__ import annotations
@@ -22,8 +28,13 @@ from collections.abc import Callable
 from pyiceberg.table.metadata import TableMetadata
 from starlette.responses import Response
 
+from trinitylake.format.paths import root_name
+from trinitylake.storage import Storage
+
 #: How many rendered answers are kept (least recently used first out).
 MAX_ENTRIES = 512
+#: How many tables `LatestTables` keeps for the latest version (beyond: loads read the tree).
+MAX_TABLES = 4096
 
 
 def etag_of(location: str, variant: str = "") -> str:
@@ -70,3 +81,36 @@ class LoadCache:
                 while len(self._answers) > self._max:
                     self._answers.popitem(last=False)
         return Response(text, media_type="application/json", headers={"ETag": etag})
+
+
+class LatestTables:
+    """The tables' (metadata, location) in the latest version this process read, valid while
+    no next version exists (see the module doc). Thread-safe."""
+
+    def __init__(self, storage: Storage, max_tables: int = MAX_TABLES):
+        self._storage = storage
+        self._max = max_tables
+        self._lock = threading.Lock()
+        self._version: int | None = None
+        self._tables: dict[tuple[str, str], tuple[TableMetadata, str]] = {}
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple[str, str]) -> tuple[TableMetadata, str] | None:
+        """`key`'s (metadata, location) in the latest version, when kept and still the latest."""
+        with self._lock:
+            version, hit = self._version, self._tables.get(key)
+        if version is None or hit is None or self._storage.exists(root_name(version + 1)):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return hit
+
+    def put(self, version: int, key: tuple[str, str], metadata: TableMetadata, location: str) -> None:
+        """Keep what a load read of `key` in `version` (ignored when a newer version is kept)."""
+        with self._lock:
+            if self._version != version:
+                if self._version is not None and version < self._version:
+                    return
+                self._version, self._tables = version, {}
+            if len(self._tables) < self._max or key in self._tables:
+                self._tables[key] = (metadata, location)
