@@ -61,7 +61,7 @@ def measure(uri: str, rounds: int, label: str) -> tuple[list[dict[str, Any]], di
     lh = Lakehouse.open(uri, audit=False)
     reader = R.Reader(lh.storage.root)
     roots = WR.walk_input(lh).roots
-    ref = walk_reachable_with_stats(Execution("local"), lh, roots, sizes=False)[0].table  # also warms the page cache
+    ref = walk_reachable_with_stats(Execution("local"), lh, roots, sizes=False)[0].rows.to_table()  # warms the cache too
     walked = zip(*(ref.column(c).to_pylist() for c in ("depth", "path", "kind", "first_version")), strict=True)
     rows = [(k, reader.locator.root, fv, d, kind == "root") for d, k, kind, fv in sorted(walked) if kind in ("root", "node")]
     base = reader.storage._fs_path("")

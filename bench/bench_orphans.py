@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_job_config("orphans", overrides={"lakehouse": uri, "older_than": "1d", "unsafe_min_age": True},
                               env={})
         with Timer() as t:
-            res = run_orphans(spark, lh, cfg, JobResult("orphans", cfg.run_id, lh.uri))
+            res = run_orphans(Execution("distributed", spark=spark), lh, cfg, JobResult("orphans", cfg.run_id, lh.uri))
         assert res.counts["deleted"] >= m, res.counts
         rows.append({"task": "cleanup", "tool": "tlake orphans (Spark: list, walk, diff, plan, delete)",
                      "files": res.counts["deleted"], "seconds": t.seconds})

@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
         with Timer() as t:
             local, lst = walk_reachable_with_stats(Execution("local"), lh, roots, sizes=False)
-        kinds = dict(zip(local.table.column("path").to_pylist(), local.table.column("kind").to_pylist(), strict=True))
+        table = local.rows.to_table()
+        kinds = dict(zip(table.column("path").to_pylist(), table.column("kind").to_pylist(), strict=True))
         unique = lst.unique_nodes
         rows.append({"walker": "driver (1 process, --execution local)", "seconds": t.seconds,
                      "node_reads": lst.node_reads, "unique_nodes": unique,
@@ -98,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         spark_rows = []
         for _ in range(1 + max(1, args.repeat)):
             with Timer() as t:
-                reached, st = walk_reachable_with_stats(spark, lh, roots, batch_size=args.batch_size)
+                reached, st = walk_reachable_with_stats(
+                    Execution("distributed", spark=spark), lh, roots, batch_size=args.batch_size
+                )
             n = reached.rows.native.count()  # a walk on a SparkSession stays on the executors
             reached.release()
             assert n == len(kinds), f"spark walk found {n} files, the driver's walk {len(kinds)}"
