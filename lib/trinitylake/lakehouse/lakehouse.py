@@ -6,17 +6,17 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Concatenate, ParamSpec
 
 from trinitylake.control import VersionInfo
 from trinitylake.errors import (
     AlreadyExistsError,
     ControlTableError,
+    CorruptNodeError,
     LakehouseNotFoundError,
     SnapshotNotFoundError,
     StorageNotADirectoryError,
     TransactionConflictError,
-    TrinityLakeError,
     UnsupportedVersionError,
     ValidationError,
     VersionNotFoundError,
@@ -25,18 +25,18 @@ from trinitylake.format import definitions, keys, tree
 from trinitylake.format.node import Message, Node, deserialize, serialize
 from trinitylake.format.paths import HINT_FILE, is_root_name, lakehouse_def_name, parse_hint, root_name, root_version
 from trinitylake.json_data import JsonObject
+from trinitylake.lakehouse import history
 from trinitylake.lakehouse.audit import Auditor
 from trinitylake.lakehouse.changes import ChangeSet
 from trinitylake.lakehouse.changes import now_ms as _now_ms
 from trinitylake.lakehouse.context import API, AuditContext
+from trinitylake.lakehouse.history import fmt_ms
 from trinitylake.lakehouse.roots import RootRef, check_retained, root_system_rows
 from trinitylake.lakehouse.transaction import Transaction
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.storage import Storage, is_absolute, parse_uri
 
-if TYPE_CHECKING:
-    from trinitylake.control import VersionInfo
-    from trinitylake.lakehouse.transaction import Transaction
+_P = ParamSpec("_P")
 
 log = logging.getLogger(__name__)
 
@@ -259,8 +259,6 @@ class Lakehouse:
         node = deserialize(data, None, base.uri(path))
         def_path = node.system.get(keys.SYS_LAKEHOUSE_DEF)
         if not def_path:
-            from trinitylake.errors import CorruptNodeError
-
             raise CorruptNodeError(f"root node file {base.uri(path)} has no lakehouse_def system row")
         return RootRef(version, path, node, self.load_def(def_path, base), def_path, base)
 
@@ -272,8 +270,6 @@ class Lakehouse:
             try:
                 data = storage.read(p)
             except FileNotFoundError:
-                from trinitylake.errors import CorruptNodeError
-
                 raise CorruptNodeError(f"lakehouse definition {cache_key} is missing") from None
             d = definitions.loads(definitions.LakehouseDef, data, cache_key)
             if d.major_version not in definitions.SUPPORTED_MAJOR_VERSIONS:
@@ -305,13 +301,13 @@ class Lakehouse:
         while ref.created_at_millis > t:
             prev = ref.previous_root
             if prev is None:
-                raise VersionNotFoundError(f"no version was created at or before {_fmt_ms(t)}; version 0 was created at {_fmt_ms(ref.created_at_millis)}")
+                raise VersionNotFoundError(f"no version was created at or before {fmt_ms(t)}; version 0 was created at {fmt_ms(ref.created_at_millis)}")
             try:
                 ref = self.load_root(root_version(prev))
             except VersionNotFoundError:
                 raise VersionNotFoundError(
-                    f"the version current at {_fmt_ms(t)} is expired; the oldest available version is {ref.version}"
-                    f" (created {_fmt_ms(ref.created_at_millis)})"
+                    f"the version current at {fmt_ms(t)} is expired; the oldest available version is {ref.version}"
+                    f" (created {fmt_ms(ref.created_at_millis)})"
                 ) from None
         return ref
 
@@ -332,151 +328,41 @@ class Lakehouse:
     def view(self, version: int | None = None, as_of: datetime | int | None = None, snapshot: str | None = None) -> LakehouseView:
         return LakehouseView(self, self.root_at(version, as_of, snapshot))
 
+    # ---- history (lakehouse.history) -----------------------------------------------------
     def versions(self) -> list[JsonObject]:
-        """Every available version, oldest first, with its commit facts. A root that cannot be
-        read is listed with ``corrupt`` = its typed error in one line (None for the others), so
-        one bad old version does not hide the rest."""
-
-        latest = self.latest_version()
-        listed = [v for v in self.listed_versions() if v <= latest]
-        out: list[dict[str, Any]] = []
-        for v in listed:
-            try:
-                r = self.load_root(v)
-                row: dict[str, Any] = {
-                    "version": v,
-                    "created_at": _fmt_ms(r.created_at_millis),
-                    "created_at_millis": r.created_at_millis,
-                    "txn_id": r.txn_id,
-                    "txn_seq": r.txn_seq,
-                    "previous_version": _version_of(r.previous_root),
-                    "rollback_from_version": _version_of(r.rollback_from_root),
-                    "rollback_to_version": _version_of(r.rollback_to_root),
-                    "changes": None,
-                    "corrupt": None,
-                }
-            except TrinityLakeError as e:
-                row = {"version": v, "created_at": None, "created_at_millis": None, "txn_id": None, "txn_seq": None,
-                       "previous_version": None, "rollback_from_version": None, "rollback_to_version": None,
-                       "changes": None, "corrupt": _one_line(e)}
-            else:
-                try:
-                    row["changes"] = len(self.change_set(v, r).keys)
-                except TrinityLakeError as e:  # e.g. the previous root, diffed against, is corrupt
-                    row["changes_error"] = _one_line(e)
-            out.append(row)
-        return out
+        """Every available version, oldest first, with its commit facts: `history.versions`."""
+        return history.versions(self)
 
     def version_info(self, version: int) -> VersionInfo:
-        """What the tree says about one version, for the control table's history."""
-
-        r = self.load_root(version)
-        return VersionInfo(
-            version=version,
-            txn_seq=r.txn_seq,
-            txn_id=r.txn_id,
-            created_at_millis=r.created_at_millis,
-            rollback_from=_version_of(r.rollback_from_root),
-            rollback_to=_version_of(r.rollback_to_root),
-            changes=self.describe_changes_safely(version),
-        )
+        """What the tree says about one version, for the control table: `history.version_info`."""
+        return history.version_info(self, version)
 
     def version_infos(self) -> list[VersionInfo]:
-        """`version_info` of every available version; a root that cannot be read gives an
-        info with only ``corrupt`` set (its typed error in one line) instead of failing."""
+        """`version_info` of every available version: `history.version_infos`."""
+        return history.version_infos(self)
 
-        latest = self.latest_version()
-        out = []
-        for v in self.listed_versions():
-            if v > latest:
-                continue
-            try:
-                out.append(self.version_info(v))
-            except TrinityLakeError as e:
-                out.append(VersionInfo(version=v, txn_seq=None, txn_id=None, created_at_millis=None, corrupt=_one_line(e)))
-        return out
-
-    # ---- change sets ------------------------------------------------------------------------
     def change_set(self, version: int, ref: RootRef | None = None) -> ChangeSet:
-        """Keys written by the transaction that produced `version`.
-
-        Read from the root's write buffer (messages tagged with the root's txn id, which are
-        never flushed in that root); roots without a txn id (version 0, foreign writers) fall
-        back to a full diff with the previous version.
-        """
-        ref = ref or self.load_root(version)
-        prev_def = None
-        prev_ref = None
-        if ref.previous_root:
-            try:
-                prev_ref = self.load_root(root_version(ref.previous_root))
-                prev_def = prev_ref.def_path
-            except VersionNotFoundError:
-                prev_ref = None
-        def_changed = prev_def is not None and prev_def != ref.def_path
-        if ref.txn_id is not None:
-            changed: dict[str, str | None] = {}
-            for m in ref.node.buffer:
-                if m.txn == ref.txn_id:
-                    changed[m.key] = m.value
-            return ChangeSet(version, ref.txn_id, changed, def_changed)
-        if prev_ref is None:
-            items = dict(LakehouseView(self, ref).all_items())
-            return ChangeSet(version, None, dict(items), def_changed)
-        return ChangeSet(version, None, self.diff(prev_ref, ref), def_changed)
+        """Keys written by the transaction that produced `version`: `history.change_set`."""
+        return history.change_set(self, version, ref)
 
     def diff(self, a: RootRef, b: RootRef) -> dict[str, str | None]:
-        """Keys whose value differs from version a to version b (None = absent in b)."""
-        ia = dict(LakehouseView(self, a).all_items())
-        ib = dict(LakehouseView(self, b).all_items())
-        out: dict[str, str | None] = {}
-        for k in ia.keys() | ib.keys():
-            if ia.get(k) != ib.get(k):
-                out[k] = ib.get(k)
-        return dict(sorted(out.items()))
+        """Keys whose value differs from version a to version b: `history.diff`."""
+        return history.diff(self, a, b)
 
     def describe_changes(self, version: int) -> list[str]:
-        """Human-readable changes of a version: 'create table ns.t', 'drop namespace x', ..."""
-        ref = self.load_root(version)
-        cs = self.change_set(version, ref)
-        codec = keys.KeyCodec(
-            ref.lakehouse_def.namespace_name_max_size_bytes,
-            ref.lakehouse_def.table_name_max_size_bytes,
-            ref.lakehouse_def.view_name_max_size_bytes,
-        )
-        prev_view = None
-        if ref.previous_root:
-            try:
-                prev_view = LakehouseView(self, self.load_root(root_version(ref.previous_root)))
-            except VersionNotFoundError:
-                prev_view = None
-        out = []
-        for key, value in cs.keys.items():
-            try:
-                kind, names = codec.decode(key)
-            except ValidationError:
-                out.append(f"change {key!r}")
-                continue
-            existed = prev_view is not None and prev_view.get_key(key) is not None
-            if value is None:
-                action = "drop"
-            elif existed:
-                action = "alter"
-            else:
-                action = "create"
-            out.append(f"{action} {kind} {'.'.join(names)}")
-        if cs.def_changed:
-            out.append("alter lakehouse definition")
-        if version == 0:
-            out.append("create lakehouse")
-        return out
+        """Human-readable changes of a version: `history.describe_changes`."""
+        return history.describe_changes(self, version)
+
+    def describe_changes_safely(self, version: int) -> list[str]:
+        """`describe_changes`, or nothing (logged) when they cannot be described."""
+        return history.describe_changes_safely(self, version)
 
     # ---- transactions -----------------------------------------------------------------------
     def begin(self, isolation: str | None = None, txn_id: str | None = None, ttl_millis: int | None = None) -> Transaction:
 
         return Transaction(self, isolation=isolation, txn_id=txn_id, ttl_millis=ttl_millis)
 
-    def _single(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int | None:
+    def _single(self, fn: Callable[Concatenate[Transaction, _P], None], *args: _P.args, **kwargs: _P.kwargs) -> int | None:
         txn = self.begin()
         fn(txn, *args, **kwargs)
         return txn.commit()
@@ -489,9 +375,12 @@ class Lakehouse:
 
         return self._single(Transaction.drop_namespace, ns, cascade=cascade)
 
-    def create_table(self, ns: str, table: str, **kwargs: Any) -> int | None:
+    def create_table(self, ns: str, table: str, *, metadata_location: str | None = None, table_type: str | None = None,
+                     properties: dict[str, str] | None = None, format_properties: dict[str, str] | None = None
+                     ) -> int | None:
 
-        return self._single(Transaction.create_table, ns, table, **kwargs)
+        return self._single(Transaction.create_table, ns, table, metadata_location=metadata_location,
+                            table_type=table_type, properties=properties, format_properties=format_properties)
 
     def drop_table(self, ns: str, table: str) -> int | None:
 
@@ -572,27 +461,6 @@ class Lakehouse:
         path = lakehouse_def_name()
         self.storage.create_exclusive(path, definitions.dumps(d))
         return path
-
-    def describe_changes_safely(self, version: int) -> list[str]:
-        """`describe_changes`, or nothing (logged) when they cannot be described."""
-        try:
-            return self.describe_changes(version)
-        except Exception as e:  # noqa: BLE001 - the audit row must not fail a committed version
-            log.warning("could not describe changes of version %s: %s", version, e)
-            return []
-
-
-def _version_of(root: str | None) -> int | None:
-    return root_version(root) if root else None
-
-
-def _one_line(e: BaseException) -> str:
-    """``<ErrorClass>: <message>`` on one line, for a listing that marks a bad version."""
-    return f"{type(e).__name__}: " + " ".join(str(e).split())
-
-
-def _fmt_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _refuse_file_root(storage: Storage, what: str, cause: BaseException) -> None:

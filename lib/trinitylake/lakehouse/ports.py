@@ -4,7 +4,7 @@
 import `lakehouse.lakehouse`, not even for type annotations: each one is typed against the
 narrow face below, which `Lakehouse` satisfies (checked by mypy where it passes itself); a
 transaction's wider one, `transaction.TransactionHost`, extends `NodeSource` beside it. The
-layering runs one way: ports <- audit, view <- transaction <- lakehouse.
+layering runs one way: ports <- audit, view <- history, transaction <- lakehouse.
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ class NodeSource(Protocol):
     def resolve(self, path: str, base: Storage | None = None) -> tuple[Storage, str]:
         """Storage and path for a stored pointer: relative to `base`, or an absolute URI."""
         ...
+
+
+class VersionSource(NodeSource, Protocol):
+    """What the version history (`lakehouse.history`) reads: the versions a lakehouse keeps
+    and their roots."""
+
+    def latest_version(self) -> int: ...
+
+    def listed_versions(self) -> list[int]: ...
+
+    def load_root(self, version: int) -> RootRef: ...
 
 
 class AuditedLakehouse(Protocol):
