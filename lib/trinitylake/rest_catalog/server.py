@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import gc
 import logging
 import os
 import signal
@@ -261,6 +262,9 @@ def serve(lakehouse: str, opts: ServeOptions, *, storage_options: dict[str, str]
                                     forwarded_allow_ips=opts.forwarded_allow_ips or None, timeout_keep_alive=30)
             _Server(config).run(sockets=[sock])
 
+        # the objects made so far (modules, the app) live as long as the server: out of the
+        # collector's generations, so its full collections do not walk them at every request burst
+        gc.freeze()
         if workers == 1:
             run_one(app)
         else:
