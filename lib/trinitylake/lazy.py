@@ -31,8 +31,8 @@ _UNSET: Any = object()
 class _Deferred:
     __slots__ = ("_alias", "_attr", "_factory", "_module", "_namespace", "_value")
 
-    def __init__(self, module: str, attr: str | None, namespace: MutableMapping[str, Any] | None,
-                 alias: str | None, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(self, module: str, attr: str | None, namespace: MutableMapping[str, object] | None,
+                 alias: str | None, factory: Callable[[], object] | None = None) -> None:
         self._module, self._attr, self._namespace, self._alias = module, attr, namespace, alias
         self._factory, self._value = factory, _UNSET
 
@@ -55,7 +55,7 @@ class _Deferred:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._resolve(), name)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         return self._resolve()(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -63,20 +63,20 @@ class _Deferred:
         return f"<deferred {what}>"
 
 
-def module(name: str, namespace: MutableMapping[str, Any] | None = None, alias: str | None = None) -> Any:
+def module(name: str, namespace: MutableMapping[str, object] | None = None, alias: str | None = None) -> Any:
     """A stand-in for module `name` that imports it on the first attribute read (and then
     rebinds `alias` in `namespace`, the caller's ``globals()``, to the module itself)."""
     return _Deferred(name, None, namespace, alias)
 
 
-def attr(module_name: str, name: str, namespace: MutableMapping[str, Any] | None = None,
+def attr(module_name: str, name: str, namespace: MutableMapping[str, object] | None = None,
          alias: str | None = None) -> Any:
     """A stand-in for ``from module_name import name`` that imports on the first call or
     attribute read (and then rebinds `alias`, default `name`, in `namespace`)."""
     return _Deferred(module_name, name, namespace, alias or name)
 
 
-def value(factory: Callable[[], Any], namespace: MutableMapping[str, Any] | None = None, alias: str | None = None,
+def value(factory: Callable[[], object], namespace: MutableMapping[str, object] | None = None, alias: str | None = None,
           what: str = "value") -> Any:
     """A stand-in for ``factory()``, made on the first call or attribute read (and then bound
     to `alias` in `namespace`); a name imported elsewhere keeps the stand-in, which makes the
