@@ -27,7 +27,7 @@ from trinitylake.cli.common import (
     mark_process_start,
     one_line_usage,
 )
-from trinitylake.errors import UndecodableKeyError, ValidationError
+from trinitylake.errors import InvalidURIError, UndecodableKeyError, ValidationError
 from trinitylake.redact import (
     install_log_redaction,
     redact_argv,
@@ -45,7 +45,11 @@ if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.transaction import Transaction
     from trinitylake.lakehouse.view import LakehouseView
+    from trinitylake.storage.options import check_storage_options
+    from trinitylake.storage.uri import parse_uri
 else:  # loaded by the commands that use them: `tlake --help` imports neither the lakehouse nor pyarrow
+    check_storage_options = lazy.attr("trinitylake.storage.options", "check_storage_options", globals())
+    parse_uri = lazy.attr("trinitylake.storage.uri", "parse_uri", globals())
     render_versions = lazy.attr("trinitylake.cli.show", "render_versions", globals())
     distributed_view = lazy.attr("trinitylake.cli.txn", "distributed_view", globals())
     stage_into = lazy.attr("trinitylake.cli.txn", "stage_into", globals())
@@ -250,10 +254,6 @@ def cli(click_ctx: click.Context, lakehouse_uri: str | None, storage_options: tu
 
 def _check_group_values(lakehouse_uri: str | None, control_uri: str | None, options: dict[str, str]) -> None:
     """The group's values, checked before any command runs: a bad one is a usage error."""
-    from trinitylake.errors import InvalidURIError
-    from trinitylake.storage.options import check_storage_options
-    from trinitylake.storage.uri import parse_uri
-
     for flag, uri in (("--lakehouse", lakehouse_uri), ("--control-uri", control_uri)):
         if uri:
             try:

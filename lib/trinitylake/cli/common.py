@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +18,15 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import click
 
 from trinitylake import lazy
-from trinitylake.errors import ConfigError, TrinityLakeError, ValidationError
+from trinitylake.errors import (
+    ConfigError,
+    ControlTableError,
+    NotFoundError,
+    StorageError,
+    StoragePermissionError,
+    TrinityLakeError,
+    ValidationError,
+)
 from trinitylake.json_data import JsonObject
 from trinitylake.redact import redact_argv, redact_text
 
@@ -28,9 +37,11 @@ if TYPE_CHECKING:
 
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.transaction import Transaction
+    from trinitylake.storage.uri import parse_uri
     from trinitylake.values import parse_duration
-else:  # rich loads when a command first prints (`tlake --help` is click's text alone)
+else:  # rich loads when a command first prints (`tlake --help` is click's text alone), URIs when one is read
     parse_duration = lazy.attr("trinitylake.values", "parse_duration", globals())
+    parse_uri = lazy.attr("trinitylake.storage.uri", "parse_uri", globals())
     Console = lazy.attr("rich.console", "Console", globals())
     escape = lazy.attr("rich.markup", "escape", globals())
     Table = lazy.attr("rich.table", "Table", globals())
@@ -64,6 +75,7 @@ class Ctx:
 
     def lakehouse(self) -> Lakehouse:
         if self._lh is None:
+            # Imported by the commands that open a lakehouse: `tlake --help` loads no lakehouse code.
             from trinitylake.lakehouse import Lakehouse
             from trinitylake.lakehouse.context import AuditContext
 
@@ -121,8 +133,6 @@ def explain(error: BaseException, places: Places | None = None) -> BaseException
     Returns:
         a `TrinityLakeError` naming the cause, or `error` itself when none is found.
     """
-    from trinitylake.errors import ControlTableError, NotFoundError, StorageError
-
     if isinstance(error, ConfigError | click.ClickException | NotADirectoryError) or (
             isinstance(error, TrinityLakeError) and not isinstance(error, NotFoundError | StorageError | ControlTableError)):
         return error  # says its cause itself (a file where a folder should be: the storage says so)
@@ -142,11 +152,6 @@ def explain(error: BaseException, places: Places | None = None) -> BaseException
 
 
 def _cause_at(what: str, uri: str, options: Mapping[str, Any], error: BaseException) -> BaseException | None:
-    import os
-
-    from trinitylake.errors import NotFoundError, StoragePermissionError
-    from trinitylake.storage.uri import parse_uri
-
     parsed = parse_uri(uri)
     if parsed.scheme == "file":
         path = parsed.path if parsed.path.startswith("/") else "/" + parsed.path
@@ -183,8 +188,6 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 
 def _endpoint(options: Mapping[str, Any]) -> str | None:
-    import os
-
     ck = options.get("client_kwargs")
     return (options.get("endpoint_url") or (ck.get("endpoint_url") if isinstance(ck, dict) else None)
             or os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None)
@@ -192,8 +195,8 @@ def _endpoint(options: Mapping[str, Any]) -> str | None:
 
 def _bucket_missing(uri: str, options: Mapping[str, Any]) -> bool:
     """True when S3 answers that the bucket of `uri` does not exist (HEAD bucket: 404)."""
+    # Imported here, on this failure path only: storage.storage loads every backend's engine.
     from trinitylake.storage.storage import Storage
-    from trinitylake.storage.uri import parse_uri
 
     bucket = parse_uri(uri).authority
     fs = Storage(f"s3://{bucket}", dict(options)).fs
