@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +22,6 @@ from trinitylake.errors import (
     ControlTableError,
     NotFoundError,
     StorageError,
-    StoragePermissionError,
     TrinityLakeError,
     ValidationError,
 )
@@ -37,11 +35,13 @@ if TYPE_CHECKING:
 
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.transaction import Transaction
+    from trinitylake.storage.diagnose import cause_at
     from trinitylake.storage.uri import parse_uri
     from trinitylake.values import parse_duration
 else:  # rich loads when a command first prints (`tlake --help` is click's text alone), URIs when one is read
     parse_duration = lazy.attr("trinitylake.values", "parse_duration", globals())
     parse_uri = lazy.attr("trinitylake.storage.uri", "parse_uri", globals())
+    cause_at = lazy.attr("trinitylake.storage.diagnose", "cause_at", globals())
     Console = lazy.attr("rich.console", "Console", globals())
     escape = lazy.attr("rich.markup", "escape", globals())
     Table = lazy.attr("rich.table", "Table", globals())
@@ -142,71 +142,13 @@ def explain(error: BaseException, places: Places | None = None) -> BaseException
         places = [("lakehouse", obj.lakehouse_uri, obj.storage_options)] if isinstance(obj, Ctx) and obj.lakehouse_uri else []
     for what, uri, options in places:
         try:
-            cause = _cause_at(what, uri, options or {}, error)
+            cause = cause_at(what, uri, options or {}, error)
         except Exception:  # noqa: BLE001 - the check is a courtesy: the original error stands
             logging.getLogger("trinitylake.cli").debug("checking %s failed", uri, exc_info=True)
             cause = None
         if cause is not None:
             return cause
     return error
-
-
-def _cause_at(what: str, uri: str, options: Mapping[str, Any], error: BaseException) -> BaseException | None:
-    parsed = parse_uri(uri)
-    if parsed.scheme == "file":
-        path = parsed.path if parsed.path.startswith("/") else "/" + parsed.path
-        while path and not os.path.exists(path):
-            path = os.path.dirname(path)
-        if path and os.path.isfile(path):
-            return ValidationError(f"the {what} {uri} cannot be created or read: {path} is a file, not a folder")
-        return None
-    if parsed.scheme != "s3":
-        return None
-    chain = " ".join(str(e) for e in _chain(error))
-    # No credentials anywhere: obstore then asks the instance metadata service (and is refused),
-    # botocore says "Unable to locate credentials"; both reach the user as "permission denied".
-    if "169.254.169.254" in chain or "unable to locate credentials" in chain.lower() or (
-            "credential" in chain.lower() and isinstance(error, PermissionError)):
-        return StoragePermissionError(
-            f"cannot reach the {what} {uri}: no S3 credentials are configured (none in the storage options, no "
-            f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE, and no instance role answered)"
-            + ("" if _endpoint(options) else "; nor an endpoint: TLAKE_S3_ENDPOINT_URL or --storage-option "
-               "endpoint_url=... (AWS S3 itself otherwise)"))
-    if _bucket_missing(uri, options):
-        where = _endpoint(options) or "AWS S3"
-        return NotFoundError(f"the {what} {uri} cannot exist: bucket {parsed.authority!r} does not exist at {where}")
-    return None
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    e: BaseException | None = error
-    while e is not None and e not in seen and len(seen) < 8:
-        seen.append(e)
-        e = e.__cause__ or e.__context__
-    return seen
-
-
-def _endpoint(options: Mapping[str, Any]) -> str | None:
-    ck = options.get("client_kwargs")
-    return (options.get("endpoint_url") or (ck.get("endpoint_url") if isinstance(ck, dict) else None)
-            or os.environ.get("TLAKE_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None)
-
-
-def _bucket_missing(uri: str, options: Mapping[str, Any]) -> bool:
-    """True when S3 answers that the bucket of `uri` does not exist (HEAD bucket: 404)."""
-    # Imported here, on this failure path only: storage.storage loads every backend's engine.
-    from trinitylake.storage.storage import Storage
-
-    bucket = parse_uri(uri).authority
-    fs = Storage(f"s3://{bucket}", dict(options)).fs
-    try:
-        fs.call_s3("head_bucket", Bucket=bucket)
-    except FileNotFoundError:
-        return True
-    except Exception:  # noqa: BLE001 - any other answer: not a missing bucket
-        return False
-    return False
 
 
 def exit_code_of(error: BaseException) -> int:
