@@ -8,7 +8,7 @@ from typing import TypeVar
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from trinitylake.errors import CorruptDefinitionError
+from trinitylake.errors import CorruptDefinitionError, ValidationError
 from trinitylake.format import definitions_pb2 as pb
 
 SUPPORTED_MAJOR_VERSIONS = (0,)
@@ -61,8 +61,6 @@ def isolation_level(name: str | int) -> int:
         return name
     n = name.strip().upper()
     if n not in ("SNAPSHOT", "SERIALIZABLE"):
-        from trinitylake.errors import ValidationError
-
         raise ValidationError(f"isolation level must be snapshot or serializable, got {name!r}")
     return pb.IsolationLevel.Value(n)
 
