@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trinitylake.control import build_history
+from trinitylake.errors import ValidationError
 from trinitylake.format.paths import root_version
 from trinitylake.json_data import JsonObject
 from trinitylake.options import JOB_OPTIONS
@@ -286,8 +287,6 @@ def is_job(command: str, parent_seq: int | None, metrics: dict[str, float] | Non
 def collect(lh: Lakehouse, max_versions: int = 200) -> ReportData:
     """Everything the report shows, read from `lh` (read-only: writes nothing)."""
     if max_versions < 1:
-        from trinitylake.errors import ValidationError
-
         raise ValidationError(f"max_versions must be at least 1, got {max_versions}")
     generated_at = datetime.now(UTC)
     notes: list[str] = []
