@@ -66,6 +66,7 @@ from trinitylake.format.paths import new_node_path, root_name, root_version, txn
 from trinitylake.json_data import JsonObject
 from trinitylake.lakehouse.roots import RootRef, root_system_rows
 from trinitylake.lakehouse.transaction import Transaction
+from trinitylake.values import format_timestamp
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
@@ -255,8 +256,6 @@ class DistributedTransaction:
                                          f"it can no longer {for_what}")
         expired = (at_ms if at_ms is not None else _now_ms()) >= s.d.expire_at_millis + CLOCK_TOLERANCE_MS
         if expired and for_what != "abort":  # an expired transaction may still be aborted (cleanup)
-            from trinitylake.values import format_timestamp
-
             raise TransactionExpiredError(f"distributed transaction {self.id} expired at {format_timestamp(s.d.expire_at_millis)} "
                                           f"(began at version {root_version(s.d.beginning_root_node_file_path)}); "
                                           f"it can no longer {for_what}")

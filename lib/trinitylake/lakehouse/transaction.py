@@ -37,6 +37,7 @@ from trinitylake.lakehouse.changes import now_ms as _now_ms
 from trinitylake.lakehouse.ports import NodeSource
 from trinitylake.lakehouse.roots import RootRef, check_new_pins, root_system_rows
 from trinitylake.lakehouse.view import VIEW_METADATA_LOCATION, VIEW_PREVIOUS_METADATA_LOCATION, LakehouseView
+from trinitylake.values import format_timestamp
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message as ProtoMessage
@@ -367,8 +368,6 @@ class Transaction(LakehouseView):
             while True:
                 self.attempts += 1
                 if _now_ms() >= self.expire_at_millis:
-                    from trinitylake.values import format_timestamp
-
                     raise TransactionExpiredError(
                         f"transaction {self.id} expired at {format_timestamp(self.expire_at_millis)} "
                         f"(began at version {self.begin_version}); it can no longer commit"
