@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from trinitylake.lakehouse.view import LakehouseView
 from trinitylake.tables_maintenance.files import TableFileError, TableFiles, current_snapshot
+from trinitylake.tables_maintenance.live import table_live
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
@@ -235,8 +236,6 @@ def salvage(files: TableFiles, dmg: Damage) -> dict[str, str]:
     older versions of a lost or truncated file name the files it shared), every snapshot of
     each, read tolerantly (an unreadable part adds nothing). Costs a listing and the reads of
     those files, for damaged tables only."""
-    from trinitylake.tables_maintenance.live import table_live  # live imports files; damage is above both
-
     folders = {posixpath.dirname(m): t for t in dmg.tables.values() for m in t.metadata}
     found: dict[str, DamagedTable] = {m: t for t in dmg.tables.values() for m in t.metadata}
     for folder, t in sorted(folders.items()):
