@@ -294,3 +294,19 @@ def test_concurrent_appenders_on_s3_lose_no_rows(s3_bucket, s3_storage_options):
     args = [(uri, dict(s3_storage_options), w, per, go) for w in range(workers)]
     assert run_in_processes(append_many, args) == [per] * workers
     _check_concurrent_appends(ControlTable(uri, dict(s3_storage_options)), workers, per)
+
+
+def test_a_writer_appends_through_its_kept_table_after_another_writers_append(tmp_path):
+    """A handle keeps the Delta table it appended through and brings it up to date at its next
+    append (a long-lived writer reads only the log since): another handle's append in between is
+    neither lost nor overwritten."""
+    uri = str(tmp_path / "ctl")
+    a, b = ControlTable(uri), ControlTable(uri)
+    a.append([full_record(1)])
+    kept = a._appended
+    assert kept is not None
+    b.append([full_record(2)])
+    a.append([full_record(3)])
+    assert a._appended is kept  # the same table object, updated, not a new load
+    assert [r.txn_seq for r in ControlTable(uri).records()] == [1, 2, 3]
+    assert DeltaTable(uri).version() == 3  # created, then one commit per append

@@ -175,6 +175,9 @@ class ControlTable:
         self._delta_uri = rows.local_path or rows.uri
         self._delta_options = _delta_storage_options(rows.scheme, self.storage.options)
         self._ensured = False
+        # the table this handle last appended through: the next append brings it up to date
+        # (reads the log since) instead of loading it again (a long-lived writer: the catalog server)
+        self._appended: DeltaTable | None = None
 
     def __repr__(self) -> str:
         return f"ControlTable({self.uri!r})" if not self.table_name else f"ControlTable({self.table_name!r})"
@@ -184,6 +187,7 @@ class ControlTable:
         state["_ensured"] = False
         state["_spark"] = None  # sessions stay on the driver
         state["_rows"] = None
+        state["_appended"] = None
         return state
 
     # ---- engine choice ----------------------------------------------------------------
@@ -257,6 +261,18 @@ class ControlTable:
             raise ControlTableError(f"cannot read control table {self.uri}: {_first_line(e)}") from e
         except OSError as e:  # e.g. unreachable endpoint, bad credentials
             raise ControlTableError(f"cannot read control table {self.uri}: {_first_line(e)}") from e
+
+    def _updated(self) -> DeltaTable | None:
+        """The table the last append went through, at the latest version (None: none kept, or
+        its update failed)."""
+        dt, self._appended = self._appended, None  # one appender at a time uses it
+        if dt is None:
+            return None
+        try:
+            dt.update_incremental()
+        except Exception:  # noqa: BLE001 - load it afresh instead
+            return None
+        return dt
 
     def _is_delta(self) -> bool:
         return self._try_load() is not None
@@ -401,9 +417,10 @@ class ControlTable:
 
         def append_once(n: int) -> None:
             # The first attempt writes through the table `_ensure` has just read, when it read
-            # one here; a retry reads it again. (A transaction's begin ensures the table first,
-            # so a CLI write still reads the log twice: at begin and here.)
-            dt = checked if n == 1 and checked is not None else self._load()
+            # one here, or the one the previous append went through, brought up to date; a
+            # retry reads it again. (A transaction's begin ensures the table first, so a CLI
+            # write still reads the log twice: at begin and here.)
+            dt = checked if n == 1 and checked is not None else (self._updated() if n == 1 else None) or self._load()
             table_schema = pa.schema(dt.schema().to_arrow())
             try:
                 if any(name not in table_schema.names for name in SCHEMA.names):
@@ -411,6 +428,7 @@ class ControlTable:
                     write_deltalake(dt, data, mode="append", schema_mode="merge")
                 else:
                     write_deltalake(dt, _conform(data, table_schema), mode="append")
+                self._appended = dt
             except CommitFailedError:
                 raise  # a concurrent append won the commit: read the table again and retry
             except DeltaError as e:
