@@ -262,15 +262,15 @@ class JobAction(Generic[R]):
     """One job run to be: its options (the job's own names), then `execute`, which returns the
     job's result class (its record in `trinitylake.jobs.registry` names both)."""
 
-    def __init__(self, actions: TrinityLakeActions, job: str, options: Mapping[str, Any]):
+    def __init__(self, actions: TrinityLakeActions, job: str, options: Mapping[str, object]):
         spec = job_spec(job)
         self.job = spec.name
         self.result_class: type[R] = spec.result_class()
         self._actions = actions
-        self._options: dict[str, Any] = {}
+        self._options: dict[str, object] = {}
         self.options(**options)
 
-    def option(self, name: str, value: Any) -> Any:
+    def option(self, name: str, value: object) -> JobAction[R]:
         """Set one option (``dry_run``, ``execution``, ``older_than``, ...); returns the action.
 
         Raises:
@@ -283,7 +283,7 @@ class JobAction(Generic[R]):
         self._options[key] = value
         return self
 
-    def options(self, **options: Any) -> Any:
+    def options(self, **options: object) -> JobAction[R]:
         """Set several options; returns the action."""
         for k, v in options.items():
             self.option(k, v)
@@ -329,7 +329,7 @@ class TrinityLakeActions:
     """
 
     def __init__(self, spark: Session, lakehouse: str | Lakehouse, *, conf: Mapping[str, str] | None = None,
-                 env: Mapping[str, str] | None = None, audit: bool = True, **common_options: Any):
+                 env: Mapping[str, str] | None = None, audit: bool = True, **common_options: object):
         self.spark = spark
         self._lakehouse: Lakehouse | None = None
         if isinstance(lakehouse, str):
@@ -351,19 +351,19 @@ class TrinityLakeActions:
         return Lakehouse.open(cfg.lakehouse, storage_options=dict(cfg.storage_options) or None,
                               control_uri=cfg.control_uri, audit=self.audit)
 
-    def walk(self, **options: Any) -> JobAction[WalkResult]:
+    def walk(self, **options: object) -> JobAction[WalkResult]:
         """List every file reachable from the retained versions (or ``versions=[...]``)."""
         return JobAction(self, "walk", options)
 
-    def orphans(self, **options: Any) -> JobAction[OrphansResult]:
+    def orphans(self, **options: object) -> JobAction[OrphansResult]:
         """Delete old format-owned files nothing references (``dry_run=True``: plan only)."""
         return JobAction(self, "orphans", options)
 
-    def expire(self, **options: Any) -> JobAction[ExpireResult]:
+    def expire(self, **options: object) -> JobAction[ExpireResult]:
         """Expire old versions and delete what only they reach (``dry_run=True``: plan only)."""
         return JobAction(self, "expire", options)
 
-    def export(self, **options: Any) -> JobAction[ExportResult]:
+    def export(self, **options: object) -> JobAction[ExportResult]:
         """Copy a version to ``target`` under ``name`` (``mode`` full, partial or minimal); a
         target on another store takes ``target_storage_options={...}`` (or the ``TLAKE_TARGET_*``
         environment, `trinitylake.storage.target_options`)."""
@@ -372,7 +372,7 @@ class TrinityLakeActions:
 
 # ---- history ---------------------------------------------------------------------------------
 def history(spark: Session, lakehouse_or_path: str | Lakehouse, control_table: str | None = None, *,
-            storage_options: Mapping[str, Any] | None = None, newest_first: bool = False) -> Any:
+            storage_options: Mapping[str, object] | None = None, newest_first: bool = False) -> Any:
     """The control table's rows (`trinitylake.control.SCHEMA`) as a DataFrame, ordered by
     ``txn_seq`` and, within one transaction, by lifecycle (``begin`` before its final row).
 
