@@ -20,6 +20,7 @@ from trinitylake.storage.uri import is_absolute
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse.lakehouse import Lakehouse
+    from trinitylake.lakehouse.view import LakehouseView
 
 
 #: The walk counts table pointers only while it reached at most this many definition files in
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 TABLE_POINTER_DEF_LIMIT = 20_000
 
 
-def table_entries(view: Any, kind_wanted: str = "table") -> list[tuple[str, str]]:
+def table_entries(view: LakehouseView, kind_wanted: str = "table") -> list[tuple[str, str]]:
     """``(namespace.table, definition path)`` of every table (or, with ``kind_wanted="view"``,
     every view) of `view`'s version, in key order (one pass over its tree; no definition is read)."""
     out: list[tuple[str, str]] = []
@@ -42,7 +43,7 @@ def table_entries(view: Any, kind_wanted: str = "table") -> list[tuple[str, str]
     return out
 
 
-def view_metadata_locations(view: Any, io_threads: int = 8) -> list[tuple[str, str | None, Exception | None]]:
+def view_metadata_locations(view: LakehouseView, io_threads: int = 8) -> list[tuple[str, str | None, Exception | None]]:
     """``(namespace.view, metadata location, None)`` of every view of `view`'s version: the
     Iceberg view metadata file its ViewDef points at (``properties["metadata_location"]``), as a
     table's TableDef points at the table's; ``(name, None, error)`` for a definition that cannot
@@ -62,12 +63,12 @@ def view_metadata_locations(view: Any, io_threads: int = 8) -> list[tuple[str, s
         return list(pool.map(one, entries))
 
 
-def read_table_definitions(view: Any, entries: Sequence[tuple[str, str]], io_threads: int = 8
-                           ) -> list[tuple[str, Any, Exception | None]]:
+def read_table_definitions(view: LakehouseView, entries: Sequence[tuple[str, str]], io_threads: int = 8
+                           ) -> list[tuple[str, format_definitions.TableDef | None, Exception | None]]:
     """``(name, TableDef, None)`` for each of `entries` (from `table_entries`), in order, read
     on `io_threads` threads; ``(name, None, error)`` for a definition that cannot be read."""
 
-    def one(item: tuple[str, str]) -> tuple[str, Any, Exception | None]:
+    def one(item: tuple[str, str]) -> tuple[str, format_definitions.TableDef | None, Exception | None]:
         name, path = item
         try:
             return name, view.read_def(format_definitions.TableDef, path), None
@@ -80,7 +81,7 @@ def read_table_definitions(view: Any, entries: Sequence[tuple[str, str]], io_thr
         return list(pool.map(one, entries))
 
 
-def view_metadata_files(view: Any, cache: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+def view_metadata_files(view: LakehouseView, cache: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """The Iceberg view metadata files the views of `view`'s version point at (current and
     previous, as URIs: a relative location resolves against the root's storage), for the
     tables' live set (a retained version's view metadata is never an orphan). Only the view
@@ -104,7 +105,7 @@ def view_metadata_files(view: Any, cache: dict[str, tuple[str, ...]] | None = No
 
 
 def table_definitions(lakehouse: Lakehouse, version: int, io_threads: int = 8
-                      ) -> list[tuple[str, Any, Exception | None]]:
+                      ) -> list[tuple[str, format_definitions.TableDef | None, Exception | None]]:
     """`read_table_definitions` of every table of `version`."""
     view = lakehouse.view(version)
     return read_table_definitions(view, table_entries(view), io_threads)
