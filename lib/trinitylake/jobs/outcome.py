@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 from trinitylake import errors
 from trinitylake.redact import redact_text
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 RESULT_FILE_ENV = "TLAKE_RESULT_FILE"
 
@@ -69,7 +73,7 @@ def _cause(exc: BaseException | None) -> BaseException | None:
 _NO_CAUSE = {2: "ConfigError", 3: "PartialRun"}
 
 
-def _partial_text(result: Any, exit_code: int) -> str | None:
+def _partial_text(result: object, exit_code: int) -> str | None:
     notes = (getattr(result, "details", None) or {}).get("partial") or []
     if exit_code != 3 or not notes:
         return None
@@ -77,7 +81,7 @@ def _partial_text(result: Any, exit_code: int) -> str | None:
     return redact_text(f"partial: {notes[0]}{more}")
 
 
-def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseException | None) -> None:
+def write_outcome(path: str, job: str, exit_code: int, result: object, exc: BaseException | None) -> None:
     """Write the outcome object to `path` (atomically: a reader never sees half of it)."""
     cause = _cause(exc)
     if result is None and exc is not None:
@@ -99,44 +103,55 @@ def write_outcome(path: str, job: str, exit_code: int, result: Any, exc: BaseExc
 
 def main(job: str, argv: Sequence[str]) -> int:
     """`trinitylake.jobs.runner.main`, plus the outcome file when ``TLAKE_RESULT_FILE`` is set."""
+    # Imported when a job runs: the runner imports the Spark engine, which importing this module
+    # (`jobs.entry`'s start-up) does not pay for.
     from trinitylake import job_flags
     from trinitylake.jobs import runner
 
     path = os.environ.get(RESULT_FILE_ENV, "").strip()
     if not path:
         return runner.main(job, argv)
-    seen: dict[str, Any] = {}
+    seen = _Seen()
     run_job, parse_job_args = runner.run_job, job_flags.parse_job_args
-
-    def parsing(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return parse_job_args(*args, **kwargs)
-        except BaseException as e:  # a ConfigError: the runner prints it and exits 2
-            seen["error"] = e
-            raise
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        try:
-            seen["result"] = run_job(*args, **kwargs)
-        except BaseException as e:
-            seen["error"] = e
-            raise
-        return seen["result"]
-
-    # The runner's main looks both up on their modules at call time: these
-    # wrappers see the config error or the result without a second copy of its error handling.
-    runner.run_job, job_flags.parse_job_args = recording, parsing
+    # The runner's main looks both up on their modules at call time: these wrappers see the
+    # config error (the runner prints it and exits 2) or the result without a second copy of
+    # its error handling.
+    runner.run_job = seen.watch(run_job, record=True)
+    job_flags.parse_job_args = seen.watch(parse_job_args)
     try:
         code = runner.main(job, argv)
     except SystemExit as e:  # --help
         code = e.code if isinstance(e.code, int) else 1
         if code:
-            write_outcome(path, job, code, None, seen.get("error"))
+            write_outcome(path, job, code, None, seen.error)
         raise
     except BaseException as e:  # untyped: the runner lets it through (a traceback follows)
-        write_outcome(path, job, 1, None, seen.get("error", e))
+        write_outcome(path, job, 1, None, seen.error if seen.error is not None else e)
         raise
     finally:
         runner.run_job, job_flags.parse_job_args = run_job, parse_job_args
-    write_outcome(path, job, code, seen.get("result"), seen.get("error"))
+    write_outcome(path, job, code, seen.result, seen.error)
     return code
+
+
+@dataclass
+class _Seen:
+    """What the runner's wrapped calls saw in `main`: the job's result, or the error one raised."""
+
+    result: object = None
+    error: BaseException | None = None
+
+    def watch(self, fn: Callable[_P, _R], *, record: bool = False) -> Callable[_P, _R]:
+        """`fn`, noting the error it raises (and with `record`, the value it returns)."""
+
+        def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as e:
+                self.error = e
+                raise
+            if record:
+                self.result = out
+            return out
+
+        return call
