@@ -16,7 +16,7 @@ same name already exists: ns.view``, ...).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -149,7 +149,7 @@ def default_location(catalog: ViewCatalog, ns: str, name: str) -> str:
     return f"{str(catalog.properties['warehouse']).rstrip('/')}/{ns}.db/{name}"
 
 
-def _commit(catalog: ViewCatalog, what: str, written: list[str], stage: Any) -> None:
+def _commit(catalog: ViewCatalog, what: str, written: list[str], stage: Callable[[Transaction], None]) -> None:
     """Run `stage(txn)` in one lakehouse transaction and commit it; on failure the metadata
     files in `written` (referenced by nothing) are deleted."""
     txn = catalog.begin_write(what)
@@ -178,7 +178,7 @@ def create_view(catalog: ViewCatalog, ns: str, name: str, schema: Mapping[str, A
     loc = new_metadata_location(metadata, None)
     written: list[str] = []
 
-    def stage(txn: Any) -> None:
+    def stage(txn: Transaction) -> None:
         _check_name_free(txn, ns, name)  # before the file: a refused create leaves nothing behind
         write_metadata(catalog.properties, metadata, loc)
         written.append(loc)
@@ -194,7 +194,7 @@ def register_view(catalog: ViewCatalog, ns: str, name: str, metadata_location: s
     require(bool(metadata_location), ViewArgumentError, "Cannot register an empty metadata file location as a view")
     metadata = read_metadata(catalog.properties, metadata_location)
 
-    def stage(txn: Any) -> None:
+    def stage(txn: Transaction) -> None:
         _check_name_free(txn, ns, name)
         txn.create_view(ns, name, metadata_location=metadata_location)
 
@@ -254,7 +254,7 @@ def drop_view(catalog: ViewCatalog, ns: str, name: str) -> None:
     """Drop view `ns.name`; its metadata files stay (retained versions still read them)."""
     what = f"drop view {_name(ns, name)}"
 
-    def stage(txn: Any) -> None:
+    def stage(txn: Transaction) -> None:
         try:
             txn.drop_view(ns, name)
         except ObjectNotFoundError as e:
@@ -274,7 +274,7 @@ def rename_view(catalog: ViewCatalog, ns: str, name: str, to_ns: str, to_name: s
     src, dst = _name(ns, name), _name(to_ns, to_name)
     what = f"rename view {src} to {dst}"
 
-    def stage(txn: Any) -> None:
+    def stage(txn: Transaction) -> None:
         if not txn.view_exists(ns, name):
             raise NoSuchViewError(f"View does not exist: {src}")
         if not txn.namespace_exists(to_ns):
