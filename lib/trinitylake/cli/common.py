@@ -187,7 +187,7 @@ class OneLineUsageError(click.UsageError):
     def __init__(self, error: click.UsageError) -> None:
         super().__init__(error.format_message(), error.ctx)  # exit code 2: click's usage error's
 
-    def show(self, file: Any = None) -> None:
+    def show(self, file: object = None) -> None:
         path = _command_path(self.ctx)
         err_console.print(f"[red]error[/red] (UsageError): {escape(path + ': ' if path else '')}"
                           f"{escape(error_text(self))}" + (f" (see {escape(path)} --help)" if path else ""),
@@ -216,10 +216,10 @@ class DurationType(click.ParamType):
 
     name = "duration"
 
-    def get_metavar(self, param: click.Parameter, *args: Any) -> str:
+    def get_metavar(self, param: click.Parameter, *args: object) -> str:
         return "DURATION"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value  # a default already converted
         try:
@@ -234,7 +234,7 @@ class TimeType(click.ParamType):
 
     name = "timestamp"
 
-    def get_metavar(self, param: click.Parameter, *args: Any) -> str:
+    def get_metavar(self, param: click.Parameter, *args: object) -> str:
         return "TIMESTAMP"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
