@@ -21,7 +21,7 @@ JsonValue = Any
 class FrozenDict(dict[str, Any]):
     """A read-only dict (map options and ``sources``); picklable, unlike ``MappingProxyType``."""
 
-    def _readonly(self, *args: Any, **kwargs: Any) -> NoReturn:
+    def _readonly(self, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError("job configuration maps are read-only; pass overrides to load_job_config instead")
 
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
