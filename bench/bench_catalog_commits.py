@@ -17,6 +17,11 @@ counts nothing, as does SQLite's "database is locked" (counted apart). load_tabl
 
 Every client runs in this one Python process (threads): on a small machine the clients' own CPU
 bounds every catalog's figure with many writers.
+
+On the latency store (``--latency-ms``, default 20; 0 skips it): the lakehouse on s3s-fs behind
+a proxy adding that delay to every request (bench/objstore.py), the server started with its
+endpoint; property commits with 1, 8 and 32 writers and load_table, against SqlCatalog on
+SQLite whose warehouse (the metadata files it writes at each commit) is on the same store.
 """
 
 from __future__ import annotations
@@ -50,18 +55,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _s3_properties(store: Any) -> dict[str, str]:
+    """PyIceberg FileIO properties for a LatencyStore."""
+    return {"s3.endpoint": store.endpoint_url, "s3.access-key-id": store.key, "s3.secret-access-key": store.secret,
+            "s3.region": store.region}
+
+
 @contextmanager
-def tlake_server(d: Path) -> Iterator[Callable[[], Any]]:
+def tlake_server(d: Path, store: Any = None) -> Iterator[Callable[[], Any]]:
+    """`tlake catalog serve` of a new lakehouse in `d`, or on `store` (a LatencyStore) when given."""
     from pyiceberg.catalog.rest import RestCatalog
 
     from trinitylake.lakehouse import Lakehouse
 
-    lh = Lakehouse.create(str(d / "lh")).uri
+    d.mkdir(parents=True, exist_ok=True)
+    env, flags, client = dict(os.environ), [], {}
+    if store is None:
+        lh = Lakehouse.create(str(d / "lh")).uri
+    else:
+        client = _s3_properties(store)  # the client writes its data files there (the load table's appends)
+        store.bucket_dir("catbench")
+        lh = Lakehouse.create("s3://catbench/lh", storage_options=store.storage_options).uri
+        env.update(store.env)
+        flags = store.tlake_args()
     token, port = uuid.uuid4().hex, _free_port()
     tlake = str(Path(sys.executable).with_name("tlake"))
     log = open(d / "server.log", "wb")  # noqa: SIM115 - the server writes it until stopped
-    proc = subprocess.Popen([tlake, "--lakehouse", lh, "catalog", "serve", "--port", str(port)], stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "TLAKE_CATALOG_TOKEN": token})
+    proc = subprocess.Popen([tlake, "--lakehouse", lh, *flags, "catalog", "serve", "--port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, env={**env, "TLAKE_CATALOG_TOKEN": token})
     try:
         for _ in range(600):
             try:
@@ -71,7 +92,7 @@ def tlake_server(d: Path) -> Iterator[Callable[[], Any]]:
                 if proc.poll() is not None:
                     raise RuntimeError(f"the server exited: {(d / 'server.log').read_text()[-2000:]}") from None
                 time.sleep(0.1)
-        yield lambda: RestCatalog("tl", uri=f"http://127.0.0.1:{port}", token=token)
+        yield lambda: RestCatalog("tl", uri=f"http://127.0.0.1:{port}", token=token, **client)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -79,11 +100,17 @@ def tlake_server(d: Path) -> Iterator[Callable[[], Any]]:
 
 
 @contextmanager
-def sqlite_catalog(d: Path) -> Iterator[Callable[[], Any]]:
+def sqlite_catalog(d: Path, store: Any = None) -> Iterator[Callable[[], Any]]:
+    """SqlCatalog on SQLite in `d`; its warehouse in `d`, or on `store` (a LatencyStore) when given."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     (d / "wh").mkdir(parents=True)
-    yield lambda: SqlCatalog("sq", uri=f"sqlite:///{d / 'cat.db'}", warehouse=f"file://{d / 'wh'}")
+    if store is None:
+        yield lambda: SqlCatalog("sq", uri=f"sqlite:///{d / 'cat.db'}", warehouse=f"file://{d / 'wh'}")
+        return
+    store.bucket_dir("sqbench")
+    s3 = _s3_properties(store)
+    yield lambda: SqlCatalog("sq", uri=f"sqlite:///{d / 'cat.db'}", warehouse="s3://sqbench/wh", **s3)
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:
@@ -173,11 +200,12 @@ def hammer(make: Callable[[], Any], ns: str, writers: int, seconds: float, kind:
             "commits": sum(done)}
 
 
-def measure(label: str, make: Callable[[], Any], n: dict[str, float]) -> dict[str, Any]:
+def measure(label: str, make: Callable[[], Any], n: dict[str, float],
+            kinds: tuple[str, ...] = ("property", "append")) -> dict[str, Any]:
     cat = make()
     row: dict[str, Any] = {"catalog": label}
     for w in WRITERS:
-        for kind in ("property", "append"):
+        for kind in kinds:
             ns = f"{kind[0]}{w}"
             cat.create_namespace(ns)
             for i in range(w):
@@ -205,9 +233,14 @@ def measure(label: str, make: Callable[[], Any], n: dict[str, float]) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args("catalog_commits", argv, lambda p: p.add_argument(
-        "--psycopg-path", default=os.environ.get("TLAKE_BENCH_PSYCOPG"),
-        help="a folder holding psycopg 3 (pip install --target DIR 'psycopg[binary]'); without it PostgreSQL is skipped"))
+    def extra(p: Any) -> None:
+        p.add_argument("--psycopg-path", default=os.environ.get("TLAKE_BENCH_PSYCOPG"),
+                       help="a folder holding psycopg 3 (pip install --target DIR 'psycopg[binary]'); "
+                            "without it PostgreSQL is skipped")
+        p.add_argument("--latency-ms", type=float, default=20.0,
+                       help="the latency store's delay per request (0: no run on the latency store)")
+
+    args = parse_args("catalog_commits", argv, extra)
     n = N[args.scale]
     t_all = time.perf_counter()
     rows = []
@@ -219,6 +252,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.psycopg_path:
             with postgres_catalog(d / "pg", args.psycopg_path) as make:
                 rows.append(measure("SqlCatalog (PostgreSQL 15)", make, n))
+        slow: list[dict[str, Any]] = []
+        if args.latency_ms > 0:
+            from bench.objstore import latency_store
+
+            where = f"S3, {args.latency_ms:g} ms"
+            with latency_store(d / "s3", args.latency_ms, log_path=d / "s3s.log", proxy_kind="auto") as store:
+                with tlake_server(d / "tlake-s3", store) as make:
+                    slow.append(measure(f"tlake catalog serve ({where})", make, n, ("property",)))
+                with sqlite_catalog(d / "sqlite-s3", store) as make:
+                    slow.append(measure(f"SqlCatalog (SQLite, in-process; warehouse on {where})", make, n,
+                                        ("property",)))
     ours, sq = rows[0], rows[1]
     pg = rows[2] if len(rows) > 2 else None
     ratios: dict[str, float | None] = {
@@ -238,14 +282,24 @@ def main(argv: list[str] | None = None) -> int:
             "8 writers, appends: ours / SqlCatalog-PostgreSQL": ratio(ours["append_w8_per_s"], pg["append_w8_per_s"]),
             "load_table p50: ours / SqlCatalog-PostgreSQL": ratio(ours["load_ms_p50"], pg["load_ms_p50"]),
         })
+    if slow:
+        ratios.update({
+            "latency store, 32 writers / 1 writer (property commits)": ratio(slow[0]["property_w32_per_s"],
+                                                                            slow[0]["property_w1_per_s"]),
+            "latency store, 32 writers, property commits: ours / SqlCatalog-SQLite": ratio(
+                slow[0]["property_w32_per_s"], slow[1]["property_w32_per_s"]),
+            "latency store, load_table p50: ours / SqlCatalog-SQLite": ratio(slow[0]["load_ms_p50"],
+                                                                            slow[1]["load_ms_p50"]),
+        })
     write_result(
         "catalog_commits",
         "Catalog commits per second with 1, 8 and 32 writers on as many tables, and load_table, vs SqlCatalog",
-        rows,
+        rows + slow,
         ratios,
         scale=args.scale,
         description=__doc__.split("\n\n")[1].strip(),
-        params={**n, "writers": list(WRITERS), "backend": "local disk"},
+        params={**n, "writers": list(WRITERS), "backend": "local disk" + (
+            f"; latency store {args.latency_ms:g} ms (property commits)" if args.latency_ms > 0 else "")},
         notes=[
             "The server writes one lakehouse version per group of the commits that arrived while the previous "
             "version was written (rest_catalog/group_commit.py), with one audit row per commit.",
