@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from trinitylake.redact import redact_value
@@ -26,7 +27,7 @@ def run_dir(job: str, run_id: str) -> str:
     return f"{MAINTENANCE_DIR}/{job}/{run_id}"
 
 
-def write_json(storage: Storage, path: str, doc: dict[str, Any]) -> str:
+def write_json(storage: Storage, path: str, doc: Mapping[str, object]) -> str:
     """Write `doc` as indented JSON (replacing an earlier file of a re-run); returns its URI.
 
     Credentials in `doc` (options a plan or result quotes) are redacted first."""

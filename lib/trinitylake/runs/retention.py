@@ -23,10 +23,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from trinitylake.runs.folder import MAINTENANCE_DIR
 from trinitylake.storage import Storage
+
+if TYPE_CHECKING:
+    from trinitylake.control import AuditRecord
 
 log = logging.getLogger("trinitylake.maintenance")
 
@@ -58,7 +61,7 @@ class PruneOutcome:
                 "files_deleted": self.files_deleted, "failures": [list(f) for f in self.failures[:10]]}
 
 
-def run_states(records: Iterable[Any], job: str) -> dict[str, str]:
+def run_states(records: Iterable[AuditRecord], job: str) -> dict[str, str]:
     """run id -> ``succeeded``/``failed``/``running`` of `job`'s runs, from control-table rows
     (`trinitylake.control.AuditRecord`: a job run's ``txn_id`` is its run id)."""
     final: dict[str, str] = {}
