@@ -36,7 +36,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 
@@ -91,9 +91,12 @@ _HASHED_KEY = r"^[01]{4}/"
 
 # ---- the walk -----------------------------------------------------------------------------
 def walk_reachable(spark_or_ex: Execution | Session, lakehouse: Lakehouse, roots: Sequence[tuple[int, str]], batch_size: int = 256,
-                   parallelism: int = 0, **kwargs: Any) -> Reached:
+                   parallelism: int = 0, *, exclude: Exclusion = None, sizes: bool = True, tolerate_missing: bool = False,
+                   io_threads: int = 8, label: str = "walk", name: str = "walk") -> Reached:
     """Every file reachable from `roots` (see :func:`walk_reachable_with_stats`)."""
-    reached, _ = walk_reachable_with_stats(spark_or_ex, lakehouse, roots, batch_size, parallelism, **kwargs)
+    reached, _ = walk_reachable_with_stats(spark_or_ex, lakehouse, roots, batch_size, parallelism, exclude=exclude,
+                                           sizes=sizes, tolerate_missing=tolerate_missing, io_threads=io_threads,
+                                           label=label, name=name)
     return reached
 
 
