@@ -24,8 +24,6 @@ Registered by `trinitylake.cli` when this module exists.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.table import Table
 
@@ -73,7 +71,7 @@ def _summary(r: JsonObject) -> str:
     return "\n".join(lines)
 
 
-def _check_flags(given: dict[str, Any], *, full: bool, partial: bool, minimal: bool, no_verify: bool) -> None:
+def _check_flags(given: dict[str, object], *, full: bool, partial: bool, minimal: bool, no_verify: bool) -> None:
     """Contradictory flags are refused (a usage error) and the shortcuts become the job's
     options: ``--full``/``--partial``/``--minimal`` its ``mode`` (one of them; ``--depth``
     alone means ``--partial``), ``--no-verify`` its ``verify_checksum``."""
@@ -105,7 +103,7 @@ def register(cli: click.Group) -> None:
 
     @click.pass_context
     def export(click_ctx: click.Context, as_json: bool, full: bool, partial: bool, minimal: bool, no_verify: bool,
-               **flags: Any) -> None:
+               **flags: object) -> None:
         """Export a version to its own root URI (full, partial or minimal), or manage exports."""
         if click_ctx.invoked_subcommand is not None:
             return

@@ -118,7 +118,7 @@ def _job_command(spec: JobSpec) -> click.Command:
     job = spec.name
 
     @click.pass_context
-    def command(click_ctx: click.Context, as_json: bool, **flags: Any) -> None:
+    def command(click_ctx: click.Context, as_json: bool, **flags: object) -> None:
         run_cli_job(job, click_ctx, flags, as_json)
 
     return JobOptionsCommand(

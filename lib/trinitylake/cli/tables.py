@@ -47,7 +47,7 @@ def tables() -> None:
     files deleted) and named; the others are maintained, and the command exits 3 (partial)."""
 
 
-def run_tables_job(ctx: Ctx, job: str, flags: dict[str, Any]) -> JobResult:
+def run_tables_job(ctx: Ctx, job: str, flags: dict[str, object]) -> JobResult:
     """Run the tables' job `job` through the job runner (its config from ``--conf``, the
     environment and the given flags, as ``jobs/<job>.py`` loads it; its audit rows). Exits 2 on a
     configuration error and 1 on a failed run, naming the error in one line."""
@@ -77,7 +77,7 @@ def _emit(result: JobResult, as_json: bool, columns: _Columns) -> None:
 
 def _tables_command(name: str, job: str, columns: _Columns, help_text: str) -> click.Command:
     @click.pass_obj
-    def command(ctx: Ctx, as_json: bool, **flags: Any) -> None:
+    def command(ctx: Ctx, as_json: bool, **flags: object) -> None:
         result = run_tables_job(ctx, job, flags)
         _emit(result, as_json, columns)
         if result.status == PARTIAL:
