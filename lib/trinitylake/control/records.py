@@ -190,7 +190,7 @@ def records_from_arrow(tbl: pa.Table) -> list[AuditRecord]:
     return [AuditRecord(*vals) for vals in zip(*(cols[name] for name in _FIELD_ORDER), strict=True)]
 
 
-def _parse_arguments(args: Any) -> JsonObject:
+def _parse_arguments(args: object) -> JsonObject:
     if isinstance(args, str):
         if not args:
             return {}
