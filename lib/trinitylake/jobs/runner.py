@@ -225,7 +225,7 @@ def _finish(ex: Execution, lakehouse: Lakehouse, result: JobResult, counted: dic
         lakehouse.auditor.spark_app_id = app
 
 
-def _end(lakehouse: Lakehouse, job: str, cfg: JobConfig, arguments: dict[str, Any], started: datetime, result: JobResult,
+def _end(lakehouse: Lakehouse, job: str, cfg: JobConfig, arguments: dict[str, object], started: datetime, result: JobResult,
          error: BaseException | None) -> None:
 
     try:
