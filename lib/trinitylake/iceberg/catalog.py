@@ -33,15 +33,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     CommitStateUnknownException,
-    NamespaceAlreadyExistsError,
-    NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
-    NoSuchViewError,
     TableAlreadyExistsError,
 )
 from pyiceberg.io import PY_IO_IMPL, FileIO, load_file_io
@@ -64,7 +61,7 @@ from trinitylake.errors import (
     ValidationError,
 )
 from trinitylake.format import definitions
-from trinitylake.iceberg import views
+from trinitylake.iceberg.catalog_objects import NamespacesAndViews
 from trinitylake.iceberg.fileio import FILE_IO_IMPL, TrinityLakeFileIO
 from trinitylake.iceberg.metadata_cache import read_table_metadata
 from trinitylake.iceberg.multi_table import MultiTableTransaction, check_base, check_creates, commit_response
@@ -83,8 +80,6 @@ from trinitylake.storage import is_absolute
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table.update import TableRequirement, TableUpdate
-    from pyiceberg.view import View
-    from pyiceberg.view.metadata import ViewVersion
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +121,7 @@ def _parse_as_of(value: str) -> datetime | int:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
-class TrinityLakeCatalog(MetastoreCatalog):
+class TrinityLakeCatalog(NamespacesAndViews):
     """PyIceberg catalog on a TrinityLake lakehouse (see the module doc)."""
 
     lakehouse: Lakehouse
@@ -205,9 +200,6 @@ class TrinityLakeCatalog(MetastoreCatalog):
         return self.lakehouse.begin()
 
     # ---- helpers -----------------------------------------------------------------------------
-    def _ns(self, namespace: str | Identifier) -> str:
-        return self.identifier_to_database(namespace, NoSuchNamespaceError)
-
     def _ident(self, identifier: str | Identifier) -> tuple[str, str]:
         return self.identifier_to_database_and_table(identifier, NoSuchTableError)
 
@@ -340,11 +332,6 @@ class TrinityLakeCatalog(MetastoreCatalog):
     def delete_unreferenced(self, locations: list[str]) -> None:
         """Delete metadata files nothing references (best effort: failures are logged)."""
         self._delete_quietly(locations)
-
-    @staticmethod
-    def _abandon(txn: Transaction) -> None:
-        if not txn.closed:
-            txn.rollback()
 
     # ---- tables ------------------------------------------------------------------------------
     def create_table(
@@ -595,113 +582,3 @@ class TrinityLakeCatalog(MetastoreCatalog):
         """
         self._check_writable("begin a multi-table transaction")
         return MultiTableTransaction(self, write_later)
-
-    # ---- namespaces --------------------------------------------------------------------------
-    def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
-        ns = self.identifier_to_database(namespace)
-        txn = self._begin(f"create namespace {ns}")
-        try:
-            txn.create_namespace(ns, dict(properties))
-        except AlreadyExistsError as e:
-            self._abandon(txn)
-            raise NamespaceAlreadyExistsError(f"Namespace already exists: {ns}") from e
-        self._commit(txn, f"create namespace {ns}", [])
-
-    def drop_namespace(self, namespace: str | Identifier) -> None:
-        ns = self._ns(namespace)
-        txn = self._begin(f"drop namespace {ns}")
-        try:
-            txn.drop_namespace(ns)
-        except ObjectNotFoundError as e:
-            self._abandon(txn)
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
-        except ValidationError as e:
-            self._abandon(txn)
-            raise NamespaceNotEmptyError(f"Namespace {ns} is not empty: {e}") from e
-        self._commit(txn, f"drop namespace {ns}", [])
-
-    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        parent = self.identifier_to_tuple(namespace)
-        view = self._view()
-        if parent:
-            if len(parent) == 1 and view.namespace_exists(parent[0]):
-                return []  # lakehouse namespaces are flat
-            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
-        return [(n,) for n in view.list_namespaces()]
-
-    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
-        ns = self._ns(namespace)
-        try:
-            return [(ns, t) for t in self._view().list_tables(ns)]
-        except ObjectNotFoundError as e:
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
-
-    def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
-        ns = self._ns(namespace)
-        try:
-            return dict(self._view().load_namespace(ns).properties)
-        except ObjectNotFoundError as e:
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
-
-    def update_namespace_properties(self, namespace: str | Identifier, removals: set[str] | None = None,
-                                    updates: Properties = EMPTY_DICT) -> PropertiesUpdateSummary:
-        ns = self._ns(namespace)
-        current = self.load_namespace_properties(ns)
-        summary, _ = self._get_updated_props_and_update_summary(current, removals, updates)
-        txn = self._begin(f"alter namespace {ns}")
-        try:
-            txn.alter_namespace(ns, set_properties=dict(updates), remove=sorted(removals or ()))
-        except ObjectNotFoundError as e:
-            self._abandon(txn)
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from e
-        self._commit(txn, f"alter namespace {ns}", [])
-        return summary
-
-    # ---- views: ViewDefs pointing at Iceberg view metadata (`trinitylake.iceberg.views`) ------
-    def lakehouse_view(self) -> LakehouseView:
-        """The version this catalog reads: its pinned one (time travel), or the latest now."""
-        return self._view()
-
-    def begin_write(self, what: str) -> Transaction:
-        """A lakehouse transaction for a write (ReadOnlyCatalogError under time travel)."""
-        return self._begin(what)
-
-    def _view_ident(self, identifier: str | Identifier) -> tuple[str, str]:
-        parts = self.identifier_to_tuple(identifier)
-        if len(parts) != 2:
-            raise NoSuchViewError(f"View does not exist: {'.'.join(parts)}")
-        return parts[0], parts[1]
-
-    def list_views(self, namespace: str | Identifier) -> list[Identifier]:
-        ns = self._ns(namespace)
-        return [(ns, v) for v in views.list_views(self, ns)]
-
-    def view_exists(self, identifier: str | Identifier) -> bool:
-        ns, name = self._view_ident(identifier)
-        return views.view_exists(self, ns, name)
-
-    def load_view(self, identifier: str | Identifier) -> View:
-        from pyiceberg.view import View
-        from pyiceberg.view.metadata import ViewMetadata
-
-        ns, name = self._view_ident(identifier)
-        loaded = views.load_view(self, ns, name)
-        return View((ns, name), ViewMetadata.model_validate(loaded.metadata))
-
-    def drop_view(self, identifier: str | Identifier) -> None:
-        ns, name = self._view_ident(identifier)
-        views.drop_view(self, ns, name)
-
-    def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
-        ns, name = self._view_ident(identifier)
-        views.register_view(self, ns, name, metadata_location)
-        return self.load_view((ns, name))
-
-    def create_view(self, identifier: str | Identifier, schema: Schema | pa.Schema, view_version: ViewVersion,
-                    location: str | None = None, properties: Properties = EMPTY_DICT) -> View:
-        ns, name = self._view_ident(identifier)
-        iceberg_schema = self._convert_schema_if_needed(schema)
-        views.create_view(self, ns, name, iceberg_schema.model_dump(by_alias=True, mode="json"),
-                          view_version.model_dump(by_alias=True, mode="json", exclude_none=True), location,
-                          dict(properties))
-        return self.load_view((ns, name))
