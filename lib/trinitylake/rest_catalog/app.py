@@ -47,6 +47,7 @@ from trinitylake.iceberg.table_updates import metadata_json
 from trinitylake.rest_catalog import models
 from trinitylake.rest_catalog import views as view_routes
 from trinitylake.rest_catalog.auth import Authenticator, OAuthError, Principal
+from trinitylake.rest_catalog.call import Call, Result
 from trinitylake.rest_catalog.errors import RestError, bad_request, error_response, exception_response
 from trinitylake.rest_catalog.group_commit import GroupCommitter
 from trinitylake.rest_catalog.load_cache import LatestTables, LoadCache
@@ -60,8 +61,6 @@ NAMESPACE_SEPARATOR = "\x1f"
 _PREFIX = re.compile(r"^(?:(latest)|version-(\d+)|as-of-(.+)|export-(.+))$")
 _TRAVEL_PARAMS = ("version", "as-of", "export")
 
-Json = dict[str, object]
-Result = Json | str | Response | None  # a JSON object, JSON text, a whole response, or nothing (204)
 
 
 @dataclass(frozen=True)
@@ -76,19 +75,6 @@ class ServerSettings:
     read_only: bool = False
     allow_purge: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-
-
-@dataclass(frozen=True)
-class Call:
-    """One request as a handler sees it: path and query parameters, caller, parsed body."""
-
-    path: dict[str, str]
-    query: dict[str, str]
-    principal: Principal
-    body: pydantic.BaseModel | None
-    catalog: TrinityLakeCatalog
-    if_none_match: str | None = None  # the request's If-None-Match header (load-table's ETag)
-    travel: tuple[str, str] | None = None  # the time travel asked (None: the latest version)
 
 
 def _endpoints() -> list[str]:
@@ -195,7 +181,7 @@ class CatalogService:
         # the loaded tables of the latest version, while it is the latest (load_cache.py); on
         # local disk its check (a stat or two) runs on the event loop, without a thread hand-over
         self.latest = LatestTables(self.base.lakehouse.storage)
-        self._inline_loads = self.base.lakehouse.storage.on_local_disk
+        self._inline_loads = not self.base.lakehouse.storage.remote
 
     def _thread_catalog(self) -> TrinityLakeCatalog:
         """This worker thread's catalog: the lakehouse handle's node and root caches are not

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchViewError
 
 from trinitylake.iceberg import view_metadata, views
+from trinitylake.rest_catalog.call import Call, Result
 from trinitylake.rest_catalog.errors import RestError, bad_request
 from trinitylake.rest_catalog.models import Body, RenameTable, TableIdent
-
-if TYPE_CHECKING:
-    from trinitylake.rest_catalog.app import Call, Result
 
 NAMESPACE_SEPARATOR = "\x1f"
 
