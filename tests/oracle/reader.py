@@ -433,6 +433,10 @@ class Oracle:
         root = self._root(f"{self.root}/{root_name(vs[-1])}")
         return vs[-1], self.definition(self.resolve(root[0].system["lakehouse_def"], self.root))
 
+    def oldest_retained(self) -> int:
+        """The oldest version the latest definition says is retained (as this reader decodes it)."""
+        return int(self.latest()[1].oldest_retained_version)
+
     def _root(self, uri: str) -> tuple[NodeFile, str]:
         data = self._read(uri, "root node file")
         # The order lives in the definition the root points to: system rows first.

@@ -249,10 +249,10 @@ def _pin(h: History, back: int) -> None:
     """A minimal export (the real export job) of a retained version `back` below the latest:
     recorded and pinned, its root full URIs into the source."""
     o = oracle_for(h.uri)
-    latest, d = o.latest()
+    latest = o.latest()[0]
     name = f"e{time.time_ns()}"
     r = run_local("export", h.uri, name=name, target=os.path.join(h.root, "exports", name),
-                  version=max(d.oldest_retained_version, latest - back), mode="minimal")
+                  version=max(o.oldest_retained(), latest - back), mode="minimal")
     assert r.status == "succeeded", r.error
     assert name in oracle_for(h.uri).latest()[1].exported_snapshot_pins, f"export {name} is not pinned"
     h.exports.append(name)
