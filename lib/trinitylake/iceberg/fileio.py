@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -42,61 +42,15 @@ import pyarrow as pa
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
-from trinitylake.errors import ConfigError, StorageError
+from trinitylake.errors import StorageError
 from trinitylake.storage import Storage, parse_uri
-from trinitylake.storage.options import StorageOptions, check_storage_options
+from trinitylake.storage.iceberg_properties import storage_options_of
+from trinitylake.storage.options import StorageOptions
 
 #: The property naming this class (PyIceberg's ``py-io-impl``), `TrinityLakeCatalog`'s default.
 FILE_IO_IMPL = "trinitylake.iceberg.fileio.TrinityLakeFileIO"
 #: The catalog's storage options prefix (`trinitylake.iceberg.catalog.STORAGE_PREFIX`).
 STORAGE_PREFIX = "lakehouse.storage."
-#: PyIceberg's S3 FileIO properties -> our storage option.
-_S3_PROPERTIES: Mapping[str, str] = {
-    "s3.endpoint": "endpoint_url",
-    "s3.access-key-id": "key",
-    "client.access-key-id": "key",
-    "s3.secret-access-key": "secret",
-    "client.secret-access-key": "secret",
-    "s3.session-token": "token",
-    "client.session-token": "token",
-    "s3.region": "region",
-    "client.region": "region",
-    "s3.profile-name": "profile",
-    "s3.anonymous": "anon",
-}
-#: S3 properties the engine decides itself (timeouts, retries, region resolution): accepted.
-_S3_IGNORED = frozenset({"s3.connect-timeout", "s3.request-timeout", "s3.resolve-region", "s3.retry-strategy-impl"})
-
-
-def storage_options_of(properties: Properties, scheme: str) -> StorageOptions:
-    """The storage options of the stores of `scheme` that the catalog's `properties` give (see
-    the module doc).
-
-    Raises:
-        ConfigError: a storage option or an S3 property is unknown or cannot be honoured (named,
-            its value never shown).
-    """
-    lakehouse = properties.get("lakehouse")
-    own_scheme = parse_uri(str(lakehouse)).scheme if lakehouse else "s3"
-    out: dict[str, Any] = {}
-    if scheme == own_scheme:
-        out.update((k[len(STORAGE_PREFIX):], v) for k, v in properties.items() if k.startswith(STORAGE_PREFIX))
-    if scheme != "s3":
-        return out
-    for key, value in properties.items():
-        if not key.startswith(("s3.", "client.")) or key in _S3_IGNORED:
-            continue
-        opt = _S3_PROPERTIES.get(key)
-        if opt is not None:
-            out[opt] = value
-        elif key.startswith("s3."):
-            raise ConfigError(f"catalog property {key!r}: the tables' FileIO ({FILE_IO_IMPL}) does not support it; "
-                              f"supported: {', '.join(sorted(_S3_PROPERTIES))} (or set py-io-impl to PyIceberg's "
-                              "pyiceberg.io.pyarrow.PyArrowFileIO)")
-    if "region" in out and "client_kwargs" in out:
-        out["client_kwargs"] = {**out["client_kwargs"], "region_name": out.pop("region")}
-    return check_storage_options(out, "catalog property")
-
 
 class TrinityLakeFileIO(FileIO):
     """PyIceberg's FileIO through `Storage` (see the module doc). Thread-safe and picklable."""
