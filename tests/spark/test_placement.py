@@ -12,11 +12,11 @@ from trinitylake.storage import requests
 
 class _Store:
     """Only what placement reads of a storage: its scheme (the store's latency samples) and
-    whether it is on local disk."""
+    whether every request is a round trip to a remote store."""
 
     def __init__(self, scheme: str):
         self.scheme = scheme
-        self.on_local_disk = scheme == "file"
+        self.remote = scheme != "file"
 
 
 def test_latency_bound_work_goes_to_the_executors():
