@@ -198,7 +198,8 @@ def _known_codec(codec: str) -> type[Codec]:
     return c
 
 
-def _decompress(codec: str, data: bytes) -> bytes:
+def decompress_block(codec: str, data: bytes) -> bytes:
+    """An Avro data block's bytes, decompressed by the file's codec (`avro.codec`)."""
     if codec == "null":
         return data
     if codec == "deflate":
@@ -245,7 +246,7 @@ def _parse(data: bytes) -> tuple[dict[str, bytes], bytes, list[tuple[int, list[A
     blocks: list[tuple[int, list[Any]]] = []
     while d.tell() < len(data):
         count = d.read_int()
-        block = _decompress(codec_name, d.read_bytes())
+        block = decompress_block(codec_name, d.read_bytes())
         if d.read(SYNC_SIZE) != sync:
             raise AvroRewriteError("Avro block without the file's sync marker")
         bd = new_decoder(block)

@@ -19,14 +19,12 @@ from __future__ import annotations
 import json
 import operator
 import threading
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyiceberg.avro.codecs import KNOWN_CODECS
 from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
 
-from trinitylake.iceberg.avro_rewrite import MAGIC, SYNC_SIZE, AvroRewriteError
+from trinitylake.iceberg.avro_rewrite import MAGIC, SYNC_SIZE, AvroRewriteError, decompress_block
 
 #: Which fields to decode: a record's field name -> None (its whole value) or the fields of its
 #: own record (a union's record branch included) to decode.
@@ -76,20 +74,9 @@ def read_projected(data: bytes, fields: Fields) -> list[dict[str, Any]]:
         block = d.read_bytes()
         if d.read(SYNC_SIZE) != sync:
             raise AvroRewriteError("Avro block without the file's sync marker")
-        bd = new_decoder(_decompress(codec, block))
+        bd = new_decoder(decompress_block(codec, block))
         out.extend(reader(bd) for _ in range(count))
     return out
-
-
-def _decompress(codec: str, data: bytes) -> bytes:
-    if codec == "null":
-        return data
-    if codec == "deflate":
-        return zlib.decompress(data, -15)
-    c = {str(k): v for k, v in KNOWN_CODECS.items()}.get(codec)
-    if c is None:
-        raise AvroRewriteError(f"unsupported Avro codec {codec!r}")
-    return c.decompress(data)
 
 
 def _reader_for(schema_text: bytes, fields: Fields) -> _Reader:
