@@ -76,6 +76,7 @@ from trinitylake.iceberg.table_updates import (
 from trinitylake.lakehouse import Lakehouse, LakehouseView, RootRef, Transaction
 from trinitylake.lakehouse.context import AuditContext
 from trinitylake.storage import is_absolute
+from trinitylake.storage.iceberg_properties import STORAGE_PREFIX
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,7 +87,6 @@ log = logging.getLogger(__name__)
 LAKEHOUSE = "lakehouse"
 WAREHOUSE = "warehouse"
 VERSION, AS_OF, EXPORT = "version", "as-of", "export"
-STORAGE_PREFIX = "lakehouse.storage."
 METADATA_LOCATION = "metadata_location"
 PREVIOUS_METADATA_LOCATION = "previous_metadata_location"
 TABLE_DEFAULT_PREFIX = "table-default."

@@ -49,8 +49,6 @@ from trinitylake.storage.options import StorageOptions
 
 #: The property naming this class (PyIceberg's ``py-io-impl``), `TrinityLakeCatalog`'s default.
 FILE_IO_IMPL = "trinitylake.iceberg.fileio.TrinityLakeFileIO"
-#: The catalog's storage options prefix (`trinitylake.iceberg.catalog.STORAGE_PREFIX`).
-STORAGE_PREFIX = "lakehouse.storage."
 
 class TrinityLakeFileIO(FileIO):
     """PyIceberg's FileIO through `Storage` (see the module doc). Thread-safe and picklable."""

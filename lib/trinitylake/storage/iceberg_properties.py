@@ -13,7 +13,7 @@ from trinitylake.errors import ConfigError
 from trinitylake.storage.options import StorageOptions, check_storage_options
 from trinitylake.storage.uri import parse_uri
 
-#: The catalog's storage options prefix (`trinitylake.iceberg.catalog.STORAGE_PREFIX`).
+#: The catalog properties that are the lakehouse's storage options (`lakehouse.storage.<key>`).
 STORAGE_PREFIX = "lakehouse.storage."
 _FILE_IO = "trinitylake.iceberg.fileio.TrinityLakeFileIO"
 #: PyIceberg's S3 FileIO properties -> our storage option.
