@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid as uuid_mod
 from collections import Counter
 from pathlib import Path
@@ -280,3 +281,57 @@ def test_an_audit_append_waits_for_the_group_being_written_and_a_lone_one_does_n
     batch.cancel()
     waiting.join(30)
     assert not waiting.is_alive() and (batch.appends, batch.rows) == (3, 7)
+
+
+class _WaitSpy:
+    """Stands in for the committer's condition's `wait` (holding no real lock): records each
+    timeout and runs `arrive` at the first call, as a writer's commit arriving during it would."""
+
+    def __init__(self, arrive=None):
+        self.timeouts: list[float | None] = []
+        self._arrive = arrive
+
+    def __call__(self, timeout=None):
+        self.timeouts.append(timeout)
+        if self._arrive is not None:
+            arrive, self._arrive = self._arrive, None
+            arrive()
+        return True
+
+
+def test_a_lone_writers_lead_never_waits_for_others():
+    """PostgreSQL's commit_delay rule: the lead waits only while writers seen in the last
+    ACTIVE_S are outside the server; a lone writer's commit is written at once."""
+    g = GroupCommitter()
+    spy = _WaitSpy()
+    g._cond.wait = spy
+    g._recent = {("n", "t0"): 0.0}
+    g._in_flight, g._return_s = 1, 0.02
+    g._queue = [object()]
+    g._gather(0.0)
+    assert spy.timeouts == []
+
+
+def test_the_lead_gathers_the_active_writers_next_commits_for_a_bounded_time():
+    g = GroupCommitter()
+    time_now = time.monotonic()
+    g._recent = {("n", "t0"): time_now, ("n", "t1"): time_now, ("n", "t2"): time_now}
+    g._in_flight, g._return_s = 1, 0.01
+    g._queue = [object()]
+
+    def arrive():  # t1's and t2's next commits come in
+        g._queue += [object(), object()]
+        g._in_flight += 2
+
+    spy = _WaitSpy(arrive)
+    g._cond.wait = spy
+    g._gather(time_now)
+    assert len(spy.timeouts) == 1  # woken by the arrivals, not by the deadline
+    assert 0 < spy.timeouts[0] <= min(g.gather_max_s, 2 * g._return_s)
+    # a writer gone quiet for longer than ACTIVE_S no longer counts
+    g._recent = {("n", "t0"): time_now, ("n", "old"): time_now - 10}
+    g._in_flight = 1
+    spy = _WaitSpy()
+    g._cond.wait = spy
+    g._gather(time_now)
+    assert spy.timeouts == [] and ("n", "old") not in g._recent

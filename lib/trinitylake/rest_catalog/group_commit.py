@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,6 +57,10 @@ MAX_REGROUPS = 8
 MAX_GROUP = 256
 #: How many groups being written an audit append about to start waits for (`_AuditBatch`).
 AUDIT_WAIT_GROUPS = 2
+#: The longest a lead waits for the next commits of the writers active meanwhile (`_gather`).
+GATHER_MAX_S = 0.06
+#: A table whose last commit arrived this long ago no longer counts as an active writer.
+ACTIVE_S = 0.2
 
 
 @dataclass
@@ -92,6 +97,12 @@ class GroupCommitter:
         self._leading = False
         self.max_group = max_group
         self.audit = _AuditBatch()
+        self.gather_max_s = GATHER_MAX_S
+        self._gathering = False
+        self._in_flight = 0  # commits inside `commit`
+        self._recent: dict[tuple[str, str], float] = {}  # table -> when its last commit arrived
+        self._answered: dict[tuple[str, str], float] = {}  # table -> when its last commit was answered
+        self._return_s = 0.0  # moving average of the time from an answer to that writer's next commit
         #: Groups written and commits in them (for tests and the benchmark).
         self.groups = 0
         self.commits = 0
@@ -103,19 +114,59 @@ class GroupCommitter:
         mine = _Commit(catalog, key, tuple(requirements), tuple(updates))
         with self._cond:
             self._queue.append(mine)
+            self._in_flight += 1
+            now = time.monotonic()
+            self._recent[key] = now
+            answered = self._answered.pop(key, None)
+            if answered is not None and now - answered < ACTIVE_S:
+                # how long a writer takes to come back with its next commit
+                self._return_s = 0.8 * self._return_s + 0.2 * (now - answered) if self._return_s else now - answered
+            if self._gathering:
+                self._cond.notify_all()
             while not mine.done and (self._leading or mine.taken):
                 self._cond.wait()
             if not mine.done:
                 self._leading = True
+                self._gather(now)
                 group, self._queue = self._queue[:self.max_group], self._queue[self.max_group:]
                 for c in group:
                     c.taken = True
-        if not mine.done:
-            self._lead(mine.catalog, group)
+        try:
+            if not mine.done:
+                self._lead(mine.catalog, group)
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                self._answered[key] = time.monotonic()
         if mine.error is not None:
             raise mine.error
         assert mine.response is not None
         return mine.response
+
+    def _gather(self, now: float) -> None:
+        """(Called by the lead, holding the lock.) Wait for the next commits of the writers seen
+        in the last `ACTIVE_S` that are not here yet, for at most twice the time writers take to
+        come back (and `gather_max_s`), as PostgreSQL's commit_delay does when commit_siblings
+        are active. A lone writer never waits.
+
+        Why: a group's root, hints, txn_seq markers and audit append cost the same whatever the
+        group's size; with 8 writers on 2 cores, groups of 2.3 commits spent 12.8 ms of server CPU
+        a commit, groups of 7 about half that (and 78 -> 105 commits/s)."""
+        if self.gather_max_s <= 0:
+            return
+        for k in [k for k, t in self._recent.items() if now - t > ACTIVE_S]:
+            del self._recent[k]
+            self._answered.pop(k, None)
+        deadline = now + min(self.gather_max_s, 2 * self._return_s)
+        self._gathering = True
+        try:
+            while len(self._recent) > self._in_flight and len(self._queue) < self.max_group:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+        finally:
+            self._gathering = False
 
     def _leader_catalog(self, fallback: TrinityLakeCatalog) -> TrinityLakeCatalog:
         """The catalog the lead writes through (called by the lead only)."""
