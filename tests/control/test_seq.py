@@ -121,3 +121,17 @@ def test_allocate_many_takes_increasing_free_numbers_and_writes_the_hint_once(al
     assert [alloc.owner(n) for n in got] == ["g"] * 4 and alloc.owner(4) == "other"
     assert alloc._read_hint() == 6 and alloc.allocate("b") == 7
     assert alloc.allocate_many("g", 0) == []
+
+
+def test_allocate_many_on_s3_creates_the_markers_in_flight_and_skips_taken_ones(s3_bucket, s3_storage_options):
+    """On an object store the markers after the first are created together (put_many with
+    If-None-Match); one another allocator holds is skipped, not overwritten."""
+    alloc = SeqAllocator(Storage(f"{s3_bucket}/lh-many/_control", dict(s3_storage_options)))
+    assert alloc.storage.engine is not None  # the batch path, not one request after another
+    assert alloc.allocate("a") == 1
+    alloc.storage.create_exclusive(alloc.marker_path(3), b"other")
+    alloc.storage.create_exclusive(alloc.marker_path(5), b"other")
+    got = alloc.allocate_many("g", 5)
+    assert got == [2, 4, 6, 7, 8]
+    assert [alloc.owner(n) for n in got] == ["g"] * 5 and alloc.owner(3) == alloc.owner(5) == "other"
+    assert alloc.allocate("b") == 9

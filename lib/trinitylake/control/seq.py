@@ -82,8 +82,8 @@ class SeqAllocator:
         """`count` sequence numbers for `txn_id`, increasing: the first as `allocate` takes one,
         each next one the first free number after the previous (another allocator may take
         some in between), the hint written once at the end. For the audit rows of a group of
-        commits (the catalog server's group commit): one marker file each, no probing or
-        hint write between them.
+        commits (the catalog server's group commit): one marker file each, created in flight
+        together, no probing or hint write between them.
         """
         if count <= 0:
             return []
@@ -91,13 +91,16 @@ class SeqAllocator:
         data = txn_id.encode("utf-8")
         n = out[0] + 1
         while len(out) < count:
-            try:
-                self.storage.create_exclusive(self.marker_path(n), data)
-            except (FileExistsError, UnknownOutcomeError):
-                n += 1  # taken by another allocator (its predecessor exists: ours or theirs)
-                continue
-            out.append(n)
-            n += 1
+            # the rest in flight together (on an object store, one round trip instead of one each)
+            numbers = range(n, n + count - len(out))
+            made = self.storage.create_exclusive_many([(self.marker_path(m), data) for m in numbers])
+            for m, r in zip(numbers, made, strict=True):
+                if isinstance(r, FileExistsError | UnknownOutcomeError):
+                    continue  # taken by another allocator, or possibly ours but unknown: a gap
+                if isinstance(r, BaseException):
+                    raise r
+                out.append(m)
+            n = numbers.stop
         if count > 1:
             self._write_hint(out[-1])
         return out
