@@ -41,6 +41,9 @@ _P = ParamSpec("_P")
 log = logging.getLogger(__name__)
 
 
+#: Definition files whose bytes a handle keeps (`Lakehouse.def_file`): about 1 KB each.
+MAX_KEPT_DEF_FILES = 4096
+
 class Lakehouse:
     """A TrinityLake lakehouse under one root URI.
 
@@ -59,6 +62,10 @@ class Lakehouse:
         self._stores: dict[str, tree.NodeStore] = {}
         self._defs: dict[str, definitions.LakehouseDef] = {}
         self._roots: dict[int, RootRef] = {}  # root files are immutable: cache what was read
+        #: Definition files' bytes by URI: each is created once under a new name and never
+        #: changed, so what this handle wrote or read is kept (the catalog server's next group
+        #: reads no definition it wrote itself; on an object store, a round trip each).
+        self._def_files: dict[str, bytes] = {}
         self._foreign: dict[str, Storage] = {}
         self.auditor = Auditor(self, control_uri or (self.uri + "/_control"), enabled=audit)
         #: The command and arguments this handle's audit rows name (fixed: see AuditContext).
@@ -238,6 +245,16 @@ class Lakehouse:
             self._roots.clear()
         self._roots[version] = ref
         return ref
+
+    def def_file(self, uri: str) -> bytes | None:
+        """The bytes of definition file `uri` when this handle wrote or read it."""
+        return self._def_files.get(uri)
+
+    def keep_def_file(self, uri: str, data: bytes) -> None:
+        """Keep definition file `uri`'s bytes (it never changes once created)."""
+        if len(self._def_files) >= MAX_KEPT_DEF_FILES:  # bounded, as the roots
+            self._def_files.clear()
+        self._def_files[uri] = data
 
     def remember_root(self, version: int, data: bytes) -> None:
         """Keep the root of `version` that this handle has just written (its bytes, `data`), so

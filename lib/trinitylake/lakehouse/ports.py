@@ -33,6 +33,14 @@ class NodeSource(Protocol):
         """Storage and path for a stored pointer: relative to `base`, or an absolute URI."""
         ...
 
+    def def_file(self, uri: str) -> bytes | None:
+        """The bytes of definition file `uri` when kept (they never change once created)."""
+        ...
+
+    def keep_def_file(self, uri: str, data: bytes) -> None:
+        """Keep definition file `uri`'s bytes."""
+        ...
+
 
 class VersionSource(NodeSource, Protocol):
     """What the version history (`lakehouse.history`) reads: the versions a lakehouse keeps

@@ -106,11 +106,15 @@ class LakehouseView:
 
     def read_def(self, cls: type[_Def], path: str) -> _Def:
         storage, p = self.lakehouse.resolve(path, self.root.base)
-        try:
-            data = storage.read(p)
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"definition file {storage.uri(p)} is missing") from None
-        return definitions.loads(cls, data, storage.uri(p))
+        uri = storage.uri(p)
+        data = self.lakehouse.def_file(uri)
+        if data is None:
+            try:
+                data = storage.read(p)
+            except FileNotFoundError:
+                raise ObjectNotFoundError(f"definition file {uri} is missing") from None
+            self.lakehouse.keep_def_file(uri, data)
+        return definitions.loads(cls, data, uri)
 
     # -- namespaces
     def namespace_exists(self, ns: str) -> bool:
