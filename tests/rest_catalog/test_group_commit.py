@@ -107,6 +107,39 @@ def test_a_failing_requirement_is_refused_alone_amid_a_group(tmp_path: Path) -> 
     assert len({r["txn_seq"] for r in rows}) == 4
 
 
+def test_a_metadata_file_that_fails_refuses_its_commit_and_the_later_ones_to_its_table(tmp_path: Path) -> None:
+    """The group's metadata files are written together (`write_staged_each`); a store error on
+    one (injected) refuses that commit and the group's later commits to the same table, which
+    built on it, while the other tables' commits land, with one audit row each."""
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("rest", lakehouse=lh)
+    cat.create_namespace("n")
+    uuids = {i: cat.create_table(f"n.t{i}", schema=SCHEMA, properties=KEEP_LOG).metadata.table_uuid for i in range(2)}
+    before = cat.lakehouse.latest_version()
+    cat.audit_command = "catalog serve"
+    real = cat.write_staged_each
+
+    def failing(staged):  # fault injection: the store refuses t0's first new metadata file
+        out = real(staged)
+        return [OSError("injected store error") if tuple(s.name()) == ("n", "t0") and i == 0 else r
+                for i, (s, r) in enumerate(zip(staged, out, strict=True))]
+
+    cat.write_staged_each = failing  # type: ignore[method-assign]
+
+    def c(i: int, value: str) -> _Commit:
+        return _Commit(cat, ("n", f"t{i}"), (AssertTableUUID(uuid=uuids[i]),), (SetPropertiesUpdate(updates={"c": value}),))
+
+    group = [c(0, "a"), c(1, "b"), c(0, "a2")]
+    GroupCommitter()._lead(cat, group)
+    assert [x.error is None for x in group] == [False, True, False]
+    assert "injected" in str(group[0].error) and "earlier commit" in str(group[2].error)
+    assert group[1].version == before + 1 == cat.lakehouse.latest_version()
+    assert _values(cat.load_table("n.t1").metadata_location, "c") == ["b"]
+    assert "c" not in cat.load_table("n.t0").metadata.properties
+    rows = [r for r in _audit_rows(lh) if r["record_type"] == "committed" and r["version_after"] == before + 1]
+    assert [r["command"] for r in rows] == ["catalog serve commit table n.t1"]
+
+
 def _writer(cat: RestCatalog, table: str, key: str, n: int, acked: list[str], refused: list[str]) -> None:
     t = cat.load_table(table)
     for k in range(n):

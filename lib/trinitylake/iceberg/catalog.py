@@ -303,6 +303,23 @@ class TrinityLakeCatalog(NamespacesAndViews):
         """Write a staged table's metadata file."""
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
 
+    def write_staged_each(self, staged: list[StagedTable]) -> list[BaseException | None]:
+        """Write the metadata files of `staged`, each only if absent, their requests in flight
+        together when they all go through our FileIO; per file None or its own error."""
+        if not staged:
+            return []
+        if {id(s.io) for s in staged} == {id(self.io)} and isinstance(self.io, TrinityLakeFileIO):
+            items = [(s.metadata_location, self._metadata_bytes(s.metadata, s.metadata_location)) for s in staged]
+            return self.io.create_many(items)
+        out: list[BaseException | None] = []
+        for s in staged:
+            try:
+                self.write_staged(s)
+                out.append(None)
+            except Exception as e:  # noqa: BLE001 - this file's own error
+                out.append(e)
+        return out
+
     def write_staged_many(self, staged: list[StagedTable]) -> dict[str, bytes]:
         """Write the metadata files of `staged` (through our FileIO: their requests in flight
         together), each only if absent; their bytes by location.

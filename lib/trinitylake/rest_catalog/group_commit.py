@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table import CommitTableResponse, StagedTable, Table
 
 from trinitylake.errors import TransactionConflictError, TransactionExpiredError, UnknownOutcomeError
 from trinitylake.iceberg.metadata_cache import remember, trusting
@@ -229,6 +229,7 @@ class GroupCommitter:
         written: list[str] = []
         landed: list[tuple[_Commit, CommitTableResponse]] = []
         refused: list[tuple[_Commit, BaseException]] = []
+        staged_of: list[tuple[_Commit, StagedTable]] = []  # written together after the loop
         try:
             for c in group:
                 if c.settled:
@@ -244,23 +245,39 @@ class GroupCommitter:
                     if current is not None and staged.metadata == current.metadata:
                         landed.append((c, commit_response(current.metadata, current.metadata_location)))
                         continue
-                    catalog.write_staged(staged)
-                    remember(staged.metadata_location, staged.metadata)
                 except Exception as e:  # noqa: BLE001 - this commit's own error, answered alone
                     refused.append((c, e))
                     continue
-                written.append(staged.metadata_location)
+                staged_of.append((c, staged))
                 tables[c.key] = Table(identifier=c.key, metadata=staged.metadata,
                                       metadata_location=staged.metadata_location, io=staged.io, catalog=catalog)
+            # the group's metadata files in flight together (on an object store, one round trip
+            # instead of one per commit); a commit whose file failed is refused, and so are the
+            # group's later commits to its table, which built on it
+            failed: dict[tuple[str, str], BaseException] = {}
+            for (c, staged), err in zip(staged_of, catalog.write_staged_each([s for _, s in staged_of]), strict=True):
+                if err is None:
+                    written.append(staged.metadata_location)
+                if c.key in failed:
+                    refused.append((c, CommitFailedException(
+                        f"{c.what}: an earlier commit to the table in its group failed: {failed[c.key]}")))
+                    continue
+                if err is not None:
+                    failed[c.key] = err
+                    refused.append((c, err))
+                    continue
+                remember(staged.metadata_location, staged.metadata)
                 pending[c.key] = staged.metadata_location
                 landed.append((c, commit_response(staged.metadata, staged.metadata_location)))
+            alters = []
             for (ns, t), location in pending.items():
                 if txn.table_exists(ns, t):
-                    txn.alter_table(ns, t, metadata_location=location)
+                    alters.append((ns, t, location))
                     actions[(ns, t)] = "alter"
                 else:
                     actions[(ns, t)] = "create"
                     txn.create_table(ns, t, metadata_location=location, table_type="managed")
+            txn.alter_tables(alters)  # their definition files in flight together
         except BaseException:
             if not txn.closed:
                 txn.rollback()
@@ -304,15 +321,17 @@ class GroupCommitter:
                 "group_commits": str(size)}
 
     def audit_rows(self, auditor: Auditor, txn_id: str, version: int, others: list[_Commit], size: int,
-                   actions: dict[tuple[str, str], str], isolation: str | None, attempts: int | None
-                   ) -> list[AuditRecord]:
+                   actions: dict[tuple[str, str], str], isolation: str | None, attempts: int | None,
+                   seqs: list[int] | None = None) -> list[AuditRecord]:
         """One ``committed`` row for each commit of the group but the first (whose row the
         transaction makes), each at a txn_seq of its own, naming the version it landed in."""
         if not others or not auditor.enabled:
             return []
         auditor.ensure()
         rows = []
-        for c, seq in zip(others, auditor.control.seq.allocate_many(txn_id, len(others)), strict=True):
+        if seqs is None or len(seqs) != len(others):
+            seqs = auditor.control.seq.allocate_many(txn_id, len(others))
+        for c, seq in zip(others, seqs, strict=True):
             rows.append(auditor.record(
                 txn_seq=seq, record_type="committed", txn_id=txn_id,
                 command=f"{c.catalog.audit_command} {c.what}", arguments=self._arguments(c, size),
@@ -333,6 +352,18 @@ class _GroupAuditor:
         self._rows: list[AuditRecord] = []
         self._version: int | None = None
         self._version_before: int | None = None
+        self._spare: list[int] | None = None  # the other commits' txn_seqs, taken with the transaction's
+
+    def allocate_seq(self, txn_id: str, create: bool = False) -> int | None:
+        """The transaction's txn_seq and, in the same allocation, those of the group's other
+        commits (one marker round, one hint write: on an object store, six round trips saved)."""
+        real = self._real
+        if not real.enabled:
+            return None
+        real.ensure()
+        seqs = real.control.seq.allocate_many(txn_id, 1 + len(self._others))
+        self._spare = seqs[1:]
+        return seqs[0]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -350,7 +381,7 @@ class _GroupAuditor:
                                 version_before=version_before, version_after=version_after, changes=changes,
                                 isolation=isolation, attempts=attempts, metrics=metrics or {})]
             rows += self._committer.audit_rows(real, txn_id, version_after, self._others, self._size, self._actions,
-                                               isolation, attempts)
+                                               isolation, attempts, self._spare)
         except Exception as e:  # noqa: BLE001 - never fail a committed version over its audit rows
             log.warning("audit rows of group commit version %s not made: %s", version_after, e)
             return
