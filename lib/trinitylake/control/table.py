@@ -34,6 +34,7 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from trinitylake.control.delta_options import delta_storage_options, fs_options
 from trinitylake.control.records import (
     ADDED_COLUMNS,
     RECORD_TYPE_RANK,
@@ -70,47 +71,6 @@ RELOAD_AFTER_APPENDS = CHECKPOINT_INTERVAL
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 #: Checkpoints between two clean-ups of the log files older than the table's log retention.
 CLEANUP_EVERY_CHECKPOINTS = 10
-
-
-def _delta_storage_options(scheme: str, fs_options: JsonObject) -> dict[str, str]:
-    """delta-rs (object_store) options from the s3fs-style options of `Storage`."""
-    if scheme != "s3":
-        return {k: str(v) for k, v in fs_options.items() if k.isupper()}
-    out: dict[str, str] = {}
-    client_kwargs = fs_options.get("client_kwargs") or {}
-    endpoint = fs_options.get("endpoint_url") or client_kwargs.get("endpoint_url")
-    region = fs_options.get("region") or client_kwargs.get("region_name")
-    pairs = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": fs_options.get("key"),
-        "AWS_SECRET_ACCESS_KEY": fs_options.get("secret"),
-        "AWS_SESSION_TOKEN": fs_options.get("token"),
-        "AWS_REGION": region,
-    }
-    out.update({k: str(v) for k, v in pairs.items() if v})
-    # Explicit delta-rs keys given by the caller win.
-    out.update({k: str(v) for k, v in fs_options.items() if k.isupper()})
-    out.setdefault("AWS_REGION", "us-east-1")
-    if str(out.get("AWS_ENDPOINT_URL", "")).startswith("http://"):
-        out.setdefault("AWS_ALLOW_HTTP", "true")
-    # S3 supports If-None-Match: delta-rs commits with a conditional put, no lock service.
-    out.setdefault("conditional_put", "etag")
-    return out
-
-
-def _fs_options(options: JsonObject) -> JsonObject:
-    """s3fs-style options (lower-case keys) from mixed options; AWS_* keys are translated."""
-    out = {k: v for k, v in options.items() if not k.isupper()}
-    upper = {k: v for k, v in options.items() if k.isupper()}
-    for src, dst in (
-        ("AWS_ENDPOINT_URL", "endpoint_url"),
-        ("AWS_ACCESS_KEY_ID", "key"),
-        ("AWS_SECRET_ACCESS_KEY", "secret"),
-        ("AWS_SESSION_TOKEN", "token"),
-    ):
-        if src in upper and dst not in out:
-            out[dst] = upper[src]
-    return out
 
 
 def _norm_type(t: JsonValue) -> JsonValue:
@@ -179,14 +139,14 @@ class ControlTable:
         self._engine: str | None = None
         parsed = parse_uri(uri)
         self.uri: str = parsed.uri
-        self.storage = Storage(self.uri, _fs_options(dict(storage_options or {})))
+        self.storage = Storage(self.uri, fs_options(dict(storage_options or {})))
         self.seq = SeqAllocator(self.storage)
         rows = parse_uri(table) if table and not self.table_name else parsed
         # Rows at a path of their own: that path, not the control location, must hold no stranger files.
         self._rows_storage = Storage(rows.uri, self.storage.options) if rows is not parsed else self.storage
         self.rows_uri: str = self.table_name or rows.uri
         self._delta_uri = rows.local_path or rows.uri
-        self._delta_options = _delta_storage_options(rows.scheme, self.storage.options)
+        self._delta_options = delta_storage_options(rows.scheme, self.storage.options)
         self._ensured = False
         # the table this handle last appended through: the next append brings it up to date
         # (reads the log since) instead of loading it again (a long-lived writer: the catalog server)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -304,21 +304,12 @@ class TrinityLakeCatalog(NamespacesAndViews):
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
 
     def write_staged_each(self, staged: list[StagedTable]) -> list[BaseException | None]:
-        """Write the metadata files of `staged`, each only if absent, their requests in flight
-        together when they all go through our FileIO; per file None or its own error."""
-        if not staged:
-            return []
-        if {id(s.io) for s in staged} == {id(self.io)} and isinstance(self.io, TrinityLakeFileIO):
-            items = [(s.metadata_location, self._metadata_bytes(s.metadata, s.metadata_location)) for s in staged]
-            return self.io.create_many(items)
-        out: list[BaseException | None] = []
-        for s in staged:
-            try:
-                self.write_staged(s)
-                out.append(None)
-            except Exception as e:  # noqa: BLE001 - this file's own error
-                out.append(e)
-        return out
+        """Write the metadata files of `staged`, each only if absent (in flight together through
+        our FileIO); per file None or its own error."""
+        if staged and {id(s.io) for s in staged} == {id(self.io)} and isinstance(self.io, TrinityLakeFileIO):
+            return self.io.create_many([(s.metadata_location, self._metadata_bytes(s.metadata, s.metadata_location))
+                                        for s in staged])
+        return [_error_of(self.write_staged, s) for s in staged]
 
     def write_staged_many(self, staged: list[StagedTable]) -> dict[str, bytes]:
         """Write the metadata files of `staged` (through our FileIO: their requests in flight
@@ -599,3 +590,11 @@ class TrinityLakeCatalog(NamespacesAndViews):
         """
         self._check_writable("begin a multi-table transaction")
         return MultiTableTransaction(self, write_later)
+
+
+def _error_of(fn: Callable[[StagedTable], None], staged: StagedTable) -> BaseException | None:
+    try:
+        fn(staged)
+    except Exception as e:  # noqa: BLE001 - this file's own error, returned
+        return e
+    return None
