@@ -144,6 +144,11 @@ class Transaction(LakehouseView):
     def _write_def(self, path: str, msg: ProtoMessage) -> str:
         data = definitions.dumps(msg)
         self.lakehouse.storage.create_exclusive(path, data)
+        return self._staged_def(path, data)
+
+    def _staged_def(self, path: str, data: bytes) -> str:
+        """A definition file this transaction has just created: removed if it does not commit,
+        and kept by the handle (it never changes)."""
         self.staged_files.append(path)
         self.lakehouse.keep_def_file(self.lakehouse.storage.uri(path), data)
         return path
@@ -222,6 +227,13 @@ class Transaction(LakehouseView):
         metadata_location: str | None = None,
     ) -> None:
         self._check_open()
+        d = self._altered_table(ns, table, set_properties, remove, metadata_location)
+        self.writes[self._table_key(ns, table)] = self._write_def(table_def_path(ns, table), d)
+        self.ops.append(f"alter table {ns}.{table}")
+
+    def _altered_table(self, ns: str, table: str, set_properties: dict[str, str] | None, remove: list[str] | None,
+                       metadata_location: str | None) -> definitions.TableDef:
+        """The table's definition with the change applied (the previous metadata location kept)."""
         d = self.load_table(ns, table)
         for k in remove or []:
             d.properties.pop(k, None)
@@ -231,8 +243,7 @@ class Transaction(LakehouseView):
             if prev:
                 d.format_properties["previous_metadata_location"] = prev
             d.format_properties["metadata_location"] = metadata_location
-        self.writes[self._table_key(ns, table)] = self._write_def(table_def_path(ns, table), d)
-        self.ops.append(f"alter table {ns}.{table}")
+        return d
 
     def alter_tables(self, locations: list[tuple[str, str, str]]) -> None:
         """`alter_table(ns, table, metadata_location=location)` of each ``(ns, table,
@@ -241,20 +252,14 @@ class Transaction(LakehouseView):
         self._check_open()
         made = []
         for ns, table, location in locations:
-            d = self.load_table(ns, table)
-            prev = d.format_properties.get("metadata_location")
-            if prev:
-                d.format_properties["previous_metadata_location"] = prev
-            d.format_properties["metadata_location"] = location
+            d = self._altered_table(ns, table, None, None, location)
             made.append((ns, table, table_def_path(ns, table), definitions.dumps(d)))
-        storage = self.lakehouse.storage
-        results = storage.create_exclusive_many([(path, data) for _, _, path, data in made])
+        results = self.lakehouse.storage.create_exclusive_many([(path, data) for _, _, path, data in made])
         errors = [r for r in results if isinstance(r, BaseException)]
         for (ns, table, path, data), r in zip(made, results, strict=True):
             if isinstance(r, BaseException):
                 continue
-            self.staged_files.append(path)  # removed with the others if the transaction is not committed
-            self.lakehouse.keep_def_file(storage.uri(path), data)
+            self._staged_def(path, data)
             if not errors:
                 self.writes[self._table_key(ns, table)] = path
                 self.ops.append(f"alter table {ns}.{table}")
