@@ -313,12 +313,27 @@ def test_keys_a_bulk_delete_refuses_are_failures_and_a_rerun_finishes(s3_server,
         refused.append(victim["Key"])
         return out
 
+    # The I/O engine sends the bulk deletes first: S3 deletes the other keys of its request and
+    # refuses the first, which obstore raises (naming no other key); the request then goes again
+    # through botocore, whose answer names the refused keys.
+    import obstore
+
+    from trinitylake.storage import object_io
+    engine_delete = obstore.delete_async
+
+    async def engine_refusing(store, keys):
+        if len(keys) > 1:
+            await engine_delete(store, keys[1:])
+        raise OSError(f"Failed to delete object {keys[0]}: AccessDenied: injected")
+
     ref = int(time.time() * 1000) + AHEAD_MS
     kw = {"min_versions_to_keep": KEEP} if job == "expire" else {"reference_time": ref}
     monkeypatch.setattr(s3fs.S3FileSystem, "call_s3", refusing)
+    monkeypatch.setattr(object_io.obstore, "delete_async", engine_refusing)
     with pytest.raises(JobFailedError) as err:
         run_local(job, lh.uri, storage_options=opts, delete_batch_size=3, max_retries=1, **kw)
     monkeypatch.setattr(s3fs.S3FileSystem, "call_s3", original)
+    monkeypatch.setattr(object_io.obstore, "delete_async", engine_delete)
     assert refused and "could not be deleted" in str(err.value)
     left = o.owned_files()
     assert {k.split("/", 1)[1] for k in refused} <= left, "a refused key was counted as deleted and is gone"

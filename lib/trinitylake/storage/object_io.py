@@ -371,6 +371,22 @@ class ObjectIO:
 
         return self.run(self._many(paths, one)) if paths else []
 
+    def delete_many(self, batches: Sequence[tuple[str, list[str]]], attempts: int = RETRY_ATTEMPTS
+                    ) -> list[None | BaseException]:
+        """One bulk delete (S3 DeleteObjects, at most 1,000 keys) per ``(bucket, keys)``, in
+        flight together; per batch None (every key is gone, a missing one included) or the
+        error of the request or of its first refused key, which does not name the others."""
+
+        async def one(batch: tuple[str, list[str]]) -> None:
+            bucket, keys = batch
+
+            async def delete() -> None:
+                await obstore.delete_async(self.store(bucket), keys)
+
+            await self._request("delete", f"s3://{bucket}/{keys[0]} and {len(keys) - 1} more keys", delete, attempts)
+
+        return self.run(self._many(batches, one)) if batches else []
+
     def put_many(self, items: Sequence[tuple[str, bytes]], *, exclusive: bool,
                  attempts: int = RETRY_ATTEMPTS) -> list[str | None | BaseException]:
         """PUT each ``(bucket/key, bytes)``; with `exclusive` as ``If-None-Match: *`` (a key that
