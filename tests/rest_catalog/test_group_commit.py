@@ -10,6 +10,7 @@ metadata files with plain json; the audit rows with deltalake directly.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid as uuid_mod
@@ -118,9 +119,11 @@ def test_a_metadata_file_that_fails_refuses_its_commit_and_the_later_ones_to_its
     before = cat.lakehouse.latest_version()
     cat.audit_command = "catalog serve"
     real = cat.write_staged_each
+    later: list[str] = []  # the metadata file of t0's later commit: written, then refused
 
     def failing(staged):  # fault injection: the store refuses t0's first new metadata file
         out = real(staged)
+        later.extend(s.metadata_location for i, s in enumerate(staged) if tuple(s.name()) == ("n", "t0") and i > 0)
         return [OSError("injected store error") if tuple(s.name()) == ("n", "t0") and i == 0 else r
                 for i, (s, r) in enumerate(zip(staged, out, strict=True))]
 
@@ -138,6 +141,8 @@ def test_a_metadata_file_that_fails_refuses_its_commit_and_the_later_ones_to_its
     assert "c" not in cat.load_table("n.t0").metadata.properties
     rows = [r for r in _audit_rows(lh) if r["record_type"] == "committed" and r["version_after"] == before + 1]
     assert [r["command"] for r in rows] == ["catalog serve commit table n.t1"]
+    # the refused later commit's file was written, and no version names it: deleted, not left behind
+    assert len(later) == 1 and not os.path.exists(later[0].removeprefix("file://"))
 
 
 def _writer(cat: RestCatalog, table: str, key: str, n: int, acked: list[str], refused: list[str]) -> None:

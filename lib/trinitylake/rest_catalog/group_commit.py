@@ -230,6 +230,7 @@ class GroupCommitter:
         landed: list[tuple[_Commit, CommitTableResponse]] = []
         refused: list[tuple[_Commit, BaseException]] = []
         staged_of: list[tuple[_Commit, StagedTable]] = []  # written together after the loop
+        stray: list[str] = []  # metadata files of refused commits, deleted once the group is done
         try:
             for c in group:
                 if c.settled:
@@ -261,6 +262,8 @@ class GroupCommitter:
                 if c.key in failed:
                     refused.append((c, CommitFailedException(
                         f"{c.what}: an earlier commit to the table in its group failed: {failed[c.key]}")))
+                    if err is None:
+                        stray.append(staged.metadata_location)  # written, but no version will name it
                     continue
                 if err is not None:
                     failed[c.key] = err
@@ -309,6 +312,7 @@ class GroupCommitter:
             append = group_auditor.append
         else:
             txn.rollback()
+        catalog.delete_unreferenced(stray)
         for c, resp in landed:
             c.response, c.version, c.settled = resp, version, True
         for c, err in refused:
