@@ -138,3 +138,25 @@ def test_littles_law():
     for _ in range(300):
         f.observe(10.0)
     assert f.limit() == MAX_IN_FLIGHT
+
+
+def test_a_batch_does_not_raise_the_latency_lone_requests_measured(monkeypatch):
+    """In a batch every round trip also waits for the client to handle the others in flight:
+    those must not ask for still more in flight. Lone ("quiet") round trips set the estimate;
+    a store that slowed down shows in them, and they expire after a minute."""
+    import trinitylake.storage.object_io as oio
+
+    f = InFlight(cores=2, cpu_per_request_s=0.3e-3)
+    for _ in range(10):
+        f.observe(0.02, quiet=True)
+    for _ in range(300):
+        f.observe(0.5)  # a batch of a client at its limit
+    assert f.latency() == 0.02 and f.limit() == 134
+    for _ in range(70):
+        f.observe(0.1, quiet=True)  # the store slowed down: lone requests see it
+    assert f.latency() == 0.1 and f.limit() == 667
+    for _ in range(300):
+        f.observe(0.5)
+    now = oio.time.monotonic()
+    monkeypatch.setattr(oio.time, "monotonic", lambda: now + 61)
+    assert f.latency() == 0.5 and f.limit() == MAX_IN_FLIGHT  # no quiet one left: the batches' own
