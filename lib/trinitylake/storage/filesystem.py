@@ -181,13 +181,10 @@ def put_if_absent(fs: S3FileSystem, fp: str, data: bytes | bytearray, on_exists:
     return etag
 
 
-def delete_objects(fs: S3FileSystem, resolved: list[tuple[str, str]], uri: Callable[[str], str]) -> list[tuple[str, str]]:
-    """DeleteObjects per bucket, 1,000 keys a request, reporting the per-key errors.
-
-    `resolved` pairs each path with its bucket/key; `uri` names a path in error messages.
-    s3fs's own bulk delete drops the ``Errors`` of the response, so a key S3 refused to
-    delete would count as deleted; this reads them. Missing keys are not errors on S3.
-    """
+def delete_batches(resolved: list[tuple[str, str]], uri: Callable[[str], str]
+                   ) -> tuple[list[tuple[str, list[tuple[str, str]]]], list[tuple[str, str]]]:
+    """The bulk deletes of `resolved` (each path with its bucket/key): ``(bucket, [(path, key)])``
+    of at most 1,000 keys (DeleteObjects' bound), and the failures of paths that name a bucket."""
     failures: list[tuple[str, str]] = []
     by_bucket: dict[str, list[tuple[str, str]]] = {}
     for p, fp in resolved:
@@ -196,23 +193,34 @@ def delete_objects(fs: S3FileSystem, resolved: list[tuple[str, str]], uri: Calla
             failures.append((p, f"{uri(p)} is a bucket, not a file"))
             continue
         by_bucket.setdefault(bucket, []).append((p, key))
-    for bucket, items in by_bucket.items():
-        for i in range(0, len(items), _S3_DELETE_BATCH):
-            chunk = items[i : i + _S3_DELETE_BATCH]
-            by_key: dict[str, list[str]] = {}
-            for p, key in chunk:
-                by_key.setdefault(key, []).append(p)
-            request = {"Objects": [{"Key": k} for k in by_key], "Quiet": True}
-            try:
-                out = fs.call_s3("delete_objects", Bucket=bucket, Delete=request)
-            except Exception as e:  # noqa: BLE001 - the whole request failed
-                failures.extend((p, str(e)) for p, _ in chunk)
+    batches = [(bucket, items[i : i + _S3_DELETE_BATCH])
+               for bucket, items in by_bucket.items() for i in range(0, len(items), _S3_DELETE_BATCH)]
+    return batches, failures
+
+
+def delete_objects(fs: S3FileSystem, resolved: list[tuple[str, str]], uri: Callable[[str], str]) -> list[tuple[str, str]]:
+    """DeleteObjects per bucket, 1,000 keys a request, reporting the per-key errors.
+
+    `resolved` pairs each path with its bucket/key; `uri` names a path in error messages.
+    s3fs's own bulk delete drops the ``Errors`` of the response, so a key S3 refused to
+    delete would count as deleted; this reads them. Missing keys are not errors on S3.
+    """
+    batches, failures = delete_batches(resolved, uri)
+    for bucket, chunk in batches:
+        by_key: dict[str, list[str]] = {}
+        for p, key in chunk:
+            by_key.setdefault(key, []).append(p)
+        request = {"Objects": [{"Key": k} for k in by_key], "Quiet": True}
+        try:
+            out = fs.call_s3("delete_objects", Bucket=bucket, Delete=request)
+        except Exception as e:  # noqa: BLE001 - the whole request failed
+            failures.extend((p, str(e)) for p, _ in chunk)
+            continue
+        for err in out.get("Errors") or []:
+            if err.get("Code") == "NoSuchKey":
                 continue
-            for err in out.get("Errors") or []:
-                if err.get("Code") == "NoSuchKey":
-                    continue
-                msg = f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
-                failures.extend((p, msg) for p in by_key.get(err.get("Key", ""), []))
-            for _, key in chunk:
-                fs.invalidate_cache(f"{bucket}/{key}")
+            msg = f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
+            failures.extend((p, msg) for p in by_key.get(err.get("Key", ""), []))
+        for _, key in chunk:
+            fs.invalidate_cache(f"{bucket}/{key}")
     return failures

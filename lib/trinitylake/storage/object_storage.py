@@ -9,12 +9,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
-from trinitylake.storage import filesystem, requests, retry
+from trinitylake.storage import requests, retry
 from trinitylake.storage.backend import FileInfo, HoldsOurs, Retrying, StorageBackend, one_result
 from trinitylake.storage.filesystem import (
     _S3_CONFLICT_RETRIES,
     HeadInfo,
     ListingEntry,
+    delete_batches,
     delete_objects,
     head_object,
     mtime_of,
@@ -259,19 +260,7 @@ class S3Backend(FsspecBackend, schemes=("s3",)):
         eng = self.engine
         if eng is None:
             return list(delete_objects(self.fs, resolved, uri_of))
-        batches: builtins.list[tuple[str, builtins.list[tuple[str, str]]]] = []
-        failures: builtins.list[tuple[str, str]] = []
-        by_bucket: dict[str, builtins.list[tuple[str, str]]] = {}
-        for p, fp in resolved:
-            bucket, _, key = fp.partition("/")
-            if not key:
-                failures.append((p, f"{uri_of(p)} is a bucket, not a file"))
-                continue
-            by_bucket.setdefault(bucket, []).append((p, key))
-        for bucket, items in by_bucket.items():
-            size = filesystem._S3_DELETE_BATCH  # noqa: SLF001 - the one bound of both paths
-            for i in range(0, len(items), size):
-                batches.append((bucket, items[i:i + size]))
+        batches, failures = delete_batches(resolved, uri_of)
         results = eng.delete_many([(b, list(dict.fromkeys(k for _, k in items))) for b, items in batches])
         for (bucket, items), err in zip(batches, results, strict=True):
             if err is not None:
