@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import contextlib
 import errno
 import hashlib
 import json
@@ -134,17 +133,9 @@ class InFlight:
         its maximum, and each extra connection cost CPU: tables expire-snapshots read its
         2,050 files 11% slower than with 128 in flight). A lone request's round trip is the
         store's; a shorter one is always credible."""
-        recent = list(self._recent)
-        quiet = self._quiet
         cutoff = time.monotonic() - _QUIET_TTL_S
-        while quiet and quiet[0][0] < cutoff:
-            with contextlib.suppress(IndexError):  # another thread pruned it first
-                quiet.popleft()
-        lows = [min(recent)] if recent else []
-        q = [x for _, x in list(quiet)]
-        if q:
-            lows.append(min(q))
-        return min(lows) if lows else DEFAULT_LATENCY_S
+        seen = [*self._recent, *(x for t, x in list(self._quiet) if t >= cutoff)]
+        return min(seen) if seen else DEFAULT_LATENCY_S
 
     def rate_ceiling(self) -> float:
         """Requests per second one process can sustain."""
