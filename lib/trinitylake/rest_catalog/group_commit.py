@@ -230,7 +230,7 @@ class GroupCommitter:
         landed: list[tuple[_Commit, CommitTableResponse]] = []
         refused: list[tuple[_Commit, BaseException]] = []
         staged_of: list[tuple[_Commit, StagedTable]] = []  # written together after the loop
-        stray: list[str] = []  # metadata files of refused commits, deleted once the group is done
+        stray: list[str] = []  # metadata files of refused commits: deleted as soon as they are known
         try:
             for c in group:
                 if c.settled:
@@ -257,8 +257,6 @@ class GroupCommitter:
             # group's later commits to its table, which built on it
             failed: dict[tuple[str, str], BaseException] = {}
             for (c, staged), err in zip(staged_of, catalog.write_staged_each([s for _, s in staged_of]), strict=True):
-                if err is None:
-                    written.append(staged.metadata_location)
                 if c.key in failed:
                     refused.append((c, CommitFailedException(
                         f"{c.what}: an earlier commit to the table in its group failed: {failed[c.key]}")))
@@ -269,9 +267,12 @@ class GroupCommitter:
                     failed[c.key] = err
                     refused.append((c, err))
                     continue
+                written.append(staged.metadata_location)
                 remember(staged.metadata_location, staged.metadata)
                 pending[c.key] = staged.metadata_location
                 landed.append((c, commit_response(staged.metadata, staged.metadata_location)))
+            if stray:
+                catalog.delete_unreferenced(stray)
             alters = []
             for (ns, t), location in pending.items():
                 if txn.table_exists(ns, t):
@@ -312,7 +313,6 @@ class GroupCommitter:
             append = group_auditor.append
         else:
             txn.rollback()
-        catalog.delete_unreferenced(stray)
         for c, resp in landed:
             c.response, c.version, c.settled = resp, version, True
         for c, err in refused:
