@@ -352,3 +352,44 @@ def test_the_second_process_sizes_a_walk_read_in_many_batches(exported, monkeypa
     got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names), strict=True))
     assert got == ref.tuples()
     assert len(fed) == len(set(fed)) and set(fed) >= ref.paths("definition")
+
+
+def test_a_driver_walk_holds_each_definition_once_and_lets_each_level_go(exported, monkeypatch):
+    """Nodes of many versions name the same definition files (a buffered message, then the same
+    pointer in the child it was flushed to): the driver keeps each definition once, from the
+    level that met it first, with the oracle's depth and first_version, and lets each level's
+    own rows go when the level is done (a 1.1M-file walk held 3.4M definition rows, and every
+    level's table, until its end)."""
+    from trinitylake.rowsets import arrow_rows
+    from trinitylake.treewalk import walker as W
+
+    met_raw: list[int] = []
+    released: list[int] = []
+    per_level: list[list[int]] = []
+    met, release, read_level = W.Walk._met, arrow_rows.ArrowRows.release, W.Walk.read_level
+
+    def level(self, *args):
+        before = len(released)
+        try:
+            return read_level(self, *args)
+        finally:
+            per_level.append(released[before:])
+
+    monkeypatch.setattr(W.Walk, "_met", lambda self, leaves: (met_raw.append(leaves.totals()[0]), met(self, leaves))[1])
+    monkeypatch.setattr(W.Walk, "read_level", level)
+    monkeypatch.setattr(arrow_rows.ArrowRows, "release",
+                        lambda self: (released.append(self._table.num_rows if self._table is not None else -1),
+                                      release(self))[1])
+    inp = WR.walk_input(exported)
+    ref = E.live_walk(E.oracle_of(exported))
+    walk = W.Walk(Execution("local"), exported, 256, 0, None, False, 1, "walk", "walk")
+    reached = walk.run(inp.roots, True)
+    got = sorted(zip(*(reached.rows.to_table().column(c).to_pylist() for c in reached.rows.to_table().column_names),
+                     strict=True))
+    assert got == ref.tuples()
+    definitions = sum(1 for r in got if r[1] in ("definition", "lakehouse_def"))
+    assert sum(met_raw) > definitions  # definitions met more than once, at several levels
+    assert walk.met == definitions
+    # Each level's own rows (its nodes, children and definitions), let go as the level ends.
+    assert [len(r) for r in per_level] == [1] * len(walk.stats.levels) and all(r[0] > 0 for r in per_level)
+    assert len(walk.stats.levels) > 1

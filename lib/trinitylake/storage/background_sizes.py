@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import subprocess
 import sys
 import threading
 from array import array
 from collections.abc import Sequence
-from typing import Protocol
+from typing import IO, Protocol
 
 
 class _Rooted(Protocol):
@@ -50,6 +51,12 @@ class BackgroundSizes:
         self._failed = self._root is None
         self._out: list[bytes] = []
         self._reader: threading.Thread | None = None
+        # Blocks of keys go to the child from a thread of their own: the child reads as it
+        # stats, so writing from the caller made each `add` wait for the stats of its keys (2.6
+        # of a 1.1M-file walk's 26 s). None ends the queue.
+        self._blocks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._write_error: str | None = None
 
     @property
     def active(self) -> bool:
@@ -85,6 +92,17 @@ class BackgroundSizes:
         self._reader = threading.Thread(target=lambda: self._out.append(proc.stdout.read()),  # type: ignore[union-attr]
                                         name="stat-worker-reader", daemon=True)
         self._reader.start()
+        self._writer = threading.Thread(target=self._write_blocks, args=(proc.stdin,), name="stat-worker-writer",
+                                        daemon=True)
+        self._writer.start()
+
+    def _write_blocks(self, stdin: IO[bytes]) -> None:
+        while (block := self._blocks.get()) is not None:
+            if self._write_error is None:
+                try:
+                    stdin.write(block)
+                except (OSError, ValueError) as e:  # the child is gone: `finish` says so
+                    self._write_error = str(e)
 
     def _send(self, keys: Sequence[str]) -> None:
         block = "\n".join(keys) + "\n"
@@ -93,20 +111,17 @@ class BackgroundSizes:
         if block.count("\n") != len(keys) or ":" in block or block.startswith("/") or "\n/" in block:
             self._abandon("a key that is not a plain relative path")
             return
-        try:
-            assert self._proc is not None and self._proc.stdin is not None
-            self._proc.stdin.write(block.encode("utf-8", "surrogateescape"))
-            self._fed += len(keys)
-        except (OSError, ValueError) as e:
-            self._abandon(f"the stat worker stopped ({e})")
+        self._blocks.put(block.encode("utf-8", "surrogateescape"))
+        self._fed += len(keys)
 
     def _abandon(self, why: str) -> None:
         log.debug("sizing in process: %s", why)
         self._failed = True
         self.close()
 
-    def finish(self, n: int) -> list[int] | None:
-        """Sizes of the `n` keys fed so far (-1 missing, -2 ask the storage again), or None."""
+    def finish(self, n: int) -> array[int] | None:
+        """Sizes of the `n` keys fed so far (-1 missing, -2 ask the storage again), or None: 64-bit
+        integers in native order, one buffer (an Arrow array of them costs no copy)."""
         if self._failed:
             return None
         if self._proc is None:  # never started: a small walk
@@ -114,6 +129,9 @@ class BackgroundSizes:
         proc = self._proc
         try:
             assert proc.stdin is not None
+            self._stop_writer()
+            if self._write_error is not None:
+                raise OSError(self._write_error)
             proc.stdin.close()
             if self._reader is not None:
                 self._reader.join()
@@ -133,7 +151,13 @@ class BackgroundSizes:
             log.warning("stat worker answered %d sizes for %d keys (exit %s); sizing in process", len(sizes), n, rc)
             self._failed = True
             return None
-        return sizes.tolist()
+        return sizes
+
+    def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._blocks.put(None)
+            writer.join()
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -142,6 +166,7 @@ class BackgroundSizes:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        self._stop_writer()  # its next write fails at once: the child is gone
         if self._reader is not None:
             self._reader.join()  # the child is gone: its stdout is at end of file
         for f in (proc.stdin, proc.stdout):
