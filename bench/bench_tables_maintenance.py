@@ -423,7 +423,7 @@ def on_latency_store(args: Any, size: dict[str, int]) -> int:
     where = f"S3, {delay_ms:g} ms"
     base = TMP_DIR / f"tables_maintenance_s3-{tables}x{snapshots}"
     shutil.rmtree(base, ignore_errors=True)
-    with latency_store(base / "s3", delay_ms) as store:
+    with latency_store(base / "s3", delay_ms, proxy_kind="process") as store:
         saved = {k: os.environ.get(k) for k in store.env}
         os.environ.update(store.env)
         try:

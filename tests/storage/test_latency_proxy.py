@@ -172,3 +172,42 @@ def test_exclusive_create_through_the_proxy(slow_s3: Any) -> None:
     stats = slow_s3.proxy.stats()
     assert stats["requests_by_kind"].get("PUT", 0) >= 8  # every attempt went through the proxy
     assert stats["statuses"].get("412", 0) >= 7  # and the server refused the losers there
+
+
+@pytest.mark.s3
+def test_the_proxy_in_a_process_of_its_own_delays_and_counts_the_same(s3_server: Any) -> None:
+    """`ProcessDelayProxy` (the tables' benchmark: its clients run in the bench's process, where
+    the proxy's event loop would take turns on their interpreter lock): every request pays the
+    delay, the counts come back from the other process, reset and a new delay reach it, and it
+    runs in another process and is gone after `stop`."""
+    import os
+
+    from bench.objstore import ProcessDelayProxy
+
+    bucket = s3_server.create_bucket()
+    direct = _client(s3_server.endpoint_url, s3_server)
+    direct.put_object(Bucket=bucket, Key="k", Body=b"0123456789")
+    proxy = ProcessDelayProxy(int(s3_server.endpoint_url.rsplit(":", 1)[1]), 50)
+    proxy.start()
+    try:
+        assert proxy.pid is not None and proxy.pid != os.getpid()
+        slow = _client(proxy.endpoint_url, s3_server)
+        slow.head_object(Bucket=bucket, Key="k")  # connect
+        proxy.reset_stats()
+        for _ in range(2):
+            t0 = time.perf_counter()
+            assert slow.get_object(Bucket=bucket, Key="k")["Body"].read() == b"0123456789"
+            assert time.perf_counter() - t0 >= 0.05
+        proxy.delay_ms = 250
+        t0 = time.perf_counter()
+        slow.head_object(Bucket=bucket, Key="k")
+        assert time.perf_counter() - t0 >= 0.25
+        stats = proxy.stats()
+        assert stats["requests_by_kind"] == {"GET": 2, "HEAD": 1}
+        assert stats["statuses"] == {"200": 3}
+        pid = proxy.pid
+    finally:
+        proxy.stop()
+    assert proxy.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
