@@ -40,7 +40,8 @@ an explicit ``gc.enabled=true``, as a table's owner would, before the clock star
 kept under bench/results/tmp and reused by the next run unless ``--rebuild``); ``--quick``:
 20 tables x 5 snapshots (the tests' scale). ``--latency-ms 20`` runs on s3s-fs behind a proxy
 adding 20 ms to each request (the lakehouse built and expired on the server directly) and
-reports the requests per table the proxy counted, for both tools (results:
+reports the requests per table the proxy counted, for both tools. Both run in this process, so
+the proxy runs in a process of its own (`bench.objstore.ProcessDelayProxy`; results:
 ``tables_maintenance_s3``, module ``tables_maintenance``).
 """
 
