@@ -135,3 +135,28 @@ def test_allocate_many_on_s3_creates_the_markers_in_flight_and_skips_taken_ones(
     assert got == [2, 4, 6, 7, 8]
     assert [alloc.owner(n) for n in got] == ["g"] * 5 and alloc.owner(3) == alloc.owner(5) == "other"
     assert alloc.allocate("b") == 9
+
+
+def test_an_allocator_starts_above_its_own_last_number_and_falls_back_when_others_went_on(tmp_path, monkeypatch):
+    """The next allocation of an allocator looks above the number it took last (its marker and
+    the next probed together, the hint not read); when another allocator took numbers meanwhile,
+    or a prune removed its marker, it goes by the hint and the listing as before: never a number
+    below one already handed out."""
+    storage = Storage(str(tmp_path / "_control"))
+    a, b = SeqAllocator(storage), SeqAllocator(storage)
+    reads: list[str] = []
+    read = Storage.read
+    monkeypatch.setattr(Storage, "read", lambda self, path, *args, **kw: (reads.append(path), read(self, path, *args, **kw))[1])
+    assert a.allocate("a1") == 1
+    reads.clear()
+    assert a.allocate("a2") == 2
+    assert reads == []  # no hint read: its own last number, and the next one free
+    assert [b.allocate("b1"), b.allocate("b2")] == [3, 4]
+    assert a.allocate("a3") == 5  # the next one above its own was taken: by the hint
+    assert a.allocate_many("a4", 3) == [6, 7, 8]
+    reads.clear()
+    assert b.allocate("b3") == 9
+    assert reads == ["_seq/_hint"]
+    assert a.prune(keep_last=1) == 8  # a's own marker 8 is gone
+    assert a.allocate("a5") == 10
+    assert [storage.read(a.marker_path(n)) for n in (9, 10)] == [b"b3", b"a5"]

@@ -175,3 +175,24 @@ def test_version_not_found_names_the_range(lh):
         lh.view(version=-1)
     with pytest.raises(ValidationError):
         lh.root_at(version=1, as_of=0)
+
+
+def test_a_handle_looks_above_the_version_it_committed_and_sees_other_writers(lh, monkeypatch):
+    """The handle that committed version V finds the latest from V (V and V+1 probed together,
+    the hint not read); another handle's commits since, or an expiry past V, send it by the
+    hint as before: never an older version than the latest."""
+    from trinitylake.storage import Storage
+
+    other = Lakehouse.open(lh.uri, audit=False)
+    v = lh.create_table("ns", "mine")
+    reads: list[str] = []
+    read = Storage.read
+    monkeypatch.setattr(Storage, "read", lambda self, path, *a, **k: (reads.append(path), read(self, path, *a, **k))[1])
+    assert lh.latest_version() == v and "_latest_hint.txt" not in reads
+    assert other.create_table("ns", "theirs") == v + 1
+    assert other.create_table("ns", "theirs2") == v + 2
+    reads.clear()
+    assert lh.latest_version() == v + 2 and "_latest_hint.txt" in reads
+    assert lh.create_table("ns", "mine2") == v + 3  # the hint is raised to it, as ever
+    os.remove(os.path.join(local_dir(lh), root_name(v + 3).lstrip("/")))  # as if gone, next not written
+    assert lh.latest_version() == v + 2

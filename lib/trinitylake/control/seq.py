@@ -35,6 +35,9 @@ class SeqAllocator:
     def __init__(self, storage: Storage, prefix: str = "_seq"):
         self.storage = storage
         self.prefix = prefix.strip("/")
+        #: The number this allocator took last (0: none yet): where the next allocation looks
+        #: first, before the hint.
+        self._took = 0
 
     def __repr__(self) -> str:
         return f"SeqAllocator({self.storage.uri(self.prefix)!r})"
@@ -61,7 +64,7 @@ class SeqAllocator:
         if not txn_id:
             raise ValueError("txn_id must be a non-empty string")
         data = txn_id.encode("utf-8")
-        n = self._probe_free(self._start())
+        n = self._first_free()
         while True:
             try:
                 self.storage.create_exclusive(self.marker_path(n), data)
@@ -76,6 +79,7 @@ class SeqAllocator:
                 n = self._probe_free(self._listed_max())
                 continue
             self._write_hint(n)
+            self._took = max(self._took, n)
             return n
 
     def allocate_many(self, txn_id: str, count: int) -> list[int]:
@@ -103,6 +107,7 @@ class SeqAllocator:
             n = numbers.stop
         if count > 1:
             self._write_hint(out[-1])
+        self._took = max(self._took, out[-1])
         return out
 
     def last(self) -> int:
@@ -140,6 +145,19 @@ class SeqAllocator:
         return len(doomed)
 
     # ---- internals --------------------------------------------------------------------
+    def _first_free(self) -> int:
+        """Where an allocation tries first: above the number this allocator took last when its
+        marker is still there and the next one is free (both probed together, no read of the
+        hint: on an object store one round trip instead of three), else above the hint's or the
+        listing's newest marker."""
+        took = self._took
+        if took > 0:
+            here, above = self.storage.exists_many([self.marker_path(took), self.marker_path(took + 1)])
+            if here and not above:
+                return took + 1
+        # Others allocated meanwhile (the hint jumps over their numbers), or a prune took ours.
+        return self._probe_free(self._start())
+
     def _start(self) -> int:
         """A sequence number known to be allocated and still present (0: none)."""
         hint = self._read_hint()
