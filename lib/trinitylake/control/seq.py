@@ -51,7 +51,7 @@ class SeqAllocator:
         return f"{self.prefix}/_hint"
 
     # ---- public API -------------------------------------------------------------------
-    def allocate(self, txn_id: str) -> int:
+    def allocate(self, txn_id: str, *, hint: bool = True) -> int:
         """Atomically take the next sequence number for `txn_id` and return it.
 
         Numbers are unique and strictly increasing in allocation order across processes and
@@ -64,21 +64,24 @@ class SeqAllocator:
         if not txn_id:
             raise ValueError("txn_id must be a non-empty string")
         data = txn_id.encode("utf-8")
-        n = self._first_free()
+        n, above_present = self._first_free()
         while True:
             try:
                 self.storage.create_exclusive(self.marker_path(n), data)
             except (FileExistsError, UnknownOutcomeError):
                 # Taken, or possibly ours but unreadable: skipping it only leaves a gap.
-                n += 1
+                n, above_present = n + 1, False
                 continue
             # Markers are contiguous up to the newest, so the previous one exists unless a
             # prune deleted it. A missing predecessor means our (stale) starting point lay in
-            # the pruned region and `n` may be a number handed out long ago: abandon it.
-            if n > 1 and not self.storage.exists(self.marker_path(n - 1)):
-                n = self._probe_free(self._listed_max())
+            # the pruned region and `n` may be a number handed out long ago: abandon it. (Not
+            # asked when `n - 1` was seen present just before: a prune removes the oldest
+            # markers first, so nothing above a present one was ever pruned.)
+            if n > 1 and not above_present and not self.storage.exists(self.marker_path(n - 1)):
+                n, above_present = self._probe_free(self._listed_max()), False
                 continue
-            self._write_hint(n)
+            if hint:
+                self._write_hint(n)
             self._took = max(self._took, n)
             return n
 
@@ -91,7 +94,7 @@ class SeqAllocator:
         """
         if count <= 0:
             return []
-        out = [self.allocate(txn_id)]
+        out = [self.allocate(txn_id, hint=False)]
         data = txn_id.encode("utf-8")
         n = out[0] + 1
         while len(out) < count:
@@ -105,8 +108,7 @@ class SeqAllocator:
                     raise r
                 out.append(m)
             n = numbers.stop
-        if count > 1:
-            self._write_hint(out[-1])
+        self._write_hint(out[-1])
         self._took = max(self._took, out[-1])
         return out
 
@@ -145,18 +147,18 @@ class SeqAllocator:
         return len(doomed)
 
     # ---- internals --------------------------------------------------------------------
-    def _first_free(self) -> int:
-        """Where an allocation tries first: above the number this allocator took last when its
-        marker is still there and the next one is free (both probed together, no read of the
-        hint: on an object store one round trip instead of three), else above the hint's or the
-        listing's newest marker."""
+    def _first_free(self) -> tuple[int, bool]:
+        """Where an allocation tries first, and whether the marker below it was just seen: above
+        the number this allocator took last when its marker is still there and the next one is
+        free (both probed together, no read of the hint: on an object store one round trip
+        instead of three), else above the hint's or the listing's newest marker."""
         took = self._took
         if took > 0:
             here, above = self.storage.exists_many([self.marker_path(took), self.marker_path(took + 1)])
             if here and not above:
-                return took + 1
+                return took + 1, True
         # Others allocated meanwhile (the hint jumps over their numbers), or a prune took ours.
-        return self._probe_free(self._start())
+        return self._probe_free(self._start()), False
 
     def _start(self) -> int:
         """A sequence number known to be allocated and still present (0: none)."""
