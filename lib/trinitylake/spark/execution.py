@@ -85,7 +85,8 @@ class Limits:
     #: files, candidates to delete, files to copy) runs on the driver.
     local_max_items: int = 200_000
     #: Rows a driver-local phase may hold at once (walk output, listing, candidates). A driver
-    #: walk of 1.1M files peaked at 691 MiB, about `ROW_BYTES` per held row.
+    #: walk of 1.1M files peaked at 811 MiB RSS, and the orphans job that also held its 1.22M-row
+    #: listing at 893 MiB (each definition held once, each level's rows released as it ends).
     driver_max_rows: int = 1_200_000
     #: Threads of a driver-local phase, and I/O threads inside one executor task.
     threads: int = 16
