@@ -200,11 +200,10 @@ class Walk:
         self.selfs: list[RowSet] = []
         self.leaf_parts: list[RowSet] = []
         self.sizes = True
-        # While the levels run on the driver: the definition keys they met, each once (see
-        # `_met`), how many, and whether every level ran there (then `leaf_parts` hold each key
-        # once, in the order fed to the second process that sizes them meanwhile).
+        # While the levels run on the driver: how many definition keys they met, each once (see
+        # `_met`), and whether every level ran there (then `leaf_parts` hold each key once, in
+        # the order fed to the second process that sizes them meanwhile).
         self.met = 0
-        self.met_keys: RowSet | None = None
         self.on_driver_only = True
         self.sizer: BackgroundSizes | None = None
 
@@ -331,16 +330,14 @@ class Walk:
         holds each definition once, however many nodes name it (1.01M keys met 3.4M times in a
         1.1M-file walk). Counted as held, and handed, in the parts' order, to the second process
         that sizes them meanwhile."""
-        if self.met_keys is not None:  # first the keys met before: most of a deep level's
-            leaves = leaves.anti_join(self.met_keys)
+        if self.leaf_parts:  # first the keys earlier (driver) levels met: most of a deep level's
+            leaves = leaves.anti_join(rowsets.chain(self.leaf_parts).select("path"))
         new = leaves.first_by("path", "first_version", "kind")
         n = new.totals()[0]
         self.leaf_parts.append(new)
         self.met += n
-        paths = new.select("path")
-        self.met_keys = paths if self.met_keys is None else self.met_keys.union(paths)
         if self.sizer is not None and self.sizer.active and n:
-            column = paths.to_table().column("path")
+            column = new.to_table().column("path")
             for at in range(0, n, _FEED_KEYS):  # a bounded list of Python strings at a time
                 self.sizer.add(column.slice(at, _FEED_KEYS).to_pylist())
 
@@ -398,7 +395,7 @@ class Walk:
         by `_FED`): from the second process when it answered for every key met, else sized in
         this process."""
         everything = self.sizer.finish(self.met) if self.sizer is not None else None
-        if everything is None or _FED not in leaves.column_names:
+        if everything is None:
             keys = [str(k) for k in leaves.column("path").to_pylist()]
             return pa.array(reach.sizes_of(self.reader, keys, self.io_threads), pa.int64())
         sizes = pa.Array.from_buffers(pa.int64(), self.met, [None, pa.py_buffer(everything)]).take(leaves.column(_FED))
@@ -424,7 +421,7 @@ class Walk:
             table = leaves.to_table()
             with place.phase(phase, items, f"size {items} definition files"):
                 lsize = self._sizes(table) if sizes else None
-            table = table.drop_columns([c for c in table.column_names if c == _FED])
+            table = table.drop_columns([_FED])
             if lsize is not None:
                 return selfs.union(rowsets.driver(self.ex, table.add_column(2, size_field, lsize)))
             leaves = rowsets.driver(self.ex, table)
