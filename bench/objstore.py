@@ -983,8 +983,7 @@ class ProcessDelayProxy:
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            _stop_process(proc)
         if proc.stdout is not None:
             proc.stdout.close()
 
