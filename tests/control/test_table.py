@@ -335,3 +335,22 @@ def test_a_long_lived_writer_reloads_its_kept_table_and_writes_the_checkpoints(t
     for v in range(table_mod.CHECKPOINT_INTERVAL, version + 1, table_mod.CHECKPOINT_INTERVAL):
         assert f"{v:020d}.checkpoint.parquet" in log
     assert [r.txn_seq for r in ControlTable(uri).records()] == list(range(1, n + 1))
+
+
+def test_an_append_can_leave_its_checkpoint_to_be_written_later(tmp_path):
+    """`append(checkpoint=False)` at a checkpoint version writes the rows but not the
+    checkpoint; `write_due_checkpoint` writes it (once: a second call writes nothing)."""
+    uri = str(tmp_path / "ctl")
+    a = ControlTable(uri)
+    for seq in range(1, table_mod.CHECKPOINT_INTERVAL + 1):
+        a.append([full_record(seq)], checkpoint=False)
+    version = DeltaTable(uri).version()
+    assert version == table_mod.CHECKPOINT_INTERVAL
+    checkpoint = os.path.join(uri, "_delta_log", f"{version:020d}.checkpoint.parquet")
+    assert not os.path.exists(checkpoint)
+    assert [r.txn_seq for r in ControlTable(uri).records()] == list(range(1, version + 1))
+    a.write_due_checkpoint()
+    assert os.path.exists(checkpoint)
+    os.remove(checkpoint)
+    a.write_due_checkpoint()
+    assert not os.path.exists(checkpoint)

@@ -28,7 +28,7 @@ from tests.oracle.expect import oracle_for
 from tests.oracle.tables import root_name, table_pointers
 from tests.rest_catalog.server import new_lakehouse, start
 from trinitylake.iceberg import TrinityLakeCatalog
-from trinitylake.rest_catalog.group_commit import GroupCommitter, _AuditBatch, _Commit
+from trinitylake.rest_catalog.group_commit import ACTIVE_S, GroupCommitter, _AuditBatch, _Commit
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 KEEP_LOG = {"write.metadata.previous-versions-max": "10000"}
@@ -106,6 +106,36 @@ def test_a_failing_requirement_is_refused_alone_amid_a_group(tmp_path: Path) -> 
     assert sorted(r["command"] for r in rows) == sorted(
         f"catalog serve commit table n.t{i}" for i in (0, 1, 0, 2))
     assert len({r["txn_seq"] for r in rows}) == 4
+
+
+def test_the_audited_markers_and_a_due_checkpoint_follow_the_answers(tmp_path: Path, monkeypatch) -> None:
+    """A group's writers are answered once its rows are appended; the version's audited marker
+    and a checkpoint of the control table that the append made due are written after (on an
+    object store: 2 round trips and a few hundred ms the writers do not wait for)."""
+    from trinitylake.control import table as table_mod
+
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("rest", lakehouse=lh)
+    cat.create_namespace("n")
+    uuid = cat.create_table("n.t0", schema=SCHEMA).metadata.table_uuid
+    cat.audit_command = "catalog serve"
+    control = Path(_local(lh)) / "_control"
+    monkeypatch.setattr(table_mod, "CHECKPOINT_INTERVAL", DeltaTable(str(control)).version() + 1)
+    g = GroupCommitter()
+    release = threading.Event()
+    g.audit._after.submit(release.wait, 30)  # holds the work after appends back
+    group = [_Commit(cat, ("n", "t0"), (AssertTableUUID(uuid=uuid),), (SetPropertiesUpdate(updates={"c": "a"}),))]
+    g._lead(cat, group)
+    version = group[0].version
+    assert group[0].done and group[0].error is None and version == cat.lakehouse.latest_version()
+    assert len(_commit_rows(lh, "n.t0")) == 1  # the rows are there when the writer is answered
+    marker = control / "_audited" / f"{version:020d}"
+    delta_version = DeltaTable(str(control)).version()
+    checkpoint = control / "_delta_log" / f"{delta_version:020d}.checkpoint.parquet"
+    assert not marker.exists() and not checkpoint.exists()
+    release.set()
+    g.audit.settled()
+    assert marker.exists() and checkpoint.exists()
 
 
 def test_a_metadata_file_that_fails_refuses_its_commit_and_the_later_ones_to_its_table(tmp_path: Path) -> None:
@@ -321,6 +351,36 @@ def test_an_audit_append_waits_for_the_group_being_written_and_a_lone_one_does_n
     assert not waiting.is_alive() and (batch.appends, batch.rows) == (3, 7)
 
 
+def test_an_audit_append_does_not_wait_for_a_group_whose_root_takes_longer_than_an_append(tmp_path: Path) -> None:
+    """On an object store a root costs more round trips than an append: the rows of a group
+    whose root exists are appended at once, not after the root of the group behind it."""
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("rest", lakehouse=lh)
+    auditor = cat.lakehouse.auditor
+    batch = _AuditBatch()
+    batch.rooted(0.3)
+    batch.expect()
+    batch.append(auditor, _rows_of(cat, 1, 1), 1, None)  # measures an append (a few ms here)
+    assert batch.append_s is not None and batch.append_s < batch.root_s
+
+    batch.expect()  # group 2: its root exists, its rows come now
+    batch.expect()  # group 3: still being written
+    first = threading.Thread(target=batch.append, args=(auditor, _rows_of(cat, 2, 2), 2, None), daemon=True)
+    first.start()
+    first.join(30)
+    assert not first.is_alive() and (batch.appends, batch.rows) == (2, 3)  # written without group 3's rows
+
+    batch.root_s = batch.append_s / 2  # roots quicker than appends (local disk): it waits again
+    batch.expect()  # group 4 (group 3 is still being written)
+    waiting = threading.Thread(target=batch.append, args=(auditor, _rows_of(cat, 4, 1), 4, None), daemon=True)
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and batch.appends == 2
+    batch.append(auditor, _rows_of(cat, 3, 3), 3, None)
+    waiting.join(30)
+    assert not waiting.is_alive() and (batch.appends, batch.rows) == (3, 7)
+
+
 class _WaitSpy:
     """Stands in for the committer's condition's `wait` (holding no real lock): records each
     timeout and runs `arrive` at the first call, as a writer's commit arriving during it would."""
@@ -343,8 +403,8 @@ def test_a_lone_writers_lead_never_waits_for_others():
     g = GroupCommitter()
     spy = _WaitSpy()
     g._cond.wait = spy
-    g._recent = {("n", "t0"): 0.0}
-    g._in_flight, g._return_s = 1, 0.02
+    g._recent, g._inside = {("n", "t0"): 0.0}, {("n", "t0"): 1}
+    g._return_s = 0.02
     g._queue = [object()]
     g._gather(0.0)
     assert spy.timeouts == []
@@ -354,12 +414,12 @@ def test_the_lead_gathers_the_active_writers_next_commits_for_a_bounded_time():
     g = GroupCommitter()
     time_now = time.monotonic()
     g._recent = {("n", "t0"): time_now, ("n", "t1"): time_now, ("n", "t2"): time_now}
-    g._in_flight, g._return_s = 1, 0.01
+    g._inside, g._return_s = {("n", "t0"): 1}, 0.01
     g._queue = [object()]
 
     def arrive():  # t1's and t2's next commits come in
         g._queue += [object(), object()]
-        g._in_flight += 2
+        g._inside.update({("n", "t1"): 1, ("n", "t2"): 1})
 
     spy = _WaitSpy(arrive)
     g._cond.wait = spy
@@ -367,9 +427,31 @@ def test_the_lead_gathers_the_active_writers_next_commits_for_a_bounded_time():
     assert len(spy.timeouts) == 1  # woken by the arrivals, not by the deadline
     assert 0 < spy.timeouts[0] <= min(g.gather_max_s, 2 * g._return_s)
     # a writer gone quiet for longer than ACTIVE_S no longer counts
-    g._recent = {("n", "t0"): time_now, ("n", "old"): time_now - 10}
-    g._in_flight = 1
+    g._recent = {("n", "t0"): time_now, ("n", "old"): time_now - 10, ("n", "slow"): time_now - 10}
+    g._inside = {("n", "t0"): 1, ("n", "slow"): 1}  # slow: its commit inside for 10 s
     spy = _WaitSpy()
     g._cond.wait = spy
     g._gather(time_now)
-    assert spy.timeouts == [] and ("n", "old") not in g._recent
+    assert spy.timeouts == [] and ("n", "old") not in g._recent and ("n", "slow") in g._recent
+
+
+def test_a_writer_counts_as_active_from_its_answer_not_from_its_commits_arrival():
+    """On an object store a commit is inside for longer than ACTIVE_S: the writer it was
+    answered to a moment ago is still active, and the next lead waits for its next commit."""
+    g = GroupCommitter()
+
+    def lead(catalog, group):  # a group written for longer than ACTIVE_S
+        time.sleep(ACTIVE_S * 1.5)
+        with g._cond:
+            g._leading = False
+            for c in group:
+                c.response, c.done = "ok", True
+            g._cond.notify_all()
+
+    g._lead = lead
+    assert g.commit(None, ("n", "a"), (), ()) == "ok"
+    g._return_s = 0.05
+    spy = _WaitSpy()
+    g._cond.wait = spy
+    assert g.commit(None, ("n", "b"), (), ()) == "ok"
+    assert spy.timeouts and all(0 < t <= 0.1 for t in spy.timeouts)  # b's lead waited for a's next commit

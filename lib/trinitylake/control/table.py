@@ -152,6 +152,7 @@ class ControlTable:
         # (reads the log since) instead of loading it again (a long-lived writer: the catalog server)
         self._appended: DeltaTable | None = None
         self._appended_uses = 0  # appends through `_appended` since it was loaded
+        self._checkpoint_due: int | None = None  # a checkpoint version an append left to `write_due_checkpoint`
 
     def __repr__(self) -> str:
         return f"ControlTable({self.uri!r})" if not self.table_name else f"ControlTable({self.table_name!r})"
@@ -373,11 +374,15 @@ class ControlTable:
             rows.create(SCHEMA, "TrinityLake control table: one row per transaction event, keyed by txn_seq")
         self._check_schema(_arrow_schema_of(rows))
 
-    def append(self, records: list[AuditRecord]) -> None:
+    def append(self, records: list[AuditRecord], *, checkpoint: bool = True) -> None:
         """Append `records` in one Delta commit (created on first use).
 
         Concurrent appenders are safe: blind appends never conflict, and delta-rs retries a
         lost commit race; this method retries further with jittered backoff.
+
+        The append that makes a checkpoint version writes the checkpoint, unless `checkpoint`
+        is false: then it is left to `write_due_checkpoint` (a server writes it after answering
+        the writers whose rows these are; on an object store a checkpoint costs a few hundred ms).
         """
         if not records:
             return
@@ -419,7 +424,16 @@ class ControlTable:
                    attempts=_APPEND_ATTEMPTS)
         appended = self._appended
         if appended is not None and appended.version() % CHECKPOINT_INTERVAL == 0:
-            self._checkpoint(appended.version())
+            if checkpoint:
+                self._checkpoint(appended.version())
+            else:
+                self._checkpoint_due = appended.version()
+
+    def write_due_checkpoint(self) -> None:
+        """The checkpoint an append with ``checkpoint=False`` left due, if any (best effort)."""
+        version, self._checkpoint_due = self._checkpoint_due, None
+        if version is not None:
+            self._checkpoint(version)
 
     def _checkpoint(self, version: int) -> None:
         """The checkpoint of `version` (the append that made it writes it, as delta-rs's hook

@@ -77,11 +77,13 @@ class Auditor:
         fields.setdefault("parent_seq", self.parent_seq)
         return AuditRecord(**fields)
 
-    def append(self, records: list) -> bool:
+    def append(self, records: list, *, checkpoint: bool = True) -> bool:
+        """Append `records` (see ControlTable.append for `checkpoint`); False when they could not
+        be written (logged: never fail a committed version over its audit rows)."""
         if not self.enabled or not records:
             return False
         try:
-            self.control.append(records)
+            self.control.append(records, checkpoint=checkpoint)
             return True
         except Exception as e:  # noqa: BLE001 - never fail a committed version over its audit row
             log.warning("audit rows not written to %s (%s: %s); they will be reconciled", self.control_uri, type(e).__name__, e)
@@ -96,6 +98,13 @@ class Auditor:
             self.control.storage.write(f"{self.AUDITED_PREFIX}/{version:020d}", b"1")
         except Exception as e:  # noqa: BLE001 - only an optimisation for the next writer
             log.debug("audited marker for version %s not written: %s", version, e)
+
+    def audited(self, version: int, version_before: int | None) -> None:
+        """What follows the append of `version`'s rows: its audited marker, then (when a version
+        came before it) the reconciling of the versions just below it."""
+        self._mark_audited(version)
+        if version_before is not None:
+            self.reconcile_before(version)
 
     def reconcile_before(self, version: int) -> int:
         """The next writer's duty: versions just below `version` whose writer died between
@@ -168,9 +177,7 @@ class Auditor:
             ]
         )
         if ok:
-            self._mark_audited(version_after)
-            if version_before is not None:
-                self.reconcile_before(version_after)
+            self.audited(version_after, version_before)
 
     def failed(
         self,

@@ -14,7 +14,9 @@ meets the same one-log bottleneck with group commit, and so does the server
   own error (409 ``CommitFailedException``) and the group goes on without it.
 * Nothing is answered before its version exists: every answer waits for the group's root, and
   for the group's audit rows. The lead passes on as soon as the root exists, so the next
-  group's root is written while this group's rows are appended.
+  group's root is written while this group's rows are appended. What only serves later
+  readers and writers (the versions' audited markers, the check for unaudited versions
+  below them, a due checkpoint of the control table) follows the answers (`_AuditBatch`).
 * The audit keeps one row per client commit: the transaction's own ``committed`` row names the
   group's first commit; every other commit gets a ``committed`` row of its own (its own
   txn_seq, the same transaction id) naming the version it landed in.
@@ -31,6 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -99,8 +102,8 @@ class GroupCommitter:
         self.audit = _AuditBatch()
         self.gather_max_s = GATHER_MAX_S
         self._gathering = False
-        self._in_flight = 0  # commits inside `commit`
-        self._recent: dict[tuple[str, str], float] = {}  # table -> when its last commit arrived
+        self._inside: dict[tuple[str, str], int] = {}  # table -> its commits inside `commit`
+        self._recent: dict[tuple[str, str], float] = {}  # table -> when its last commit arrived or was answered
         self._answered: dict[tuple[str, str], float] = {}  # table -> when its last commit was answered
         self._return_s = 0.0  # moving average of the time from an answer to that writer's next commit
         #: Groups written and commits in them (for tests and the benchmark).
@@ -114,20 +117,20 @@ class GroupCommitter:
         mine = _Commit(catalog, key, tuple(requirements), tuple(updates))
         with self._cond:
             self._queue.append(mine)
-            self._in_flight += 1
+            self._inside[key] = self._inside.get(key, 0) + 1
             now = time.monotonic()
             self._recent[key] = now
             answered = self._answered.pop(key, None)
             if answered is not None and now - answered < ACTIVE_S:
                 # how long a writer takes to come back with its next commit
-                self._return_s = 0.8 * self._return_s + 0.2 * (now - answered) if self._return_s else now - answered
+                self._return_s = _moving(self._return_s or None, now - answered)
             if self._gathering:
                 self._cond.notify_all()
             while not mine.done and (self._leading or mine.taken):
                 self._cond.wait()
             if not mine.done:
                 self._leading = True
-                self._gather(now)
+                self._gather(time.monotonic())
                 group, self._queue = self._queue[:self.max_group], self._queue[self.max_group:]
                 for c in group:
                     c.taken = True
@@ -136,31 +139,40 @@ class GroupCommitter:
                 self._lead(mine.catalog, group)
         finally:
             with self._cond:
-                self._in_flight -= 1
-                self._answered[key] = time.monotonic()
+                if self._inside[key] > 1:
+                    self._inside[key] -= 1
+                else:
+                    del self._inside[key]
+                self._recent[key] = self._answered[key] = time.monotonic()
         if mine.error is not None:
             raise mine.error
         assert mine.response is not None
         return mine.response
 
     def _gather(self, now: float) -> None:
-        """(Called by the lead, holding the lock.) Wait for the next commits of the writers seen
-        in the last `ACTIVE_S` that are not here yet, for at most twice the time writers take to
-        come back (and `gather_max_s`), as PostgreSQL's commit_delay does when commit_siblings
-        are active. A lone writer never waits.
+        """(Called by the lead, holding the lock.) Wait for the next commits of the writers
+        answered in the last `ACTIVE_S` that are not back yet, for at most twice the time writers
+        take to come back (and `gather_max_s`), as PostgreSQL's commit_delay does when
+        commit_siblings are active. A lone writer never waits.
+
+        A writer counts from its answer, not from its commit's arrival: on an object store a
+        commit is inside for longer than `ACTIVE_S` (900 ms at 20 ms a round trip), and counted
+        from arrival all 31 writers of the group just answered looked gone, so the first one
+        back was written alone and the rest waited a whole root for it.
 
         Why: a group's root, hints, txn_seq markers and audit append cost the same whatever the
         group's size; with 8 writers on 2 cores, groups of 2.3 commits spent 12.8 ms of server CPU
         a commit, groups of 7 about half that (and 78 -> 105 commits/s)."""
         if self.gather_max_s <= 0:
             return
-        for k in [k for k, t in self._recent.items() if now - t > ACTIVE_S]:
+        for k in [k for k, t in self._recent.items() if now - t > ACTIVE_S and k not in self._inside]:
             del self._recent[k]
             self._answered.pop(k, None)
         deadline = now + min(self.gather_max_s, 2 * self._return_s)
         self._gathering = True
         try:
-            while len(self._recent) > self._in_flight and len(self._queue) < self.max_group:
+            while (len(self._queue) < self.max_group
+                   and any(k not in self._inside for k in self._recent)):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -180,9 +192,11 @@ class GroupCommitter:
         """Write `group`, hand the lead on as soon as its root exists (the next group's root is
         written while this group's audit rows are appended), then answer the group."""
         append: Callable[[], None] | None = None
+        taken = time.monotonic()
         self.audit.expect()  # this group's rows are on their way: an append starting now waits for them
         try:
             append = self._write(self._leader_catalog(catalog), group)
+            self.audit.rooted(time.monotonic() - taken)
         except BaseException as e:  # noqa: BLE001 - every commit of the group gets an answer
             for c in group:
                 if not c.settled:
@@ -417,6 +431,11 @@ class _AuditBatch:
     one that is about to start while a group is being written waits for that group's rows
     (`expect`), for at most `wait_groups` groups: the writers whose commits are in it would
     otherwise wait for the next append anyway. No timer: a lone writer's append starts at once.
+
+    It waits only while a group's root takes no longer than an append (moving averages of
+    both). On an object store the other way round holds: at 20 ms a round trip, a root took
+    300 ms and an append 200 ms, and a group of 31 commits waiting for the root of the one
+    straggler behind it answered its writers 600 ms after its own root instead of 250 ms.
     """
 
     def __init__(self, wait_groups: int = AUDIT_WAIT_GROUPS) -> None:
@@ -425,14 +444,28 @@ class _AuditBatch:
         self._writing = False
         self._expected = 0  # groups being written whose rows (or `cancel`) will come
         self.wait_groups = wait_groups
+        #: Moving averages of a group's root (from its taking to its root) and of an append, in
+        #: seconds (None: none measured yet).
+        self.root_s: float | None = None
+        self.append_s: float | None = None
         #: Appends written, and the rows in them (for tests and the benchmark).
         self.appends = 0
         self.rows = 0
+        #: The work after each append (`_settle`), one at a time, in order.
+        self._after = ThreadPoolExecutor(1, thread_name_prefix="audit-settle")
 
     def expect(self) -> None:
         """A group is being written: its rows (`append`) or `cancel` follows."""
         with self._cond:
             self._expected += 1
+
+    def rooted(self, seconds: float) -> None:
+        """A group's root took `seconds` from the group's taking."""
+        with self._cond:
+            self.root_s = _moving(self.root_s, seconds)
+
+    def _worth_waiting(self) -> bool:
+        return self.root_s is None or self.append_s is None or self.root_s <= self.append_s
 
     def cancel(self) -> None:
         """An expected group brings no rows (it failed, or auditing is off)."""
@@ -452,21 +485,40 @@ class _AuditBatch:
                 return
             self._writing = True
             arrived = len(self._queue)
-            while self._expected > 0 and len(self._queue) - arrived < self.wait_groups:
+            while self._expected > 0 and len(self._queue) - arrived < self.wait_groups and self._worth_waiting():
                 self._cond.wait()
             batch, self._queue = self._queue, []
             self.appends += 1
             self.rows += sum(len(b.rows) for b in batch)
+        began = time.monotonic()
+        appended = False
         try:
-            if auditor.append([r for b in batch for r in b.rows]):
-                for b in batch:
-                    auditor._mark_audited(b.version)  # noqa: SLF001 - as Auditor.committed does after its row
-                for b in batch:
-                    if b.version_before is not None:
-                        auditor.reconcile_before(b.version)
+            appended = auditor.append([r for b in batch for r in b.rows], checkpoint=False)
         finally:
             with self._cond:
+                self.append_s = _moving(self.append_s, time.monotonic() - began)
                 for b in batch:
                     b.done = True
                 self._writing = False
                 self._cond.notify_all()
+        if appended:
+            self._after.submit(self._settle, auditor, batch)
+
+    @staticmethod
+    def _settle(auditor: Auditor, batch: list[_Rows]) -> None:
+        """What follows an append, once its writers are answered: on an object store the
+        audited markers, the check below them and a due checkpoint are 2 round trips and
+        sometimes a few hundred ms, none of which the rows' writers need to wait for. In
+        version order, one batch after another (the check below a version finds the markers
+        of the batches before it written)."""
+        for b in batch:
+            auditor.audited(b.version, b.version_before)
+        auditor.control.write_due_checkpoint()
+
+    def settled(self) -> None:
+        """Wait for the work of the appends so far to be done (for tests and shutdown)."""
+        self._after.submit(lambda: None).result()
+
+
+def _moving(average: float | None, sample: float) -> float:
+    return sample if average is None else 0.8 * average + 0.2 * sample
