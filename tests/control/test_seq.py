@@ -160,3 +160,39 @@ def test_an_allocator_starts_above_its_own_last_number_and_falls_back_when_other
     assert a.prune(keep_last=1) == 8  # a's own marker 8 is gone
     assert a.allocate("a5") == 10
     assert [storage.read(a.marker_path(n)) for n in (9, 10)] == [b"b3", b"a5"]
+
+
+def test_allocate_many_above_its_own_last_number_creates_every_marker_in_one_batch(tmp_path, monkeypatch):
+    """Above the allocator's own last number, seen present with the next one free, all of a
+    group's markers are created together (on an object store: one round trip for all); from a
+    start found by the hint the first is taken alone, with its predecessor check, then the rest."""
+    storage = Storage(str(tmp_path / "_control"))
+    a, b = SeqAllocator(storage), SeqAllocator(storage)
+    assert a.allocate("a1") == 1
+    singles: list[str] = []
+    batches: list[int] = []
+    one, many = Storage.create_exclusive, Storage.create_exclusive_many
+    in_batch = []  # local disk creates a batch's markers one by one: those are not singles
+
+    def single(self, path, data):
+        if not in_batch:
+            singles.append(path)
+        return one(self, path, data)
+
+    def batch(self, items):
+        batches.append(len(items))
+        in_batch.append(1)
+        try:
+            return many(self, items)
+        finally:
+            in_batch.pop()
+
+    monkeypatch.setattr(Storage, "create_exclusive", single)
+    monkeypatch.setattr(Storage, "create_exclusive_many", batch)
+    assert a.allocate_many("g", 3) == [2, 3, 4]
+    assert singles == [] and batches == [3]
+    singles.clear()
+    batches.clear()
+    assert b.allocate_many("h", 3) == [5, 6, 7]
+    assert singles == [b.marker_path(5)] and batches == [2]
+    assert [a.owner(n) for n in range(1, 8)] == ["a1", "g", "g", "g", "h", "h", "h"]

@@ -138,6 +138,31 @@ def test_the_audited_markers_and_a_due_checkpoint_follow_the_answers(tmp_path: P
     assert marker.exists() and checkpoint.exists()
 
 
+def test_the_leaders_commits_do_not_wait_for_the_lakehouse_hint(tmp_path: Path) -> None:
+    """Through `commit` with the server's own leader catalog: the group's transaction begins
+    while its lead gathers, and the lakehouse's hint is written after the root on a thread of
+    its own; a commit is answered while that thread is held, and the hint follows."""
+    from trinitylake.format.paths import HINT_FILE
+
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("rest", lakehouse=lh)
+    cat.create_namespace("n")
+    uuid = cat.create_table("n.t0", schema=SCHEMA).metadata.table_uuid
+    cat.audit_command = "catalog serve"
+    g = GroupCommitter(leader_catalog=lambda: TrinityLakeCatalog("rest", lakehouse=lh))
+    hint = Path(_local(lh)) / HINT_FILE
+    release = threading.Event()
+    g._hints.submit(release.wait, 30)  # holds the hint's thread
+    before = hint.read_text()
+    g.commit(cat, ("n", "t0"), (AssertTableUUID(uuid=uuid),), (SetPropertiesUpdate(updates={"c": "a"}),))
+    version = cat.lakehouse.latest_version()
+    assert _values(cat.load_table("n.t0").metadata_location, "c") == ["a"] and len(_commit_rows(lh, "n.t0")) == 1
+    assert hint.read_text() == before and int(before) < version
+    release.set()
+    g._hints.submit(lambda: None).result()
+    assert int(hint.read_text()) == version
+
+
 def test_a_metadata_file_that_fails_refuses_its_commit_and_the_later_ones_to_its_table(tmp_path: Path) -> None:
     """The group's metadata files are written together (`write_staged_each`); a store error on
     one (injected) refuses that commit and the group's later commits to the same table, which
@@ -252,6 +277,11 @@ def test_many_writers_through_two_servers_each_commit_exactly_once(tmp_path: Pat
         assert snap_values[v] == 0, v
     assert len(history[-1]["snapshots"]) == len(ok)  # each acknowledged append once, no refused one
     assert len(_commit_rows(lh, "n.shared")) == len(ok)
+    # txn_seq order is version order, through both servers' root races: a group's numbers are
+    # taken after its base root was read, and again after a rebase
+    committed = sorted((r["txn_seq"], r["version_after"]) for r in _audit_rows(lh) if r["record_type"] == "committed")
+    assert len({q for q, _ in committed}) == len(committed)
+    assert [v for _, v in committed] == sorted(v for _, v in committed)
 
 
 def _snapshot_writer(cat: RestCatalog, table: str, key: str, n: int, acked: list[str], refused: list[str]) -> None:
@@ -440,7 +470,7 @@ def test_a_writer_counts_as_active_from_its_answer_not_from_its_commits_arrival(
     answered to a moment ago is still active, and the next lead waits for its next commit."""
     g = GroupCommitter()
 
-    def lead(catalog, group):  # a group written for longer than ACTIVE_S
+    def lead(catalog, group, beginning=None):  # a group written for longer than ACTIVE_S
         time.sleep(ACTIVE_S * 1.5)
         with g._cond:
             g._leading = False

@@ -63,8 +63,15 @@ class SeqAllocator:
         """
         if not txn_id:
             raise ValueError("txn_id must be a non-empty string")
-        data = txn_id.encode("utf-8")
-        n, above_present = self._first_free()
+        n = self._take_from(txn_id.encode("utf-8"), *self._first_free())
+        if hint:
+            self._write_hint(n)
+        self._took = max(self._took, n)
+        return n
+
+    def _take_from(self, data: bytes, n: int, above_present: bool) -> int:
+        """Take the first free number from `n` on (`above_present`: the marker of ``n - 1`` was
+        just seen present)."""
         while True:
             try:
                 self.storage.create_exclusive(self.marker_path(n), data)
@@ -80,23 +87,30 @@ class SeqAllocator:
             if n > 1 and not above_present and not self.storage.exists(self.marker_path(n - 1)):
                 n, above_present = self._probe_free(self._listed_max()), False
                 continue
-            if hint:
-                self._write_hint(n)
-            self._took = max(self._took, n)
             return n
 
     def allocate_many(self, txn_id: str, count: int) -> list[int]:
-        """`count` sequence numbers for `txn_id`, increasing: the first as `allocate` takes one,
-        each next one the first free number after the previous (another allocator may take
-        some in between), the hint written once at the end. For the audit rows of a group of
+        """`count` sequence numbers for `txn_id`, increasing: each the first free number after
+        the previous (another allocator may take some in between), the hint written once at
+        the end. Above this allocator's own last number all are created together; from a start
+        found by the hint, the first is taken as `allocate` takes one. For the audit rows of a group of
         commits (the catalog server's group commit): one marker file each, created in flight
         together, no probing or hint write between them.
         """
         if count <= 0:
             return []
-        out = [self.allocate(txn_id, hint=False)]
+        if not txn_id:
+            raise ValueError("txn_id must be a non-empty string")
         data = txn_id.encode("utf-8")
-        n = out[0] + 1
+        n, above_present = self._first_free()
+        out: list[int] = []
+        if not above_present:
+            # a start found through the hint or a listing: the first one as `allocate` takes
+            # it, with its predecessor check; the rest from there on
+            out.append(self._take_from(data, n, False))
+            n = out[0] + 1
+        # else all of them in flight together from the first free one on: nothing at or above
+        # a present marker was ever pruned (one round trip fewer on an object store)
         while len(out) < count:
             # the rest in flight together (on an object store, one round trip instead of one each)
             numbers = range(n, n + count - len(out))

@@ -237,15 +237,16 @@ class ControlTable:
         except OSError as e:  # e.g. unreachable endpoint, bad credentials
             raise ControlTableError(f"cannot read control table {self.uri}: {_first_line(e)}") from e
 
-    def _updated(self) -> DeltaTable | None:
-        """The table the last append went through, at the latest version (None: none kept, or
-        its update failed)."""
+    def _kept(self) -> DeltaTable | None:
+        """The table the last append went through, as that append left it (None: none kept,
+        or due to be loaded afresh).
+
+        Not brought up to date first: delta-rs's commit lists the log after the table's version
+        anyway, and commits a blind append above any other writer's commits it finds there
+        (a commit that changed the table's metadata fails it, and the retry loads the table
+        afresh). On an object store the update cost 2 of an append's 8 round trips."""
         dt, self._appended = self._appended, None  # one appender at a time uses it
         if dt is None or self._appended_uses >= RELOAD_AFTER_APPENDS:
-            return None
-        try:
-            dt.update_incremental()
-        except Exception:  # noqa: BLE001 - load it afresh instead
             return None
         return dt
 
@@ -396,10 +397,9 @@ class ControlTable:
 
         def append_once(n: int) -> None:
             # The first attempt writes through the table `_ensure` has just read, when it read
-            # one here, or the one the previous append went through, brought up to date; a
-            # retry reads it again. (A transaction's begin ensures the table first, so a CLI
+            # one here, or the one the previous append went through; a retry reads it again. (A transaction's begin ensures the table first, so a CLI
             # write still reads the log twice: at begin and here.)
-            kept = self._updated() if n == 1 and checked is None else None
+            kept = self._kept() if n == 1 and checked is None else None
             dt = checked if n == 1 and checked is not None else kept or self._load()
             table_schema = pa.schema(dt.schema().to_arrow())
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Executor
 from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec
 
@@ -75,6 +76,10 @@ class Lakehouse:
         self.context = context
         #: The latest version found by `open` (None: not opened that way).
         self.opened_version: int | None = None
+        #: Where `write_hint` writes the hint when set, instead of in the committing thread (a
+        #: long-lived writer that never begins from the hint: the catalog server's group
+        #: commit, whose writers then need not wait for it). None: written at once.
+        self.hint_executor: Executor | None = None
 
     # ---- creation and opening -----------------------------------------------------------
     @classmethod
@@ -183,6 +188,12 @@ class Lakehouse:
 
     def write_hint(self, version: int) -> None:
         """Record `version` as the latest in the hint file (best effort: a failure is logged)."""
+        if self.hint_executor is not None:
+            self.hint_executor.submit(self._write_hint_now, version)
+        else:
+            self._write_hint_now(version)
+
+    def _write_hint_now(self, version: int) -> None:
         try:
             self.storage.write(HINT_FILE, str(version).encode())
         except Exception as e:  # noqa: BLE001 - the hint is best effort by design

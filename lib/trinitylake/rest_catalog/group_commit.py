@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
     from trinitylake.control import AuditRecord
     from trinitylake.iceberg import TrinityLakeCatalog
+    from trinitylake.lakehouse import Transaction
     from trinitylake.lakehouse.audit import Auditor
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,11 @@ class GroupCommitter:
         self._leading = False
         self.max_group = max_group
         self.audit = _AuditBatch()
+        #: Where the next group's transaction begins while its lead gathers, and its txn_seqs
+        #: are taken while its metadata and definition files are written (one lead at a time).
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="group-io")
+        #: Where the lakehouse's hint is written after each root, off the root's path.
+        self._hints = ThreadPoolExecutor(1, thread_name_prefix="group-hint")
         self.gather_max_s = GATHER_MAX_S
         self._gathering = False
         self._inside: dict[tuple[str, str], int] = {}  # table -> its commits inside `commit`
@@ -130,13 +136,15 @@ class GroupCommitter:
                 self._cond.wait()
             if not mine.done:
                 self._leading = True
+                # the transaction begins (a probe of the latest root) while the lead gathers
+                beginning = self._io.submit(self._begin, mine.catalog)
                 self._gather(time.monotonic())
                 group, self._queue = self._queue[:self.max_group], self._queue[self.max_group:]
                 for c in group:
                     c.taken = True
         try:
             if not mine.done:
-                self._lead(mine.catalog, group)
+                self._lead(mine.catalog, group, beginning)
         finally:
             with self._cond:
                 if self._inside[key] > 1:
@@ -186,16 +194,22 @@ class GroupCommitter:
             return fallback
         if self._leader is None:
             self._leader = self._make_leader()
+            # its next group begins above the root it wrote last, never from the hint: the hint
+            # is written after the answers' path, not on it (one round trip a group)
+            self._leader.lakehouse.hint_executor = self._hints
         return self._leader
 
-    def _lead(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> None:
+    def _begin(self, catalog: TrinityLakeCatalog) -> Transaction:
+        return self._leader_catalog(catalog).begin_write("group commit")
+
+    def _lead(self, catalog: TrinityLakeCatalog, group: list[_Commit], beginning: Future[Transaction] | None = None) -> None:
         """Write `group`, hand the lead on as soon as its root exists (the next group's root is
         written while this group's audit rows are appended), then answer the group."""
         append: Callable[[], None] | None = None
         taken = time.monotonic()
         self.audit.expect()  # this group's rows are on their way: an append starting now waits for them
         try:
-            append = self._write(self._leader_catalog(catalog), group)
+            append = self._write(self._leader_catalog(catalog), group, beginning)
             self.audit.rooted(time.monotonic() - taken)
         except BaseException as e:  # noqa: BLE001 - every commit of the group gets an answer
             for c in group:
@@ -219,12 +233,15 @@ class GroupCommitter:
                 self._cond.notify_all()
 
     # ---- one group ---------------------------------------------------------------------------
-    def _write(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> Callable[[], None] | None:
+    def _write(self, catalog: TrinityLakeCatalog, group: list[_Commit],
+               beginning: Future[Transaction] | None = None) -> Callable[[], None] | None:
         """Write `group` as one version (rebuilt after a lost race), settling every commit;
-        returns what appends the group's audit rows (None: nothing to append)."""
+        returns what appends the group's audit rows (None: nothing to append). The first
+        attempt's transaction is `beginning`'s, when given (begun while the lead gathered)."""
         for attempt in range(1, MAX_REGROUPS + 1):
             try:
-                return self._attempt(catalog, group)
+                txn = beginning.result() if beginning is not None and attempt == 1 else catalog.begin_write("group commit")
+                return self._attempt(catalog, group, txn)
             except (TransactionConflictError, TransactionExpiredError) as e:
                 if attempt == MAX_REGROUPS:
                     for c in group:
@@ -235,8 +252,7 @@ class GroupCommitter:
                 log.info("group of %d commits lost to a concurrent commit (%s); rebuilding it", len(group), e)
         return None  # not reached: the last attempt returns
 
-    def _attempt(self, catalog: TrinityLakeCatalog, group: list[_Commit]) -> Callable[[], None] | None:
-        txn = catalog.begin_write("group commit")
+    def _attempt(self, catalog: TrinityLakeCatalog, group: list[_Commit], txn: Transaction) -> Callable[[], None] | None:
         tables: dict[tuple[str, str], Table | None] = {}
         pending: dict[tuple[str, str], str] = {}
         actions: dict[tuple[str, str], str] = {}  # alter or create, as `tlake show` names the change
@@ -245,6 +261,7 @@ class GroupCommitter:
         refused: list[tuple[_Commit, BaseException]] = []
         staged_of: list[tuple[_Commit, StagedTable]] = []  # written together after the loop
         stray: list[str] = []  # metadata files of refused commits: deleted as soon as they are known
+        seqs: Future[list[int]] | None = None
         try:
             for c in group:
                 if c.settled:
@@ -266,6 +283,7 @@ class GroupCommitter:
                 staged_of.append((c, staged))
                 tables[c.key] = Table(identifier=c.key, metadata=staged.metadata,
                                       metadata_location=staged.metadata_location, io=staged.io, catalog=catalog)
+            seqs = self._take_seqs(catalog, txn.id, landed, staged_of)
             # the group's metadata files in flight together (on an object store, one round trip
             # instead of one per commit); a commit whose file failed is refused, and so are the
             # group's later commits to its table, which built on it
@@ -300,6 +318,8 @@ class GroupCommitter:
             if not txn.closed:
                 txn.rollback()
             catalog.delete_unreferenced(written)
+            if seqs is not None:
+                wait([seqs])  # their numbers are gaps: nothing is written at them
             raise
         version: int | None = None
         append: Callable[[], None] | None = None
@@ -308,7 +328,7 @@ class GroupCommitter:
             others = [c for c, _ in landed if c is not first and c.key in pending]
             lh = catalog.lakehouse
             real = lh.auditor
-            group_auditor = _GroupAuditor(real, self, others, len(landed), actions)
+            group_auditor = _GroupAuditor(real, self, others, len(landed), actions, seqs)
             lh.auditor = group_auditor  # type: ignore[assignment]
             try:
                 version = txn.commit(command=f"{first.catalog.audit_command} {first.what}",
@@ -327,11 +347,28 @@ class GroupCommitter:
             append = group_auditor.append
         else:
             txn.rollback()
+            if seqs is not None:
+                wait([seqs])
         for c, resp in landed:
             c.response, c.version, c.settled = resp, version, True
         for c, err in refused:
             c.error, c.settled = err, True
         return append
+
+    def _take_seqs(self, catalog: TrinityLakeCatalog, txn_id: str, landed: list[tuple[_Commit, CommitTableResponse]],
+                   staged_of: list[tuple[_Commit, StagedTable]]) -> Future[list[int]] | None:
+        """Start taking the txn_seqs of the group's audit rows, while its metadata and
+        definition files are written (on an object store: the marker round trips off the root's
+        path). One for each commit to a table that changes (the most rows `audit_rows` makes: a
+        commit whose file then fails leaves its number a gap, as the allocator's losers do).
+        Taken after the transaction's base root was read, as the transaction's own is."""
+        auditor = catalog.lakehouse.auditor
+        changing = {c.key for c, _ in staged_of}
+        count = sum(1 for c, _ in landed if c.key in changing) + len(staged_of)
+        if not count or not auditor.enabled:
+            return None
+        auditor.ensure()
+        return self._io.submit(auditor.control.seq.allocate_many, txn_id, count)
 
     @staticmethod
     def _arguments(c: _Commit, size: int) -> dict[str, str]:
@@ -365,22 +402,35 @@ class _GroupAuditor:
     Delta commit per version, not one per client commit). Everything else is the real one's."""
 
     def __init__(self, real: Auditor, committer: GroupCommitter, others: list[_Commit], size: int,
-                 actions: dict[tuple[str, str], str]):
+                 actions: dict[tuple[str, str], str], taking: Future[list[int]] | None = None):
         self._real, self._committer, self._others, self._size, self._actions = real, committer, others, size, actions
         self._rows: list[AuditRecord] = []
         self._version: int | None = None
         self._version_before: int | None = None
         self._spare: list[int] | None = None  # the other commits' txn_seqs, taken with the transaction's
+        self._taking = taking  # those numbers being taken already (`GroupCommitter._take_seqs`)
 
     def allocate_seq(self, txn_id: str, create: bool = False) -> int | None:
         """The transaction's txn_seq and, in the same allocation, those of the group's other
-        commits (one marker round, one hint write: on an object store, six round trips saved)."""
+        commits (one marker round, one hint write: on an object store, six round trips saved).
+        The first attempt's come from the allocation started while the group's files were
+        written; an attempt after a lost root race (rebased onto a newer root) takes new ones
+        after that root, so txn_seq order stays version order."""
         real = self._real
         if not real.enabled:
             return None
         real.ensure()
-        seqs = real.control.seq.allocate_many(txn_id, 1 + len(self._others))
-        self._spare = seqs[1:]
+        need = 1 + len(self._others)
+        taking, self._taking = self._taking, None
+        seqs: list[int] | None = None
+        if taking is not None:
+            try:
+                seqs = taking.result()
+            except Exception as e:  # noqa: BLE001 - taken again below, where its error is the commit's
+                log.info("txn_seqs taken beside the group's files failed (%s); taking them now", e)
+        if seqs is None or len(seqs) < need:
+            seqs = real.control.seq.allocate_many(txn_id, need)
+        self._spare = seqs[1:need]
         return seqs[0]
 
     def __getattr__(self, name: str) -> Any:
