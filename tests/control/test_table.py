@@ -12,6 +12,8 @@ from deltalake import DeltaTable, write_deltalake
 
 import trinitylake.control.table as table_mod
 from trinitylake.control import SCHEMA, AuditRecord, ControlTable
+from trinitylake.control.delta_schema import conform
+from trinitylake.control.records import records_to_arrow
 from trinitylake.errors import ControlTableError, ValidationError
 
 from ._workers import append_many, run_in_processes
@@ -296,29 +298,67 @@ def test_concurrent_appenders_on_s3_lose_no_rows(s3_bucket, s3_storage_options):
     _check_concurrent_appends(ControlTable(uri, dict(s3_storage_options)), workers, per)
 
 
-def test_a_writer_appends_through_its_kept_table_after_another_writers_append(tmp_path):
-    """A handle keeps the Delta table it appended through and brings it up to date at its next
-    append (a long-lived writer reads only the log since): another handle's append in between is
-    neither lost nor overwritten."""
+def test_appends_after_the_first_are_written_by_the_log_appender_and_lose_no_other_writers(tmp_path, monkeypatch):
+    """After its first append (delta-rs), a handle appends through `LogAppender`: the data file
+    and a commit created only when absent, no delta-rs write. Another handle's appends in
+    between (its own LogAppender's, and delta-rs's) are neither lost nor overwritten: a lost
+    version is retried above them. delta-rs reads every row, with each file's statistics."""
     uri = str(tmp_path / "ctl")
     a, b = ControlTable(uri), ControlTable(uri)
     a.append([full_record(1)])
-    kept = a._appended
-    assert kept is not None
-    b.append([full_record(2)])
+    assert a._log is not None and a._log.version == 1
+    writes = []
+    real = table_mod.write_deltalake
+    monkeypatch.setattr(table_mod, "write_deltalake", lambda *x, **k: (writes.append(1), real(*x, **k))[1])
+    a.append([full_record(2)])
+    b.append([full_record(3)])  # b read the table to check it: its LogAppender from the first
+    other = DeltaTable(uri)  # a writer through delta-rs (Spark's Delta, an older release)
+    real(other, conform(records_to_arrow([full_record(4)]), pa.schema(other.schema().to_arrow())), mode="append")
+    a.append([full_record(5), full_record(6)])  # version 3 is taken: a reads 3 and 4, lands at 5
+    assert writes == [] and a._log.version == 5 and b._log.version == 3
+    assert [r.txn_seq for r in ControlTable(uri).records()] == [1, 2, 3, 4, 5, 6]
+    dt = DeltaTable(uri)
+    assert dt.version() == 5  # created, then one commit per append
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+    last = actions["path"].index(max(actions["path"], key=lambda p: os.path.getmtime(os.path.join(uri, p))))
+    assert actions["num_records"][last] == 2 and actions["min.txn_seq"][last] == 5 and actions["max.txn_seq"][last] == 6
+    info = dt.history(1)[0]
+    assert info["operation"] == "WRITE" and info["clientVersion"] == "trinitylake"
+
+
+def test_the_log_appender_hands_a_changed_table_back_to_delta_rs(tmp_path):
+    """A commit of another writer that changed the table's metadata (a schema evolved by a
+    newer release) makes the LogAppender hand its append to delta-rs, which reloads the table;
+    its data file is removed, and the next appends go through a LogAppender of the new table."""
+    uri = str(tmp_path / "ctl")
+    a = ControlTable(uri)
+    a.append([full_record(1)])
+    a.append([full_record(2)])
+    evolved = DeltaTable(uri)
+    extra = pa.table({"extra": pa.array([None], pa.string())})
+    rows = evolved.to_pyarrow_table().slice(0, 0)
+    write_deltalake(evolved, pa.Table.from_arrays([*rows.columns, extra.column(0).slice(0, 0)],
+                                                  names=[*rows.column_names, "extra"]),
+                    mode="append", schema_mode="merge")  # another writer: metadata changed at version 3
+    before = {f for f in os.listdir(uri) if f.endswith(".parquet")}
     a.append([full_record(3)])
-    assert a._appended is kept  # the same table object, updated, not a new load
-    assert [r.txn_seq for r in ControlTable(uri).records()] == [1, 2, 3]
-    assert DeltaTable(uri).version() == 3  # created, then one commit per append
+    assert a._log is not None and a._log.version == 4 and "extra" in a._log.schema.names
+    added = {f for f in os.listdir(uri) if f.endswith(".parquet")} - before
+    assert len(added) == 1  # delta-rs's file; the LogAppender's own was removed
+    a.append([full_record(4)])
+    assert a._log.version == 5
+    assert [r.txn_seq for r in ControlTable(uri).records()] == [1, 2, 3, 4]
 
 
-def test_a_long_lived_writer_reloads_its_kept_table_and_writes_the_checkpoints(tmp_path):
-    """A long-lived appender (the catalog server) loads its kept table afresh every
+def test_a_long_lived_writer_reloads_its_kept_table_and_writes_the_checkpoints(tmp_path, monkeypatch):
+    """A long-lived appender through delta-rs loads its kept table afresh every
     RELOAD_AFTER_APPENDS appends (delta-rs replays every commit since a table's load at each
     write: appends slowed from 14 to 51 ms over 400), and with delta-rs's hooks off it writes the
     checkpoint of every CHECKPOINT_INTERVAL-th version itself, so readers start from one."""
     uri = str(tmp_path / "ctl")
     a, b = ControlTable(uri), ControlTable(uri)
+    # a table whose protocol the LogAppender leaves to delta-rs (e.g. table features)
+    monkeypatch.setattr(table_mod.LogAppender, "of", classmethod(lambda cls, storage, dt: None))
     loads = []
     first = None
     n = 2 * table_mod.RELOAD_AFTER_APPENDS + 3

@@ -26,7 +26,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +35,8 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Sc
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from trinitylake.control.delta_options import delta_storage_options, fs_options
+from trinitylake.control.delta_schema import EXPECTED_TYPES, conform, norm_type, type_str
+from trinitylake.control.log_append import DeltaChanged, LogAppender
 from trinitylake.control.records import (
     ADDED_COLUMNS,
     RECORD_TYPE_RANK,
@@ -46,7 +48,7 @@ from trinitylake.control.records import (
 from trinitylake.control.seq import SeqAllocator
 from trinitylake.control.spark_engine import ENGINES, SparkDeltaRows, is_table_name, session_has_delta
 from trinitylake.errors import ControlTableError
-from trinitylake.json_data import JsonObject, JsonValue
+from trinitylake.json_data import JsonObject
 from trinitylake.storage import Storage, hadoop_location, local_path_of_url, parse_uri, retry
 
 log = logging.getLogger(__name__)
@@ -71,33 +73,6 @@ RELOAD_AFTER_APPENDS = CHECKPOINT_INTERVAL
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 #: Checkpoints between two clean-ups of the log files older than the table's log retention.
 CLEANUP_EVERY_CHECKPOINTS = 10
-
-
-def _norm_type(t: JsonValue) -> JsonValue:
-    """A Delta type (from the schema JSON) without nullability flags."""
-    if isinstance(t, dict):
-        return {k: _norm_type(v) for k, v in t.items() if k not in ("containsNull", "valueContainsNull", "metadata")}
-    if isinstance(t, list):
-        return [_norm_type(x) for x in t]
-    return t
-
-
-def _type_str(t: JsonValue) -> str:
-    t = _norm_type(t)
-    if isinstance(t, str):
-        return t
-    if t.get("type") == "map":
-        return f"map<{_type_str(t['keyType'])},{_type_str(t['valueType'])}>"
-    if t.get("type") == "array":
-        return f"array<{_type_str(t['elementType'])}>"
-    if t.get("type") == "struct":
-        return "struct<" + ",".join(f"{f['name']}:{_type_str(f['type'])}" for f in t.get("fields", [])) + ">"
-    return json.dumps(t, sort_keys=True)
-
-
-_EXPECTED_TYPES: dict[str, Any] = {
-    f["name"]: _norm_type(f["type"]) for f in json.loads(Schema.from_arrow(SCHEMA).to_json())["fields"]
-}
 
 
 class ControlTable:
@@ -152,7 +127,8 @@ class ControlTable:
         # (reads the log since) instead of loading it again (a long-lived writer: the catalog server)
         self._appended: DeltaTable | None = None
         self._appended_uses = 0  # appends through `_appended` since it was loaded
-        self._checkpoint_due: int | None = None  # a checkpoint version an append left to `write_due_checkpoint`
+        self._checkpoint_due: int | None = None
+        self._log: LogAppender | None = None  # this handle's appends after its first (see `append`)  # a checkpoint version an append left to `write_due_checkpoint`
 
     def __repr__(self) -> str:
         return f"ControlTable({self.uri!r})" if not self.table_name else f"ControlTable({self.table_name!r})"
@@ -163,6 +139,7 @@ class ControlTable:
         state["_spark"] = None  # sessions stay on the driver
         state["_rows"] = None
         state["_appended"] = None
+        state["_log"] = None
         return state
 
     # ---- engine choice ----------------------------------------------------------------
@@ -279,19 +256,19 @@ class ControlTable:
     def _check_schema(self, dt: DeltaTable | pa.Schema) -> None:
         schema = Schema.from_arrow(dt) if isinstance(dt, pa.Schema) else dt.schema()
         actual = {f["name"]: f["type"] for f in json.loads(schema.to_json())["fields"]}
-        for name, expected in _EXPECTED_TYPES.items():
+        for name, expected in EXPECTED_TYPES.items():
             if name not in actual:
                 if name in ADDED_COLUMNS:
                     continue  # appended with schema evolution
                 raise ControlTableError(
                     f"control table {self.uri} is incompatible: column {name!r} is missing "
-                    f"(expected {_type_str(expected)}); move the table away or point the control "
+                    f"(expected {type_str(expected)}); move the table away or point the control "
                     "location elsewhere"
                 )
-            if _norm_type(actual[name]) != expected:
+            if norm_type(actual[name]) != expected:
                 raise ControlTableError(
                     f"control table {self.uri} is incompatible: column {name!r} has type "
-                    f"{_type_str(actual[name])}, expected {_type_str(expected)}"
+                    f"{type_str(actual[name])}, expected {type_str(expected)}"
                 )
 
     # ---- public API -------------------------------------------------------------------
@@ -379,7 +356,8 @@ class ControlTable:
         """Append `records` in one Delta commit (created on first use).
 
         Concurrent appenders are safe: blind appends never conflict, and delta-rs retries a
-        lost commit race; this method retries further with jittered backoff.
+        lost commit race; this method retries further with jittered backoff. After the first,
+        a plain table's appends are written by `LogAppender` (2 requests instead of delta-rs's 6).
 
         The append that makes a checkpoint version writes the checkpoint, unless `checkpoint`
         is false: then it is left to `write_due_checkpoint` (a server writes it after answering
@@ -394,11 +372,35 @@ class ControlTable:
             # Spark's Delta retries a lost race of blind appends itself.
             rows.append(data)
             return
+        if checked is not None:
+            self._log = LogAppender.of(self._rows_storage, checked)
+        version = self._log_append(data)
+        if version is None:
+            version = self._delta_rs_append(data, checked)
+        if version % CHECKPOINT_INTERVAL == 0:
+            if checkpoint:
+                self._checkpoint(version)
+            else:
+                self._checkpoint_due = version
 
+    def _log_append(self, data: pa.Table) -> int | None:
+        """`data` appended by the `LogAppender` (None: delta-rs is to append it)."""
+        appender = self._log
+        if appender is None or any(name not in appender.schema.names for name in SCHEMA.names):
+            return None
+        try:
+            version = appender.append(conform(data, appender.schema))
+        except DeltaChanged as e:
+            log.info("control table %s: appending through delta-rs (%s)", self.uri, e)
+            self._log = None
+            return None
+        self._appended = None  # behind by now: a later delta-rs append loads the table afresh
+        return version
+
+    def _delta_rs_append(self, data: pa.Table, checked: DeltaTable | None) -> int:
         def append_once(n: int) -> None:
             # The first attempt writes through the table `_ensure` has just read, when it read
-            # one here, or the one the previous append went through; a retry reads it again. (A transaction's begin ensures the table first, so a CLI
-            # write still reads the log twice: at begin and here.)
+            # one here, or the one the previous append went through; a retry reads it again.
             kept = self._kept() if n == 1 and checked is None else None
             dt = checked if n == 1 and checked is not None else kept or self._load()
             table_schema = pa.schema(dt.schema().to_arrow())
@@ -407,7 +409,7 @@ class ControlTable:
                     # Our schema has columns the table lacks (added in a later release): evolve.
                     write_deltalake(dt, data, mode="append", schema_mode="merge", post_commithook_properties=_NO_HOOKS)
                 else:
-                    write_deltalake(dt, _conform(data, table_schema), mode="append", post_commithook_properties=_NO_HOOKS)
+                    write_deltalake(dt, conform(data, table_schema), mode="append", post_commithook_properties=_NO_HOOKS)
                 self._appended, self._appended_uses = dt, (self._appended_uses + 1 if kept is not None else 1)
             except CommitFailedError:
                 raise  # a concurrent append won the commit: read the table again and retry
@@ -423,11 +425,9 @@ class ControlTable:
         retry.call(append_once, fail=failed, retry_on=lambda e: isinstance(e, CommitFailedError),
                    attempts=_APPEND_ATTEMPTS)
         appended = self._appended
-        if appended is not None and appended.version() % CHECKPOINT_INTERVAL == 0:
-            if checkpoint:
-                self._checkpoint(appended.version())
-            else:
-                self._checkpoint_due = appended.version()
+        assert appended is not None  # set by the attempt that succeeded
+        self._log = LogAppender.of(self._rows_storage, appended)
+        return appended.version()
 
     def write_due_checkpoint(self) -> None:
         """The checkpoint an append with ``checkpoint=False`` left due, if any (best effort)."""
@@ -457,7 +457,7 @@ class ControlTable:
         if rows is not None:
             if not rows.exists():
                 return SCHEMA.empty_table()
-            return _sorted(_conform(rows.to_arrow(since_seq), SCHEMA))
+            return _sorted(conform(rows.to_arrow(since_seq), SCHEMA))
         dt = self._try_load()
         if dt is None:
             foreign = self._foreign_files()
@@ -544,18 +544,6 @@ def _first_line(e: BaseException) -> str:
         if ln:
             lines.append(ln)
     return " ".join(lines[:4]) if lines else type(e).__name__
-
-
-def _conform(data: pa.Table, target: pa.Schema) -> pa.Table:
-    """`data` in the table's schema: extra table columns (from newer writers) are null."""
-    arrays = []
-    for f in target:
-        if f.name in data.column_names:
-            col = data.column(f.name)
-            arrays.append(col if col.type == f.type else col.cast(f.type))
-        else:
-            arrays.append(pa.nulls(data.num_rows, f.type))
-    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def read_delta_rows(dt: DeltaTable, since_seq: int | None = None) -> pa.Table:
