@@ -1,4 +1,5 @@
-"""The control table: a Delta table (written with delta-rs) of audit rows, plus txn_seq markers.
+"""The control table: a Delta table of audit rows, plus txn_seq markers. delta-rs creates and
+reads it; appends after a handle's first are written by `log_append.LogAppender`.
 
 Layout under the control URI (e.g. ``<lakehouse>/_control``)::
 
