@@ -1,7 +1,8 @@
 """Control table: what auditing costs a commit, and what `tlake show` costs at 10k transactions.
 
 Audit overhead (result ``control_audit``): two lakehouses of 200 tables on local disk, one
-with auditing (txn_seq marker + one Delta append per commit, delta-rs) and one without. The
+with auditing (txn_seq marker + one Delta append per commit: delta-rs creates the control table,
+then `LogAppender` writes each append's Parquet file and commit) and one without. The
 same single-table alters are committed alternately on both, so both see the same machine
 noise. The audited commit's two extra steps are timed apart (instance-level wrappers of
 ``Auditor.allocate_seq`` and ``Auditor.append``).
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             params={"commits": COMMITS[args.scale], "tables": 200, "backend": "local disk", "seed": args.seed},
             notes=[
                 "Audited commits: txn_seq allocation (exclusive marker file) before the tree commit, one "
-                "delta-rs append after it. The Delta log grows by one version per commit; `tlake compact` "
+                "Delta append after it (control/log_append.py). The Delta log grows by one version per commit; `tlake compact` "
                 "(ControlTable.compact) checkpoints it."
             ],
             seconds=time.perf_counter() - t_all,

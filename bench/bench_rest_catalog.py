@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             "The 4-writer figure is one burst per catalog after the rounds.",
             "Each server commit is one lakehouse transaction (a new root, the table's TableDef repointed) on top of "
             "the Iceberg metadata file both catalogs write; with audit rows it also allocates a txn_seq and appends "
-            "one control-table row (delta-rs).",
+            "one control-table row (a Delta append: control/log_append.py).",
             "SqlCatalog runs in the client's process: no HTTP request, no JSON response to parse. The server's "
             "numbers include both (uvicorn on 127.0.0.1, one worker process).",
         ],
