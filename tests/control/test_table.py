@@ -394,3 +394,26 @@ def test_an_append_can_leave_its_checkpoint_to_be_written_later(tmp_path):
     os.remove(checkpoint)
     a.write_due_checkpoint()
     assert not os.path.exists(checkpoint)
+
+
+def test_the_log_appender_never_writes_a_version_a_checkpoint_already_holds(tmp_path):
+    """A log clean-up (or `tlake control redact`) deletes the commit files a checkpoint covers:
+    a version's commit file may be absent while its checkpoint is there. An appender behind it
+    does not create that version's commit (its rows would be hidden behind the checkpoint): it
+    sees the checkpoint in the log and hands the append to delta-rs."""
+    uri = str(tmp_path / "ctl")
+    a, b = ControlTable(uri), ControlTable(uri)
+    a.append([full_record(1)])
+    a.append([full_record(2)])  # a's appender knows version 2
+    b.append([full_record(3)])
+    b.append([full_record(4)])
+    DeltaTable(uri).create_checkpoint()  # at version 4
+    log_dir = os.path.join(uri, "_delta_log")
+    for v in range(4):  # the clean-up: the commit files the checkpoint covers, older than it
+        os.remove(os.path.join(log_dir, f"{v:020d}.json"))
+    a.append([full_record(5)])
+    assert not os.path.exists(os.path.join(log_dir, f"{3:020d}.json"))
+    assert DeltaTable(uri).version() == 5 and a._log is not None and a._log.version == 5
+    assert [r.txn_seq for r in ControlTable(uri).records()] == [1, 2, 3, 4, 5]
+    a.append([full_record(6)])
+    assert [r.txn_seq for r in ControlTable(uri).records()] == [1, 2, 3, 4, 5, 6]

@@ -13,11 +13,14 @@ one does (`LogAppender.of`).
 
 The Delta rules an append follows (PROTOCOL.md, "Commit Provenance", "Add File", and the
 conflict rules of optimistic concurrency):
-* the commit is the next version's ``<20 digits>.json``, created only when absent;
-* when another writer's commit holds that version, each commit since the last version this
-  appender knows is read: a blind append conflicts only with a change of the table's protocol
-  or metadata (then the append is handed to delta-rs, which reloads the table), else it tries
-  the next version;
+* the commit is the next version's ``<20 digits>.json``, created only when absent, and only when
+  the log holds nothing at or above that version: the log is listed while the data file is
+  written (a version's commit file may be gone while its checkpoint stays: a log clean-up, or
+  `tlake control redact`, deletes the commit files a checkpoint covers);
+* when other writers' commits are there, each since the last version this appender knows is
+  read: a blind append conflicts only with a change of the table's protocol or metadata (then
+  the append is handed to delta-rs, which reloads the table), else it tries the next version.
+  A checkpoint, a gap or a compacted log file there hands it to delta-rs too;
 * the data file is written first, under a new name, and referenced only by the commit: one that
   no commit names (a failed append) is what Delta's vacuum removes.
 """
@@ -28,6 +31,7 @@ import json
 import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -36,6 +40,9 @@ import pyarrow.parquet as pq
 
 from trinitylake.errors import ControlTableError, UnknownOutcomeError
 
+#: Lists a log while an append's data file is written.
+_LISTER = ThreadPoolExecutor(2, thread_name_prefix="delta-log-list")
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
@@ -43,6 +50,9 @@ if TYPE_CHECKING:
 
 _LOG = "_delta_log"
 _COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+#: Any entry of the log named by a version: commits, checkpoints (classic, multi-part, v2),
+#: compacted log files.
+_ENTRY_RE = re.compile(r"^(\d{20})\.")
 #: Versions another writer may be ahead before the append is handed to delta-rs (which starts
 #: from a checkpoint instead of reading every commit since).
 MAX_BEHIND = 20
@@ -92,20 +102,22 @@ class LogAppender:
         sink = pa.BufferOutputStream()
         pq.write_table(data.cast(self.schema), sink, compression="snappy")
         body = sink.getvalue().to_pybytes()
-        self.storage.write(name, body)
-        commit = self._commit(name, len(body), data)
+        listing = _LISTER.submit(self._entries)  # in flight beside the data file's write
         try:
-            version = self._commit_at(commit)
+            self.storage.write(name, body)
+            version = self._commit_at(self._commit(name, len(body), data), listing.result())
         except BaseException:
+            wait([listing])
             self._forget(name)
             raise
         self.version = version
         return version
 
     # ---- internals --------------------------------------------------------------------------
-    def _commit_at(self, commit: bytes) -> int:
+    def _commit_at(self, commit: bytes, entries: list[tuple[int, bool]]) -> int:
         v = self.version + 1
         for _ in range(_ATTEMPTS):
+            v = self._after_others(v, entries)
             try:
                 self.storage.create_exclusive(commit_path(v), commit)
                 return v
@@ -114,19 +126,33 @@ class LogAppender:
                     if self.storage.read(commit_path(v)) == commit:
                         return v  # it took effect (the commit names a file no other holds)
                 except FileNotFoundError:
-                    continue  # it did not: try the same version again
+                    pass  # it did not
             except FileExistsError:
                 pass
-            v = self._after_others(v)
+            entries = self._entries()
         raise ControlTableError(f"cannot append to the Delta table at {self.storage.uri('')}: "
                                 f"{_ATTEMPTS} attempts lost to other writers")
 
-    def _after_others(self, v: int) -> int:
-        """The version after the other writers' commits from `v` on, each read and checked."""
-        versions = sorted(int(m.group(1)) for fi in self.storage.list(_LOG, recursive=False)
-                          if (m := _COMMIT_RE.match(fi.path.rsplit("/", 1)[-1])) and int(m.group(1)) >= v)
-        if not versions or versions[0] != v:
-            return v  # a commit that was there is not listed (yet): try it again
+    def _entries(self) -> list[tuple[int, bool]]:
+        """The log's entries as (version, is a commit file)."""
+        out = []
+        for fi in self.storage.list(_LOG, recursive=False):
+            name = fi.path.rsplit("/", 1)[-1]
+            if m := _ENTRY_RE.match(name):
+                out.append((int(m.group(1)), bool(_COMMIT_RE.match(name))))
+        return out
+
+    def _after_others(self, v: int, entries: list[tuple[int, bool]]) -> int:
+        """The version after the other writers' commits the log holds from `v` on, each read and
+        checked (`v` itself when there are none)."""
+        ahead = [(n, is_commit) for n, is_commit in entries if n >= v]
+        if not ahead:
+            return v
+        if not all(is_commit for _, is_commit in ahead):
+            raise DeltaChanged(f"the log holds a checkpoint or compacted file at or above version {v}")
+        versions = sorted(n for n, _ in ahead)
+        if versions != list(range(v, v + len(versions))):
+            raise DeltaChanged(f"the log's commits from version {v} on are not contiguous: {versions[:5]}")
         if len(versions) > MAX_BEHIND:
             raise DeltaChanged(f"{len(versions)} commits behind")
         for u in versions:
