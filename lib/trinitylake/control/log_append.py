@@ -6,7 +6,8 @@ Why not delta-rs for these. Its write rebuilds the table's snapshot after every 
 the log again and reads the latest checkpoint and every commit since (delta-rs 1.6 has no way to
 commit without it). Measured through the catalog server on an object store at 20 ms a round
 trip, an append took 6 requests one after another and about 200 ms, and every commit's answer
-waits for one. A blind append needs two: the data file and the commit. Everything else stays
+waits for one. A blind append needs two round trips: the data file (and a listing of the log
+beside it), then the commit. Everything else stays
 with delta-rs: creating the table, evolving its schema, checkpoints, compaction, redaction,
 vacuum, every read, and any append to a table whose protocol asks more of a writer than this
 one does (`LogAppender.of`).

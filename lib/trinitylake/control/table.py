@@ -358,7 +358,7 @@ class ControlTable:
 
         Concurrent appenders are safe: blind appends never conflict, and delta-rs retries a
         lost commit race; this method retries further with jittered backoff. After the first,
-        a plain table's appends are written by `LogAppender` (2 requests instead of delta-rs's 6).
+        a plain table's appends are written by `LogAppender` (2 round trips instead of delta-rs's 6).
 
         The append that makes a checkpoint version writes the checkpoint, unless `checkpoint`
         is false: then it is left to `write_due_checkpoint` (a server writes it after answering
