@@ -41,9 +41,6 @@ import pyarrow.parquet as pq
 
 from trinitylake.errors import ControlTableError, UnknownOutcomeError
 
-#: Lists a log while an append's data file is written.
-_LISTER = ThreadPoolExecutor(2, thread_name_prefix="delta-log-list")
-
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
@@ -61,6 +58,8 @@ _ATTEMPTS = 25
 #: Writer versions whose rules a blind append of our rows meets: 1, and 2 (appendOnly, which an
 #: append keeps, and column invariants, which `of` refuses when the schema declares any).
 _MAX_WRITER = 2
+#: Lists a log while an append's data file is written.
+_LISTER = ThreadPoolExecutor(2, thread_name_prefix="delta-log-list")
 
 
 class DeltaChanged(Exception):  # noqa: N818 - a signal, handled by the caller
@@ -156,8 +155,11 @@ class LogAppender:
             raise DeltaChanged(f"the log's commits from version {v} on are not contiguous: {versions[:5]}")
         if len(versions) > MAX_BEHIND:
             raise DeltaChanged(f"{len(versions)} commits behind")
-        for u in versions:
-            for line in self.storage.read(commit_path(u)).splitlines():
+        read = self.storage.read_many([commit_path(u) for u in versions])  # in flight together
+        for u, data in zip(versions, read, strict=True):
+            if isinstance(data, BaseException):
+                raise data
+            for line in data.splitlines():
                 action = json.loads(line) if line.strip() else {}
                 if "metaData" in action or "protocol" in action:
                     raise DeltaChanged(f"version {u} changed the table's metadata or protocol")

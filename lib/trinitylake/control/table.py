@@ -128,8 +128,8 @@ class ControlTable:
         # (reads the log since) instead of loading it again (a long-lived writer: the catalog server)
         self._appended: DeltaTable | None = None
         self._appended_uses = 0  # appends through `_appended` since it was loaded
-        self._checkpoint_due: int | None = None
-        self._log: LogAppender | None = None  # this handle's appends after its first (see `append`)  # a checkpoint version an append left to `write_due_checkpoint`
+        self._checkpoint_due: int | None = None  # a checkpoint version an append left to `write_due_checkpoint`
+        self._log: LogAppender | None = None  # this handle's appends after its first (see `append`)
 
     def __repr__(self) -> str:
         return f"ControlTable({self.uri!r})" if not self.table_name else f"ControlTable({self.table_name!r})"

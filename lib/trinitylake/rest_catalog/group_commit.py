@@ -566,7 +566,7 @@ class _AuditBatch:
         auditor.control.write_due_checkpoint()
 
     def settled(self) -> None:
-        """Wait for the work of the appends so far to be done (for tests and shutdown)."""
+        """Wait for the work of the appends so far to be done (for tests)."""
         self._after.submit(lambda: None).result()
 
 
