@@ -394,3 +394,63 @@ def test_manifest_reads_and_deletes_on_the_executors_make_the_same_plan_as_on_th
     o = orphans(uri, dist)
     assert o.counts["deleted"] == 1 and not os.path.exists(old)
     check(uri, cat, h, "remove-orphans on the executors")
+
+
+def test_an_expired_append_a_kept_snapshot_covers_is_not_read_and_no_file_is_left_or_lost(tmp_path, monkeypatch):
+    """An expired append whose manifests a kept descendant's list still names (counted against
+    the snapshot's summary totals) needs no read of its own manifest list: only its list goes.
+    Appends before a delete, the delete itself, and appends whose manifests a merge replaced
+    are read. The oracle then finds every live file there and every other file gone: nothing
+    the unread lists named was left behind, nothing live was deleted."""
+    from trinitylake.tables_maintenance.files import TableFiles
+
+    uri = str(tmp_path / "lh")
+    Lakehouse.create(uri, audit=False, txn_ttl_millis=1000)
+    cat = open_catalog(uri)
+    h = History(uri)
+    cat.create_namespace("s")
+    cat.create_table("s.a", schema=SCHEMA)  # fast appends: each keeps every manifest before it
+    cat.create_table("s.b", schema=SCHEMA, properties={"commit.manifest-merge.enabled": "true",
+                                                       "commit.manifest.min-count-to-merge": "3"})
+    for i in range(1, 5):
+        cat.load_table("s.a").append(rows([i]))
+        cat.load_table("s.b").append(rows([100 + i]))
+        h.record(cat)
+    cat.load_table("s.a").delete("id == 2")  # drops the second append's manifest
+    h.record(cat)
+    for i in (5, 6):
+        cat.load_table("s.a").append(rows([i]))
+        cat.load_table("s.b").append(rows([100 + i]))
+        h.record(cat)
+    snaps = {n: sorted(O.metadata(cat.load_table(n).metadata_location)["snapshots"], key=lambda s: s["sequence-number"])
+             for n in NAMES}
+    lists = {n: [O.local(s["manifest-list"]) for s in snaps[n]] for n in NAMES}
+    assert [s["summary"]["operation"] for s in snaps["s.a"]] == ["append"] * 4 + ["delete", "append", "append"]
+    b_sizes = [len(O.avro_records(x)) for x in lists["s.b"]]  # manifests per list
+    expire_lakehouse(uri)
+    read: set[str] = set()
+    real = TableFiles.read_many
+
+    def spy(self, uris):
+        got = real(self, list(uris))
+        read.update(O.local(u) for u in got)
+        return got
+
+    monkeypatch.setattr(TableFiles, "read_many", spy)
+    r = expire(uri, older_than_ms=0, retain_last=1)
+    assert r.counts["snapshots_expired"] == 11 and r.counts["deferred"] == 0, r.counts
+    a = lists["s.a"]
+    # s.a: the first append (its manifest stays named) and the append after the delete (every
+    # manifest up to it stays named) are covered; the second append's manifest was dropped by
+    # the delete, so the second to fourth appends are read, and the delete is not an append.
+    assert {a[0], a[5]}.isdisjoint(read), "a covered append's manifest list was read"
+    assert {a[1], a[2], a[3], a[4], a[6]} <= read
+    # s.b: the fifth append merged every manifest into one the kept snapshot still names: it is
+    # covered; the merges replaced the earlier appends' manifests, so those are read.
+    b = lists["s.b"]
+    assert b_sizes == [1, 2, 1, 2, 1, 2], "PyIceberg merged elsewhere"
+    assert b[4] not in read and {*b[:4], b[5]} <= read
+    assert r.counts["deleted_manifest_lists"] == 11 and r.counts["deleted_data_files"] == 1, r.counts
+    check(uri, cat, h, "expire with covered appends")
+    assert ids(cat.load_table("s.a")) == [1, 3, 4, 5, 6]
+    assert ids(cat.load_table("s.b")) == [101, 102, 103, 104, 105, 106]

@@ -29,8 +29,12 @@ from trinitylake.iceberg.avro_rewrite import MAGIC, SYNC_SIZE, AvroRewriteError,
 #: Which fields to decode: a record's field name -> None (its whole value) or the fields of its
 #: own record (a union's record branch included) to decode.
 Fields = Mapping[str, "Fields | None"]
-#: A manifest list's records: each manifest's path.
-LIST_FIELDS: Fields = {"manifest_path": None}
+#: A manifest list's records: each manifest's path, and what `TableFiles.uncovered` compares
+#: with a snapshot's summary: its content (0 data, 1 deletes), the sequence number it was added
+#: at, and its live entries (added and existing; format v1 names them ``*_data_files_count``).
+LIST_FIELDS: Fields = {"manifest_path": None, "content": None, "sequence_number": None, "added_files_count": None,
+                       "existing_files_count": None, "added_data_files_count": None,
+                       "existing_data_files_count": None}
 #: A manifest's entries: status (2: deleted), and the data or delete file's path and content.
 MANIFEST_FIELDS: Fields = {"status": None, "data_file": {"file_path": None, "content": None}}
 

@@ -37,6 +37,8 @@ from trinitylake.tables_maintenance.files import TableFileError, TableFiles, cur
 from trinitylake.tables_maintenance.live import table_live
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.lakehouse.roots import RootRef
     from trinitylake.runs.results import JobResult
@@ -153,12 +155,14 @@ def unreadable_of(files: TableFiles, meta: dict[str, Any], ids: set[int] | None)
     return out
 
 
-def scan_tables(files: TableFiles, tables: list[TableRef], contents: bool = True) -> Damage:
-    """Read every snapshot of the current metadata of `tables` (lists, and with `contents`
-    their manifests) and name the damaged ones: the check before a job changes anything."""
+def scan_tables(files: TableFiles, tables: list[TableRef], contents: bool = True,
+                snapshots: Callable[[TableRef], set[int] | None] | None = None) -> Damage:
+    """Read the snapshots of the current metadata of `tables` (lists, and with `contents`
+    their manifests) and name the damaged ones: the check before a job changes anything.
+    `snapshots`: which snapshots of a table to read (None, or a None answer: every one)."""
     files.load_metadata([t.metadata for t in tables], missing_ok=True)
-    files.prefetch([(files.metadata[t.metadata], None) for t in tables if t.metadata in files.metadata],
-                   contents=contents)
+    files.prefetch([(files.metadata[t.metadata], snapshots(t) if snapshots else None)
+                    for t in tables if t.metadata in files.metadata], contents=contents)
     out = Damage()
     for t in tables:
         _check_current(files, t, out)

@@ -119,20 +119,7 @@ def expire_snapshots(
     chosen, unreadable = common.readable(files, common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables))
     chosen, no_gc = common.gc_disabled(files, chosen)
     pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
-    # Every manifest list of the chosen tables, and every manifest of those that may lose files
-    # (a snapshot to expire, or files pending), read in a few batches up front: a table with a
-    # file that cannot be read is damaged and left alone (no commit, none of its files deleted,
-    # `trinitylake.tables_maintenance.damage`); the plans below then read only what a
-    # concurrent writer added.
-    before = damage.scan_tables(files, chosen, contents=False)
-    busy = [
-        t
-        for t in chosen
-        if t.name not in before.tables
-        and (t.name in pending.tables or plan_retention(files.metadata[t.metadata], now, opts.older_than_ms,
-                                                         opts.retain_last).changes)
-    ]
-    before.tables.update(damage.scan_tables(files, busy).tables)
+    before = _scan(files, chosen, pending, opts, now)
     chosen = [t for t in chosen if t.name not in before.tables]
     result.details.update(
         {
@@ -242,6 +229,42 @@ def expire_snapshots(
     return result
 
 
+def _scan(files: TableFiles, chosen: list[TableRef], pending: Pending, opts: ExpireOptions, now: int) -> damage.Damage:
+    """Read up front, in a few batches, what the plans will read, and name the damaged tables:
+    a table with a file that cannot be read is left alone (no commit, none of its files deleted,
+    `trinitylake.tables_maintenance.damage`); the plans then read only what a concurrent writer
+    added.
+
+    What is read: every kept snapshot's manifest list, and each expired snapshot's that no kept
+    one covers (`TableFiles.uncovered`). The manifests are read only when the run needs them,
+    that is when an expired snapshot names a manifest no kept one does (its data files may go,
+    checked against every table's) or a pending file is a data or delete file: then every
+    manifest of the tables that may lose files (a snapshot to expire, or files pending) is read
+    here, as is every table's later (`_live_after`)."""
+    retention = {t.name: plan_retention(files.metadata[t.metadata], now, opts.older_than_ms, opts.retain_last)
+                 for t in chosen if t.metadata in files.metadata}
+    out = damage.scan_tables(files, chosen, contents=False,
+                             snapshots=lambda t: retention[t.name].kept if t.name in retention else None)
+    read: dict[str, set[int]] = {}
+    for t in chosen:
+        ret = retention.get(t.name)
+        if ret is not None and t.name not in out.tables:
+            meta = files.metadata[t.metadata]
+            read[t.name] = ret.kept | files.uncovered(meta, ret.expired, ret.kept)
+    out.tables.update(damage.scan_tables(files, [t for t in chosen if t.name in read], contents=False,
+                                         snapshots=lambda t: read[t.name]).tables)
+    busy = [t for t in chosen if t.name in read and t.name not in out.tables
+            and (t.name in pending.tables or retention[t.name].changes)]
+    contents = any(k in CONTENT_KINDS for k in pending.all().values()) or any(
+        files.manifests_of(files.metadata[t.metadata], read[t.name] - retention[t.name].kept, missing_ok=True)
+        - files.manifests_of(files.metadata[t.metadata], retention[t.name].kept)
+        for t in busy
+    )
+    if contents:
+        out.tables.update(damage.scan_tables(files, busy, snapshots=lambda t: read[t.name]).tables)
+    return out
+
+
 # ---- the commits ------------------------------------------------------------------------------
 def job_catalog(lakehouse: Lakehouse, io: TrinityLakeFileIO, properties: dict[str, str] | None = None
                 ) -> TrinityLakeCatalog:
@@ -343,10 +366,14 @@ def _plan_table(
     plan.new_metadata = files.canon(resp.metadata_location)
     new_log = [e.metadata_file for e in resp.metadata.metadata_log]
     # A data or delete file can go only with a manifest that no kept snapshot names (the rest
-    # list the same entries for a kept snapshot): when there is none, no manifest is read.
-    contents = bool(files.manifests_of(meta, ret.expired, missing_ok=True) - files.manifests_of(meta, ret.kept))
+    # list the same entries for a kept snapshot): when there is none, no manifest is read. An
+    # expired snapshot a kept one covers names no such manifest: its list is not read either.
+    read = files.uncovered(meta, ret.expired, ret.kept)
+    contents = bool(files.manifests_of(meta, read, missing_ok=True) - files.manifests_of(meta, ret.kept))
     keep = table_live(files, loc, meta, ret.kept, [plan.new_metadata, *new_log], contents=contents)
-    gone = files.reach(meta, ret.expired, missing_ok=True, contents=contents)
+    gone = files.reach(meta, read, missing_ok=True, contents=contents)
+    for u, kind in files.named(meta, ret.expired - read).items():
+        gone.setdefault(u, kind)
     for m in [loc, *metadata_log(meta)]:
         gone.setdefault(files.canon(m), METADATA)  # a metadata file the new log no longer names
     plan.candidates = {u: k for u, k in gone.items() if u not in keep}

@@ -68,8 +68,11 @@ LIST_FILE, MANIFEST_FILE = "manifest list", "manifest"
 #: `expand` rows: one per entry of each file (``source``, ``path``, ``kind``); a file with no
 #: entry has one row of kind `EMPTY`, a missing one `MISSING`, an unreadable one `ERROR` (its
 #: message in ``error``). The executors' wrapper adds a `REQUESTS` row (its request counts, JSON).
+#: A manifest list's rows also carry each manifest's ``content``, ``seq`` (the sequence number
+#: it was added at) and ``live`` entries (`ListEntry`); null where the list does not say.
 EXPAND_SCHEMA = pa.schema(
-    [("source", pa.string()), ("path", pa.string()), ("kind", pa.string()), ("error", pa.string())]
+    [("source", pa.string()), ("path", pa.string()), ("kind", pa.string()), ("error", pa.string()),
+     ("content", pa.int32()), ("seq", pa.int64()), ("live", pa.int64())]
 )
 EXPAND_INPUT = pa.schema([("uri", pa.string()), ("what", pa.string())])
 EMPTY, MISSING, ERROR, REQUESTS = "", "missing", "error", "requests"
@@ -78,6 +81,11 @@ READ_PHASE = "tables.manifests"
 #: Files an executor task reads, and files a driver batch holds at once.
 FILES_PER_TASK = 512
 DRIVER_BATCH = 4096
+
+
+#: What a manifest list says of one manifest beyond its path: content (0 data, 1 deletes), the
+#: sequence number it was added at, its live entries (added + existing); None where unsaid.
+ListEntry = tuple[int | None, int | None, int | None]
 
 
 class TableFileError(UnsafeOperationError):
@@ -111,6 +119,7 @@ class TableFiles:
         self.tolerant = False
         self.broken: dict[str, str] = {}
         self.lists: dict[str, list[str]] = {}  # manifest list -> manifests
+        self.list_entries: dict[str, list[ListEntry]] = {}  # manifest list -> its manifests' `ListEntry`s, in order
         self.manifests: dict[str, dict[str, str]] = {}  # manifest -> live file -> kind
         self.reads = 0
 
@@ -245,6 +254,79 @@ class TableFiles:
                     out.update(self.lists.get(self.canon(s["manifest-list"]), ()))
         return out
 
+    def uncovered(self, meta: dict[str, Any], expired: Iterable[int], kept: Iterable[int]) -> set[int]:
+        """The `expired` snapshots of `meta` whose manifest lists must be read to know what they
+        reach beyond the `kept` ones; the others are covered by a kept descendant, whose list
+        (read here, the live set needs it anyway) shows that no manifest with a live entry left
+        the table since.
+
+        Covered: expired snapshot E has a kept descendant K (the nearest), and the manifests of
+        K's list added at or before E's sequence number hold, by content, exactly E's summary's
+        ``total-data-files`` and ``total-delete-files`` live entries. Those manifests were in E's
+        list (a manifest is never named again once dropped, and a later one has a later sequence
+        number), and their entries are live in E (removing a file rewrites its manifest), so E
+        named no other manifest with a live entry: every data and delete file E reaches, K
+        reaches. E must be an ``append``: a snapshot that removes files writes a manifest of
+        deleted entries only, which the next snapshot drops (Iceberg's and PyIceberg's writers
+        carry a manifest forward only while it has a live entry), so appends name none. No file
+        is ever deleted on the strength of a covered snapshot, only its own manifest list and
+        statistics files: a writer that breaks these rules leaves a file for the orphan removal,
+        never loses one. Format v1 (no sequence numbers), snapshots without the totals and
+        snapshots no kept one descends from are read.
+        """
+        want = {int(i) for i in expired}
+        if not want:
+            return set()
+        snaps = {int(s["snapshot-id"]): s for s in meta.get("snapshots") or []}
+        keep = sorted((k for k in {int(i) for i in kept} if k in snaps), key=lambda k: _seq(snaps[k]) or 0)
+        self.prefetch([(meta, keep)], missing_ok=True, contents=False)
+        nearest: dict[int, int] = {}  # expired snapshot -> its nearest kept descendant
+        seen = set(keep)
+        for k in keep:  # oldest first: an ancestor is claimed by the nearest kept snapshot above it
+            parent = snaps[k].get("parent-snapshot-id")
+            sid = int(parent) if parent is not None else None
+            while sid is not None and sid in snaps and sid not in seen:
+                seen.add(sid)
+                nearest[sid] = k
+                parent = snaps[sid].get("parent-snapshot-id")
+                sid = int(parent) if parent is not None else None
+        return {e for e in want if e not in nearest or not self._covers(snaps[nearest[e]], snaps.get(e))}
+
+    def _covers(self, kept: dict[str, Any], snap: dict[str, Any] | None) -> bool:
+        """Whether `kept`'s list shows every manifest with a live entry of its ancestor `snap`
+        (see `uncovered`)."""
+        if snap is None:
+            return False
+        seq, summary = _seq(snap), snap.get("summary") or {}
+        if summary.get("operation") != "append":
+            return False  # it may have written a manifest of deleted entries only, which no later list names
+        try:
+            totals = (int(summary["total-data-files"]), int(summary["total-delete-files"]))
+        except (KeyError, TypeError, ValueError):
+            return False
+        ml = kept.get("manifest-list")
+        entries = self.list_entries.get(self.canon(ml)) if ml else None
+        if seq is None or entries is None:
+            return False
+        live = [0, 0]
+        for content, added_at, n in entries:
+            if added_at is None:
+                return False
+            if added_at <= seq:
+                if n is None or content not in (0, 1, None):
+                    return False
+                live[content or 0] += n
+        return (live[0], live[1]) == totals
+
+    def named(self, meta: dict[str, Any], snapshot_ids: Iterable[int]) -> dict[str, str]:
+        """The files the snapshots `snapshot_ids` of `meta` name themselves, nothing read: their
+        manifest lists and statistics files."""
+        ids = {int(i) for i in snapshot_ids}
+        out = {self.canon(s["manifest-list"]): MANIFEST_LIST
+               for s in meta.get("snapshots") or [] if int(s["snapshot-id"]) in ids and s.get("manifest-list")}
+        out.update(self.statistics(meta, ids))
+        return out
+
     def reach(
         self, meta: dict[str, Any], snapshot_ids: Iterable[int], missing_ok: bool = False, contents: bool = True
     ) -> dict[str, str]:
@@ -291,16 +373,20 @@ class TableFiles:
 
     def _load_lists(self, uris: list[str], missing_ok: bool) -> None:
         todo = [u for u in dict.fromkeys(uris) if u not in self.lists and u not in self.broken]
-        for u, entries in self._read_placed(todo, LIST_FILE, missing_ok).items():
+        details: dict[str, list[ListEntry]] = {}
+        for u, entries in self._read_placed(todo, LIST_FILE, missing_ok, details).items():
             self.lists[u] = list(entries)
+            self.list_entries[u] = details.get(u, [])
 
     def _load_manifests(self, uris: list[str], missing_ok: bool) -> None:
         todo = [u for u in dict.fromkeys(uris) if u not in self.manifests and u not in self.broken]
         self.manifests.update(self._read_placed(todo, MANIFEST_FILE, missing_ok))
 
-    def _read_placed(self, uris: list[str], what: str, missing_ok: bool) -> dict[str, dict[str, str]]:
+    def _read_placed(self, uris: list[str], what: str, missing_ok: bool,
+                     details: dict[str, list[ListEntry]] | None = None) -> dict[str, dict[str, str]]:
         """The entries of each of `uris` (files of kind `what`), read on the driver or on the
         executors as the engine places them; a missing file (with `missing_ok`) is left out.
+        `details`: filled with each manifest list's `ListEntry`s.
 
         Raises:
             TableFileError: a file is unreadable, or missing without `missing_ok`.
@@ -324,6 +410,11 @@ class TableFiles:
         out: dict[str, dict[str, str]] = {}
         for b in batches:
             cols = b.to_pydict()
+            if details is not None:
+                for src, kind, c, q, n in zip(cols["source"], cols["kind"], cols["content"], cols["seq"], cols["live"],
+                                              strict=True):
+                    if kind == MANIFEST:
+                        details.setdefault(src, []).append((c, q, n))
             for src, path, kind, err in zip(cols["source"], cols["path"], cols["kind"], cols["error"], strict=True):
                 if kind == REQUESTS:
                     ex.add_executor_requests(err or "")
@@ -356,12 +447,14 @@ class TableFiles:
         paths: list[str] = []
         kinds: list[str] = []
         errors: list[str | None] = []
+        facts: list[ListEntry] = []
 
-        def row(u: str, p: str, k: str, e: str | None = None) -> None:
+        def row(u: str, p: str, k: str, e: str | None = None, fact: ListEntry = (None, None, None)) -> None:
             src.append(u)
             paths.append(p)
             kinds.append(k)
             errors.append(e)
+            facts.append(fact)
 
         got = self.read_many(uris)
         for u, what in zip(uris, whats, strict=True):
@@ -381,11 +474,13 @@ class TableFiles:
                 continue
             if not entries:
                 row(u, "", EMPTY)
-            for raw, kind in entries:
-                row(u, self.canon(raw), kind)
+            for raw, kind, fact in entries:
+                row(u, self.canon(raw), kind, None, fact)
+        content, seq, live = zip(*facts, strict=True) if facts else ((), (), ())
         return pa.RecordBatch.from_arrays(
             [pa.array(src, pa.string()), pa.array(paths, pa.string()), pa.array(kinds, pa.string()),
-             pa.array(errors, pa.string())],
+             pa.array(errors, pa.string()), pa.array(content, pa.int32()), pa.array(seq, pa.int64()),
+             pa.array(live, pa.int64())],
             schema=EXPAND_SCHEMA,
         )
 
@@ -398,18 +493,37 @@ def _metadata_doc(data: bytes) -> dict[str, Any]:
     return doc
 
 
-def _list_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(_branch(r["manifest_path"]), MANIFEST) for r in recs]
+def _list_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str, ListEntry]]:
+    return [(_branch(r["manifest_path"]), MANIFEST, _list_entry(r)) for r in recs]
 
 
-def _manifest_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    out = []
+def _list_entry(r: dict[str, Any]) -> ListEntry:
+    def num(*names: str) -> int | None:
+        for n in names:
+            v = _branch(r.get(n))
+            if v is not None:
+                return int(v)
+        return None
+
+    added, existing = num("added_files_count", "added_data_files_count"), num("existing_files_count",
+                                                                              "existing_data_files_count")
+    live = added + existing if added is not None and existing is not None else None
+    return num("content"), num("sequence_number"), live
+
+
+def _seq(snap: dict[str, Any]) -> int | None:
+    v = snap.get("sequence-number")
+    return None if v is None else int(v)
+
+
+def _manifest_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str, ListEntry]]:
+    out: list[tuple[str, str, ListEntry]] = []
     for r in recs:
         if _branch(r.get("status")) == 2:
             continue  # deleted entry: an older snapshot reaches the file
         df = _branch(r["data_file"])
         content = _branch(df.get("content")) or 0
-        out.append((_branch(df["file_path"]), _CONTENT_KIND.get(int(content), DATA)))
+        out.append((_branch(df["file_path"]), _CONTENT_KIND.get(int(content), DATA), (None, None, None)))
     return out
 
 
