@@ -13,8 +13,11 @@ metadata names absolute paths), in one process, one after the other:
   version per table; PyIceberg removes the snapshots from the metadata and deletes no file, so
   the baseline does less work than ours). PyIceberg runs on its own FileIO (``py-io-impl``
   ``pyiceberg.io.pyarrow.PyArrowFileIO``), ours on the project's storage engine
-  (`trinitylake.iceberg.fileio`, the catalog's default). ``versions``: the lakehouse versions
-  each tool's run created, read from the lakehouse before and after it;
+  (`trinitylake.iceberg.fileio`, the catalog's default). Ours reads each kept snapshot's
+  manifest list and the expired ones no kept snapshot covers (`TableFiles.uncovered`: here,
+  appends whose manifests the current snapshot still names, so their lists are deleted
+  unread). ``versions``: the lakehouse versions each tool's run created, read from the
+  lakehouse before and after it. Both tools' imports are made before either is timed;
 * **orphans**, after the expire: one old orphan file planted per table; ours, one run, against
   a per-table PyIceberg pass (PyIceberg has no orphan removal): the table's reachable files from
   ``inspect.all_manifests()`` and ``inspect.all_files()`` plus its manifest lists and metadata
