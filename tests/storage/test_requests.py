@@ -109,3 +109,38 @@ def test_walk_and_export_requests_match_the_model(s3_bucket, s3_storage_options)
     assert r["put"] <= nodes + 2 * parts + bookkeeping, r
     assert r["list"] <= 2 * parts + bookkeeping, r
     assert r["head"] <= bookkeeping, r
+
+
+def test_server_side_copies_are_verified_by_a_listing_of_the_target_alone(s3_bucket, s3_storage_options):
+    """An export's definitions copied by CopyObject within one bucket: one LIST of the target's
+    key range verifies them (the source is not listed: the store copied it atomically, and a
+    lakehouse file never changes once written). A key that already existed is compared with its
+    source by one HEAD: kept when the same bytes, a conflict otherwise, never overwritten."""
+    from trinitylake.jobs.export import copying as XC
+    from trinitylake.jobs.export import rules as X
+
+    src = Storage(f"{s3_bucket}/ssc/src", s3_storage_options)
+    tgt = Storage(f"{s3_bucket}/ssc/tgt", s3_storage_options)
+    assert tgt.copies_server_side_from(src)
+    paths = [f"0000/0000/0000/0000000{i}-d.binpb" for i in range(5)]
+    for i, p in enumerate(paths):
+        src.write(p, f"definition {i}".encode())
+    tgt.write(paths[3], b"definition 3")  # an earlier run's copy: the same bytes
+    tgt.write(paths[4], b"definition X")  # the same size, other bytes
+    spec = X.ExportSpec.make(name="e", version=7, mode="full", depth=None, source_uri=src.root,
+                             target_uri=tgt.root, source_id="id-1", order=4)
+    rows = [X.plan_file(src, p, X.KIND_ODF, 0) for p in paths]
+    before = requests.snapshot()
+    stats, files = XC.copy_batch(rows, src, tgt, spec, checksum=True, recorded={})
+    cost = {k: v for k, v in requests.since(before).items() if v}
+    assert cost.get("copy") == 5 and cost.get("list") == 1 and cost.get("head") == 2, cost
+    assert "get" not in cost and "put" not in cost, cost
+    assert (stats.copied, stats.skipped, stats.verified) == (3, 1, 4) and not stats.errors, stats
+    assert len(stats.conflicts) == 1 and paths[4] in stats.conflicts[0], stats.conflicts
+    assert tgt.read(paths[4]) == b"definition X"
+    import hashlib
+
+    for i in range(4):  # the part's manifest: each file's size and MD5 (moto lists ETags)
+        data = f"definition {i}".encode()
+        assert files[paths[i]] == (len(data), hashlib.md5(data).hexdigest()), files  # noqa: S324
+    assert paths[4] not in files
