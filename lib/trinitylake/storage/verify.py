@@ -70,8 +70,14 @@ def listed_etags(storage: Storage, paths: Sequence[str], slack_per_file: int = 4
             break
     else:
         return out
-    rest = [p for p in paths if p not in out]
-    for p, h in zip(rest, storage.head_many(rest), strict=True):
+    out.update(headed_etags(storage, [p for p in paths if p not in out]))
+    return out
+
+
+def headed_etags(storage: Storage, paths: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+    """(size, ETag) of the `paths` that exist: one HEAD each, in flight together."""
+    out: dict[str, tuple[int, str | None]] = {}
+    for p, h in zip(paths, storage.head_many(paths) if paths else [], strict=True):
         if isinstance(h, FileNotFoundError):
             continue
         if isinstance(h, BaseException):

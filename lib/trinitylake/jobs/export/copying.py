@@ -17,7 +17,7 @@ from trinitylake.errors import TrinityLakeError
 from trinitylake.jobs.export.plan import export_bytes, manifest_bytes, read_manifest, read_plan_part
 from trinitylake.jobs.export.rules import ACTION_COPY, ExportSpec, PlanRow, exported_bytes, manifest_path, md5_hex
 from trinitylake.storage import Storage, parse_uri, requests
-from trinitylake.storage.verify import listed_etags, verify
+from trinitylake.storage.verify import headed_etags, listed_etags, verify
 
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -382,7 +382,7 @@ def _copy_rows(rows: list[PlanRow], source: Storage, target: Storage, checksum: 
     t = time.perf_counter()
     landed = [r.target for r, a in zip(rows, answers, strict=True) if a is None or isinstance(a, FileExistsError)]
     tgt_meta = _listed(target, landed)
-    src_meta = _headed(source, [r.target for r, a in zip(rows, answers, strict=True)
+    src_meta = headed_etags(source, [r.target for r, a in zip(rows, answers, strict=True)
                                 if isinstance(a, FileExistsError) and r.target in tgt_meta])
     for r, a in zip(rows, answers, strict=True):
         st = CopyStats(rows=1)
@@ -411,18 +411,6 @@ def _copy_rows(rows: list[PlanRow], source: Storage, target: Storage, checksum: 
                 st.conflicts.append(f"{target.uri(r.target)} exists with other content than {r.source}")
         stats.add(st)
     stats.seconds_verify += time.perf_counter() - t
-
-
-def _headed(storage: Storage, paths: list[str]) -> dict[str, tuple[int, str | None]]:
-    """(size, ETag) of the `paths` that exist, a HEAD each (in flight together)."""
-    out: dict[str, tuple[int, str | None]] = {}
-    for p, h in zip(paths, storage.head_many(paths) if paths else [], strict=True):
-        if isinstance(h, FileNotFoundError):
-            continue
-        if isinstance(h, BaseException):
-            raise h
-        out[p] = (h.size, h.etag)
-    return out
 
 
 def _etag(etag: str | None) -> str:
