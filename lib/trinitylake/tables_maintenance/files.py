@@ -86,6 +86,7 @@ DRIVER_BATCH = 4096
 #: What a manifest list says of one manifest beyond its path: content (0 data, 1 deletes), the
 #: sequence number it was added at, its live entries (added + existing); None where unsaid.
 ListEntry = tuple[int | None, int | None, int | None]
+_NO_FACT: ListEntry = (None, None, None)  # a row that is no manifest list's entry
 
 
 class TableFileError(UnsafeOperationError):
@@ -409,12 +410,13 @@ class TableFiles:
                 batches = [self.expand(b) for b in source.to_batches(max_chunksize=DRIVER_BATCH)]
         out: dict[str, dict[str, str]] = {}
         for b in batches:
-            cols = b.to_pydict()
+            # Only the columns used: a manifest read's fact columns are all null (millions of rows).
+            cols = {c: b.column(c).to_pylist() for c in ("source", "path", "kind", "error")}
             if details is not None:
-                for src, kind, c, q, n in zip(cols["source"], cols["kind"], cols["content"], cols["seq"], cols["live"],
-                                              strict=True):
+                facts = zip(*(b.column(c).to_pylist() for c in ("content", "seq", "live")), strict=True)
+                for src, kind, fact in zip(cols["source"], cols["kind"], facts, strict=True):
                     if kind == MANIFEST:
-                        details.setdefault(src, []).append((c, q, n))
+                        details.setdefault(src, []).append(fact)
             for src, path, kind, err in zip(cols["source"], cols["path"], cols["kind"], cols["error"], strict=True):
                 if kind == REQUESTS:
                     ex.add_executor_requests(err or "")
@@ -449,7 +451,7 @@ class TableFiles:
         errors: list[str | None] = []
         facts: list[ListEntry] = []
 
-        def row(u: str, p: str, k: str, e: str | None = None, fact: ListEntry = (None, None, None)) -> None:
+        def row(u: str, p: str, k: str, e: str | None = None, fact: ListEntry = _NO_FACT) -> None:
             src.append(u)
             paths.append(p)
             kinds.append(k)
@@ -476,11 +478,14 @@ class TableFiles:
                 row(u, "", EMPTY)
             for raw, kind, fact in entries:
                 row(u, self.canon(raw), kind, None, fact)
-        content, seq, live = zip(*facts, strict=True) if facts else ((), (), ())
+        if any(f is not _NO_FACT for f in facts):
+            content, seq, live = zip(*facts, strict=True)
+            fact_cols = [pa.array(content, pa.int32()), pa.array(seq, pa.int64()), pa.array(live, pa.int64())]
+        else:  # a batch of manifests: no list facts, three null columns without a Python list each
+            fact_cols = [pa.nulls(len(src), pa.int32()), pa.nulls(len(src), pa.int64()), pa.nulls(len(src), pa.int64())]
         return pa.RecordBatch.from_arrays(
             [pa.array(src, pa.string()), pa.array(paths, pa.string()), pa.array(kinds, pa.string()),
-             pa.array(errors, pa.string()), pa.array(content, pa.int32()), pa.array(seq, pa.int64()),
-             pa.array(live, pa.int64())],
+             pa.array(errors, pa.string()), *fact_cols],
             schema=EXPAND_SCHEMA,
         )
 
@@ -523,7 +528,7 @@ def _manifest_entries(recs: list[dict[str, Any]]) -> list[tuple[str, str, ListEn
             continue  # deleted entry: an older snapshot reaches the file
         df = _branch(r["data_file"])
         content = _branch(df.get("content")) or 0
-        out.append((_branch(df["file_path"]), _CONTENT_KIND.get(int(content), DATA), (None, None, None)))
+        out.append((_branch(df["file_path"]), _CONTENT_KIND.get(int(content), DATA), _NO_FACT))
     return out
 
 
