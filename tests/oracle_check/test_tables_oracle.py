@@ -58,10 +58,10 @@ def hide_version(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
 
 def empty_version_live(monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted: table expire keeps nothing for the retained lakehouse versions."""
-    from trinitylake.tables_maintenance import expire as E
+    from trinitylake.tables_maintenance import run as R
     from trinitylake.tables_maintenance.live import VersionLive
 
-    monkeypatch.setattr(E, "version_live", lambda *args, **kwargs: VersionLive())
+    monkeypatch.setattr(R, "version_live", lambda *args, **kwargs: VersionLive())
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["clean", "planted"])

@@ -7,16 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from trinitylake.errors import ValidationError
 from trinitylake.spark.delete import delete_keys
 from trinitylake.storage import Storage
 from trinitylake.tables_maintenance.files import TableFiles
-from trinitylake.tables_maintenance.live import TablePointers, TableRef
-
-if TYPE_CHECKING:
-    from trinitylake.lakehouse import Lakehouse
+from trinitylake.tables_maintenance.live import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +54,6 @@ def select_tables(tables: Sequence[TableRef], wanted: Iterable[str] | None) -> l
             )
         out.update((t.name, t) for t in hit)
     return [out[k] for k in sorted(out)]
-
-
-def latest_tables(lakehouse: Lakehouse, pointers: TablePointers, version: int) -> list[TableRef]:
-    """The Iceberg tables of `version` with a metadata location, by name."""
-    return sorted(pointers.tables(lakehouse.load_root(version)), key=lambda t: t.name)
 
 
 def readable(files: TableFiles, tables: list[TableRef]) -> tuple[list[TableRef], list[str]]:
@@ -134,11 +125,4 @@ def delete_files(
             out.failures.extend((st.uri(p), e) for p, e in got.failures)
         else:
             out.deleted.update((u, uris[u]) for u, _ in items)
-    return out
-
-
-def kind_counts(files: dict[str, str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for kind in files.values():
-        out[kind] = out.get(kind, 0) + 1
     return out

@@ -1,10 +1,13 @@
 """`tlake tables expire-snapshots`: expire the snapshots of every Iceberg table of a
 lakehouse, consistent with the lakehouse's own time travel.
 
-Steps:
+Phases, each a function of one `trinitylake.tables_maintenance.run.TablesRun` (what the run
+has read: the lakehouse is read once, at the top), the decisions in
+`trinitylake.tables_maintenance.expire_rules` beside them:
 
-1. **Tables**: the Iceberg tables of the latest version (``--tables``: some of them).
-2. **Commit, batch by batch** (`ExpireOptions.batch_size` tables a lakehouse transaction, one
+1. **Tables** (``_select``): the Iceberg tables of the latest version (``--tables``: some of
+   them) whose metadata reads; ``_scan`` reads up front what the plans will read.
+2. **Commit, batch by batch** (`trinitylake.tables_maintenance.expire_commits`) (`ExpireOptions.batch_size` tables a lakehouse transaction, one
    version a batch): each table's snapshots to keep by Iceberg's rules
    (`trinitylake.tables_maintenance.retention`), its new metadata staged through the catalog
    (PyIceberg's ``RemoveSnapshots`` update, refs and statistics of removed snapshots with them),
@@ -16,9 +19,10 @@ Steps:
    tables are loaded from the metadata the run has read already, and its new metadata files
    are written together at its commit (their requests in flight together on an object store),
    not one table after another.
-3. **Live set**, after the commits: every snapshot the tables' current metadata keeps, and what
+3. **Live set** (``_live_after``), after the commits: every snapshot the tables' current metadata keeps, and what
    every retained lakehouse version and pinned export reaches (`trinitylake.tables_maintenance.live`).
-4. **Plan**: ``_maintenance/tables_expire/<run_id>/plan.json`` (per table: snapshots
+4. **Plan** (``_record_plan``; which candidate is deleted, deferred or held is
+   `expire_rules.split_candidates`): ``_maintenance/tables_expire/<run_id>/plan.json`` (per table: snapshots
    expired, files to delete by kind, files deferred) is written before anything is deleted. A
    dry run commits nothing and stops here.
 5. **Delete**: pending files outside the live set, in bulk batches through `Storage`; what
@@ -32,31 +36,24 @@ finishes the work (missing files count as deleted).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.io import PY_IO_IMPL
-from pyiceberg.table.metadata import TableMetadataUtil
-from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotRefUpdate, RemoveSnapshotsUpdate
-
-from trinitylake.errors import StorageError, TransactionConflictError
-from trinitylake.iceberg.catalog import STORAGE_PREFIX, TrinityLakeCatalog
-from trinitylake.runs.folder import now_ms, run_dir, write_json
+from trinitylake.errors import StorageError
+from trinitylake.runs.folder import now_ms
 from trinitylake.tables_maintenance import common, damage
-from trinitylake.tables_maintenance.files import CONTENT_KINDS, METADATA, TableFiles, metadata_log
-from trinitylake.tables_maintenance.live import TablePointers, TableRef, VersionLive, table_live, version_live
-from trinitylake.tables_maintenance.retention import Retention, plan_retention
+from trinitylake.tables_maintenance import expire_rules as rules
+from trinitylake.tables_maintenance.expire_commits import commit_batch, job_catalog
+from trinitylake.tables_maintenance.expire_rules import TablePlan
+from trinitylake.tables_maintenance.files import CONTENT_KINDS, TableFiles
+from trinitylake.tables_maintenance.live import TableRef, table_live
+from trinitylake.tables_maintenance.retention import plan_retention
+from trinitylake.tables_maintenance.run import TablesRun
 from trinitylake.tables_maintenance.state import Pending
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
-    from pyiceberg.table.update import TableUpdate
 
-    from trinitylake.iceberg.fileio import TrinityLakeFileIO
-    from trinitylake.iceberg.multi_table import MultiTableTransaction
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
@@ -79,144 +76,33 @@ class ExpireOptions:
     delete_batch: int = common.DELETE_BATCH
 
 
-@dataclass
-class TablePlan:
-    """What the run decided for one table."""
-
-    name: str
-    metadata: str  # the metadata location the plan was made on
-    retention: Retention
-    new_metadata: str | None = None
-    candidates: dict[str, str] = field(default_factory=dict)
-    version: int | None = None
-    attempts: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metadata": self.metadata,
-            "new_metadata": self.new_metadata,
-            "snapshots_expired": len(self.retention.expired),
-            "snapshots_kept": len(self.retention.kept),
-            "expired_snapshot_ids": sorted(self.retention.expired),
-            "refs_removed": self.retention.removed_refs,
-            "version": self.version,
-            "attempts": self.attempts,
-        }
-
-
 def expire_snapshots(
     lakehouse: Lakehouse, opts: ExpireOptions, result: JobResult, ex: Execution | None = None
 ) -> JobResult:
     """One run (see the module doc); fills and returns `result`. `ex` places the manifest
     reads and the deletes (driver-only without one)."""
-    started = time.monotonic()
-    now = opts.reference_ms if opts.reference_ms is not None else now_ms()
-    files = TableFiles(lakehouse.storage, ex=ex)
-    files.tolerant = True  # a table file that cannot be read damages its table, not the run
-    pointers = TablePointers(lakehouse, files)
-    catalog = job_catalog(lakehouse, files.io, opts.catalog_properties)
-    latest = lakehouse.latest_version()
-    chosen, unreadable = common.readable(files, common.select_tables(common.latest_tables(lakehouse, pointers, latest), opts.tables))
-    chosen, no_gc = common.gc_disabled(files, chosen)
-    pending = Pending() if opts.dry_run else Pending.load(lakehouse.storage)
-    before = _scan(files, chosen, pending, opts, now)
-    chosen = [t for t in chosen if t.name not in before.tables]
-    result.details.update(
-        {
-            "older_than_ms": opts.older_than_ms,
-            "retain_last": opts.retain_last,
-            "reference_ms": now,
-            "tables_selected": len(chosen) + len(unreadable),
-            "tables_without_metadata": unreadable[:20],
-            "tables_gc_disabled": no_gc[:20],
-        }
-    )
-
-    plans: dict[str, TablePlan] = {}
-    conflicts = 0
-    batch = max(opts.batch_size, 1)
-    parsed: dict[str, TableMetadata] = {}
-    for i in range(0, len(chosen), batch):
-        done, retried = _commit_batch(catalog, files, chosen[i : i + batch], opts, now, pending, lakehouse, parsed)
-        plans.update(done)
-        conflicts += retried
-    result.seconds["commit"] = round(time.monotonic() - started, 3)
-
-    t0 = time.monotonic()
-    live = _live_after(lakehouse, files, pointers, plans, pending, opts)
-    dmg = damage.assess(lakehouse, files, pointers, live.current, live.vl, live.latest)
-    if dmg:
-        live.tables.update(damage.salvage(files, dmg))  # what a damaged table's readable files share
-    result.seconds["live_set"] = round(time.monotonic() - t0, 3)
-    candidates = {**pending.all(), **{u: k for p in plans.values() for u, k in p.candidates.items()}}
-    # A damaged table's files, and any file under a location a damaged table has or had, stay
-    # pending: its live set is unknown. A later run deletes them once the table reads again.
-    owner = {u: t for t, fs in pending.tables.items() for u in fs}
-    prefixes = dmg.prefixes()
-    held = {
-        u: k
-        for u, k in candidates.items()
-        if u not in live.tables and (owner.get(u) in dmg.tables or (prefixes and dmg.holds(u, prefixes)))
-    }
-    to_delete = {
-        u: k for u, k in candidates.items() if u not in live.tables and u not in live.versions and u not in held
-    }
-    deferred = {u: k for u, k in candidates.items() if u in live.versions and u not in live.tables and u not in held}
-
-    per_table, owned = _per_table(plans, pending, to_delete, deferred)
-    for name, row in per_table.items():
-        row["files_held"] = sum(1 for u in held if (owner.get(u) or "") == name or u in plans.get(name, _NO_PLAN).candidates)
-    for name in dmg.tables:
-        row = per_table.setdefault(name, {"snapshots_expired": 0, "version": None})
-        if name in plans and plans[name].new_metadata:
-            # Damaged only in what a retained version points at (found after the commits, by the
-            # live set's read): its expiry committed, but none of its files is deleted.
-            row["damaged"] = "found after its expiry committed: its files are held"
-        else:
-            row["skipped"] = "damaged"
-    result.details["tables"] = per_table
-    damage.report(dmg, result)
-    result.details["lakehouse_roots"] = len(live.roots)
-    result.counts.update(
-        {
-            "tables": len(chosen),
-            "tables_changed": sum(1 for p in plans.values() if p.new_metadata),
-            "snapshots_expired": sum(len(p.retention.expired) for p in plans.values()),
-            "refs_removed": sum(len(p.retention.removed_refs) for p in plans.values()),
-            "candidates": len(to_delete),
-            "deferred": len(deferred),
-            "held": len(held),
-            "conflicts_replanned": conflicts,
-            "files_read": files.reads,
-        }
-    )
-    result.counts.update({f"candidates_{k}": n for k, n in common.kind_counts(to_delete).items()})
-    result.plan_location = write_json(
-        lakehouse.storage,
-        f"{run_dir(common.EXPIRE_JOB, result.run_id)}/plan.json",
-        {
-            "run_id": result.run_id,
-            "dry_run": opts.dry_run,
-            "reference_ms": now,
-            "tables": per_table,
-            "delete": sorted(to_delete),
-            "deferred": sorted(deferred),
-            "held": sorted(held),
-            "damaged_tables": dmg.to_dict(),
-        },
-    )
+    run = TablesRun(lakehouse, result, opts.reference_ms if opts.reference_ms is not None else now_ms(), ex)
+    with run.timed("commit", since=run.started):
+        chosen, unreadable = _select(run, opts)
+        pending = Pending() if opts.dry_run else Pending.load(run.storage)
+        before = _scan(run.files, chosen, pending, opts, run.now)
+        chosen = [t for t in chosen if t.name not in before.tables]
+        result.details["tables_selected"] = len(chosen) + unreadable
+        plans, conflicts = _commit_phase(run, chosen, pending, opts)
+    with run.timed("live_set"):
+        live = _live_after(run, plans, pending, opts)
+    split = rules.split_candidates(plans, pending.tables, live.tables, live.versions, live.dmg)
+    per_table, owned = rules.per_table(plans, pending.tables, split, live.dmg.tables)
+    _record_plan(run, opts, chosen, plans, conflicts, live, split, per_table)
     if opts.dry_run:
         return result
-
-    t0 = time.monotonic()
-    out = common.delete_files(files, to_delete, opts.delete_batch)
-    result.seconds["delete"] = round(time.monotonic() - t0, 3)
+    with run.timed("delete"):
+        out = run.delete(split.to_delete, opts.delete_batch)
     gone = set(out.deleted)
-    # What stays pending: files a retained lakehouse version still reaches, and those not deleted.
-    pending.keep_only(set(deferred) | set(held) | (set(to_delete) - gone))
-    pending.save(lakehouse.storage)
+    pending.keep_only(split.still_pending(gone))
+    pending.save(run.storage)
     result.counts["deleted"] = len(gone)
-    result.counts.update({f"deleted_{k}": n for k, n in common.kind_counts(out.deleted).items()})
+    result.counts.update({f"deleted_{k}": n for k, n in rules.kind_counts(out.deleted).items()})
     result.counts["failed"] = out.failed
     for name, row in per_table.items():
         row["files_deleted"] = sum(1 for u in owned.get(name, ()) if u in gone)
@@ -227,6 +113,25 @@ def expire_snapshots(
             f"{out.failed} table files could not be deleted{first}; they stay pending for the next run"
         )
     return result
+
+
+# ---- the tables ------------------------------------------------------------------------------
+def _select(run: TablesRun, opts: ExpireOptions) -> tuple[list[TableRef], int]:
+    """**select**: the tables `opts` names whose metadata reads and whose files may be deleted
+    (``gc.enabled``), and how many named have no metadata file; the others are named in the
+    result."""
+    chosen, unreadable = common.readable(run.files, common.select_tables(run.tables, opts.tables))
+    chosen, no_gc = common.gc_disabled(run.files, chosen)
+    run.result.details.update(
+        {
+            "older_than_ms": opts.older_than_ms,
+            "retain_last": opts.retain_last,
+            "reference_ms": run.now,
+            "tables_without_metadata": unreadable[:20],
+            "tables_gc_disabled": no_gc[:20],
+        }
+    )
+    return chosen, len(unreadable)
 
 
 def _scan(files: TableFiles, chosen: list[TableRef], pending: Pending, opts: ExpireOptions, now: int) -> damage.Damage:
@@ -266,149 +171,48 @@ def _scan(files: TableFiles, chosen: list[TableRef], pending: Pending, opts: Exp
 
 
 # ---- the commits ------------------------------------------------------------------------------
-def job_catalog(lakehouse: Lakehouse, io: TrinityLakeFileIO, properties: dict[str, str] | None = None
-                ) -> TrinityLakeCatalog:
-    """The catalog the commits go through: `TrinityLakeCatalog` on the job's own `lakehouse`
-    (its commits carry the job's audit context and parent seq), the tables' files through `io`,
-    the FileIO of the run's reads, unless `properties` (PyIceberg catalog properties) name a
-    FileIO or S3 properties of their own."""
-    props = properties or {}
-    catalog = TrinityLakeCatalog("tables-maintenance", **{
-        "lakehouse": lakehouse.uri,
-        "audit": "false",
-        **{f"{STORAGE_PREFIX}{k}": v for k, v in (lakehouse.storage.options or {}).items() if isinstance(v, str)},
-        **props,
-    })
-    catalog.lakehouse = lakehouse
-    if not any(k == PY_IO_IMPL or k.startswith(("s3.", "client.")) for k in props):
-        catalog.io = io
-    return catalog
-
-
-def _commit_batch(
-    catalog: TrinityLakeCatalog,
-    files: TableFiles,
-    refs: list[TableRef],
-    opts: ExpireOptions,
-    now: int,
-    pending: Pending,
-    lakehouse: Lakehouse,
-    parsed: dict[str, TableMetadata],
+def _commit_phase(
+    run: TablesRun, chosen: list[TableRef], pending: Pending, opts: ExpireOptions
 ) -> tuple[dict[str, TablePlan], int]:
-    """Plan and commit one batch of tables as one lakehouse version; a conflict re-plans the
-    whole batch on the tables' new metadata. Returns the plans and the number of re-plans.
-
-    The batch's tables are loaded at once from the metadata the run has read (`parsed`: by
-    location, parsed once for every attempt), and its new metadata files written together at
-    the commit (``write_later``)."""
-    for attempt in range(1, opts.max_attempts + 1):
-        mtx: MultiTableTransaction = catalog.multi_table_transaction(write_later=True)
-        try:
-            for r in refs:
-                if r.metadata not in parsed and r.metadata in files.metadata:
-                    parsed[r.metadata] = TableMetadataUtil.parse_obj(files.metadata[r.metadata])
-            mtx.load_tables([r.key for r in refs], parsed)
-            plans = {r.name: p for r in refs if (p := _plan_table(mtx, files, r, opts, now)) is not None}
-        except CommitFailedException as e:  # a table changed between its load and its staging
-            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(refs), attempt, e)
-            mtx.rollback()
-            continue
-        except BaseException:
-            mtx.rollback()
-            raise
-        for p in plans.values():
-            p.attempts = attempt
-        changed = [p for p in plans.values() if p.new_metadata]
-        if opts.dry_run or not changed:
-            mtx.rollback()
-            return plans, attempt - 1
-        try:
-            for p in changed:
-                pending.add(p.name, p.candidates)
-            pending.save(lakehouse.storage)  # before the commit: a killed run's next run finds them
-        except BaseException:
-            mtx.rollback()
-            raise
-        try:
-            version = mtx.commit()  # on a failure it rolls back and deletes what it staged itself
-        except CommitFailedException as e:
-            log.info("tables expire-snapshots: batch of %d tables conflicted (attempt %d): %s", len(refs), attempt, e)
-            continue
-        for p in changed:
-            p.version = version
-        for location, data in mtx.written.items():
-            files.add_metadata(location, data)  # the live set reads the tables' new metadata: no GET
-        return plans, attempt - 1
-    raise TransactionConflictError(
-        f"tables expire-snapshots: the batch of {refs[0].name} .. {refs[-1].name} conflicted with concurrent commits "
-        f"{opts.max_attempts} times; nothing of it was committed, run again"
-    )
-
-
-def _plan_table(
-    mtx: MultiTableTransaction, files: TableFiles, ref: TableRef, opts: ExpireOptions, now: int
-) -> TablePlan | None:
-    name = ref.name
-    try:
-        table: Table = mtx.load_table(ref.key)
-    except NoSuchTableError:
-        return None  # dropped meanwhile
-    loc = files.canon(table.metadata_location)
-    meta = files.meta(loc)
-    ret = plan_retention(meta, now, opts.older_than_ms, opts.retain_last)
-    plan = TablePlan(name, loc, ret)
-    if not ret.changes:
-        return plan
-    updates: list[TableUpdate] = [RemoveSnapshotRefUpdate(ref_name=r) for r in ret.removed_refs]  # type: ignore[call-arg]
-    if ret.expired:
-        updates.append(RemoveSnapshotsUpdate(snapshot_ids=sorted(ret.expired)))  # type: ignore[call-arg]
-    resp = mtx.stage(table, (AssertTableUUID(uuid=table.metadata.table_uuid),), tuple(updates))
-    plan.new_metadata = files.canon(resp.metadata_location)
-    new_log = [e.metadata_file for e in resp.metadata.metadata_log]
-    # A data or delete file can go only with a manifest that no kept snapshot names (the rest
-    # list the same entries for a kept snapshot): when there is none, no manifest is read. An
-    # expired snapshot a kept one covers names no such manifest: its list is not read either.
-    read = files.uncovered(meta, ret.expired, ret.kept)
-    contents = bool(files.manifests_of(meta, read, missing_ok=True) - files.manifests_of(meta, ret.kept))
-    keep = table_live(files, loc, meta, ret.kept, [plan.new_metadata, *new_log], contents=contents)
-    gone = files.reach(meta, read, missing_ok=True, contents=contents)
-    for u, kind in files.named(meta, ret.expired - read).items():
-        gone.setdefault(u, kind)
-    for m in [loc, *metadata_log(meta)]:
-        gone.setdefault(files.canon(m), METADATA)  # a metadata file the new log no longer names
-    plan.candidates = {u: k for u, k in gone.items() if u not in keep}
-    return plan
+    """**commit**: each batch of `opts.batch_size` tables planned and committed as one
+    lakehouse version (`trinitylake.tables_maintenance.expire_commits`); the plans, and how many
+    batches were planned again after a conflict."""
+    catalog = job_catalog(run, opts.catalog_properties)
+    plans: dict[str, TablePlan] = {}
+    conflicts = 0
+    batch = max(opts.batch_size, 1)
+    parsed: dict[str, TableMetadata] = {}
+    for i in range(0, len(chosen), batch):
+        done, retried = commit_batch(run, catalog, chosen[i : i + batch], opts, pending, parsed)
+        plans.update(done)
+        conflicts += retried
+    return plans, conflicts
 
 
 # ---- after the commits ------------------------------------------------------------------------
 @dataclass
 class _Live:
+    """**live_set**: what the tables of the latest version keep (`tables`, with what a damaged
+    table's readable files share), what the retained roots keep (`versions`), and the damage."""
+
     tables: set[str]
     versions: set[str]
     roots: list[str]
-    vl: VersionLive
-    current: list[TableRef]
-    latest: int
+    dmg: damage.Damage
 
 
-def _live_after(
-    lakehouse: Lakehouse,
-    files: TableFiles,
-    pointers: TablePointers,
-    plans: dict[str, TablePlan],
-    pending: Pending,
-    opts: ExpireOptions,
-) -> _Live:
+def _live_after(run: TablesRun, plans: dict[str, TablePlan], pending: Pending, opts: ExpireOptions) -> _Live:
     """The live set the deletes are checked against, read after the commits: the current
     metadata of every table of the latest version (a dry run: the metadata its plans would write) and
     every retained lakehouse root."""
-    latest = lakehouse.latest_version()
+    files = run.files
+    latest, tables = run.reread_latest()
     # Manifests are read only when a candidate is a data or delete file: the other kinds are
     # named by metadata and manifest lists alone.
     candidates = {**pending.all(), **{u: k for p in plans.values() for u, k in p.candidates.items()}}
     contents = any(k in CONTENT_KINDS for k in candidates.values())
-    vl = version_live(lakehouse, files, pointers, latest, contents)
-    current = {t.name: t for t in common.latest_tables(lakehouse, pointers, latest)}
+    vl = run.version_live(latest, contents)
+    current = {t.name: t for t in tables}
     live_tables: set[str] = set()
     # Every table of the latest version counts, not only those with candidates: a table renamed
     # since its files became pending keeps them under its new name, and tables may share files
@@ -434,37 +238,52 @@ def _live_after(
         if ref is None or ref.metadata not in files.metadata:
             continue  # dropped (only the retained versions that still name it keep its files), or damaged
         live_tables.update(table_live(files, ref.metadata, files.meta(ref.metadata), contents=contents))
-    return _Live(live_tables, set(vl.files), vl.roots, vl, list(current.values()), latest)
+    dmg = run.assess(list(current.values()), vl, latest)
+    if dmg:
+        live_tables.update(damage.salvage(files, dmg))  # what a damaged table's readable files share
+    return _Live(live_tables, set(vl.files), vl.roots, dmg)
 
 
-_NO_PLAN = TablePlan("", "", Retention())
-
-
-def _per_table(
-    plans: dict[str, TablePlan], pending: Pending, to_delete: dict[str, str], deferred: dict[str, str]
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
-    """Per table: its plan (``snapshots_expired``, ``version``, ...), ``files_to_delete`` (and
-    by kind), ``files_deferred``; and the files to delete of each table."""
-    owner: dict[str, str] = {}
-    for t, fs in pending.tables.items():
-        for u in fs:
-            owner[u] = t
-    for plan in plans.values():
-        for u in plan.candidates:
-            owner[u] = plan.name
-    by_table: dict[str, list[str]] = {}
-    for u, t in owner.items():
-        by_table.setdefault(t, []).append(u)
-    out: dict[str, dict[str, Any]] = {}
-    owned: dict[str, list[str]] = {}
-    for name in sorted(set(plans) | set(pending.tables)):
-        p: TablePlan | None = plans.get(name)
-        row: dict[str, Any] = p.to_dict() if p is not None else {"snapshots_expired": 0, "version": None}
-        mine = by_table.get(name, [])
-        dels = [u for u in mine if u in to_delete]
-        row["files_to_delete"] = len(dels)
-        row["files_to_delete_by_kind"] = common.kind_counts({u: to_delete[u] for u in dels})
-        row["files_deferred"] = sum(1 for u in mine if u in deferred)
-        owned[name] = dels
-        out[name] = row
-    return out, owned
+# ---- the plan ---------------------------------------------------------------------------------
+def _record_plan(
+    run: TablesRun,
+    opts: ExpireOptions,
+    chosen: list[TableRef],
+    plans: dict[str, TablePlan],
+    conflicts: int,
+    live: _Live,
+    split: rules.Split,
+    per_table: dict[str, dict[str, Any]],
+) -> None:
+    """**plan**: the result's counts and details, and ``plan.json``, written before any delete."""
+    result = run.result
+    result.details["tables"] = per_table
+    damage.report(live.dmg, result)
+    result.details["lakehouse_roots"] = len(live.roots)
+    result.counts.update(
+        {
+            "tables": len(chosen),
+            "tables_changed": sum(1 for p in plans.values() if p.new_metadata),
+            "snapshots_expired": sum(len(p.retention.expired) for p in plans.values()),
+            "refs_removed": sum(len(p.retention.removed_refs) for p in plans.values()),
+            "candidates": len(split.to_delete),
+            "deferred": len(split.deferred),
+            "held": len(split.held),
+            "conflicts_replanned": conflicts,
+            "files_read": run.files.reads,
+        }
+    )
+    result.counts.update({f"candidates_{k}": n for k, n in rules.kind_counts(split.to_delete).items()})
+    run.write_plan(
+        common.EXPIRE_JOB,
+        {
+            "run_id": result.run_id,
+            "dry_run": opts.dry_run,
+            "reference_ms": run.now,
+            "tables": per_table,
+            "delete": sorted(split.to_delete),
+            "deferred": sorted(split.deferred),
+            "held": sorted(split.held),
+            "damaged_tables": live.dmg.to_dict(),
+        },
+    )

@@ -19,6 +19,10 @@ versions counted as live.
   (``error``), or it keeps (``ignore``) or deletes (``delete``) such files (Iceberg's
   ``prefix_mismatch_mode``).
 
+The phases (``_select``, ``_live_set``, ``_list_phase``, then the plan and the deletes) are
+functions of one `trinitylake.tables_maintenance.run.TablesRun`; each listed file's verdict is
+`trinitylake.tables_maintenance.orphans_rules.Sieve`'s.
+
 The plan (``_maintenance/tables_orphans/<run_id>/plan.json``, the files to delete) is
 written before any delete; a dry run stops there. Deletes are bulk batches through `Storage`,
 a missing file counting as deleted, so a killed run is finished by running it again.
@@ -27,27 +31,26 @@ a missing file counting as deleted, so a killed run is finished by running it ag
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.errors import StorageError, UnsafeOperationError, ValidationError
-from trinitylake.runs.folder import now_ms, run_dir, write_json
-from trinitylake.storage import parse_uri
+from trinitylake.errors import StorageError, UnsafeOperationError
+from trinitylake.runs.folder import now_ms
 from trinitylake.tables_maintenance import common, damage
-from trinitylake.tables_maintenance.files import TableFiles
-from trinitylake.tables_maintenance.live import TablePointers, TableRef, table_live, version_live
+from trinitylake.tables_maintenance import orphans_rules as rules
+from trinitylake.tables_maintenance.live import table_live
+from trinitylake.tables_maintenance.orphans_rules import MIN_AGE_MS, MISMATCH_MODES
+from trinitylake.tables_maintenance.run import TablesRun
 
 if TYPE_CHECKING:
     from trinitylake.lakehouse import Lakehouse
     from trinitylake.runs.results import JobResult
     from trinitylake.spark.execution import Execution
+    from trinitylake.tables_maintenance.live import TableRef, VersionLive
 
 log = logging.getLogger(__name__)
 
-#: Iceberg's default and our floor for the orphan age.
-MIN_AGE_MS = 3 * 24 * 3600 * 1000
-MISMATCH_MODES = ("error", "ignore", "delete")
+__all__ = ["MIN_AGE_MS", "MISMATCH_MODES", "OrphanOptions", "check_options", "remove_orphans"]
 
 
 @dataclass
@@ -65,34 +68,7 @@ class OrphanOptions:
 
 def check_options(opts: OrphanOptions) -> None:
     """Raises ValidationError for an age below the floor without the unsafe flag, or an unknown mode."""
-    if opts.older_than_ms < MIN_AGE_MS and not opts.unsafe_min_age:
-        raise ValidationError(
-            f"--older-than {opts.older_than_ms} ms is below the floor of 3 days ({MIN_AGE_MS} ms): a writer's files "
-            "exist before its commit names them; pass --unsafe-min-age (unsafe_min_age: true) to go below it"
-        )
-    if opts.older_than_ms < 0:
-        raise ValidationError(f"--older-than must not be negative, got {opts.older_than_ms} ms")
-    if opts.prefix_mismatch_mode not in MISMATCH_MODES:
-        raise ValidationError(
-            f"--prefix-mismatch-mode must be one of {', '.join(MISMATCH_MODES)}, got {opts.prefix_mismatch_mode!r}"
-        )
-
-
-class _Equivalence:
-    """(scheme, authority, path) of a URI with the configured equivalences applied."""
-
-    def __init__(self, schemes: dict[str, str], authorities: dict[str, str]):
-        self.schemes, self.authorities = schemes, authorities
-
-    def key(self, uri: str) -> tuple[str, str, str]:
-        p = parse_uri(uri)
-        return (self.schemes.get(p.scheme, p.scheme), self.authorities.get(p.authority, p.authority), p.path.strip("/"))
-
-
-def _hidden(rel: str) -> bool:
-    """Iceberg's hidden-path rule: a name starting with ``_`` or ``.`` (a partition folder
-    ``k=v`` is not hidden)."""
-    return any(part[:1] in ("_", ".") and "=" not in part for part in rel.split("/"))
+    rules.check_age_and_mode(opts.older_than_ms, opts.unsafe_min_age, opts.prefix_mismatch_mode)
 
 
 def remove_orphans(
@@ -101,163 +77,66 @@ def remove_orphans(
     """One run (see the module doc); fills and returns `result`. `ex` places the manifest
     reads and the deletes (driver-only without one)."""
     check_options(opts)
-    now = opts.reference_ms if opts.reference_ms is not None else now_ms()
-    cutoff_s = (now - opts.older_than_ms) / 1000.0
-    started = time.monotonic()
-    files = TableFiles(lakehouse.storage, ex=ex)
-    files.tolerant = True  # a table file that cannot be read damages its table, not the run
-    pointers = TablePointers(lakehouse, files)
-    latest = lakehouse.latest_version()
-    all_tables = common.latest_tables(lakehouse, pointers, latest)
-    every, unreadable = common.readable(files, all_tables)
-    chosen = [t for t in common.select_tables(all_tables, opts.tables) if t.metadata in files.metadata]
-    chosen, no_gc = common.gc_disabled(files, chosen)
-
-    locations = {
-        t.name: files.canon(files.metadata[t.metadata]["location"])
-        for t in every
-        if files.metadata[t.metadata].get("location")
-    }
-    _refuse_lakehouse_inside(lakehouse, chosen, locations)
-
-    live: dict[str, str] = {}
-    files.prefetch([(files.metadata[t.metadata], None) for t in every])
-    for t in every:  # every table: a nested table's files are listed under its parent's location
-        live.update(table_live(files, t.metadata, files.metadata[t.metadata]))
-    vl = version_live(lakehouse, files, pointers, latest)
-    live.update(vl.files)
-    dmg = damage.assess(lakehouse, files, pointers, all_tables, vl, latest)
-    if dmg:
-        live.update(damage.salvage(files, dmg))  # what a damaged table's readable files share
-    held_prefixes = dmg.prefixes()
-    per_table: dict[str, dict[str, Any]] = {}
-    for name in dmg.tables:  # its live set is unknown: nothing under its locations is listed
-        per_table[name] = {"location": locations.get(name), "skipped": "damaged", "files_deleted": 0}
-    chosen = [t for t in chosen if t.name not in dmg.tables]
-    result.seconds["live_set"] = round(time.monotonic() - started, 3)
-
-    eq = _Equivalence(opts.equal_schemes, opts.equal_authorities)
-    live_keys = {eq.key(u) for u in live}
-    live_paths: dict[str, set[tuple[str, str]]] = {}
-    for s, a, p in live_keys:
-        live_paths.setdefault(p, set()).add((s, a))
-
-    t0 = time.monotonic()
-    orphans: dict[str, str] = {}
-    mismatches: list[str] = []
-    listed_total = 0
-    for t in chosen:
-        loc = locations.get(t.name)
-        if loc is None:
-            continue
-        # A retained version points at a metadata file under this location that is gone: what
-        # it reached is held under its table's folder (a damaged table's or a placeholder's);
-        # one no folder holds leaves nothing here listed as an orphan.
-        lost = [m for m in vl.missing if m.startswith(loc.rstrip("/") + "/") and not dmg.holds(m, held_prefixes)]
-        if lost:
-            per_table[t.name] = {
-                "location": loc,
-                "skipped": f"{len(lost)} pointed-at metadata files missing, e.g. {lost[0]} ({vl.missing[lost[0]]})",
-            }
-            continue
-        others = [
-            o.rstrip("/") + "/" for n, o in locations.items() if n != t.name and o.startswith(loc.rstrip("/") + "/")
-        ]
-        st = lakehouse.storage.for_uri(loc)
-        row: dict[str, Any] = {
-            "location": loc,
-            "files_listed": 0,
-            "files_young": 0,
-            "files_live": 0,
-            "files_hidden": 0,
-            "files_nested": 0,
-            "files_mismatched": 0,
-            "files_held": 0,
-            "orphans": 0,
-        }
-        for f in st.list(""):
-            uri = st.uri(f.path)
-            row["files_listed"] += 1
-            if _hidden(f.path):
-                row["files_hidden"] += 1
-                continue
-            if any(uri.startswith(o) for o in others):
-                row["files_nested"] += 1
-                continue
-            k = eq.key(uri)
-            if k in live_keys:
-                row["files_live"] += 1
-                continue
-            if not (f.mtime and 0 < f.mtime < cutoff_s):
-                row["files_young"] += 1
-                continue
-            if held_prefixes and dmg.holds(uri, held_prefixes):
-                row["files_held"] += 1  # under a damaged table's (or a placeholder's) location
-                continue
-            if live_paths.get(k[2]):
-                row["files_mismatched"] += 1
-                mismatches.append(f"{uri} (live as {', '.join(f'{s}://{a}' for s, a in sorted(live_paths[k[2]]))})")
-                if opts.prefix_mismatch_mode != "delete":
-                    continue
-            row["orphans"] += 1
-            orphans[uri] = t.name
-        listed_total += row["files_listed"]
-        per_table[t.name] = row
-    result.seconds["list"] = round(time.monotonic() - t0, 3)
-    if mismatches and opts.prefix_mismatch_mode == "error":
+    run = TablesRun(lakehouse, result, opts.reference_ms if opts.reference_ms is not None else now_ms(), ex)
+    cutoff_s = (run.now - opts.older_than_ms) / 1000.0
+    with run.timed("live_set", since=run.started):
+        sel = _select(run, opts)
+        live = _live_set(run, sel)
+        sel.chosen = [t for t in sel.chosen if t.name not in live.dmg.tables]
+    with run.timed("list"):
+        found = _list_phase(run, sel, live, rules.Sieve(rules.Equivalence(opts.equal_schemes, opts.equal_authorities),
+                                                         live.files, cutoff_s, live.held), opts)
+    if found.mismatches and opts.prefix_mismatch_mode == "error":
         raise UnsafeOperationError(
-            f"{len(mismatches)} listed files have the path of a live file under another scheme or authority "
-            f"(first: {mismatches[0]}); they may be live files named another way (iceberg #4194). Add the "
+            f"{len(found.mismatches)} listed files have the path of a live file under another scheme or authority "
+            f"(first: {found.mismatches[0]}); they may be live files named another way (iceberg #4194). Add the "
             "equivalence (--equal-scheme / --equal-authority) or choose --prefix-mismatch-mode ignore|delete"
         )
-
     result.details.update(
         {
             "older_than_ms": opts.older_than_ms,
-            "reference_ms": now,
+            "reference_ms": run.now,
             "cutoff_s": cutoff_s,
-            "tables": per_table,
-            "lakehouse_roots": len(vl.roots),
+            "tables": found.per_table,
+            "lakehouse_roots": len(live.vl.roots),
             "prefix_mismatch_mode": opts.prefix_mismatch_mode,
-            "tables_without_metadata": unreadable[:20],
-            "tables_gc_disabled": no_gc[:20],
-            "mismatched_first": mismatches[:20],
+            "tables_without_metadata": sel.unreadable[:20],
+            "tables_gc_disabled": sel.no_gc[:20],
+            "mismatched_first": found.mismatches[:20],
         }
     )
-    damage.report(dmg, result)
+    damage.report(live.dmg, result)
     result.counts.update(
         {
-            "tables": len(chosen),
-            "listed": listed_total,
-            "live": len(live),
-            "candidates": len(orphans),
-            "mismatched": len(mismatches),
-            "files_read": files.reads,
+            "tables": len(sel.chosen),
+            "listed": found.listed,
+            "live": len(live.files),
+            "candidates": len(found.orphans),
+            "mismatched": len(found.mismatches),
+            "files_read": run.files.reads,
         }
     )
-    result.plan_location = write_json(
-        lakehouse.storage,
-        f"{run_dir(common.ORPHANS_JOB, result.run_id)}/plan.json",
+    run.write_plan(
+        common.ORPHANS_JOB,
         {
             "run_id": result.run_id,
             "dry_run": opts.dry_run,
-            "reference_ms": now,
+            "reference_ms": run.now,
             "cutoff_s": cutoff_s,
-            "tables": per_table,
-            "damaged_tables": dmg.to_dict(),
-            "delete": sorted(orphans),
+            "tables": found.per_table,
+            "damaged_tables": live.dmg.to_dict(),
+            "delete": sorted(found.orphans),
         },
     )
     if opts.dry_run:
         return result
 
-    t0 = time.monotonic()
-    out = common.delete_files(files, dict.fromkeys(orphans, "orphan"), opts.delete_batch)
-    result.seconds["delete"] = round(time.monotonic() - t0, 3)
+    with run.timed("delete"):
+        out = run.delete(dict.fromkeys(found.orphans, "orphan"), opts.delete_batch)
     result.counts["deleted"] = len(out.deleted)
     result.counts["failed"] = out.failed
-    for name, row in per_table.items():
-        row["files_deleted"] = sum(1 for u, n in orphans.items() if n == name and u in out.deleted)
+    for name, row in found.per_table.items():
+        row["files_deleted"] = sum(1 for u, n in found.orphans.items() if n == name and u in out.deleted)
     if out.failed:
         result.details["failures"] = [f"{u}: {e}" for u, e in out.failures[:20]]
         first = f" (first: {out.failures[0][0]}: {out.failures[0][1]})" if out.failures else ""
@@ -265,12 +144,126 @@ def remove_orphans(
     return result
 
 
-def _refuse_lakehouse_inside(lakehouse: Lakehouse, chosen: list[TableRef], locations: dict[str, str]) -> None:
-    root = lakehouse.storage.root.rstrip("/") + "/"
+# ---- the tables ------------------------------------------------------------------------------
+@dataclass
+class _Selected:
+    """**select**: every table of the latest version whose metadata reads (`every`: a nested
+    table's files are listed under its parent's location), those to list (`chosen`), and where
+    each has its files (`locations`)."""
+
+    every: list[TableRef]
+    chosen: list[TableRef]
+    locations: dict[str, str]
+    unreadable: list[str]
+    no_gc: list[str]
+
+
+def _select(run: TablesRun, opts: OrphanOptions) -> _Selected:
+    files = run.files
+    every, unreadable = common.readable(files, run.tables)
+    chosen = [t for t in common.select_tables(run.tables, opts.tables) if t.metadata in files.metadata]
+    chosen, no_gc = common.gc_disabled(files, chosen)
+    locations = {
+        t.name: files.canon(files.metadata[t.metadata]["location"])
+        for t in every
+        if files.metadata[t.metadata].get("location")
+    }
+    _refuse_lakehouse_inside(run, chosen, locations)
+    return _Selected(every, chosen, locations, unreadable, no_gc)
+
+
+def _refuse_lakehouse_inside(run: TablesRun, chosen: list[TableRef], locations: dict[str, str]) -> None:
+    root = run.storage.root.rstrip("/") + "/"
     for t in chosen:
         loc = locations.get(t.name)
         if loc is not None and root.startswith(loc.rstrip("/") + "/"):
             raise UnsafeOperationError(
-                f"table {t.name}: its location {loc} holds the lakehouse root {lakehouse.storage.root}; listing it "
+                f"table {t.name}: its location {loc} holds the lakehouse root {run.storage.root}; listing it "
                 "would list the lakehouse's own files. Leave it out (--tables) or move the table"
             )
+
+
+# ---- the live set ----------------------------------------------------------------------------
+@dataclass
+class _Live:
+    """**live_set**: every file a table of the latest version or a retained root keeps (with
+    what a damaged table's readable files share), and the damage."""
+
+    files: dict[str, str]
+    vl: VersionLive
+    dmg: damage.Damage
+    prefixes: list[str]
+
+    def held(self, uri: str) -> bool:
+        """Under a location a damaged table has or had."""
+        return bool(self.prefixes) and bool(self.dmg.holds(uri, self.prefixes))
+
+
+def _live_set(run: TablesRun, sel: _Selected) -> _Live:
+    files = run.files
+    live: dict[str, str] = {}
+    files.prefetch([(files.metadata[t.metadata], None) for t in sel.every])
+    for t in sel.every:  # every table: a nested table's files are listed under its parent's location
+        live.update(table_live(files, t.metadata, files.metadata[t.metadata]))
+    vl = run.version_live(run.latest)
+    live.update(vl.files)
+    dmg = run.assess(run.tables, vl, run.latest)
+    if dmg:
+        live.update(damage.salvage(files, dmg))  # what a damaged table's readable files share
+    return _Live(live, vl, dmg, dmg.prefixes())
+
+
+# ---- the listing -----------------------------------------------------------------------------
+@dataclass
+class _Found:
+    orphans: dict[str, str] = field(default_factory=dict)  # URI -> its table
+    mismatches: list[str] = field(default_factory=list)
+    per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
+    listed: int = 0
+
+
+def _list_phase(run: TablesRun, sel: _Selected, live: _Live, sieve: rules.Sieve, opts: OrphanOptions) -> _Found:
+    """**list**: every file under each chosen table's location, judged by `sieve`."""
+    out = _Found()
+    for name in live.dmg.tables:  # its live set is unknown: nothing under its locations is listed
+        out.per_table[name] = {"location": sel.locations.get(name), "skipped": "damaged", "files_deleted": 0}
+    for t in sel.chosen:
+        loc = sel.locations.get(t.name)
+        if loc is None:
+            continue
+        # A retained version points at a metadata file under this location that is gone: what
+        # it reached is held under its table's folder (a damaged table's or a placeholder's);
+        # one no folder holds leaves nothing here listed as an orphan.
+        lost = [m for m in live.vl.missing if m.startswith(loc.rstrip("/") + "/") and not live.held(m)]
+        if lost:
+            out.per_table[t.name] = {
+                "location": loc,
+                "skipped": f"{len(lost)} pointed-at metadata files missing, e.g. {lost[0]} ({live.vl.missing[lost[0]]})",
+            }
+            continue
+        others = [
+            o.rstrip("/") + "/" for n, o in sel.locations.items() if n != t.name and o.startswith(loc.rstrip("/") + "/")
+        ]
+        row: dict[str, Any] = {"location": loc, "files_listed": 0, **{f"files_{v}": 0 for v in _COUNTED}, "orphans": 0}
+        st = run.storage.for_uri(loc)
+        for f in st.list(""):
+            uri = st.uri(f.path)
+            row["files_listed"] += 1
+            v = sieve.verdict(f.path, uri, f.mtime, others)
+            if v == rules.MISMATCHED:
+                row["files_mismatched"] += 1
+                out.mismatches.append(f"{uri} (live as {sieve.live_as(uri)})")
+                if opts.prefix_mismatch_mode != "delete":
+                    continue
+            elif v != rules.ORPHAN:
+                row[f"files_{v}"] += 1
+                continue
+            row["orphans"] += 1
+            out.orphans[uri] = t.name
+        out.listed += row["files_listed"]
+        out.per_table[t.name] = row
+    return out
+
+
+#: The verdicts a table's row counts (``files_<verdict>``), in the row's order.
+_COUNTED = (rules.YOUNG, rules.LIVE, rules.HIDDEN, rules.NESTED, rules.MISMATCHED, rules.HELD)

@@ -1,0 +1,142 @@
+"""Which of an expiry's candidate files go, and what its plan says per table. Pure Python, no
+storage: the phases of `trinitylake.tables_maintenance.expire` read and commit, these rules decide.
+
+A candidate (a file a removed snapshot reached and no kept one does, or a file pending from an
+earlier run) is, against the live set read after the commits:
+
+1. **held** when no current table reaches it and its table is damaged, or it lies under a
+   location a damaged table has or had (`Damage.holds`): that table's live set is unknown;
+2. **deferred** when a retained lakehouse version (or a pinned export) still reaches it and no
+   current table does: the first run after that version expires deletes it;
+3. **deleted** when neither a current table nor a retained version reaches it.
+
+A file some current table reaches is none of these: it stays, and leaves the pending file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trinitylake.tables_maintenance.retention import Retention
+
+if TYPE_CHECKING:
+    from trinitylake.tables_maintenance.damage import Damage
+
+
+@dataclass
+class TablePlan:
+    """What the run decided for one table."""
+
+    name: str
+    metadata: str  # the metadata location the plan was made on
+    retention: Retention
+    new_metadata: str | None = None
+    candidates: dict[str, str] = field(default_factory=dict)
+    version: int | None = None
+    attempts: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metadata": self.metadata,
+            "new_metadata": self.new_metadata,
+            "snapshots_expired": len(self.retention.expired),
+            "snapshots_kept": len(self.retention.kept),
+            "expired_snapshot_ids": sorted(self.retention.expired),
+            "refs_removed": self.retention.removed_refs,
+            "version": self.version,
+            "attempts": self.attempts,
+        }
+
+
+@dataclass
+class Split:
+    """The candidates sorted by the rules of the module doc (each URI -> kind)."""
+
+    to_delete: dict[str, str]
+    deferred: dict[str, str]
+    held: dict[str, str]
+    #: URI -> the table it is pending for or a plan made it a candidate of (a plan wins).
+    owner: dict[str, str]
+
+    def still_pending(self, deleted: set[str]) -> set[str]:
+        """What stays in the pending file after the deletes: deferred, held, and not deleted."""
+        return set(self.deferred) | set(self.held) | (set(self.to_delete) - deleted)
+
+
+def split_candidates(
+    plans: Mapping[str, TablePlan],
+    pending: Mapping[str, Mapping[str, str]],
+    live_tables: set[str] | Mapping[str, str],
+    live_versions: set[str] | Mapping[str, str],
+    dmg: Damage,
+) -> Split:
+    """Sort every candidate, the pending ones (`pending`: table -> {URI: kind}) and those of
+    `plans`, by the rules of the module doc."""
+    candidates: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for t, fs in pending.items():
+        candidates.update(fs)
+        owner.update(dict.fromkeys(fs, t))
+    for p in plans.values():
+        candidates.update(p.candidates)
+        owner.update(dict.fromkeys(p.candidates, p.name))
+    pending_owner = {u: t for t, fs in pending.items() for u in fs}
+    prefixes = dmg.prefixes()
+    held = {
+        u: k
+        for u, k in candidates.items()
+        if u not in live_tables and (pending_owner.get(u) in dmg.tables or (prefixes and dmg.holds(u, prefixes)))
+    }
+    to_delete = {u: k for u, k in candidates.items() if u not in live_tables and u not in live_versions and u not in held}
+    deferred = {u: k for u, k in candidates.items() if u in live_versions and u not in live_tables and u not in held}
+    return Split(to_delete, deferred, held, owner)
+
+
+def kind_counts(files: Mapping[str, str]) -> dict[str, int]:
+    """How many files of each kind."""
+    out: dict[str, int] = {}
+    for kind in files.values():
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+_NO_PLAN = TablePlan("", "", Retention())
+
+
+def per_table(
+    plans: Mapping[str, TablePlan], pending: Mapping[str, Mapping[str, str]], split: Split, damaged: set[str] | Mapping[str, Any]
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """The plan's row of each table (its plan's ``snapshots_expired``, ``version``, ...;
+    ``files_to_delete`` and by kind, ``files_deferred``, ``files_held``; a damaged table's
+    ``skipped`` or ``damaged``), and the files to delete of each table."""
+    by_table: dict[str, list[str]] = {}
+    for u, t in split.owner.items():
+        by_table.setdefault(t, []).append(u)
+    pending_owner = {u: t for t, fs in pending.items() for u in fs}
+    out: dict[str, dict[str, Any]] = {}
+    owned: dict[str, list[str]] = {}
+    for name in sorted(set(plans) | set(pending)):
+        p = plans.get(name)
+        row: dict[str, Any] = p.to_dict() if p is not None else {"snapshots_expired": 0, "version": None}
+        mine = by_table.get(name, [])
+        dels = [u for u in mine if u in split.to_delete]
+        row["files_to_delete"] = len(dels)
+        row["files_to_delete_by_kind"] = kind_counts({u: split.to_delete[u] for u in dels})
+        row["files_deferred"] = sum(1 for u in mine if u in split.deferred)
+        row["files_held"] = sum(
+            1 for u in split.held if (pending_owner.get(u) or "") == name or u in plans.get(name, _NO_PLAN).candidates
+        )
+        owned[name] = dels
+        out[name] = row
+    for name in damaged:
+        row = out.setdefault(name, {"snapshots_expired": 0, "version": None})
+        plan = plans.get(name)
+        if plan is not None and plan.new_metadata:
+            # Damaged only in what a retained version points at (found after the commits, by the
+            # live set's read): its expiry committed, but none of its files is deleted.
+            row["damaged"] = "found after its expiry committed: its files are held"
+        else:
+            row["skipped"] = "damaged"
+    return out, owned
