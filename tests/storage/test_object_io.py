@@ -140,6 +140,36 @@ def test_littles_law():
     assert f.limit() == MAX_IN_FLIGHT
 
 
+def test_concurrent_batches_measure_the_cpu_of_a_request_once(monkeypatch):
+    """Nine batches at once (an export's parts) share the process's CPU: each request's cost is
+    the process's CPU over the requests of every batch, not each batch's view of all of it
+    (which measured nine times the cost and held 41 copies in flight where 128 were wanted).
+    The CPU between batches (planning, parsing) is no request's."""
+    import trinitylake.storage.object_io as oio
+
+    cpu = [0.0]
+    monkeypatch.setattr(oio.time, "process_time", lambda: cpu[0])
+    f = InFlight(cores=2, cpu_per_request_s=0.3e-3)
+    for _ in range(20):  # rounds of nine concurrent batches of 100 requests at 1 ms of CPU each
+        for _ in range(9):
+            f.batch_started()
+        for _ in range(9 * 100):
+            f.observe(0.1)
+            cpu[0] += 1e-3
+        for _ in range(9):
+            f.batch_ended()
+        cpu[0] += 5.0  # the process's work between batches
+    assert abs(f.cpu_per_request_s - 1e-3) < 0.05e-3, f.cpu_per_request_s
+    assert 195 <= f.limit() <= 205  # 2 cores / 1 ms x 100 ms
+    # A batch too small for a credible figure leaves the estimate alone until the window fills.
+    f.batch_started()
+    for _ in range(10):
+        f.observe(0.1)
+        cpu[0] += 5e-3
+    f.batch_ended()
+    assert abs(f.cpu_per_request_s - 1e-3) < 0.05e-3, f.cpu_per_request_s
+
+
 def test_a_batch_does_not_raise_the_latency_lone_requests_measured(monkeypatch):
     """In a batch every round trip also waits for the client to handle the others in flight:
     those must not ask for still more in flight. Lone ("quiet") round trips set the estimate;

@@ -111,6 +111,37 @@ def test_walk_and_export_requests_match_the_model(s3_bucket, s3_storage_options)
     assert r["head"] <= bookkeeping, r
 
 
+def test_a_copied_range_is_listed_per_folder_in_flight_together(s3_bucket, s3_storage_options):
+    """`listed_etags` over keys in three hash folders: one LIST per folder right below the one
+    they share, side by side (a store that walks a folder per LIST walks each once, not the
+    whole tree); every key found with its size and ETag, a missing one absent, a key of
+    another folder in between never reported."""
+    from trinitylake.storage.verify import MAX_FOLDER_RUNS, folder_runs, listed_etags
+
+    st = Storage(f"{s3_bucket}/runs", s3_storage_options)
+    paths = [f"x/{a}/{b}/f{i}.arrow" for a in ("0000", "0001", "0011") for b in ("00", "01") for i in range(3)]
+    for p in paths:
+        st.write(p, p.encode())
+    st.write("x/0010/00/other.arrow", b"not asked")  # between two asked folders
+    st.write("x/_root.arrow", b"r")
+    asked = sorted([*paths, "x/0011/01/missing.arrow"])
+    assert [len(r) for r in folder_runs(asked)] == [6, 6, 7]
+    before = requests.snapshot()
+    got = listed_etags(st, asked)
+    cost = {k: v for k, v in requests.since(before).items() if v}
+    assert cost == {"list": 3}, cost
+    assert set(got) == set(paths)
+    import hashlib
+
+    assert all(got[p][0] == len(p) and str(got[p][1]).strip('"') == hashlib.md5(p.encode()).hexdigest()  # noqa: S324
+               for p in paths)
+    # Files right in the shared folder stay with their neighbours; too many folders: one listing.
+    assert folder_runs(["x/_a.arrow", "x/_b.arrow", "x/0000/f", "x/0001/f"]) == [
+        ["x/_a.arrow", "x/_b.arrow"], ["x/0000/f"], ["x/0001/f"]]
+    many = [f"x/{i:04d}/f" for i in range(MAX_FOLDER_RUNS + 1)]
+    assert folder_runs(many) == [many]
+
+
 def test_server_side_copies_are_verified_by_a_listing_of_the_target_alone(s3_bucket, s3_storage_options):
     """An export's definitions copied by CopyObject within one bucket: one LIST of the target's
     key range verifies them (the source is not listed: the store copied it atomically, and a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from trinitylake.errors import StorageError
 from trinitylake.storage.object_io import sorted_keys_range
@@ -48,9 +49,15 @@ def verify(storage: Storage, path: str, size: int, md5: str, checksum: bool = Tr
 def listed_etags(storage: Storage, paths: Sequence[str], slack_per_file: int = 4, slack: int = 2000
                  ) -> dict[str, tuple[int, str | None]]:
     """(size, ETag) of the `paths` that exist (sorted, one key range of the store), for
-    verifying server-side copies: through the I/O engine one listing of their key range (1,000
-    keys a LIST), stopped after ``slack_per_file * len(paths) + slack`` keys, the files it did
-    not reach by one HEAD each; elsewhere a stat each (no ETag)."""
+    verifying server-side copies: through the I/O engine a listing of their key range (1,000
+    keys a LIST), one per folder right below the one they all lie in (`folder_runs`), those
+    listings in flight together; each stopped after ``slack_per_file * len(run) + slack`` keys,
+    the files it did not reach by one HEAD each; elsewhere a stat each (no ETag).
+
+    Why a listing per folder: ranges listed side by side end sooner than one after another (a
+    known way to list S3 faster), and a store that walks a folder to answer a LIST (s3s-fs
+    walks all of it, whatever the range) walks each folder once instead of the whole tree
+    for every part of an export."""
     out: dict[str, tuple[int, str | None]] = {}
     if not paths:
         return out
@@ -61,6 +68,46 @@ def listed_etags(storage: Storage, paths: Sequence[str], slack_per_file: int = 4
             except FileNotFoundError:
                 continue
         return out
+    runs = folder_runs(paths)
+    if len(runs) == 1:
+        return _listed_run(storage, runs[0], slack_per_file, slack)
+    with ThreadPoolExecutor(len(runs), thread_name_prefix="tlake-list") as pool:
+        for got in pool.map(lambda r: _listed_run(storage, r, slack_per_file, slack), runs):
+            out.update(got)
+    return out
+
+
+#: At most this many listings for one `listed_etags` call (more folders: one listing of all).
+MAX_FOLDER_RUNS = 16
+
+
+def folder_runs(paths: Sequence[str]) -> list[Sequence[str]]:
+    """The sorted `paths` cut where the folder right below the one they all lie in changes
+    (files directly in that folder stay with their neighbours); all of them as one run when
+    that gives more than `MAX_FOLDER_RUNS`."""
+    folder, _, _ = sorted_keys_range([paths[0], paths[-1]])
+    depth = folder.count("/") + 1 if folder else 0
+
+    def below(p: str) -> str | None:
+        parts = p.split("/")
+        return parts[depth] if len(parts) > depth + 1 else None
+
+    runs: list[Sequence[str]] = []
+    start, current = 0, below(paths[0])
+    for i in range(1, len(paths)):
+        b = below(paths[i])
+        if b is not None and b != current:
+            if current is not None or i > start:
+                runs.append(paths[start:i])
+                start = i
+            current = b
+    runs.append(paths[start:])
+    return runs if len(runs) <= MAX_FOLDER_RUNS else [paths]
+
+
+def _listed_run(storage: Storage, paths: Sequence[str], slack_per_file: int, slack: int
+                ) -> dict[str, tuple[int, str | None]]:
+    out: dict[str, tuple[int, str | None]] = {}
     wanted = set(paths)
     budget = slack_per_file * len(paths) + slack
     for n, (p, size, etag) in enumerate(_list_range(storage, paths[0], paths[-1])):
