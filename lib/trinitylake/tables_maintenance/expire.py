@@ -36,7 +36,7 @@ finishes the work (missing files count as deleted).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trinitylake.errors import StorageError
@@ -44,7 +44,7 @@ from trinitylake.runs.folder import now_ms
 from trinitylake.tables_maintenance import common, damage
 from trinitylake.tables_maintenance import expire_rules as rules
 from trinitylake.tables_maintenance.expire_commits import commit_batch, job_catalog
-from trinitylake.tables_maintenance.expire_rules import TablePlan
+from trinitylake.tables_maintenance.expire_rules import ExpireOptions, TablePlan
 from trinitylake.tables_maintenance.files import CONTENT_KINDS, TableFiles
 from trinitylake.tables_maintenance.live import TableRef, table_live
 from trinitylake.tables_maintenance.retention import plan_retention
@@ -60,20 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class ExpireOptions:
-    """Options of one run (the CLI's flags)."""
-
-    older_than_ms: int | None = None  # None: each table's history.expire.max-snapshot-age-ms
-    retain_last: int | None = None  # None: each table's history.expire.min-snapshots-to-keep
-    tables: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    batch_size: int = 100
-    max_attempts: int = 20
-    reference_ms: int | None = None  # "now" of the age rules (default: when the run starts)
-    catalog_properties: dict[str, str] = field(default_factory=dict)
-    delete_batch: int = common.DELETE_BATCH
+__all__ = ["ExpireOptions", "expire_snapshots"]
 
 
 def expire_snapshots(

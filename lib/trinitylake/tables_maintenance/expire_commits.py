@@ -16,7 +16,7 @@ from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotRefUpdate, Rem
 
 from trinitylake.errors import TransactionConflictError
 from trinitylake.iceberg.catalog import STORAGE_PREFIX, TrinityLakeCatalog
-from trinitylake.tables_maintenance.expire_rules import TablePlan
+from trinitylake.tables_maintenance.expire_rules import ExpireOptions, TablePlan
 from trinitylake.tables_maintenance.files import METADATA, metadata_log
 from trinitylake.tables_maintenance.live import table_live
 from trinitylake.tables_maintenance.retention import plan_retention
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from pyiceberg.table.update import TableUpdate
 
     from trinitylake.iceberg.multi_table import MultiTableTransaction
-    from trinitylake.tables_maintenance.expire import ExpireOptions
     from trinitylake.tables_maintenance.files import TableFiles
     from trinitylake.tables_maintenance.live import TableRef
     from trinitylake.tables_maintenance.run import TablesRun

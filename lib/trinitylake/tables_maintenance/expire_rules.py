@@ -19,10 +19,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trinitylake.tables_maintenance.common import DELETE_BATCH
 from trinitylake.tables_maintenance.retention import Retention
 
 if TYPE_CHECKING:
     from trinitylake.tables_maintenance.damage import Damage
+
+
+@dataclass
+class ExpireOptions:
+    """Options of one run (the CLI's flags)."""
+
+    older_than_ms: int | None = None  # None: each table's history.expire.max-snapshot-age-ms
+    retain_last: int | None = None  # None: each table's history.expire.min-snapshots-to-keep
+    tables: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    batch_size: int = 100
+    max_attempts: int = 20
+    reference_ms: int | None = None  # "now" of the age rules (default: when the run starts)
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+    delete_batch: int = DELETE_BATCH
 
 
 @dataclass
