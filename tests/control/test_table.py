@@ -326,6 +326,31 @@ def test_appends_after_the_first_are_written_by_the_log_appender_and_lose_no_oth
     assert info["operation"] == "WRITE" and info["clientVersion"] == "trinitylake"
 
 
+def test_an_append_lists_the_log_only_above_the_version_its_appender_knows(tmp_path, monkeypatch):
+    """The log keeps every commit until a clean-up (30 days by default): an append lists the
+    names after its last known version (S3's StartAfter), never the whole log, and still sees
+    the commits and checkpoints other writers put above it."""
+    from trinitylake.storage import Storage
+
+    uri = str(tmp_path / "ctl")
+    a = ControlTable(uri)
+    for i in range(1, 31):
+        a.append([full_record(i)])
+    assert a._log is not None and a._log.version == 30
+    asked: list[str] = []
+    real = Storage.names_after
+    monkeypatch.setattr(Storage, "names_after", lambda self, p, after: (asked.append(after), real(self, p, after))[1])
+    assert a._log._entries() == []  # 31 commits below: none listed
+    other = DeltaTable(uri)
+    write_deltalake(other, conform(records_to_arrow([full_record(31)]), pa.schema(other.schema().to_arrow())),
+                    mode="append")
+    other.create_checkpoint()
+    assert sorted(a._log._entries()) == [(31, False), (31, True)]  # the commit and its checkpoint above
+    assert asked == ["00000000000000000030/"] * 2
+    a.append([full_record(32)])  # a checkpoint above its version: handed to delta-rs, no row lost
+    assert [r.txn_seq for r in ControlTable(uri).records()] == list(range(1, 33))
+
+
 def test_the_log_appender_hands_a_changed_table_back_to_delta_rs(tmp_path):
     """A commit of another writer that changed the table's metadata (a schema evolved by a
     newer release) makes the LogAppender hand its append to delta-rs, which reloads the table;

@@ -146,6 +146,21 @@ def test_list_dirs(storage: Storage) -> None:
     assert dirs == [] and [f.path for f in files] == ["d1/d2/c.txt"]
 
 
+def test_names_after_lists_a_folder_from_a_name_on(storage: Storage) -> None:
+    """What a Delta log's appender asks: the names in one folder after the last version it
+    knows, in order; a sub-folder's files and a sibling folder sharing the prefix are not there."""
+    log = ["00000000000000000001.json", "00000000000000000002.checkpoint.parquet", "00000000000000000002.json",
+           "00000000000000000003.json", "_last_checkpoint"]
+    for n in log:
+        storage.write(f"log/{n}", b"x")
+    storage.write("log/_commits/00000000000000000009.json", b"x")
+    storage.write("log0/00000000000000000009.json", b"x")
+    assert storage.names_after("log", "00000000000000000002/") == ["00000000000000000003.json", "_last_checkpoint"]
+    assert storage.names_after("log/", "") == log
+    assert storage.names_after("log", "~") == []
+    assert storage.names_after("missing", "") == []
+
+
 def test_list_dirs_missing_or_file(storage: Storage) -> None:
     assert storage.list_dirs() == ([], [])
     _populate(storage)

@@ -15,8 +15,8 @@ one does (`LogAppender.of`).
 The Delta rules an append follows (PROTOCOL.md, "Commit Provenance", "Add File", and the
 conflict rules of optimistic concurrency):
 * the commit is the next version's ``<20 digits>.json``, created only when absent, and only when
-  the log holds nothing at or above that version: the log is listed while the data file is
-  written (a version's commit file may be gone while its checkpoint stays: a log clean-up, or
+  the log holds nothing at or above that version: the log is listed from the last version
+  this appender knows, while the data file is written (a version's commit file may be gone while its checkpoint stays: a log clean-up, or
   `tlake control redact`, deletes the commit files a checkpoint covers);
 * when other writers' commits are there, each since the last version this appender knows is
   read: a blind append conflicts only with a change of the table's protocol or metadata (then
@@ -134,10 +134,11 @@ class LogAppender:
                                 f"{_ATTEMPTS} attempts lost to other writers")
 
     def _entries(self) -> list[tuple[int, bool]]:
-        """The log's entries as (version, is a commit file)."""
+        """The log's entries above the last version this appender knows, as (version, is a
+        commit file): listed from that version on (``/`` sorts after every ``<version>.``
+        name), so an append costs the same whatever the log holds below."""
         out = []
-        for fi in self.storage.list(_LOG, recursive=False):
-            name = fi.path.rsplit("/", 1)[-1]
+        for name in self.storage.names_after(_LOG, f"{self.version:020d}/"):
             if m := _ENTRY_RE.match(name):
                 out.append((int(m.group(1)), bool(_COMMIT_RE.match(name))))
         return out

@@ -163,6 +163,10 @@ class StorageBackend:
     def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         raise NotImplementedError
 
+    def names_after(self, base: str, after: str) -> builtins.list[str]:
+        """Names of the files directly in `base` sorting after `after`, in order (`Storage.names_after`)."""
+        return sorted(n for n in (f.path.rsplit("/", 1)[-1] for f in self.list_dirs(base, "")[1]) if n > after)
+
     # ---- fast paths of batches (None: the storage asks file by file) ----------------------
     def read_many(self, paths: Sequence[str], max_bytes: int | None = None) -> builtins.list[bytes | None]:
         """The bytes of each path (relative to the root) this backend reads in one go, None

@@ -275,6 +275,15 @@ class LocalBackend(StorageBackend, schemes=("file",)):
                 stack.extend(subdirs)
             yield from files
 
+    def names_after(self, base: str, after: str) -> builtins.list[str]:
+        # Names only: no stat and no path per entry (a Delta log holds thousands).
+        try:
+            with os.scandir(base) as it:
+                return sorted(e.name for e in it
+                              if e.name > after and not is_tmp(e.name) and e.is_file(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
     def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         dirs: builtins.list[str] = []
         files: builtins.list[FileInfo] = []

@@ -292,6 +292,20 @@ class S3Backend(FsspecBackend, schemes=("s3",)):
         entries: builtins.list[ListingEntry] = self.fs.ls(base, detail=True, refresh=True)
         return entries
 
+    def names_after(self, base: str, after: str) -> builtins.list[str]:
+        eng = self.engine
+        if eng is None:
+            return super().names_after(base, after)
+        bucket, _, folder = base.strip("/").partition("/")
+        under = folder + "/" if folder else ""
+        try:
+            objs = list(eng.list_objects(base, start_after=under + after))
+        except FileNotFoundError:
+            return []
+        # The client takes the listing's start as a path (a trailing "/" dropped): filtered again.
+        names = (o.key[len(under):] for o in objs if o.key.startswith(under))
+        return [n for n in names if "/" not in n and n > after]
+
     def list_dirs(self, base: str, prefix: str) -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         eng = self.engine
         if eng is None:

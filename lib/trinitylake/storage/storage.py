@@ -542,6 +542,16 @@ class Storage:
         yield from self._backend.list_files(base, self._parsed.fs_path, recursive,
                                             lambda where, fn: self.retrying("list", where or prefix, fn))
 
+    def names_after(self, prefix: str, after: str) -> builtins.list[str]:
+        """The names of the files directly in the folder `prefix` that sort after the name
+        `after`, in order: on an object store one listing from `after` on (S3's StartAfter:
+        what a folder holds before it costs nothing), elsewhere the folder's names filtered.
+
+        Why: a Delta log's next versions are listed this way (as Delta's own ``listFrom``); a
+        listing of the whole folder grows with every commit the log keeps."""
+        base = self._fs_path(prefix) if prefix else self._parsed.fs_path
+        return self.retrying("list", prefix, self._backend.names_after, base, after)
+
     def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[FileInfo]]:
         """Immediate children of `prefix`: (sub-directory paths, files), relative to the root."""
         base = self._fs_path(prefix) if prefix else self._parsed.fs_path
