@@ -16,8 +16,9 @@ The Delta rules an append follows (PROTOCOL.md, "Commit Provenance", "Add File",
 conflict rules of optimistic concurrency):
 * the commit is the next version's ``<20 digits>.json``, created only when absent, and only when
   the log holds nothing at or above that version: the log is listed from the last version
-  this appender knows, while the data file is written (a version's commit file may be gone while its checkpoint stays: a log clean-up, or
-  `tlake control redact`, deletes the commit files a checkpoint covers);
+  this appender knows, while the data file is written (a version's commit file may be gone
+  while its checkpoint stays: a log clean-up, or `tlake control redact`, deletes the commit
+  files a checkpoint covers);
 * when other writers' commits are there, each since the last version this appender knows is
   read: a blind append conflicts only with a change of the table's protocol or metadata (then
   the append is handed to delta-rs, which reloads the table), else it tries the next version.

@@ -33,6 +33,7 @@ QUIET_IN_FLIGHT = 16
 #: then measured by the batches again).
 _QUIET_TTL_S = 60.0
 
+
 class InFlight:
     """How many requests to keep in flight: the store's round trip (a low percentile of the
     recent ones) times the request rate this process can sustain (cores / CPU per request)."""
@@ -82,7 +83,7 @@ class InFlight:
 
     def observe_cpu(self, cpu_seconds: float, n_requests: int) -> None:
         """A batch of `n_requests` cost this process `cpu_seconds` of CPU (all its threads)."""
-        if n_requests >= 64 and cpu_seconds > 0:
+        if n_requests >= _CPU_SAMPLE_MIN and cpu_seconds > 0:
             per = cpu_seconds / n_requests
             # Smoothed, and bounded so that one noisy batch cannot swing the limit tenfold.
             self.cpu_per_request_s = min(max(0.7 * self.cpu_per_request_s + 0.3 * per, 0.05e-3), 5e-3)

@@ -302,7 +302,8 @@ class S3Backend(FsspecBackend, schemes=("s3",)):
             objs = list(eng.list_objects(base, start_after=under + after))
         except FileNotFoundError:
             return []
-        # The client takes the listing's start as a path (a trailing "/" dropped): filtered again.
+        # The listing is recursive (a sub-folder's keys are dropped here), and the client takes
+        # its start as a path (a trailing "/" dropped): filtered again.
         names = (o.key[len(under):] for o in objs if o.key.startswith(under))
         return [n for n in names if "/" not in n and n > after]
 

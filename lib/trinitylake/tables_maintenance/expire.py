@@ -196,8 +196,7 @@ def _live_after(run: TablesRun, plans: dict[str, TablePlan], pending: Pending, o
     latest, tables = run.reread_latest()
     # Manifests are read only when a candidate is a data or delete file: the other kinds are
     # named by metadata and manifest lists alone.
-    candidates = {**pending.all(), **{u: k for p in plans.values() for u, k in p.candidates.items()}}
-    contents = any(k in CONTENT_KINDS for k in candidates.values())
+    contents = any(k in CONTENT_KINDS for k in rules.candidates(plans, pending.tables)[0].values())
     vl = run.version_live(latest, contents)
     current = {t.name: t for t in tables}
     live_tables: set[str] = set()

@@ -15,6 +15,7 @@ A file some current table reaches is none of these: it stays, and leaves the pen
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -75,10 +76,29 @@ class Split:
     held: dict[str, str]
     #: URI -> the table it is pending for or a plan made it a candidate of (a plan wins).
     owner: dict[str, str]
+    #: URI -> the table it is pending for (the pending file's own owner).
+    pending_owner: dict[str, str]
 
     def still_pending(self, deleted: set[str]) -> set[str]:
         """What stays in the pending file after the deletes: deferred, held, and not deleted."""
         return set(self.deferred) | set(self.held) | (set(self.to_delete) - deleted)
+
+
+def candidates(
+    plans: Mapping[str, TablePlan], pending: Mapping[str, Mapping[str, str]]
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Every candidate of a run: URI -> kind (a plan's kind wins over the pending file's), URI
+    -> its owner (a plan wins), and URI -> the table it is pending for."""
+    kinds: dict[str, str] = {}
+    pending_owner: dict[str, str] = {}
+    for t, fs in pending.items():
+        kinds.update(fs)
+        pending_owner.update(dict.fromkeys(fs, t))
+    owner = dict(pending_owner)
+    for p in plans.values():
+        kinds.update(p.candidates)
+        owner.update(dict.fromkeys(p.candidates, p.name))
+    return kinds, owner, pending_owner
 
 
 def split_candidates(
@@ -90,24 +110,16 @@ def split_candidates(
 ) -> Split:
     """Sort every candidate, the pending ones (`pending`: table -> {URI: kind}) and those of
     `plans`, by the rules of the module doc."""
-    candidates: dict[str, str] = {}
-    owner: dict[str, str] = {}
-    for t, fs in pending.items():
-        candidates.update(fs)
-        owner.update(dict.fromkeys(fs, t))
-    for p in plans.values():
-        candidates.update(p.candidates)
-        owner.update(dict.fromkeys(p.candidates, p.name))
-    pending_owner = {u: t for t, fs in pending.items() for u in fs}
+    kinds, owner, pending_owner = candidates(plans, pending)
     prefixes = dmg.prefixes()
     held = {
         u: k
-        for u, k in candidates.items()
+        for u, k in kinds.items()
         if u not in live_tables and (pending_owner.get(u) in dmg.tables or (prefixes and dmg.holds(u, prefixes)))
     }
-    to_delete = {u: k for u, k in candidates.items() if u not in live_tables and u not in live_versions and u not in held}
-    deferred = {u: k for u, k in candidates.items() if u in live_versions and u not in live_tables and u not in held}
-    return Split(to_delete, deferred, held, owner)
+    to_delete = {u: k for u, k in kinds.items() if u not in live_tables and u not in live_versions and u not in held}
+    deferred = {u: k for u, k in kinds.items() if u in live_versions and u not in live_tables and u not in held}
+    return Split(to_delete, deferred, held, owner, pending_owner)
 
 
 def kind_counts(files: Mapping[str, str]) -> dict[str, int]:
@@ -116,9 +128,6 @@ def kind_counts(files: Mapping[str, str]) -> dict[str, int]:
     for kind in files.values():
         out[kind] = out.get(kind, 0) + 1
     return out
-
-
-_NO_PLAN = TablePlan("", "", Retention())
 
 
 def per_table(
@@ -130,7 +139,15 @@ def per_table(
     by_table: dict[str, list[str]] = {}
     for u, t in split.owner.items():
         by_table.setdefault(t, []).append(u)
-    pending_owner = {u: t for t, fs in pending.items() for u in fs}
+    # A held file counts for the table it is pending for and for every plan that made it a
+    # candidate (tables may share files), once each: one pass over the held files.
+    planned_by: dict[str, list[str]] = {}
+    for planned in plans.values():
+        for u in planned.candidates:
+            planned_by.setdefault(u, []).append(planned.name)
+    held_by: Counter[str] = Counter()
+    for u in split.held:
+        held_by.update({*planned_by.get(u, ()), *((split.pending_owner[u],) if u in split.pending_owner else ())})
     out: dict[str, dict[str, Any]] = {}
     owned: dict[str, list[str]] = {}
     for name in sorted(set(plans) | set(pending)):
@@ -141,9 +158,7 @@ def per_table(
         row["files_to_delete"] = len(dels)
         row["files_to_delete_by_kind"] = kind_counts({u: split.to_delete[u] for u in dels})
         row["files_deferred"] = sum(1 for u in mine if u in split.deferred)
-        row["files_held"] = sum(
-            1 for u in split.held if (pending_owner.get(u) or "") == name or u in plans.get(name, _NO_PLAN).candidates
-        )
+        row["files_held"] = held_by[name]
         owned[name] = dels
         out[name] = row
     for name in damaged:
