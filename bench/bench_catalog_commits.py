@@ -15,8 +15,12 @@ counts nothing, as does SQLite's "database is locked" (counted apart). load_tabl
   dependency of the project: give a folder holding it (``--psycopg-path``, e.g. made with
   ``pip install --target DIR 'psycopg[binary]'``), else PostgreSQL is skipped.
 
-Every client runs in this one Python process (threads): on a small machine the clients' own CPU
-bounds every catalog's figure with many writers.
+The writers share the machine's cores with the catalog (the server, or PostgreSQL): on a small
+machine the clients' own CPU (PyIceberg's request, its parse of the metadata answered) bounds
+every catalog's figure with many writers. As threads of this one process they also share its
+interpreter lock, so the local catalogs' property commits with 1 and 8 writers are measured
+again with each writer a process of its own (forked, as separate jobs are): the ``*_procs``
+columns.
 
 On the latency store (``--latency-ms``, default 20; 0 skips it): the lakehouse on s3s-fs behind
 a proxy adding that delay to every request (bench/objstore.py), the server started with its
@@ -26,6 +30,7 @@ SQLite whose warehouse (the metadata files it writes at each commit) is on the s
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import socket
@@ -45,6 +50,8 @@ import pyarrow as pa
 from bench.common import parse_args, ratio, scratch_dir, summarize, write_result
 
 WRITERS = (1, 8, 32)
+#: The writer counts measured again with each writer a process of its own (local disk).
+PROCESS_WRITERS = (1, 8)
 N = {"small": {"seconds": 6.0, "loads": 60}, "large": {"seconds": 20.0, "loads": 300}}
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 
@@ -147,61 +154,127 @@ def postgres_catalog(d: Path, psycopg_path: str) -> Iterator[Callable[[], Any]]:
         shutil.rmtree(pg, ignore_errors=True)
 
 
-def hammer(make: Callable[[], Any], ns: str, writers: int, seconds: float, kind: str) -> dict[str, Any]:
-    """`writers` threads, each committing to table ``ns.t<i>`` for `seconds`; commits per second."""
-    done, refused, locked, errors = [0] * writers, [0] * writers, [0] * writers, []
+def _writer(make: Callable[[], Any], ns: str, i: int, kind: str, ready: Callable[[], None],
+            stop_at: Callable[[], float]) -> tuple[int, int, int]:
+    """One writer: commits to ``ns.t<i>`` from when `ready` returns until `stop_at()` (monotonic);
+    (done, refused, locked)."""
+    c = make()
+    t = c.load_table(f"{ns}.t{i}")
+    ready()
+    done = refused = locked = k = 0
+    stop = stop_at()
+    while time.monotonic() < stop:
+        try:
+            if kind == "property":
+                with t.transaction() as tx:
+                    tx.set_properties(k=str(k))
+            else:
+                t.append(pa.table({"id": list(range(k * 10, k * 10 + 10))}, schema=SCHEMA))
+            done += 1
+        except Exception as e:  # noqa: BLE001 - CommitFailedException: reload, count nothing
+            if type(e).__name__ == "OperationalError" and "locked" in str(e):
+                locked += 1  # SQLite's one writer: "database is locked" after its busy timeout
+            elif type(e).__name__ != "CommitFailedException":
+                raise
+            else:
+                refused += 1
+            t = c.load_table(f"{ns}.t{i}")
+        k += 1
+    return done, refused, locked
+
+
+def _writer_process(make: Callable[[], Any], ns: str, i: int, kind: str, gate: Any, go: Any, stop: Any,
+                    out: Any) -> None:
+    """`_writer` in a process of its own (forked: `make` is the parent's), its counts or its
+    error put on `out`."""
+    def ready() -> None:
+        gate.wait()
+        go.wait()
+
+    try:
+        out.put(("ok", _writer(make, ns, i, kind, ready, lambda: stop.value)))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
+        out.put(("error", f"writer {i}: {type(e).__name__}: {e}"))
+        gate.abort()
+
+
+def hammer(make: Callable[[], Any], ns: str, writers: int, seconds: float, kind: str,
+           clients: str = "threads") -> dict[str, Any]:
+    """`writers` writers, each committing to table ``ns.t<i>`` for `seconds`; commits per second.
+    `clients`: ``processes`` (one process each, as separate jobs are) or ``threads`` (all in
+    this process, sharing its interpreter lock)."""
+    if clients == "processes":
+        counts = _hammer_processes(make, ns, writers, seconds, kind)
+    else:
+        counts = _hammer_threads(make, ns, writers, seconds, kind)
+    done, refused, locked, wall = counts
+    return {"commits_per_s": round(done / wall, 1), "refused": refused, "locked": locked, "commits": done}
+
+
+def _hammer_processes(make: Callable[[], Any], ns: str, writers: int, seconds: float,
+                      kind: str) -> tuple[int, int, int, float]:
+    ctx = multiprocessing.get_context("fork")  # `make` is a closure: forked, not pickled
+    gate, go, stop, out = ctx.Barrier(writers + 1), ctx.Event(), ctx.Value("d", 0.0), ctx.Queue()
+    procs = [ctx.Process(target=_writer_process, args=(make, ns, i, kind, gate, go, stop, out), daemon=True)
+             for i in range(writers)]
+    for p in procs:
+        p.start()
+    try:
+        try:
+            gate.wait(300)  # every writer has its client and its table
+        except threading.BrokenBarrierError:
+            raise RuntimeError(f"a writer failed before the start: {out.get(timeout=30)[1]}") from None
+        t0 = time.monotonic()
+        stop.value = t0 + seconds
+        go.set()
+        results = [out.get(timeout=seconds + 300) for _ in procs]
+        wall = time.monotonic() - t0
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    errors = [r for status, r in results if status == "error"]
+    if errors:
+        raise RuntimeError(errors[0])
+    return (sum(r[0] for _, r in results), sum(r[1] for _, r in results), sum(r[2] for _, r in results), wall)
+
+
+def _hammer_threads(make: Callable[[], Any], ns: str, writers: int, seconds: float,
+                    kind: str) -> tuple[int, int, int, float]:
+    results: list[tuple[int, int, int]] = []
+    errors: list[BaseException] = []
     gate = threading.Barrier(writers + 1)
+    go = threading.Event()
     stop = [0.0]
 
     def work(i: int) -> None:
         try:
-            c = make()
-            t = c.load_table(f"{ns}.t{i}")
-            gate.wait()
-            k = 0
-            while time.perf_counter() < stop[0]:
-                try:
-                    if kind == "property":
-                        with t.transaction() as tx:
-                            tx.set_properties(k=str(k))
-                    else:
-                        t.append(pa.table({"id": list(range(k * 10, k * 10 + 10))}, schema=SCHEMA))
-                    done[i] += 1
-                except Exception as e:  # noqa: BLE001 - CommitFailedException: reload, count nothing
-                    if type(e).__name__ == "OperationalError" and "locked" in str(e):
-                        locked[i] += 1  # SQLite's one writer: "database is locked" after its busy timeout
-                    elif type(e).__name__ != "CommitFailedException":
-                        raise
-                    else:
-                        refused[i] += 1
-                    t = c.load_table(f"{ns}.t{i}")
-                k += 1
+            results.append(_writer(make, ns, i, kind, lambda: (gate.wait(), go.wait()), lambda: stop[0]))
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
-            if not gate.broken:
-                gate.abort()
+            gate.abort()
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(writers)]
     for th in threads:
         th.start()
-    stop[0] = time.perf_counter() + 3600
     try:
         gate.wait()
     except threading.BrokenBarrierError:
         pass
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     stop[0] = t0 + seconds
+    go.set()
     for th in threads:
         th.join()
-    wall = time.perf_counter() - t0
+    wall = time.monotonic() - t0
     if errors:
         raise errors[0]
-    return {"commits_per_s": round(sum(done) / wall, 1), "refused": sum(refused), "locked": sum(locked),
-            "commits": sum(done)}
+    return (sum(r[0] for r in results), sum(r[1] for r in results), sum(r[2] for r in results), wall)
 
 
 def measure(label: str, make: Callable[[], Any], n: dict[str, float],
-            kinds: tuple[str, ...] = ("property", "append")) -> dict[str, Any]:
+            kinds: tuple[str, ...] = ("property", "append"), procs: bool = True) -> dict[str, Any]:
     cat = make()
     row: dict[str, Any] = {"catalog": label}
     for w in WRITERS:
@@ -215,6 +288,14 @@ def measure(label: str, make: Callable[[], Any], n: dict[str, float],
             row[f"{kind}_w{w}_refused"] = r["refused"]
             row[f"{kind}_w{w}_locked"] = r["locked"]
             print(f"  {label}: {kind} commits, {w} writers: {r}", flush=True)
+    for w in PROCESS_WRITERS if procs else ():
+        ns = f"q{w}"
+        cat.create_namespace(ns)
+        for i in range(w):
+            cat.create_table(f"{ns}.t{i}", schema=SCHEMA)
+        r = hammer(make, ns, w, n["seconds"], "property", "processes")
+        row[f"property_w{w}_procs_per_s"] = r["commits_per_s"]
+        print(f"  {label}: property commits, {w} writer processes: {r}", flush=True)
     cat.create_namespace("load")
     t = cat.create_table("load.t", schema=SCHEMA)
     for i in range(5):
@@ -259,10 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             where = f"S3, {args.latency_ms:g} ms"
             with latency_store(d / "s3", args.latency_ms, log_path=d / "s3s.log", proxy_kind="auto") as store:
                 with tlake_server(d / "tlake-s3", store) as make:
-                    slow.append(measure(f"tlake catalog serve ({where})", make, n, ("property",)))
+                    slow.append(measure(f"tlake catalog serve ({where})", make, n, ("property",), procs=False))
                 with sqlite_catalog(d / "sqlite-s3", store) as make:
                     slow.append(measure(f"SqlCatalog (SQLite, in-process; warehouse on {where})", make, n,
-                                        ("property",)))
+                                        ("property",), procs=False))
     ours, sq = rows[0], rows[1]
     pg = rows[2] if len(rows) > 2 else None
     ratios: dict[str, float | None] = {
@@ -272,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                         sq["property_w8_per_s"]),
         "8 writers, appends: ours / SqlCatalog-SQLite": ratio(ours["append_w8_per_s"], sq["append_w8_per_s"]),
         "load_table p50: ours / SqlCatalog-SQLite": ratio(ours["load_ms_p50"], sq["load_ms_p50"]),
+        "ours, 8 writer processes / 1 (property commits)": ratio(ours["property_w8_procs_per_s"],
+                                                                 ours["property_w1_procs_per_s"]),
+        "8 writer processes, property commits: ours / SqlCatalog-SQLite": ratio(ours["property_w8_procs_per_s"],
+                                                                                sq["property_w8_procs_per_s"]),
     }
     if pg is not None:
         ratios.update({
@@ -281,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                                 pg["property_w32_per_s"]),
             "8 writers, appends: ours / SqlCatalog-PostgreSQL": ratio(ours["append_w8_per_s"], pg["append_w8_per_s"]),
             "load_table p50: ours / SqlCatalog-PostgreSQL": ratio(ours["load_ms_p50"], pg["load_ms_p50"]),
+            "8 writer processes, property commits: ours / SqlCatalog-PostgreSQL": ratio(
+                ours["property_w8_procs_per_s"], pg["property_w8_procs_per_s"]),
         })
     if slow:
         ratios.update({
@@ -298,12 +385,13 @@ def main(argv: list[str] | None = None) -> int:
         ratios,
         scale=args.scale,
         description=__doc__.split("\n\n")[1].strip(),
-        params={**n, "writers": list(WRITERS), "backend": "local disk" + (
+        params={**n, "writers": list(WRITERS), "process_writers": list(PROCESS_WRITERS), "backend": "local disk" + (
             f"; latency store {args.latency_ms:g} ms (property commits)" if args.latency_ms > 0 else "")},
         notes=[
             "The server writes one lakehouse version per group of the commits that arrived while the previous "
             "version was written (rest_catalog/group_commit.py), with one audit row per commit.",
-            "All clients are threads of the benchmark's one process; the machine is shared (noisy): ratios of one run.",
+            f"The writers are threads of the benchmark's one process (the ``*_procs`` columns: processes), on the "
+            f"catalog's machine ({os.cpu_count()} CPUs); it is shared (noisy): ratios of one run.",
         ],
         seconds=time.perf_counter() - t_all,
         module="catalog_commits",
