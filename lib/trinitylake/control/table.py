@@ -74,14 +74,12 @@ RELOAD_AFTER_APPENDS = CHECKPOINT_INTERVAL
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 #: Checkpoints between two clean-ups of the log files older than the table's log retention.
 CLEANUP_EVERY_CHECKPOINTS = 10
-#: A long-lived writer's next checkpoint comes once the commits since its last one reach this
-#: share of the table's files (and at least CHECKPOINT_INTERVAL). A checkpoint lists every file
-#: (and, after a compaction, every removed one until its retention ends), so at a fixed interval
-#: its cost grows with the table: writing one cost 34 ms at 1,000 files and 181 ms at 12,000, 18 ms
-#: of an append's 36 ms of CPU there (one-row appends; a catalog server at a few appends a second
-#: makes hundreds of thousands of files a day, until the expire job compacts). Spaced this way
-#: its share of an append stays about the same at any size (4.4 ms at 12,000 files), and a reader
-#: replays at most that many small commit files beside a checkpoint of a hundred times as many.
+#: A long-lived writer's next checkpoint comes once the commits since its last reach this share
+#: of the table's files (at least CHECKPOINT_INTERVAL). A checkpoint lists every file (and, after a
+#: compaction, every removed one until its retention ends): one cost 34 ms at 1,000 files and 181
+#: ms at 12,000, 18 ms of an append's 36 ms of CPU there at a fixed interval (one-row appends; a
+#: catalog server makes hundreds of thousands a day until the expire job compacts). Spaced, its
+#: share of an append stays about the same (4.4 ms at 12,000); a reader replays that many commits.
 CHECKPOINT_FILES_SHARE = 0.01
 
 
@@ -138,8 +136,7 @@ class ControlTable:
         self._appended: DeltaTable | None = None
         self._appended_uses = 0  # appends through `_appended` since it was loaded
         self._checkpoint_due: int | None = None  # a checkpoint version an append left to `write_due_checkpoint`
-        #: The version from which this handle's next checkpoint is due (None: every
-        #: CHECKPOINT_INTERVAL-th version, until this handle has written one; `_checkpoint`).
+        # the version from which this handle's next checkpoint is due (None: every CHECKPOINT_INTERVAL-th)
         self._next_checkpoint: int | None = None
         self._checkpointed: int | None = None  # the version of the last checkpoint this handle wrote
         self._log: LogAppender | None = None  # this handle's appends after its first (see `append`)
