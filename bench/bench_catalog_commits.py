@@ -203,16 +203,15 @@ def hammer(make: Callable[[], Any], ns: str, writers: int, seconds: float, kind:
     """`writers` writers, each committing to table ``ns.t<i>`` for `seconds`; commits per second.
     `clients`: ``processes`` (one process each, as separate jobs are) or ``threads`` (all in
     this process, sharing its interpreter lock)."""
-    if clients == "processes":
-        counts = _hammer_processes(make, ns, writers, seconds, kind)
-    else:
-        counts = _hammer_threads(make, ns, writers, seconds, kind)
-    done, refused, locked, wall = counts
+    run = _hammer_processes if clients == "processes" else _hammer_threads
+    counts, wall = run(make, ns, writers, seconds, kind)
+    done, refused, locked = (sum(c) for c in zip(*counts, strict=True))
     return {"commits_per_s": round(done / wall, 1), "refused": refused, "locked": locked, "commits": done}
 
 
 def _hammer_processes(make: Callable[[], Any], ns: str, writers: int, seconds: float,
-                      kind: str) -> tuple[int, int, int, float]:
+                      kind: str) -> tuple[list[tuple[int, int, int]], float]:
+    """Each writer's (done, refused, locked), and the wall time from the start."""
     ctx = multiprocessing.get_context("fork")  # `make` is a closure: forked, not pickled
     gate, go, stop, out = ctx.Barrier(writers + 1), ctx.Event(), ctx.Value("d", 0.0), ctx.Queue()
     procs = [ctx.Process(target=_writer_process, args=(make, ns, i, kind, gate, go, stop, out), daemon=True)
@@ -237,11 +236,12 @@ def _hammer_processes(make: Callable[[], Any], ns: str, writers: int, seconds: f
     errors = [r for status, r in results if status == "error"]
     if errors:
         raise RuntimeError(errors[0])
-    return (sum(r[0] for _, r in results), sum(r[1] for _, r in results), sum(r[2] for _, r in results), wall)
+    return [r for _, r in results], wall
 
 
 def _hammer_threads(make: Callable[[], Any], ns: str, writers: int, seconds: float,
-                    kind: str) -> tuple[int, int, int, float]:
+                    kind: str) -> tuple[list[tuple[int, int, int]], float]:
+    """As `_hammer_processes`, the writers threads of this process."""
     results: list[tuple[int, int, int]] = []
     errors: list[BaseException] = []
     gate = threading.Barrier(writers + 1)
@@ -270,7 +270,7 @@ def _hammer_threads(make: Callable[[], Any], ns: str, writers: int, seconds: flo
     wall = time.monotonic() - t0
     if errors:
         raise errors[0]
-    return (sum(r[0] for r in results), sum(r[1] for r in results), sum(r[2] for r in results), wall)
+    return results, wall
 
 
 def measure(label: str, make: Callable[[], Any], n: dict[str, float],

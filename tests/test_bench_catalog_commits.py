@@ -17,8 +17,8 @@ def test_every_writer_commits_to_its_own_table_and_is_counted(tmp_path, clients)
     with sqlite_catalog(tmp_path) as make:
         cat = make()
         cat.create_namespace("n")
-        for i in range(2):
-            cat.create_table(f"n.t{i}", schema=SCHEMA)
+        for i in range(2):  # every commit's metadata file stays in the log (100 by default)
+            cat.create_table(f"n.t{i}", schema=SCHEMA, properties={"write.metadata.previous-versions-max": "100000"})
         r = hammer(make, "n", 2, 1.0, "property", clients)
         histories = [len(cat.load_table(f"n.t{i}").metadata.metadata_log) for i in range(2)]
     assert r["refused"] == 0 and r["commits"] > 0
