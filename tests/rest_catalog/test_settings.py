@@ -78,8 +78,7 @@ def test_the_cli_serves_with_the_settings_file(tmp_path):
 
 def test_the_server_runs_on_httptools_and_uvloop():
     """The server's HTTP parser and event loop are uvicorn's C ones (the project's dependencies):
-    with h11 and asyncio a commit's request cost about 0.7 ms more of the server's one
-    interpreter (bench/bench_catalog_commits.py)."""
+    with h11 and asyncio a GET through PyIceberg's session took 2.88 ms against 2.20."""
     config = uvicorn_config(object(), "127.0.0.1", 0, ServeOptions())
     config.load()
     assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
