@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -108,9 +109,15 @@ class _Gate:
 
 
 # ---- errors ----------------------------------------------------------------------------------------
+# An obstore error's text names the request's URL (endpoint, port, bucket, key): its status is
+# read from "status: NNN" / "status code: NNN" with every URL blanked first, so a port such as
+# 41273 or a key named "forbidden" never reads as a 412 or a 403 (a 500 on port 41273 once
+# read as "already exists" and failed a run that a retry would have cured).
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s\"',()]+", re.IGNORECASE)
+_STATUS = re.compile(r"\bstatus(?: code)?:\s*(\d{3})\b", re.IGNORECASE)
+_TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _TRANSIENT_WORDS = ("timed out", "timeout", "connection", "error sending request", "reset", "broken pipe",
-                    "status: 500", "status: 502", "status: 503", "status: 504", "status: 429", "slowdown",
-                    "service unavailable", "internal error", "dns error", "incomplete", "body error")
+                    "slowdown", "service unavailable", "internal error", "dns error", "incomplete", "body error")
 
 
 def as_builtin(exc: BaseException, what: str) -> BaseException:
@@ -122,18 +129,21 @@ def as_builtin(exc: BaseException, what: str) -> BaseException:
         return FileExistsError(errno.EEXIST, f"already exists: {what}")
     if isinstance(exc, obstore_errors.PermissionDeniedError | obstore_errors.UnauthenticatedError):
         return PermissionError(errno.EACCES, f"access denied to {what}: {text}")
-    low = str(exc).lower()
-    if "404" in low and "not found" in low:
+    low = _URL.sub("<url>", str(exc)).lower()
+    statuses = {int(s) for s in _STATUS.findall(low)}
+    if 404 in statuses or (not statuses and "404" in low and "not found" in low):
         return FileNotFoundError(errno.ENOENT, f"no such file: {what}")
-    if "412" in low or "precondition" in low:
+    if 412 in statuses or (not statuses and "precondition" in low):
         return FileExistsError(errno.EEXIST, f"already exists: {what}")
-    if "403" in low or "accessdenied" in low or "forbidden" in low:
+    if statuses & {401, 403} or (not statuses and ("accessdenied" in low or "forbidden" in low)):
         return PermissionError(errno.EACCES, f"access denied to {what}: {text}")
-    if "409" in low and "conditionalrequestconflict" in low:
+    if "conditionalrequestconflict" in low and (409 in statuses or not statuses):
         return ConditionalConflict(f"conditional write conflict on {what}: {text}")
-    if any(w in low for w in _TRANSIENT_WORDS):
+    if statuses & _TRANSIENT_STATUSES or (not statuses and any(w in low for w in _TRANSIENT_WORDS)):
         return ConnectionError(errno.EIO, f"{what}: {text}")
-    return OSError(errno.EIO if isinstance(exc, obstore_errors.GenericError) else errno.EINVAL, f"{what}: {text}")
+    # An answered 4xx is final (EINVAL, not retried); an unknown generic failure may be the I/O's.
+    io = isinstance(exc, obstore_errors.GenericError) and not statuses
+    return OSError(errno.EIO if io else errno.EINVAL, f"{what}: {text}")
 
 
 class ConditionalConflict(OSError):
