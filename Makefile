@@ -80,6 +80,8 @@ tools: ## install Maven and chromium when missing (apt-get), or say in one line 
 # the S3 server, so two workers use a 2-core machine better than one. The DAG tests run beside
 # it in their own virtualenv; their output follows the suite's.
 TEST_WORKERS ?= 2
+# Each run leaves every test's time in build/junit-suite.xml and build/junit-dags.xml: where to cut
+# when the suite outgrows its 20 minutes.
 # make runs a recipe line that names $(MAKE) even under `make -n`: the line that starts the DAG
 # tests also runs the suite, so it names the sub-make by another variable (`make -n test` prints
 # the suite's command instead of running it for 13 minutes).
@@ -91,7 +93,7 @@ test: tools ## run the whole test suite (unit, Spark, S3, reliability, DAGs)
 	@$(MAKE) --no-print-directory $(SPARK_CDS) >build/spark-cds.log 2>&1 || \
 	  echo "make: the tests' JVM archive was not built (build/spark-cds.log); the JVMs started without it" &
 	@$(SUBMAKE) --no-print-directory test-dags >build/test-dags.log 2>&1 & dags=$$!; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); suite=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --junitxml=build/junit-suite.xml $(PYTEST_ARGS); suite=$$?; \
 	wait $$dags; dags_rc=$$?; \
 	echo "---- make test-dags (ran beside the suite) ----"; cat build/test-dags.log; \
 	[ $$suite -eq 0 ] && [ $$dags_rc -eq 0 ]
@@ -120,7 +122,7 @@ $(AIRFLOW_VENV)/bin/airflow: airflow_dags/requirements.txt | $(UV)
 # The DAG tests run `airflow dags test` of the spark-submit DAG against a real lakehouse: they
 # need the main venv (tlake, pyspark's spark-submit) and the packed environment of `make dist`.
 test-dags: $(AIRFLOW_VENV)/bin/airflow venv $(DIST_ARCHIVE) ## the Airflow DAGs in their own virtualenv, with a live `airflow dags test`
-	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/dags
+	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider --junitxml=build/junit-dags.xml tests/dags
 
 # Spark SQL through `tlake catalog serve` (tests/rest_catalog/test_spark_sql.py, `make demo-catalog`)
 # runs in an environment of its own: the main venv's pyspark 4.2 cannot load any Iceberg Spark
