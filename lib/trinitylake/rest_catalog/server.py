@@ -3,7 +3,7 @@
 Safe by default: it binds 127.0.0.1, refuses to start without a bearer token
 (``TLAKE_CATALOG_TOKEN`` or a token file) or client credentials (``TLAKE_CATALOG_CREDENTIAL``,
 ``client_id:client_secret``, or a credential file), limits request bodies, and logs requests
-without their headers (uvicorn's access log: client, request line, status), the request line's
+without their headers (uvicorn's access log line: client, request line, status; `AccessLog`), the request line's
 credential-named query values replaced (:func:`trinitylake.redact.redact_request_target`).
 
 It binds its port before it announces itself: a port in use fails in one line. SIGINT (Ctrl-C)
@@ -18,15 +18,18 @@ import errno
 import gc
 import logging
 import os
+import queue
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
 import yaml
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from trinitylake.errors import AddressUnavailableError, ConfigError
 from trinitylake.redact import redact_request_target
@@ -154,7 +157,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class _AccessLogFilter(logging.Filter):
-    """uvicorn's access log record (client, method, target, HTTP version, status) with the
+    """An access log record (`AccessLog`: client, method, target, HTTP version, status) with the
     target's credential-named query values replaced, and nothing else touched: the request line
     stays whole (the process's general redaction of free text would read ``token= HTTP/1.1`` as
     a token and its value)."""
@@ -167,6 +170,74 @@ class _AccessLogFilter(logging.Filter):
             record.args = None
             record.tlake_redacted = True  # the handlers' RedactingFilter keeps this message as it is
         return True
+
+
+_Message = MutableMapping[str, object]
+_ACCESS_FORMAT = '%s - "%s %s HTTP/%s" %d'
+#: The access log's logger (uvicorn's own, ``uvicorn.access``, is off: uvicorn stops its
+#: propagation when its access log is off).
+ACCESS_LOGGER = "trinitylake.rest_catalog.access"
+
+
+class AccessLog:
+    """The server's access log: uvicorn's line (client, request line, status) on the
+    `ACCESS_LOGGER` logger, written after the answer by a thread of its own. uvicorn's own
+    access log formats and writes the line before the answer's first byte: 0.26 ms of
+    load_table's p50 (paired probe, two runs: 4.01 and 3.72 ms with uvicorn's line, 3.74 and
+    3.46 with this one, 3.69 and 3.44 with none). The request's loop only queues its values."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]):
+        self.app = app
+        self._lines: queue.SimpleQueue[tuple[object, ...] | None] = queue.SimpleQueue()
+
+    async def __call__(self, scope: _Message, receive: Callable[[], Awaitable[_Message]],
+                       send: Callable[[_Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def sending(message: _Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])  # type: ignore[call-overload]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            status = status or 500  # raised before answering: uvicorn answers 500
+            raise
+        finally:
+            if status:
+                self._lines.put((scope.get("client"), scope["method"], scope["path"], scope["query_string"],
+                                 scope["http_version"], status))
+
+    def write_lines(self) -> None:
+        """Write the queued lines until `close` (the thread's loop)."""
+        access = logging.getLogger(ACCESS_LOGGER)
+        while (line := self._lines.get()) is not None:
+            client, method, path, query, version, status = line
+            scope = {"client": client, "path": path, "query_string": query}
+            access.info(_ACCESS_FORMAT, get_client_addr(scope), method,  # type: ignore[arg-type]
+                        get_path_with_query_string(scope), version, status)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._lines.put(None)
+
+
+@contextlib.contextmanager
+def access_logged(app: Callable[..., Awaitable[None]]) -> Iterator[AccessLog]:
+    """`app` with its access log (`AccessLog`) and the thread writing it; on exit every queued
+    line is written. Opened in each server process (a forked worker has no thread of its parent)."""
+    logged = AccessLog(app)
+    writer = threading.Thread(target=logged.write_lines, name="trinitylake-access-log", daemon=True)
+    writer.start()
+    try:
+        yield logged
+    finally:
+        logged.close()
+        writer.join(30)
 
 
 class _Server(uvicorn.Server):
@@ -188,8 +259,8 @@ def uvicorn_config(app: object, host: str, port: int, opts: ServeOptions) -> uvi
     """uvicorn's settings for the server. Its HTTP parser and event loop stay its "auto" choice:
     httptools and uvloop, which the project depends on (a GET through PyIceberg's session took
     2.20 ms against 2.88 with h11 and asyncio), falling back to those where they cannot be
-    installed."""
-    return uvicorn.Config(app, host=host, port=port, log_config=None, access_log=True,  # type: ignore[arg-type]
+    installed. Its access log is off: `AccessLog` writes the same lines after the answers."""
+    return uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,  # type: ignore[arg-type]
                           server_header=False, proxy_headers=bool(opts.forwarded_allow_ips),
                           forwarded_allow_ips=opts.forwarded_allow_ips or None, timeout_keep_alive=30)
 
@@ -248,9 +319,9 @@ def serve(lakehouse: str, opts: ServeOptions, *, storage_options: dict[str, str]
     sock = bind(host, port)
     try:
         app = build_app(settings, auth)
-        for name in ("uvicorn.error", "uvicorn.access"):
+        for name in ("uvicorn.error", ACCESS_LOGGER):
             logging.getLogger(name).setLevel(logging.INFO)
-        access = logging.getLogger("uvicorn.access")
+        access = logging.getLogger(ACCESS_LOGGER)
         if not any(isinstance(f, _AccessLogFilter) for f in access.filters):
             access.addFilter(_AccessLogFilter())
         if not logging.getLogger().handlers:
@@ -266,8 +337,9 @@ def serve(lakehouse: str, opts: ServeOptions, *, storage_options: dict[str, str]
         print(f"serving the Iceberg REST catalog of {lakehouse} on http://{shown}:{bound} ({mode}; {how}{procs}; "
               "Ctrl-C stops it)", file=sys.stderr, flush=True)
 
-        def run_one(app: object) -> None:
-            _Server(uvicorn_config(app, host, bound, opts)).run(sockets=[sock])
+        def run_one(app: Callable[..., Awaitable[None]]) -> None:
+            with access_logged(app) as logged:
+                _Server(uvicorn_config(logged, host, bound, opts)).run(sockets=[sock])
 
         # the objects made so far (modules, the app) live as long as the server: out of the
         # collector's generations, so its full collections do not walk them at every request burst
