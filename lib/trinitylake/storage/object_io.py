@@ -48,7 +48,7 @@ from trinitylake import lazy
 from trinitylake.storage import requests
 from trinitylake.storage.in_flight import MAX_IN_FLIGHT, QUIET_IN_FLIGHT, InFlight
 from trinitylake.storage.options import StorageOptions
-from trinitylake.storage.retry import RETRY_ATTEMPTS, backoff_seconds, is_transient
+from trinitylake.storage.retry import RETRY_ATTEMPTS, TRANSIENT_STATUSES, backoff_seconds, is_transient
 
 if TYPE_CHECKING:
     import asyncio
@@ -115,7 +115,6 @@ class _Gate:
 # read as "already exists" and failed a run that a retry would have cured).
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s\"',()]+", re.IGNORECASE)
 _STATUS = re.compile(r"\bstatus(?: code)?:\s*(\d{3})\b", re.IGNORECASE)
-_TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _TRANSIENT_WORDS = ("timed out", "timeout", "connection", "error sending request", "reset", "broken pipe",
                     "slowdown", "service unavailable", "internal error", "dns error", "incomplete", "body error")
 
@@ -139,7 +138,7 @@ def as_builtin(exc: BaseException, what: str) -> BaseException:
         return PermissionError(errno.EACCES, f"access denied to {what}: {text}")
     if "conditionalrequestconflict" in low and (409 in statuses or not statuses):
         return ConditionalConflict(f"conditional write conflict on {what}: {text}")
-    if statuses & _TRANSIENT_STATUSES or (not statuses and any(w in low for w in _TRANSIENT_WORDS)):
+    if statuses & TRANSIENT_STATUSES or (not statuses and any(w in low for w in _TRANSIENT_WORDS)):
         return ConnectionError(errno.EIO, f"{what}: {text}")
     # An answered 4xx is final (EINVAL, not retried); an unknown generic failure may be the I/O's.
     io = isinstance(exc, obstore_errors.GenericError) and not statuses

@@ -82,7 +82,9 @@ _TRANSIENT_S3_CODES = frozenset({
     "TooManyRequestsException", "RequestLimitExceeded", "BandwidthLimitExceeded", "EC2ThrottledException",
     "500", "502", "503", "504",
 })
-_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: HTTP statuses that mean "try again", for every S3 client (botocore's errors here, obstore's in
+#: `object_io.as_builtin`).
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # Network errors of botocore/aiohttp/fsspec that are not OSErrors, by class name.
 _TRANSIENT_CLASS_NAMES = frozenset({
     "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError", "ConnectTimeoutError",
@@ -101,7 +103,7 @@ def is_transient(exc: BaseException) -> bool:
         return False
     codes, statuses = client_error_codes(exc, follow_context=False)
     if codes or statuses:
-        return bool(codes & _TRANSIENT_S3_CODES or statuses & _TRANSIENT_STATUSES)
+        return bool(codes & _TRANSIENT_S3_CODES or statuses & TRANSIENT_STATUSES)
     if isinstance(exc, ConnectionError | TimeoutError):
         return True
     if any(c.__name__ in _TRANSIENT_CLASS_NAMES for c in type(exc).__mro__):
