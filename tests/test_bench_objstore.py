@@ -77,3 +77,28 @@ def test_go_tools_come_from_one_cache(tmp_path, monkeypatch) -> None:
     assert objstore.find_gotools(own)["latproxy"] == own / "bin" / "latproxy"
     assert objstore.process_cpu_seconds(os.getpid()) > 0
     assert objstore.process_cpu_seconds(None) is None
+
+
+def test_store_files_go_to_tmpfs_when_the_machine_has_one(tmp_path, monkeypatch) -> None:
+    """The latency store's objects on tmpfs: a folder of its own there, removed after; on a
+    machine without one (or asked for disk), the fallback folder, kept."""
+    import bench.objstore as objstore
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"tmpfs {shm} tmpfs rw,nosuid 0 0\n/dev/vda / ext4 rw 0 0\n")
+    real_open = open
+    monkeypatch.setattr(objstore, "MEMORY_MOUNT", shm)
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(mounts if f == "/proc/mounts" else f, *a, **k))
+    assert objstore.memory_backed(shm)
+    assert not objstore.memory_backed(tmp_path)
+    with objstore.store_files_dir(tmp_path / "fallback") as (where, kind):
+        assert (kind, where.parent) == ("tmpfs", shm)
+        (where / "bucket").mkdir()
+    assert not where.exists()
+    with objstore.store_files_dir(tmp_path / "fallback", "disk") as (where, kind):
+        assert (kind, where) == ("disk", tmp_path / "fallback")
+    mounts.write_text("/dev/vda / ext4 rw 0 0\n")
+    with objstore.store_files_dir(tmp_path / "fallback") as (where, kind):
+        assert (kind, where) == ("disk", tmp_path / "fallback")
