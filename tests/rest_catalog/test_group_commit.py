@@ -28,7 +28,8 @@ from tests.oracle.expect import oracle_for
 from tests.oracle.tables import root_name, table_pointers
 from tests.rest_catalog.server import new_lakehouse, start
 from trinitylake.iceberg import TrinityLakeCatalog
-from trinitylake.rest_catalog.group_commit import ACTIVE_S, GroupCommitter, _AuditBatch, _Commit
+from trinitylake.rest_catalog.audit_batch import AuditBatch
+from trinitylake.rest_catalog.group_commit import ACTIVE_S, GroupCommitter, _Commit
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 KEEP_LOG = {"write.metadata.previous-versions-max": "10000"}
@@ -198,6 +199,10 @@ def test_a_metadata_file_that_fails_refuses_its_commit_and_the_later_ones_to_its
     assert [r["command"] for r in rows] == ["catalog serve commit table n.t1"]
     # the refused later commit's file was written, and no version names it: deleted, not left behind
     assert len(later) == 1 and not os.path.exists(later[0].removeprefix("file://"))
+    # so was t0's definition, written beside the metadata files (naming a2's): t0 keeps the one
+    # of its creation, t1 has that and the one of its commit
+    defs = {i: list((tmp_path / "lh").rglob(f"*-n-t{i}-*.binpb")) for i in range(2)}
+    assert (len(defs[0]), len(defs[1])) == (1, 2)
 
 
 def _writer(cat: RestCatalog, table: str, key: str, n: int, acked: list[str], refused: list[str]) -> None:
@@ -349,7 +354,7 @@ def test_an_audit_append_waits_for_the_group_being_written_and_a_lone_one_does_n
     lh = new_lakehouse(tmp_path / "lh")
     cat = TrinityLakeCatalog("rest", lakehouse=lh)
     auditor = cat.lakehouse.auditor
-    batch = _AuditBatch()
+    batch = AuditBatch()
 
     batch.expect()  # a lone group: its append is written at once (no timer: the join would time out)
     lone = threading.Thread(target=batch.append, args=(auditor, _rows_of(cat, 1, 1), 1, None), daemon=True)
@@ -387,7 +392,7 @@ def test_an_audit_append_does_not_wait_for_a_group_whose_root_takes_longer_than_
     lh = new_lakehouse(tmp_path / "lh")
     cat = TrinityLakeCatalog("rest", lakehouse=lh)
     auditor = cat.lakehouse.auditor
-    batch = _AuditBatch()
+    batch = AuditBatch()
     batch.rooted(0.3)
     batch.expect()
     batch.append(auditor, _rows_of(cat, 1, 1), 1, None)  # measures an append (a few ms here)

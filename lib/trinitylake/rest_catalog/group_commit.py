@@ -16,7 +16,7 @@ meets the same one-log bottleneck with group commit, and so does the server
   for the group's audit rows. The lead passes on as soon as the root exists, so the next
   group's root is written while this group's rows are appended. What only serves later
   readers and writers (the versions' audited markers, the check for unaudited versions
-  below them, a due checkpoint of the control table) follows the answers (`_AuditBatch`).
+  below them, a due checkpoint of the control table) follows the answers (`AuditBatch`).
 * The audit keeps one row per client commit: the transaction's own ``committed`` row names the
   group's first commit; every other commit gets a ``committed`` row of its own (its own
   txn_seq, the same transaction id) naming the version it landed in.
@@ -44,6 +44,7 @@ from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from trinitylake.errors import TransactionConflictError, TransactionExpiredError, UnknownOutcomeError
 from trinitylake.iceberg.metadata_cache import remember, trusting
 from trinitylake.iceberg.multi_table import check_creates, commit_response
+from trinitylake.rest_catalog.audit_batch import AuditBatch, moving
 
 if TYPE_CHECKING:
     from pyiceberg.table.update import TableRequirement, TableUpdate
@@ -59,8 +60,6 @@ log = logging.getLogger(__name__)
 MAX_REGROUPS = 8
 #: The most commits one group takes (the rest wait for the next).
 MAX_GROUP = 256
-#: How many groups being written an audit append about to start waits for (`_AuditBatch`).
-AUDIT_WAIT_GROUPS = 2
 #: The longest a lead waits for the next commits of the writers active meanwhile (`_gather`).
 GATHER_MAX_S = 0.06
 #: A table whose last commit arrived this long ago no longer counts as an active writer.
@@ -100,12 +99,14 @@ class GroupCommitter:
         self._queue: list[_Commit] = []
         self._leading = False
         self.max_group = max_group
-        self.audit = _AuditBatch()
+        self.audit = AuditBatch()
         #: Where the next group's transaction begins while its lead gathers, and its txn_seqs
         #: are taken while its metadata and definition files are written (one lead at a time).
         self._io = ThreadPoolExecutor(1, thread_name_prefix="group-io")
         #: Where the lakehouse's hint is written after each root, off the root's path.
         self._hints = ThreadPoolExecutor(1, thread_name_prefix="group-hint")
+        #: Where a group's metadata files are written while its lead writes the definitions.
+        self._files = ThreadPoolExecutor(1, thread_name_prefix="group-files")
         self.gather_max_s = GATHER_MAX_S
         self._gathering = False
         self._inside: dict[tuple[str, str], int] = {}  # table -> its commits inside `commit`
@@ -129,7 +130,7 @@ class GroupCommitter:
             answered = self._answered.pop(key, None)
             if answered is not None and now - answered < ACTIVE_S:
                 # how long a writer takes to come back with its next commit
-                self._return_s = _moving(self._return_s or None, now - answered)
+                self._return_s = moving(self._return_s or None, now - answered)
             if self._gathering:
                 self._cond.notify_all()
             while not mine.done and (self._leading or mine.taken):
@@ -242,14 +243,15 @@ class GroupCommitter:
             try:
                 txn = beginning.result() if beginning is not None and attempt == 1 else catalog.begin_write("group commit")
                 return self._attempt(catalog, group, txn)
-            except (TransactionConflictError, TransactionExpiredError) as e:
+            except (TransactionConflictError, TransactionExpiredError, _Rebuild) as e:
                 if attempt == MAX_REGROUPS:
                     for c in group:
                         if not c.settled:
                             c.error = CommitFailedException(f"{c.what}: {e}")
                             c.settled = True
                     return None
-                log.info("group of %d commits lost to a concurrent commit (%s); rebuilding it", len(group), e)
+                if not isinstance(e, _Rebuild):
+                    log.info("group of %d commits lost to a concurrent commit (%s); rebuilding it", len(group), e)
         return None  # not reached: the last attempt returns
 
     def _attempt(self, catalog: TrinityLakeCatalog, group: list[_Commit], txn: Transaction) -> Callable[[], None] | None:
@@ -260,7 +262,6 @@ class GroupCommitter:
         landed: list[tuple[_Commit, CommitTableResponse]] = []
         refused: list[tuple[_Commit, BaseException]] = []
         staged_of: list[tuple[_Commit, StagedTable]] = []  # written together after the loop
-        stray: list[str] = []  # metadata files of refused commits: deleted as soon as they are known
         seqs: Future[list[int]] | None = None
         try:
             for c in group:
@@ -284,36 +285,47 @@ class GroupCommitter:
                 tables[c.key] = Table(identifier=c.key, metadata=staged.metadata,
                                       metadata_location=staged.metadata_location, io=staged.io, catalog=catalog)
             seqs = self._take_seqs(catalog, txn.id, landed, staged_of)
-            # the group's metadata files in flight together (on an object store, one round trip
-            # instead of one per commit); a commit whose file failed is refused, and so are the
-            # group's later commits to its table, which built on it
-            failed: dict[tuple[str, str], BaseException] = {}
-            for (c, staged), err in zip(staged_of, catalog.write_staged_each([s for _, s in staged_of]), strict=True):
-                if c.key in failed:
-                    refused.append((c, CommitFailedException(
-                        f"{c.what}: an earlier commit to the table in its group failed: {failed[c.key]}")))
-                    if err is None:
-                        stray.append(staged.metadata_location)  # written, but no version will name it
-                    continue
-                if err is not None:
-                    failed[c.key] = err
-                    refused.append((c, err))
-                    continue
-                written.append(staged.metadata_location)
+            # The group's metadata files and its tables' new definition files in flight together
+            # (on an object store one round trip for both, not one after the other): each
+            # definition names the metadata file of its table's last commit in the group.
+            last: dict[tuple[str, str], str] = {}
+            for c, staged in staged_of:
+                last[c.key] = staged.metadata_location
+            alters = [(ns, t, loc) for (ns, t), loc in last.items() if txn.table_exists(ns, t)]
+            files = self._files.submit(catalog.write_staged_each, [s for _, s in staged_of])
+            try:
+                txn.alter_tables(alters)  # their definition files in flight together
+            except BaseException:
+                written += _written(staged_of, files)
+                raise
+            results = files.result()
+            written += [staged.metadata_location for (_, staged), err in zip(staged_of, results, strict=True)
+                        if err is None]
+            if any(err is not None for err in results):
+                # A commit whose file failed is refused, and so are the group's later commits to
+                # its table, which built on it; the definitions written beside them name files
+                # no version will hold, so the rest of the group is built again without them.
+                failed: dict[tuple[str, str], BaseException] = {}
+                for (c, _), err in zip(staged_of, results, strict=True):
+                    if c.key in failed:
+                        refused.append((c, CommitFailedException(
+                            f"{c.what}: an earlier commit to the table in its group failed: {failed[c.key]}")))
+                    elif err is not None:
+                        failed[c.key] = err
+                        refused.append((c, err))
+                for c, err in refused:
+                    c.error, c.settled = err, True
+                raise _Rebuild(f"{len(failed)} table(s) of the group could not have their metadata written")
+            for c, staged in staged_of:
                 remember(staged.metadata_location, staged.metadata)
                 pending[c.key] = staged.metadata_location
                 landed.append((c, commit_response(staged.metadata, staged.metadata_location)))
-            if stray:
-                catalog.delete_unreferenced(stray)
-            alters = []
+            for ns, t, _ in alters:
+                actions[(ns, t)] = "alter"
             for (ns, t), location in pending.items():
-                if txn.table_exists(ns, t):
-                    alters.append((ns, t, location))
-                    actions[(ns, t)] = "alter"
-                else:
+                if (ns, t) not in actions:
                     actions[(ns, t)] = "create"
                     txn.create_table(ns, t, metadata_location=location, table_type="managed")
-            txn.alter_tables(alters)  # their definition files in flight together
         except BaseException:
             if not txn.closed:
                 txn.rollback()
@@ -465,110 +477,14 @@ class _GroupAuditor:
             self._committer.audit.cancel()
 
 
-@dataclass
-class _Rows:
-    rows: list[AuditRecord]
-    version: int
-    version_before: int | None
-    done: bool = False
+class _Rebuild(Exception):  # noqa: N818 - a signal to `GroupCommitter._write`
+    """Some of a group's commits were refused after its files were written: build it again."""
 
 
-class _AuditBatch:
-    """The audit rows of the groups whose roots exist, appended together: while one append is
-    being written, the rows of the groups that finish meanwhile wait and go into the next one.
-
-    An append costs the same whatever its rows (a Delta commit: about 20 ms of CPU here), so
-    one that is about to start while a group is being written waits for that group's rows
-    (`expect`), for at most `wait_groups` groups: the writers whose commits are in it would
-    otherwise wait for the next append anyway. No timer: a lone writer's append starts at once.
-
-    It waits only while a group's root takes no longer than an append (moving averages of
-    both). On an object store the other way round holds: at 20 ms a round trip, a root took
-    300 ms and an append 200 ms, and a group of 31 commits waiting for the root of the one
-    straggler behind it answered its writers 600 ms after its own root instead of 250 ms.
-    """
-
-    def __init__(self, wait_groups: int = AUDIT_WAIT_GROUPS) -> None:
-        self._cond = threading.Condition()
-        self._queue: list[_Rows] = []
-        self._writing = False
-        self._expected = 0  # groups being written whose rows (or `cancel`) will come
-        self.wait_groups = wait_groups
-        #: Moving averages of a group's root (from its taking to its root) and of an append, in
-        #: seconds (None: none measured yet).
-        self.root_s: float | None = None
-        self.append_s: float | None = None
-        #: Appends written, and the rows in them (for tests and the benchmark).
-        self.appends = 0
-        self.rows = 0
-        #: The work after each append (`_settle`), one at a time, in order.
-        self._after = ThreadPoolExecutor(1, thread_name_prefix="audit-settle")
-
-    def expect(self) -> None:
-        """A group is being written: its rows (`append`) or `cancel` follows."""
-        with self._cond:
-            self._expected += 1
-
-    def rooted(self, seconds: float) -> None:
-        """A group's root took `seconds` from the group's taking."""
-        with self._cond:
-            self.root_s = _moving(self.root_s, seconds)
-
-    def _worth_waiting(self) -> bool:
-        return self.root_s is None or self.append_s is None or self.root_s <= self.append_s
-
-    def cancel(self) -> None:
-        """An expected group brings no rows (it failed, or auditing is off)."""
-        with self._cond:
-            self._expected -= 1
-            self._cond.notify_all()
-
-    def append(self, auditor: Auditor, rows: list[AuditRecord], version: int, version_before: int | None) -> None:
-        mine = _Rows(rows, version, version_before)
-        with self._cond:
-            self._queue.append(mine)
-            self._expected -= 1
-            self._cond.notify_all()
-            while not mine.done and self._writing:
-                self._cond.wait()
-            if mine.done:
-                return
-            self._writing = True
-            arrived = len(self._queue)
-            while self._expected > 0 and len(self._queue) - arrived < self.wait_groups and self._worth_waiting():
-                self._cond.wait()
-            batch, self._queue = self._queue, []
-            self.appends += 1
-            self.rows += sum(len(b.rows) for b in batch)
-        began = time.monotonic()
-        appended = False
-        try:
-            appended = auditor.append([r for b in batch for r in b.rows], checkpoint=False)
-        finally:
-            with self._cond:
-                self.append_s = _moving(self.append_s, time.monotonic() - began)
-                for b in batch:
-                    b.done = True
-                self._writing = False
-                self._cond.notify_all()
-        if appended:
-            self._after.submit(self._settle, auditor, batch)
-
-    @staticmethod
-    def _settle(auditor: Auditor, batch: list[_Rows]) -> None:
-        """What follows an append, once its writers are answered: on an object store the
-        audited markers, the check below them and a due checkpoint are 2 round trips and
-        sometimes a few hundred ms, none of which the rows' writers need to wait for. In
-        version order, one batch after another (the check below a version finds the markers
-        of the batches before it written)."""
-        for b in batch:
-            auditor.audited(b.version, b.version_before)
-        auditor.control.write_due_checkpoint()
-
-    def settled(self) -> None:
-        """Wait for the work of the appends so far to be done (for tests)."""
-        self._after.submit(lambda: None).result()
-
-
-def _moving(average: float | None, sample: float) -> float:
-    return sample if average is None else 0.8 * average + 0.2 * sample
+def _written(staged_of: list[tuple[_Commit, StagedTable]], files: Future[list[BaseException | None]]) -> list[str]:
+    """The metadata files `files` wrote (waiting for it): to delete when the group fails."""
+    try:
+        results = files.result()
+    except Exception:  # noqa: BLE001 - none known written; what was is the orphan job's
+        return []
+    return [staged.metadata_location for (_, staged), err in zip(staged_of, results, strict=True) if err is None]
