@@ -123,6 +123,30 @@ def test_allocate_many_takes_increasing_free_numbers_and_writes_the_hint_once(al
     assert alloc.allocate_many("g", 0) == []
 
 
+def test_a_hint_executor_writes_the_hint_off_the_allocation_and_a_prune_writes_its_own_at_once(alloc):
+    """With `hint_executor` set (the catalog server's allocator) an allocation returns without
+    writing the hint: the executor writes it, in allocation order. A prune still points the hint
+    above the region it deletes before deleting it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gate = ThreadPoolExecutor(1)
+    held = gate.submit(time.sleep, 0.3)  # the executor busy: nothing it is given runs yet
+    alloc.hint_executor = gate
+    assert alloc.allocate_many("g", 3) == [1, 2, 3] and alloc.allocate("h") == 4
+    assert alloc._read_hint() == 0  # not written by the allocations themselves
+    held.result()
+    gate.submit(lambda: None).result()
+    assert alloc._read_hint() == 4
+    gate.submit(time.sleep, 0.3)
+    assert alloc.allocate_many("g", 3) == [5, 6, 7]
+    gate.shutdown(wait=False, cancel_futures=True)  # the hint queued behind the sleep (7) never written
+    assert alloc._read_hint() == 4
+    alloc.hint_executor = ThreadPoolExecutor(1)
+    alloc.hint_executor.submit(time.sleep, 0.3)
+    assert alloc.prune(keep_last=2) == 5
+    assert alloc._read_hint() == 7  # written by the prune itself, not queued behind the sleep
+
+
 def test_allocate_many_on_s3_creates_the_markers_in_flight_and_skips_taken_ones(s3_bucket, s3_storage_options):
     """On an object store the markers after the first are created together (put_many with
     If-None-Match); one another allocator holds is skipped, not overwritten."""

@@ -15,6 +15,7 @@ missing) only saves probing; it is never trusted without checking that its marke
 from __future__ import annotations
 
 import re
+from concurrent.futures import Executor
 
 from trinitylake.errors import ControlTableError, UnknownOutcomeError
 from trinitylake.storage import Storage
@@ -38,6 +39,10 @@ class SeqAllocator:
         #: The number this allocator took last (0: none yet): where the next allocation looks
         #: first, before the hint.
         self._took = 0
+        #: Where the hint is written when set, instead of in the allocating thread: for a
+        #: long-lived allocator that never starts from the hint (the catalog server's), whose
+        #: allocations would otherwise wait a round trip for it on an object store.
+        self.hint_executor: Executor | None = None
 
     def __repr__(self) -> str:
         return f"SeqAllocator({self.storage.uri(self.prefix)!r})"
@@ -149,7 +154,7 @@ class SeqAllocator:
             return 0
         numbers.sort()
         # Point the hint at the newest marker first, so allocators skip the pruned region.
-        self._write_hint(numbers[-1])
+        self._write_hint_now(numbers[-1])
         doomed = numbers[: len(numbers) - keep_last]
         failures = self.storage.delete(self.marker_path(n) for n in doomed)
         if failures:
@@ -195,6 +200,12 @@ class SeqAllocator:
             return 0
 
     def _write_hint(self, n: int) -> None:
+        if self.hint_executor is not None:
+            self.hint_executor.submit(self._write_hint_now, n)
+        else:
+            self._write_hint_now(n)
+
+    def _write_hint_now(self, n: int) -> None:
         try:
             self.storage.write(self.hint_path, str(n).encode("ascii"))
         except Exception:  # noqa: BLE001 - the hint is best effort by design

@@ -103,7 +103,8 @@ class GroupCommitter:
         #: Where the next group's transaction begins while its lead gathers, and its txn_seqs
         #: are taken while its metadata and definition files are written (one lead at a time).
         self._io = ThreadPoolExecutor(1, thread_name_prefix="group-io")
-        #: Where the lakehouse's hint is written after each root, off the root's path.
+        #: Where the lakehouse's hint (after each root) and the txn_seq hint are written, off the
+        #: group's path.
         self._hints = ThreadPoolExecutor(1, thread_name_prefix="group-hint")
         #: Where a group's metadata files are written while its lead writes the definitions.
         self._files = ThreadPoolExecutor(1, thread_name_prefix="group-files")
@@ -380,7 +381,9 @@ class GroupCommitter:
         if not count or not auditor.enabled:
             return None
         auditor.ensure()
-        return self._io.submit(auditor.control.seq.allocate_many, txn_id, count)
+        seq = auditor.control.seq
+        seq.hint_executor = self._hints  # never read by this allocator: off the group's path
+        return self._io.submit(seq.allocate_many, txn_id, count)
 
     @staticmethod
     def _arguments(c: _Commit, size: int) -> dict[str, str]:
