@@ -220,3 +220,29 @@ def test_allocate_many_above_its_own_last_number_creates_every_marker_in_one_bat
     assert b.allocate_many("h", 3) == [5, 6, 7]
     assert singles == [b.marker_path(5)] and batches == [2]
     assert [a.owner(n) for n in range(1, 8)] == ["a1", "g", "g", "g", "h", "h", "h"]
+
+
+def test_allocate_many_above_its_own_number_abandons_what_it_made_when_a_prune_removed_its_marker(tmp_path):
+    """Its markers are created while its own last marker is probed: when a prune has removed
+    that marker, the numbers just made may have been handed out before (the pruned region) and
+    are abandoned; the allocation goes on above every number taken, by the prune's hint."""
+    storage = Storage(str(tmp_path / "_control"))
+    a, b = SeqAllocator(storage), SeqAllocator(storage)
+    assert a.allocate_many("a", 5) == [1, 2, 3, 4, 5]
+    assert b.allocate_many("b", 5) == [6, 7, 8, 9, 10]
+    assert b.prune(keep_last=2) == 8  # 1..8 gone: a's own marker (5) among them
+    assert a.allocate_many("g", 2) == [11, 12]
+    assert a.owner(6) == "g" and a.owner(9) == "b"  # 6 and 7 made, then left as gaps
+
+
+def test_allocate_many_above_its_own_number_goes_by_the_hint_when_another_took_the_next(tmp_path):
+    """When another allocator took the number right above its own last one, how far the others
+    went is not known from one probe: what it made is left as gaps and the allocation starts
+    again above the hint's number, never below a number handed out."""
+    storage = Storage(str(tmp_path / "_control"))
+    a, b = SeqAllocator(storage), SeqAllocator(storage)
+    assert a.allocate("a") == 1
+    assert b.allocate("b") == 2
+    got = a.allocate_many("g", 3)
+    assert got[0] > 4 and got == list(range(got[0], got[0] + 3))
+    assert a.owner(2) == "b" and b.allocate("c") == got[-1] + 1

@@ -15,12 +15,14 @@ missing) only saves probing; it is never trusted without checking that its marke
 from __future__ import annotations
 
 import re
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from trinitylake.errors import ControlTableError, UnknownOutcomeError
 from trinitylake.storage import Storage
 
 SEQ_DIGITS = 20
+#: Probes an allocator's own last marker while the next ones are created (`_take_above_own`).
+_PROBES = ThreadPoolExecutor(2, thread_name_prefix="txn-seq-probe")
 _MARKER_RE = re.compile(rf"^\d{{{SEQ_DIGITS}}}$")
 
 
@@ -97,8 +99,9 @@ class SeqAllocator:
     def allocate_many(self, txn_id: str, count: int) -> list[int]:
         """`count` sequence numbers for `txn_id`, increasing: each the first free number after
         the previous (another allocator may take some in between), the hint written once at
-        the end. Above this allocator's own last number all are created together; from a start
-        found by the hint, the first is taken as `allocate` takes one. For the audit rows of a group of
+        the end. Right above this allocator's own last number all are created together, its own
+        last marker probed beside them (`_take_above_own`: on an object store one round trip in
+        all); from a start found by the hint, the first is taken as `allocate` takes one. For the audit rows of a group of
         commits (the catalog server's group commit): one marker file each, created in flight
         together, no probing or hint write between them.
         """
@@ -107,15 +110,18 @@ class SeqAllocator:
         if not txn_id:
             raise ValueError("txn_id must be a non-empty string")
         data = txn_id.encode("utf-8")
-        n, above_present = self._first_free()
-        out: list[int] = []
-        if not above_present:
-            # a start found through the hint or a listing: the first one as `allocate` takes
-            # it, with its predecessor check; the rest from there on
-            out.append(self._take_from(data, n, False))
-            n = out[0] + 1
-        # else all of them in flight together from the first free one on: nothing at or above
-        # a present marker was ever pruned (one round trip fewer on an object store)
+        out = self._take_above_own(data, count)
+        if out:
+            n = out[-1] + 1
+        else:
+            n, above_present = self._first_free()
+            if not above_present:
+                # a start found through the hint or a listing: the first one as `allocate`
+                # takes it, with its predecessor check; the rest from there on
+                out.append(self._take_from(data, n, False))
+                n = out[0] + 1
+            # else all of them in flight together from the first free one on: nothing at or
+            # above a present marker was ever pruned (one round trip fewer on an object store)
         while len(out) < count:
             # the rest in flight together (on an object store, one round trip instead of one each)
             numbers = range(n, n + count - len(out))
@@ -130,6 +136,37 @@ class SeqAllocator:
         self._write_hint(out[-1])
         self._took = max(self._took, out[-1])
         return out
+
+    def _take_above_own(self, data: bytes, count: int) -> list[int]:
+        """Up to `count` numbers right above the one this allocator took last, in one round trip:
+        their markers created in flight while its own last marker is probed (empty: it took none
+        yet, the first was taken by another allocator, or a prune removed its marker).
+
+        The same guarantee as probing first: a prune removes the oldest markers first, so while
+        its own marker is present nothing above it was pruned, and a free number above it was
+        never handed out. When the marker is gone, the ones just made may lie in the pruned
+        region: abandoned (gaps), and the allocation starts again by the hint."""
+        took = self._took
+        if took <= 0:
+            return []
+        probe = _PROBES.submit(self.storage.exists, self.marker_path(took))
+        numbers = range(took + 1, took + 1 + count)
+        try:
+            made = self.storage.create_exclusive_many([(self.marker_path(m), data) for m in numbers])
+        finally:
+            present = probe.result()
+        got = []
+        for m, r in zip(numbers, made, strict=True):
+            if isinstance(r, FileExistsError | UnknownOutcomeError):
+                continue  # taken by another allocator, or possibly ours but unknown: a gap
+            if isinstance(r, BaseException):
+                raise r
+            got.append(m)
+        if not present or not got or got[0] != took + 1:
+            # pruned below, or others went on from where it stopped (how far is the hint's to
+            # say): what it made is left as gaps
+            return []
+        return got
 
     def last(self) -> int:
         """The newest allocated sequence number, 0 when none was ever allocated."""
