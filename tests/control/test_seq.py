@@ -246,3 +246,28 @@ def test_allocate_many_above_its_own_number_goes_by_the_hint_when_another_took_t
     got = a.allocate_many("g", 3)
     assert got[0] > 4 and got == list(range(got[0], got[0] + 3))
     assert a.owner(2) == "b" and b.allocate("c") == got[-1] + 1
+
+
+def _allocate_in_child(alloc: SeqAllocator, out) -> None:
+    out.put(alloc.allocate_many("child", 2))
+
+
+def test_an_allocator_copied_into_a_forked_process_still_allocates(tmp_path):
+    """The probe of its own marker runs on a thread pool of the process it runs in: a child
+    forked after the parent's allocations (whose pool's thread stays behind) allocates, not
+    waiting for a thread it does not have."""
+    import multiprocessing
+
+    alloc = SeqAllocator(Storage(str(tmp_path / "_control")))
+    assert alloc.allocate_many("a", 2) == [1, 2]
+    assert alloc.allocate_many("a", 2) == [3, 4]  # the probe's pool in use here
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_allocate_in_child, args=(alloc, out))
+    child.start()
+    child.join(30)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail("the forked allocator hung")
+    assert child.exitcode == 0 and out.get(timeout=5) == [5, 6]

@@ -33,7 +33,7 @@ import json
 import re
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trinitylake.errors import ControlTableError, UnknownOutcomeError
+from trinitylake.thread_pools import ForkSafePool
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -60,7 +61,7 @@ _ATTEMPTS = 25
 #: append keeps, and column invariants, which `of` refuses when the schema declares any).
 _MAX_WRITER = 2
 #: Lists a log while an append's data file is written.
-_LISTER = ThreadPoolExecutor(2, thread_name_prefix="delta-log-list")
+_LISTER = ForkSafePool(2, "delta-log-list")
 
 
 class DeltaChanged(Exception):  # noqa: N818 - a signal, handled by the caller
@@ -103,7 +104,7 @@ class LogAppender:
         sink = pa.BufferOutputStream()
         pq.write_table(data.cast(self.schema), sink, compression="snappy")
         body = sink.getvalue().to_pybytes()
-        listing = _LISTER.submit(self._entries)  # in flight beside the data file's write
+        listing = _LISTER.get().submit(self._entries)  # in flight beside the data file's write
         try:
             self.storage.write(name, body)
             version = self._commit_at(self._commit(name, len(body), data), listing.result())

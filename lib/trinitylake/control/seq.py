@@ -15,14 +15,15 @@ missing) only saves probing; it is never trusted without checking that its marke
 from __future__ import annotations
 
 import re
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 
 from trinitylake.errors import ControlTableError, UnknownOutcomeError
 from trinitylake.storage import Storage
+from trinitylake.thread_pools import ForkSafePool
 
 SEQ_DIGITS = 20
 #: Probes an allocator's own last marker while the next ones are created (`_take_above_own`).
-_PROBES = ThreadPoolExecutor(2, thread_name_prefix="txn-seq-probe")
+_PROBES = ForkSafePool(2, "txn-seq-probe")
 _MARKER_RE = re.compile(rf"^\d{{{SEQ_DIGITS}}}$")
 
 
@@ -149,7 +150,7 @@ class SeqAllocator:
         took = self._took
         if took <= 0:
             return []
-        probe = _PROBES.submit(self.storage.exists, self.marker_path(took))
+        probe = _PROBES.get().submit(self.storage.exists, self.marker_path(took))
         numbers = range(took + 1, took + 1 + count)
         try:
             made = self.storage.create_exclusive_many([(self.marker_path(m), data) for m in numbers])
