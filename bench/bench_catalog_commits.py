@@ -5,7 +5,9 @@ Local disk, one run. Each writer is a thread with a catalog client of its own, c
 table of its own for a fixed time: property commits (``tx.set_properties``: the catalog's own
 commit path), then appends of 10 rows (the client writes a Parquet file, a manifest and a
 manifest list either way). A refused commit (CommitFailedException) reloads the table and
-counts nothing, as does SQLite's "database is locked" (counted apart). load_table: ``catalog.load_table`` of a table with 5 snapshots, sequentially.
+counts nothing, as does SQLite's "database is locked" (counted apart). load_table:
+``catalog.load_table`` of a table with 5 snapshots, after the commits, with every catalog up:
+one load from each catalog in turn, round after round (`paired_loads`).
 
 - ``tlake catalog serve``: one server process (uvicorn), audit rows on (the default), PyIceberg
   ``RestCatalog`` clients over HTTP on 127.0.0.1;
@@ -44,7 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -299,21 +301,35 @@ def measure(label: str, make: Callable[[], Any], n: dict[str, float],
         r = hammer(make, ns, w, n["seconds"], "property", "processes")
         row[f"property_w{w}_procs_per_s"] = r["commits_per_s"]
         print(f"  {label}: property commits, {w} writer processes: {r}", flush=True)
-    cat.create_namespace("load")
-    t = cat.create_table("load.t", schema=SCHEMA)
-    for i in range(5):
-        t.append(pa.table({"id": [i]}, schema=SCHEMA))
-    for _ in range(5):
-        cat.load_table("load.t")
-    loads = []
-    for _ in range(int(n["loads"])):
-        t0 = time.perf_counter()
-        cat.load_table("load.t")
-        loads.append(time.perf_counter() - t0)
-    s = summarize(loads)
-    row["load_ms_p50"], row["load_ms_p95"] = round(s["median"] * 1000, 2), round(s["p95"] * 1000, 2)
-    print(f"  {label}: load_table p50 {row['load_ms_p50']} ms, p95 {row['load_ms_p95']} ms", flush=True)
     return row
+
+
+def paired_loads(entries: list[tuple[dict[str, Any], Callable[[], Any]]], loads: int) -> None:
+    """load_table p50 and p95 into each ``(row, make)``'s row: a table with 5 snapshots in each
+    catalog, then `loads` rounds of one load from each catalog in turn (which goes first rotates
+    each round), so the machine's drift over the run (this shared 2-core machine's speed moved
+    the figures of one catalog measured minutes after another by a third) lands on all alike."""
+    cats = []
+    for _, make in entries:
+        cat = make()
+        cat.create_namespace("load")
+        t = cat.create_table("load.t", schema=SCHEMA)
+        for i in range(5):
+            t.append(pa.table({"id": [i]}, schema=SCHEMA))
+        for _ in range(5):
+            cat.load_table("load.t")
+        cats.append(cat)
+    times: list[list[float]] = [[] for _ in entries]
+    for r in range(loads):
+        for k in range(len(cats)):
+            i = (r + k) % len(cats)
+            t0 = time.perf_counter()
+            cats[i].load_table("load.t")
+            times[i].append(time.perf_counter() - t0)
+    for (row, _), spent in zip(entries, times, strict=True):
+        s = summarize(spent)
+        row["load_ms_p50"], row["load_ms_p95"] = round(s["median"] * 1000, 2), round(s["p95"] * 1000, 2)
+        print(f"  {row['catalog']}: load_table p50 {row['load_ms_p50']} ms, p95 {row['load_ms_p95']} ms", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,13 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     rows = []
     with scratch_dir("catalog_commits", keep=args.keep) as d:
-        with tlake_server(d / "tlake") as make:
-            rows.append(measure("tlake catalog serve", make, n))
-        with sqlite_catalog(d / "sqlite") as make:
-            rows.append(measure("SqlCatalog (SQLite, in-process)", make, n))
-        if args.psycopg_path:
-            with postgres_catalog(d / "pg", args.psycopg_path) as make:
-                rows.append(measure("SqlCatalog (PostgreSQL 15)", make, n))
+        with ExitStack() as local:  # all up at once: their loads are measured together, after
+            makes = [("tlake catalog serve", local.enter_context(tlake_server(d / "tlake"))),
+                     ("SqlCatalog (SQLite, in-process)", local.enter_context(sqlite_catalog(d / "sqlite")))]
+            if args.psycopg_path:
+                makes.append(("SqlCatalog (PostgreSQL 15)",
+                              local.enter_context(postgres_catalog(d / "pg", args.psycopg_path))))
+            rows = [measure(label, make, n) for label, make in makes]
+            paired_loads([(row, make) for row, (_, make) in zip(rows, makes, strict=True)], int(n["loads"]))
         slow: list[dict[str, Any]] = []
         store_on = ""
         if args.latency_ms > 0:
@@ -347,11 +364,11 @@ def main(argv: list[str] | None = None) -> int:
             where = f"S3, {args.latency_ms:g} ms"
             with store_files_dir(d / "s3", args.store_files) as (files, store_on), \
                     latency_store(files, args.latency_ms, log_path=d / "s3s.log", proxy_kind="auto") as store:
-                with tlake_server(d / "tlake-s3", store) as make:
-                    slow.append(measure(f"tlake catalog serve ({where})", make, n, ("property",), procs=False))
-                with sqlite_catalog(d / "sqlite-s3", store) as make:
-                    slow.append(measure(f"SqlCatalog (SQLite, in-process; warehouse on {where})", make, n,
+                with tlake_server(d / "tlake-s3", store) as ours_s3, sqlite_catalog(d / "sqlite-s3", store) as sq_s3:
+                    slow.append(measure(f"tlake catalog serve ({where})", ours_s3, n, ("property",), procs=False))
+                    slow.append(measure(f"SqlCatalog (SQLite, in-process; warehouse on {where})", sq_s3, n,
                                         ("property",), procs=False))
+                    paired_loads([(slow[0], ours_s3), (slow[1], sq_s3)], int(n["loads"]))
     ours, sq = rows[0], rows[1]
     pg = rows[2] if len(rows) > 2 else None
     ratios: dict[str, float | None] = {
