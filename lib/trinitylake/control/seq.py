@@ -126,13 +126,7 @@ class SeqAllocator:
         while len(out) < count:
             # the rest in flight together (on an object store, one round trip instead of one each)
             numbers = range(n, n + count - len(out))
-            made = self.storage.create_exclusive_many([(self.marker_path(m), data) for m in numbers])
-            for m, r in zip(numbers, made, strict=True):
-                if isinstance(r, FileExistsError | UnknownOutcomeError):
-                    continue  # taken by another allocator, or possibly ours but unknown: a gap
-                if isinstance(r, BaseException):
-                    raise r
-                out.append(m)
+            out += self._create(numbers, data)
             n = numbers.stop
         self._write_hint(out[-1])
         self._took = max(self._took, out[-1])
@@ -151,23 +145,28 @@ class SeqAllocator:
         if took <= 0:
             return []
         probe = _PROBES.get().submit(self.storage.exists, self.marker_path(took))
-        numbers = range(took + 1, took + 1 + count)
         try:
-            made = self.storage.create_exclusive_many([(self.marker_path(m), data) for m in numbers])
+            got = self._create(range(took + 1, took + 1 + count), data)
         finally:
             present = probe.result()
-        got = []
-        for m, r in zip(numbers, made, strict=True):
-            if isinstance(r, FileExistsError | UnknownOutcomeError):
-                continue  # taken by another allocator, or possibly ours but unknown: a gap
-            if isinstance(r, BaseException):
-                raise r
-            got.append(m)
         if not present or not got or got[0] != took + 1:
             # pruned below, or others went on from where it stopped (how far is the hint's to
             # say): what it made is left as gaps
             return []
         return got
+
+    def _create(self, numbers: range, data: bytes) -> list[int]:
+        """The `numbers` whose markers this call created, all in flight together (on an object
+        store one round trip for all)."""
+        made = self.storage.create_exclusive_many([(self.marker_path(m), data) for m in numbers])
+        out = []
+        for m, r in zip(numbers, made, strict=True):
+            if isinstance(r, FileExistsError | UnknownOutcomeError):
+                continue  # taken by another allocator, or possibly ours but unknown: a gap
+            if isinstance(r, BaseException):
+                raise r
+            out.append(m)
+        return out
 
     def last(self) -> int:
         """The newest allocated sequence number, 0 when none was ever allocated."""
