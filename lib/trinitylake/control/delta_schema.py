@@ -42,9 +42,12 @@ EXPECTED_TYPES: dict[str, Any] = {
 
 def conform(data: pa.Table, target: pa.Schema) -> pa.Table:
     """`data` in the table's schema: extra table columns (from newer writers) are null."""
+    if data.schema.equals(target, check_metadata=False):
+        return data  # the usual case; rebuilding it cost 0.6 ms an append, under the lock
+    names = set(data.column_names)
     arrays = []
     for f in target:
-        if f.name in data.column_names:
+        if f.name in names:
             col = data.column(f.name)
             arrays.append(col if col.type == f.type else col.cast(f.type))
         else:

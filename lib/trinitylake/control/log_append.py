@@ -102,7 +102,8 @@ class LogAppender:
         Raises DeltaChanged (nothing left behind) when delta-rs must do it."""
         name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         sink = pa.BufferOutputStream()
-        pq.write_table(data.cast(self.schema), sink, compression="snappy")
+        same = data.schema.equals(self.schema, check_metadata=False)
+        pq.write_table(data if same else data.cast(self.schema), sink, compression="snappy")
         body = sink.getvalue().to_pybytes()
         listing = _LISTER.get().submit(self._entries)  # in flight beside the data file's write
         try:
