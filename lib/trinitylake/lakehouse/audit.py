@@ -8,6 +8,7 @@ usable Delta table is detected *before* anything is written.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
@@ -26,7 +27,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+_USER_VARS = ("LOGNAME", "USER", "LNAME", "USERNAME")  # where getpass.getuser looks first
+
+
 def _user() -> str | None:
+    # Every audit row names its user: without those variables (a server started by a service
+    # manager) getuser reads /etc/passwd each time, once a commit on a catalog server's path.
+    return _user_of((os.getuid() if hasattr(os, "getuid") else None, *(os.environ.get(v) for v in _USER_VARS)))
+
+
+@functools.lru_cache(maxsize=16)
+def _user_of(_process: tuple[object, ...]) -> str | None:
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001
