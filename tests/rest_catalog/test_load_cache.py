@@ -109,3 +109,40 @@ def test_a_kept_table_is_answered_while_its_version_is_the_latest_and_a_drop_els
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_kept_tables_file_is_checked_while_the_next_root_is_probed(tmp_path: Path, monkeypatch) -> None:
+    """On an object store a kept load makes two requests (is there a next root, is the metadata
+    file there): `beside` checks the file on another thread while the root is probed, and a
+    missing file, or a next root, is a miss."""
+    import threading
+
+    from trinitylake.iceberg import TrinityLakeCatalog
+    from trinitylake.rest_catalog.load_cache import LatestTables
+
+    lh = new_lakehouse(tmp_path / "lh")
+    cat = TrinityLakeCatalog("c", lakehouse=lh)
+    cat.create_namespace("n")
+    t = cat.create_table("n.t", schema=SCHEMA)
+    kept = LatestTables(cat.lakehouse.storage)
+    kept.put(cat.lakehouse.latest_version(), ("n", "t"), t.metadata, t.metadata_location)
+    started = threading.Event()
+    seen_during_probe: list[bool] = []
+    storage = cat.lakehouse.storage
+    real_exists = type(storage).exists
+
+    def probing(self, path):  # the next root's probe: has the file's check begun meanwhile?
+        seen_during_probe.append(started.wait(5))
+        return real_exists(self, path)
+
+    def check(location: str) -> bool:
+        started.set()
+        return cat.io.new_input(location).exists()
+
+    monkeypatch.setattr(type(storage), "exists", probing)
+    assert kept.get(("n", "t"), beside=check) == (t.metadata, t.metadata_location)
+    assert seen_during_probe and all(seen_during_probe)
+    assert kept.get(("n", "t"), beside=lambda _location: False) is None  # the file is gone
+    monkeypatch.undo()
+    cat.create_table("n.u", schema=SCHEMA)
+    assert kept.get(("n", "t"), beside=check) is None  # a next root

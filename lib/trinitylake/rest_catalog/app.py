@@ -358,9 +358,15 @@ class CatalogService:
     def load_kept_table(self, call: Call) -> Result | None:
         """The latest version's table as kept (`LatestTables`), while that version is the latest
         and its metadata file exists; None: read the tree."""
-        kept = self.latest.get(_table(call))
-        if kept is None or not call.catalog.io.new_input(kept[1]).exists():
-            return None
+        io = call.catalog.io
+        if self._inline_loads:  # two stats, on the event loop
+            kept = self.latest.get(_table(call))
+            if kept is None or not io.new_input(kept[1]).exists():
+                return None
+        else:  # two requests to the store, in flight together
+            kept = self.latest.get(_table(call), beside=lambda location: io.new_input(location).exists())
+            if kept is None:
+                return None
         return self.loads.answer(kept[0], kept[1], call.if_none_match)
 
     def table_exists_kept(self, call: Call) -> Result | None:
