@@ -9,6 +9,7 @@ transaction usually writes a single ``committed``/``failed``/``read`` row that c
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
@@ -115,7 +116,18 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_USER_VARS = ("LOGNAME", "USER", "LNAME", "USERNAME")  # where getpass.getuser looks first
+
+
 def default_user() -> str | None:
+    """This process's user (getpass's), looked up once per user environment: without those
+    variables (a server started by a service manager) getuser reads /etc/passwd each time, and
+    every audit row names its user (once a commit on a catalog server's path)."""
+    return _user_of((os.getuid() if hasattr(os, "getuid") else None, *(os.environ.get(v) for v in _USER_VARS)))
+
+
+@functools.lru_cache(maxsize=16)
+def _user_of(_environment: tuple[object, ...]) -> str | None:
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no passwd entry in some containers

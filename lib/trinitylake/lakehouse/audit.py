@@ -8,16 +8,13 @@ usable Delta table is detected *before* anything is written.
 
 from __future__ import annotations
 
-import functools
-import getpass
 import logging
-import os
 import socket
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from trinitylake.control import AuditRecord
+from trinitylake.control import AuditRecord, default_user
 from trinitylake.redact import redact_text
 
 if TYPE_CHECKING:
@@ -25,23 +22,6 @@ if TYPE_CHECKING:
     from trinitylake.lakehouse.ports import AuditedLakehouse
 
 log = logging.getLogger(__name__)
-
-
-_USER_VARS = ("LOGNAME", "USER", "LNAME", "USERNAME")  # where getpass.getuser looks first
-
-
-def _user() -> str | None:
-    # Every audit row names its user: without those variables (a server started by a service
-    # manager) getuser reads /etc/passwd each time, once a commit on a catalog server's path.
-    return _user_of((os.getuid() if hasattr(os, "getuid") else None, *(os.environ.get(v) for v in _USER_VARS)))
-
-
-@functools.lru_cache(maxsize=16)
-def _user_of(_process: tuple[object, ...]) -> str | None:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001
-        return os.environ.get("USER")
 
 
 class Auditor:
@@ -82,7 +62,7 @@ class Auditor:
     def record(self, **fields: Any) -> AuditRecord:
         """An audit row of `fields`, with this process's user, host, Spark app and parent seq unless given."""
 
-        fields.setdefault("user", _user())
+        fields.setdefault("user", default_user())
         fields.setdefault("host", socket.gethostname())
         fields.setdefault("spark_app_id", self.spark_app_id)
         fields.setdefault("parent_seq", self.parent_seq)
