@@ -15,7 +15,12 @@ one load from each catalog in turn, round after round (`paired_loads`).
 - ``SqlCatalog`` on PostgreSQL 15: a server started here (``initdb``, ``pg_ctl``; as the
   ``postgres`` user when run as root) on a unix socket, and stopped after; ``psycopg`` 3 is not a
   dependency of the project: give a folder holding it (``--psycopg-path``, e.g. made with
-  ``pip install --target DIR 'psycopg[binary]'``), else PostgreSQL is skipped.
+  ``pip install --target DIR 'psycopg[binary]'``), else PostgreSQL is skipped;
+- the null REST catalog (bench/null_catalog.py): answers every request at once with one canned
+  table (ours, as answered to a writer at the end of its run), on the same HTTP stack, and keeps
+  nothing. Its rates are the clients' ceiling: what the PyIceberg writers and this machine allow
+  any catalog served over HTTP. ``property_w*_procs_server_cpu_ms``: our server's CPU (user and
+  system, all its threads) per commit, read from /proc.
 
 The writers share the machine's cores with the catalog (the server, or PostgreSQL): on a small
 machine the clients' own CPU (PyIceberg's request, its parse of the metadata answered) bounds
@@ -104,7 +109,11 @@ def tlake_server(d: Path, store: Any = None) -> Iterator[Callable[[], Any]]:
                 if proc.poll() is not None:
                     raise RuntimeError(f"the server exited: {(d / 'server.log').read_text()[-2000:]}") from None
                 time.sleep(0.1)
-        yield lambda: RestCatalog("tl", uri=f"http://127.0.0.1:{port}", token=token, **client)
+        def make() -> Any:
+            return RestCatalog("tl", uri=f"http://127.0.0.1:{port}", token=token, **client)
+
+        make.server_pid = proc.pid  # type: ignore[attr-defined] - its CPU is measured (`server_cpu_s`)
+        yield make
     finally:
         proc.terminate()
         proc.wait(30)
@@ -278,6 +287,19 @@ def _hammer_threads(make: Callable[[], Any], ns: str, writers: int, seconds: flo
     return results, wall
 
 
+def server_cpu_s(make: Callable[[], Any]) -> float | None:
+    """CPU seconds (user and system) the server behind `make` used so far (None: not known: not
+    our server, or no /proc here)."""
+    pid = getattr(make, "server_pid", None)
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def measure(label: str, make: Callable[[], Any], n: dict[str, float],
             kinds: tuple[str, ...] = ("property", "append"), procs: bool = True) -> dict[str, Any]:
     cat = make()
@@ -298,10 +320,35 @@ def measure(label: str, make: Callable[[], Any], n: dict[str, float],
         cat.create_namespace(ns)
         for i in range(w):
             cat.create_table(f"{ns}.t{i}", schema=SCHEMA)
+        cpu0 = server_cpu_s(make)
         r = hammer(make, ns, w, n["seconds"], "property", "processes")
+        cpu1 = server_cpu_s(make)
         row[f"property_w{w}_procs_per_s"] = r["commits_per_s"]
+        if cpu0 is not None and cpu1 is not None and r["commits"]:
+            row[f"property_w{w}_procs_server_cpu_ms"] = round((cpu1 - cpu0) / r["commits"] * 1000, 2)
         print(f"  {label}: property commits, {w} writer processes: {r}", flush=True)
     return row
+
+
+def client_ceiling(make: Callable[[], Any], n: dict[str, float]) -> dict[str, Any]:
+    """Property commits of 1 and 8 writers (threads, then processes) against the null catalog
+    (bench/null_catalog.py): what the clients and the machine allow any catalog."""
+    row: dict[str, Any] = {"catalog": "null REST catalog (the clients' ceiling)"}
+    for w in PROCESS_WRITERS:
+        for clients, suffix in (("threads", ""), ("processes", "_procs")):
+            r = hammer(make, "null", w, n["seconds"], "property", clients)
+            row[f"property_w{w}{suffix}_per_s"] = r["commits_per_s"]
+            print(f"  {row['catalog']}: property commits, {w} writer {clients}: {r}", flush=True)
+    return row
+
+
+def canned_load(make: Callable[[], Any], table: str) -> bytes:
+    """`table` as `make`'s catalog answers a load of it, as a LoadTableResult (JSON)."""
+    import json
+
+    t = make().load_table(table)
+    return json.dumps({"metadata-location": t.metadata_location, "metadata": json.loads(t.metadata.model_dump_json()),
+                       "config": {}}).encode()
 
 
 def paired_loads(entries: list[tuple[dict[str, Any], Callable[[], Any]]], loads: int) -> None:
@@ -356,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
                               local.enter_context(postgres_catalog(d / "pg", args.psycopg_path))))
             rows = [measure(label, make, n) for label, make in makes]
             paired_loads([(row, make) for row, (_, make) in zip(rows, makes, strict=True)], int(n["loads"]))
+            # answered with a table as our server answered its 8 writers at the end of their run
+            canned = canned_load(makes[0][1], "p8.t0")
+        from bench.null_catalog import null_catalog
+
+        with null_catalog(d / "null", canned, _free_port()) as null_make:
+            ceiling = client_ceiling(null_make, n)
         slow: list[dict[str, Any]] = []
         store_on = ""
         if args.latency_ms > 0:
@@ -372,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     ours, sq = rows[0], rows[1]
     pg = rows[2] if len(rows) > 2 else None
     ratios: dict[str, float | None] = {
+        "the clients' ceiling (null catalog), 8 writer processes / 1": ratio(ceiling["property_w8_procs_per_s"],
+                                                                             ceiling["property_w1_procs_per_s"]),
+        "8 writer processes, property commits: ours / the clients' ceiling": ratio(
+            ours["property_w8_procs_per_s"], ceiling["property_w8_procs_per_s"]),
         "ours, 8 writers / 1 writer (property commits)": ratio(ours["property_w8_per_s"], ours["property_w1_per_s"]),
         "ours, 32 writers / 1 writer (property commits)": ratio(ours["property_w32_per_s"], ours["property_w1_per_s"]),
         "8 writers, property commits: ours / SqlCatalog-SQLite": ratio(ours["property_w8_per_s"],
@@ -406,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     write_result(
         "catalog_commits",
         "Catalog commits per second with 1, 8 and 32 writers on as many tables, and load_table, vs SqlCatalog",
-        rows + slow,
+        rows + [ceiling] + slow,
         ratios,
         scale=args.scale,
         description=__doc__.split("\n\n")[1].strip(),

@@ -64,3 +64,42 @@ def test_paired_loads_take_turns_between_the_catalogs_and_fill_each_row() -> Non
     measured = calls[15:]  # after each catalog's 5 warm-up loads
     assert measured == list("abc" "bca" "cab" "abc")
     assert all(row["load_ms_p50"] >= 0 and row["load_ms_p95"] >= row["load_ms_p50"] for row in rows)
+
+
+def test_the_null_catalog_answers_every_writer_with_its_canned_table(tmp_path):
+    """The clients' ceiling: writers load and commit against the null catalog as against a real
+    one, and every commit is answered with the canned table (nothing refused, nothing kept)."""
+    from bench.bench_catalog_commits import _free_port, canned_load, client_ceiling
+    from bench.null_catalog import null_catalog
+
+    with sqlite_catalog(tmp_path / "sq") as make:
+        cat = make()
+        cat.create_namespace("n")
+        cat.create_table("n.t0", schema=SCHEMA)
+        canned = canned_load(make, "n.t0")
+    with null_catalog(tmp_path / "null", canned, _free_port()) as null_make:
+        t = null_make().load_table("any.table")
+        assert t.metadata_location == cat.load_table("n.t0").metadata_location
+        r = hammer(null_make, "null", 2, 0.5, "property", "threads")
+        assert r["refused"] == 0 and r["commits"] > 0
+        row = client_ceiling(null_make, {"seconds": 0.3})
+    assert set(row) == {"catalog", "property_w1_per_s", "property_w8_per_s", "property_w1_procs_per_s",
+                        "property_w8_procs_per_s"}
+    assert all(v > 0 for k, v in row.items() if k != "catalog")
+
+
+def test_server_cpu_is_read_for_our_server_only():
+    import os
+
+    from bench.bench_catalog_commits import server_cpu_s
+
+    assert server_cpu_s(lambda: None) is None  # not our server: no pid
+
+    def ours() -> None:
+        return None
+
+    ours.server_pid = os.getpid()  # type: ignore[attr-defined]
+    before = server_cpu_s(ours)
+    sum(i * i for i in range(2_000_000))  # some CPU of this process
+    after = server_cpu_s(ours)
+    assert before is not None and after is not None and after > before
