@@ -290,14 +290,9 @@ def _hammer_threads(make: Callable[[], Any], ns: str, writers: int, seconds: flo
 def server_cpu_s(make: Callable[[], Any]) -> float | None:
     """CPU seconds (user and system) the server behind `make` used so far (None: not known: not
     our server, or no /proc here)."""
-    pid = getattr(make, "server_pid", None)
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    from bench.objstore import process_cpu_seconds
+
+    return process_cpu_seconds(getattr(make, "server_pid", None))
 
 
 def measure(label: str, make: Callable[[], Any], n: dict[str, float],
