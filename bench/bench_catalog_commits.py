@@ -43,7 +43,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -58,18 +57,13 @@ from typing import Any
 import pyarrow as pa
 
 from bench.common import parse_args, ratio, scratch_dir, summarize, write_result
+from bench.objstore import free_port, latency_store, process_cpu_seconds, store_files_dir, wait_listening
 
 WRITERS = (1, 8, 32)
 #: The writer counts measured again with each writer a process of its own (local disk).
 PROCESS_WRITERS = (1, 8)
 N = {"small": {"seconds": 6.0, "loads": 60}, "large": {"seconds": 20.0, "loads": 300}}
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _s3_properties(store: Any) -> dict[str, str]:
@@ -95,20 +89,16 @@ def tlake_server(d: Path, store: Any = None) -> Iterator[Callable[[], Any]]:
         lh = Lakehouse.create("s3://catbench/lh", storage_options=store.storage_options).uri
         env.update(store.env)
         flags = store.tlake_args()
-    token, port = uuid.uuid4().hex, _free_port()
+    token, port = uuid.uuid4().hex, free_port()
     tlake = str(Path(sys.executable).with_name("tlake"))
     log = open(d / "server.log", "wb")  # noqa: SIM115 - the server writes it until stopped
     proc = subprocess.Popen([tlake, "--lakehouse", lh, *flags, "catalog", "serve", "--port", str(port)], stdout=log,
                             stderr=subprocess.STDOUT, env={**env, "TLAKE_CATALOG_TOKEN": token})
     try:
-        for _ in range(600):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the server exited: {(d / 'server.log').read_text()[-2000:]}") from None
-                time.sleep(0.1)
+        if not wait_listening(port, proc, timeout=180):
+            raise RuntimeError(f"the server did not start (exit code {proc.poll()}): "
+                               f"{(d / 'server.log').read_text()[-2000:]}")
+
         def make() -> Any:
             return RestCatalog("tl", uri=f"http://127.0.0.1:{port}", token=token, **client)
 
@@ -154,7 +144,7 @@ def postgres_catalog(d: Path, psycopg_path: str) -> Iterator[Callable[[], Any]]:
     if os.geteuid() == 0:
         shutil.chown(pg, "postgres")
         shutil.chown(sock, "postgres")
-    port = _free_port()
+    port = free_port()
     subprocess.run(_as_postgres(["initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]),
                    check=True, capture_output=True)
     subprocess.run(_as_postgres(["pg_ctl", "-D", str(data), "-l", str(pg / "pg.log"), "-w", "-o",
@@ -290,8 +280,6 @@ def _hammer_threads(make: Callable[[], Any], ns: str, writers: int, seconds: flo
 def server_cpu_s(make: Callable[[], Any]) -> float | None:
     """CPU seconds (user and system) the server behind `make` used so far (None: not known: not
     our server, or no /proc here)."""
-    from bench.objstore import process_cpu_seconds
-
     return process_cpu_seconds(getattr(make, "server_pid", None))
 
 
@@ -402,13 +390,11 @@ def main(argv: list[str] | None = None) -> int:
             canned = canned_load(makes[0][1], "p8.t0")
         from bench.null_catalog import null_catalog
 
-        with null_catalog(d / "null", canned, _free_port()) as null_make:
+        with null_catalog(d / "null", canned) as null_make:
             ceiling = client_ceiling(null_make, n)
         slow: list[dict[str, Any]] = []
         store_on = ""
         if args.latency_ms > 0:
-            from bench.objstore import latency_store, store_files_dir
-
             where = f"S3, {args.latency_ms:g} ms"
             with store_files_dir(d / "s3", args.store_files) as (files, store_on), \
                     latency_store(files, args.latency_ms, log_path=d / "s3s.log", proxy_kind="auto") as store:

@@ -13,10 +13,8 @@ commit answer is its ``metadata-location`` and ``metadata``).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,24 +44,21 @@ def make_app(load_body: bytes) -> Callable[..., Any]:
 
 
 @contextmanager
-def null_catalog(d: Path, load_body: bytes, port: int) -> Iterator[Callable[[], Any]]:
-    """The null catalog in a process of its own on `port`, answering with `load_body`; yields
-    what makes a PyIceberg client of it."""
+def null_catalog(d: Path, load_body: bytes) -> Iterator[Callable[[], Any]]:
+    """The null catalog in a process of its own on a free port, answering with `load_body`;
+    yields what makes a PyIceberg client of it."""
     from pyiceberg.catalog.rest import RestCatalog
+
+    from bench.objstore import free_port, wait_listening
 
     d.mkdir(parents=True, exist_ok=True)
     body = d / "load_table.json"
     body.write_bytes(load_body)
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "bench.null_catalog", str(port), str(body)])
     try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the null catalog exited with {proc.returncode}") from None
-                time.sleep(0.1)
+        if not wait_listening(port, proc, timeout=60):
+            raise RuntimeError(f"the null catalog did not start (exit code {proc.poll()})")
         yield lambda: RestCatalog("null", uri=f"http://127.0.0.1:{port}")
     finally:
         proc.terminate()

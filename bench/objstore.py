@@ -1024,7 +1024,7 @@ class GoDelayProxy:
             port = free_port()
             proc = subprocess.Popen([self.binary, str(port), str(self.upstream_port), f"{self.delay_ms:g}"],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if _wait_listening(port, proc):
+            if wait_listening(port, proc):
                 self.port, self.proc = port, proc
                 return port
             _stop_process(proc)
@@ -1083,7 +1083,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[Any], timeout: float = 20.0) -> bool:
+def wait_listening(port: int, proc: subprocess.Popen[Any], timeout: float = 20.0) -> bool:
+    """Whether `proc` listens on 127.0.0.1:`port` within `timeout` seconds (False: it exited,
+    or it did not listen in time)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -1177,7 +1179,7 @@ def latency_store(
                 stdout=log_file,
                 stderr=log_file,
             )
-            if _wait_listening(port, proc):
+            if wait_listening(port, proc):
                 break
             _stop_process(proc)
             proc = None

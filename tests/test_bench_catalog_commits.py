@@ -69,7 +69,7 @@ def test_paired_loads_take_turns_between_the_catalogs_and_fill_each_row() -> Non
 def test_the_null_catalog_answers_every_writer_with_its_canned_table(tmp_path):
     """The clients' ceiling: writers load and commit against the null catalog as against a real
     one, and every commit is answered with the canned table (nothing refused, nothing kept)."""
-    from bench.bench_catalog_commits import _free_port, canned_load, client_ceiling
+    from bench.bench_catalog_commits import canned_load, client_ceiling
     from bench.null_catalog import null_catalog
 
     with sqlite_catalog(tmp_path / "sq") as make:
@@ -77,7 +77,7 @@ def test_the_null_catalog_answers_every_writer_with_its_canned_table(tmp_path):
         cat.create_namespace("n")
         cat.create_table("n.t0", schema=SCHEMA)
         canned = canned_load(make, "n.t0")
-    with null_catalog(tmp_path / "null", canned, _free_port()) as null_make:
+    with null_catalog(tmp_path / "null", canned) as null_make:
         t = null_make().load_table("any.table")
         assert t.metadata_location == cat.load_table("n.t0").metadata_location
         r = hammer(null_make, "null", 2, 0.5, "property", "threads")
